@@ -1,0 +1,103 @@
+# dlpack for Lua 5.4. `make demo`, `make test`; see README.md.
+
+LUA        ?= lua5.4
+LUA_INC    ?= $(shell pkg-config --cflags lua5.4 2>/dev/null || echo -I/usr/include/lua5.4)
+LUA_LIB    ?= $(shell pkg-config --libs lua5.4 2>/dev/null || echo -llua5.4)
+PYTHON     ?= /usr/bin/python3
+CC         ?= cc
+CFLAGS     ?= -O2 -g
+WARNINGS    = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wpointer-arith -Wvla
+# A system <dlpack/dlpack.h> is used only when it is version 1.x (Debian's 0.6 is too old).
+SYSTEM_DLPACK := $(shell printf '\#include <dlpack/dlpack.h>\n\#if DLPACK_MAJOR_VERSION != 1\n\#error old\n\#endif\n' \
+                   | $(CC) -x c -E - >/dev/null 2>&1 && echo -DDLPACK_LUA_SYSTEM_HEADER)
+# The CUDA toolkit's headers are used when present; the driver is always found at run time.
+CUDA_HOME  ?= /usr/local/cuda
+CUDA_FLAGS := $(shell test -f $(CUDA_HOME)/include/cuda.h && echo -DDLPACK_LUA_HAVE_CUDA_H -I$(CUDA_HOME)/include)
+ALL_CFLAGS  = -std=c11 -fPIC -fvisibility=hidden -pthread $(WARNINGS) $(LUA_INC) $(SYSTEM_DLPACK) $(CUDA_FLAGS) $(CFLAGS)
+LDLIBS      = -pthread -ldl -lm
+
+PREFIX     ?= /usr/local
+LUA_VERSION = 5.4
+INST_LIBDIR ?= $(PREFIX)/lib/lua/$(LUA_VERSION)
+INST_LUADIR ?= $(PREFIX)/share/lua/$(LUA_VERSION)
+INST_INCDIR ?= $(PREFIX)/include
+INST_ARCDIR ?= $(PREFIX)/lib
+
+BUILD      ?= build
+SOURCES     = $(wildcard src/*.c)
+OBJECTS     = $(SOURCES:src/%.c=$(BUILD)/obj/%.o)
+HEADERS     = $(wildcard src/*.h)
+MODULE      = $(BUILD)/dlpack/core.so
+STATIC      = $(BUILD)/libdlpack_lua.a
+FABRICATE   = $(BUILD)/fabricate.so
+HOST        = $(BUILD)/host
+PEERS       = $(BUILD)/peers
+
+export LUA_PATH  := $(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/spec/?.lua;;
+export LUA_CPATH := $(CURDIR)/$(BUILD)/?.so;;
+
+.PHONY: all static test conformance demo install deps asan valgrind lint bench clean
+
+all: $(MODULE) $(STATIC) $(FABRICATE)
+
+static: $(STATIC)
+
+$(BUILD)/obj/%.o: src/%.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(MODULE): $(OBJECTS)
+	@mkdir -p $(@D)
+	$(CC) -shared $(ALL_CFLAGS) -o $@ $(OBJECTS) $(LDLIBS)
+
+$(STATIC): $(OBJECTS)
+	@rm -f $@
+	ar rcs $@ $(OBJECTS)
+
+# Test-only module that fabricates foreign managed tensors; never installed.
+$(FABRICATE): spec/c/fabricate.c src/dlpack_lua.h src/dlpack_abi.h
+	$(CC) -shared $(ALL_CFLAGS) -Isrc -o $@ $< $(LDLIBS)
+
+$(HOST): examples/host.c $(STATIC)
+	$(CC) $(ALL_CFLAGS) -fvisibility=default -Isrc -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)
+
+PY_CFLAGS = $(shell $(PYTHON)-config --cflags 2>/dev/null | sed 's/-Werror[^ ]*//g')
+PY_LIBS   = $(shell $(PYTHON)-config --embed --ldflags 2>/dev/null)
+$(PEERS): spec/peers/peers.c $(STATIC)
+	$(CC) $(ALL_CFLAGS) $(PY_CFLAGS) -Wno-missing-prototypes -Isrc -o $@ $< $(STATIC) $(LUA_LIB) $(PY_LIBS) $(LDLIBS)
+
+deps:
+	@bash .ci/deps
+
+demo: deps all
+	$(LUA) examples/demo.lua
+
+test: deps all $(HOST)
+	@bash spec/run.sh
+
+conformance: all
+	@$(LUA) ../shared/conformance/run.lua
+
+lint:
+	luacheck lua spec examples bench
+
+install: $(MODULE) $(STATIC)
+	install -d $(DESTDIR)$(INST_LIBDIR)/dlpack $(DESTDIR)$(INST_LUADIR)/dlpack $(DESTDIR)$(INST_INCDIR) $(DESTDIR)$(INST_ARCDIR)
+	install -m 755 $(MODULE) $(DESTDIR)$(INST_LIBDIR)/dlpack/core.so
+	install -m 644 lua/dlpack.lua $(DESTDIR)$(INST_LUADIR)/dlpack.lua
+	install -m 644 lua/dlpack/unsafe.lua $(DESTDIR)$(INST_LUADIR)/dlpack/unsafe.lua
+	install -m 644 src/dlpack_lua.h src/dlpack_abi.h $(DESTDIR)$(INST_INCDIR)/
+	install -m 644 $(STATIC) $(DESTDIR)$(INST_ARCDIR)/
+
+# The module and test module built with AddressSanitizer and UBSan, in their own build folder.
+asan:
+	$(MAKE) BUILD=build/asan CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" all
+
+valgrind: all
+	@bash spec/stages/valgrind.t
+
+bench: all
+	$(LUA) bench/run.lua
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,6 @@
+--- dlpack: exchange tensors with any DLPack producer or consumer without copying.
+-- The whole contract is implemented in C, in `dlpack.core`, so that a host that
+-- embeds the static library (luaL_requiref(L, "dlpack", luaopen_dlpack, 0)) gets
+-- exactly what scripts get from `require "dlpack"`. This file is the entry point
+-- that `require "dlpack"` finds on package.path when the module is installed.
+return require "dlpack.core"

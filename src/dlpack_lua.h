@@ -1,0 +1,104 @@
+/*
+ * dlpack for Lua 5.4: the C API for hosts (game and robotics engines) and for
+ * sibling C modules.
+ *
+ * A host links libdlpack_lua.a, opens the module with
+ *   luaL_requiref(L, "dlpack", luaopen_dlpack, 0);
+ * and calls the functions below. A C module loaded with `require` (which
+ * dlopens it RTLD_LOCAL, so these symbols are not visible to it) gets the same
+ * functions from the table stored in the Lua registry under DLPACK_LUA_API_KEY.
+ *
+ * Ownership in one line each: "push" functions take ownership of the managed
+ * tensor (its deleter runs exactly once, also when they raise); "export"
+ * functions return a new managed tensor the caller owns and must delete; its
+ * deleter may be called from any thread, also after lua_close.
+ */
+#ifndef DLPACK_LUA_H
+#define DLPACK_LUA_H
+
+#include <stdint.h>
+#include <lua.h>
+#include "dlpack_abi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define DLPACK_LUA_API __declspec(dllexport)
+#else
+#define DLPACK_LUA_API __attribute__((visibility("default")))
+#endif
+
+#define DLPACK_LUA_VERSION "0.1.0"
+
+/* Marker contained in every "cannot be exchanged as asked" error message
+ * (the Python world's BufferError); argument errors never contain it. */
+#define DLPACK_LUA_BUFFER_ERROR "dlpack.BufferError"
+
+/* Metatable name of tensors (luaL_checkudata works with it). */
+#define DLPACK_LUA_TENSOR_MT "dlpack.Tensor"
+
+/* Result codes of the capsule functions. */
+#define DLPACK_LUA_OK 0
+#define DLPACK_LUA_NOT_A_CAPSULE 1 /* the pointer is not a capsule of this module */
+#define DLPACK_LUA_CONSUMED 2      /* the capsule was consumed or released already */
+
+/* Open the module: pushes the `dlpack` table (use with luaL_requiref). */
+DLPACK_LUA_API int luaopen_dlpack(lua_State *L);
+/* Same table; the name `require "dlpack.core"` looks for. */
+DLPACK_LUA_API int luaopen_dlpack_core(lua_State *L);
+/* Open `dlpack.unsafe` (raw pointers); hosts that run untrusted scripts leave it out. */
+DLPACK_LUA_API int luaopen_dlpack_unsafe(lua_State *L);
+
+/* Push a versioned managed tensor as a tensor, taking ownership; raises (after calling its deleter) if invalid. */
+DLPACK_LUA_API void dlpack_lua_push_versioned(lua_State *L, DLManagedTensorVersioned *managed);
+/* Push a legacy managed tensor as a tensor, taking ownership; raises (after calling its deleter) if invalid. */
+DLPACK_LUA_API void dlpack_lua_push_legacy(lua_State *L, DLManagedTensor *managed);
+
+/* Borrow the DLTensor of the tensor at idx (valid while the tensor is alive and unreleased); raises if not a tensor. */
+DLPACK_LUA_API const DLTensor *dlpack_lua_check_tensor(lua_State *L, int idx, uint64_t *flags);
+/* As dlpack_lua_check_tensor, but returns NULL for anything that is not a live tensor; flags may be NULL. */
+DLPACK_LUA_API const DLTensor *dlpack_lua_test_tensor(lua_State *L, int idx, uint64_t *flags);
+
+/* Export the tensor at idx as a new owned versioned managed tensor (flags carry READ_ONLY); raises on error. */
+DLPACK_LUA_API DLManagedTensorVersioned *dlpack_lua_export_versioned(lua_State *L, int idx);
+/* Export the tensor at idx as a new owned legacy managed tensor; raises for read-only tensors. */
+DLPACK_LUA_API DLManagedTensor *dlpack_lua_export_legacy(lua_State *L, int idx);
+
+/* Make a capsule (a light userdata) owning a managed tensor; versioned is 1 for DLManagedTensorVersioned. No lua_State needed. */
+DLPACK_LUA_API void *dlpack_lua_capsule_new(void *managed, int versioned);
+/* Consume a capsule: on DLPACK_LUA_OK *managed and *versioned are set and the caller owns the tensor. Any thread. */
+DLPACK_LUA_API int dlpack_lua_capsule_consume(void *capsule, void **managed, int *versioned);
+
+/* The registry key of the function table below (a light userdata to a static struct). */
+#define DLPACK_LUA_API_KEY "dlpack.api"
+/* Version of the function table; new fields are only ever appended. */
+#define DLPACK_LUA_API_VERSION 1
+
+typedef struct dlpack_lua_api {
+  int version; /* DLPACK_LUA_API_VERSION of the module that filled it */
+  void (*push_versioned)(lua_State *L, DLManagedTensorVersioned *managed);
+  void (*push_legacy)(lua_State *L, DLManagedTensor *managed);
+  const DLTensor *(*check_tensor)(lua_State *L, int idx, uint64_t *flags);
+  const DLTensor *(*test_tensor)(lua_State *L, int idx, uint64_t *flags);
+  DLManagedTensorVersioned *(*export_versioned)(lua_State *L, int idx);
+  DLManagedTensor *(*export_legacy)(lua_State *L, int idx);
+  void *(*capsule_new)(void *managed, int versioned);
+  int (*capsule_consume)(void *capsule, void **managed, int *versioned);
+} dlpack_lua_api;
+
+/* Fetch the table from the registry of L (NULL if dlpack was not opened in L). */
+static inline const dlpack_lua_api *dlpack_lua_get_api(lua_State *L) {
+  const dlpack_lua_api *api;
+  lua_getfield(L, LUA_REGISTRYINDEX, DLPACK_LUA_API_KEY);
+  api = (const dlpack_lua_api *)lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  return api;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DLPACK_LUA_H */
