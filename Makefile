@@ -8,7 +8,7 @@ CC         ?= cc
 CFLAGS     ?= -O2 -g
 WARNINGS    = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wpointer-arith -Wvla
 # A system <dlpack/dlpack.h> is used only when it is version 1.x (Debian's 0.6 is too old).
-SYSTEM_DLPACK := $(shell printf '\#include <dlpack/dlpack.h>\n\#if DLPACK_MAJOR_VERSION != 1\n\#error old\n\#endif\n' \
+SYSTEM_DLPACK := $(shell printf '\043include <dlpack/dlpack.h>\n\043if DLPACK_MAJOR_VERSION != 1\n\043error old\n\043endif\n' \
                    | $(CC) -x c -E - >/dev/null 2>&1 && echo -DDLPACK_LUA_SYSTEM_HEADER)
 # The CUDA toolkit's headers are used when present; the driver is always found at run time.
 CUDA_HOME  ?= /usr/local/cuda

@@ -1,0 +1,222 @@
+/* Copies and conversion: strided element loops, clone, contiguous, copy, to, fill. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Byte strides of t, and the number of elements; 0 elements means nothing to visit. */
+static int64_t byte_strides(const dlp_Tensor *t, int64_t *bstrides) {
+  int64_t itemsize = dlp_dtypes[t->dtype].itemsize;
+  for (int i = 0; i < t->dl.ndim; i++) bstrides[i] = t->dl.strides[i] * itemsize;
+  return dlp_numel(t);
+}
+
+/* Advance a row-major multi-index; moves *p by the byte strides. Pointers stay inside the tensor. */
+static void advance(int ndim, const int64_t *shape, const int64_t *bstrides, int64_t *idx, char **p) {
+  for (int d = ndim - 1; d >= 0; d--) {
+    if (++idx[d] < shape[d]) {
+      *p += bstrides[d];
+      return;
+    }
+    *p -= bstrides[d] * (shape[d] - 1);
+    idx[d] = 0;
+  }
+}
+
+void dlp_foreach(const dlp_Tensor *t, void (*fn)(char *p, void *ud), void *ud) {
+  int64_t bstrides[DLP_MAX_NDIM], idx[DLP_MAX_NDIM] = {0};
+  int64_t n = byte_strides(t, bstrides);
+  char *p = dlp_first_element(t);
+  for (int64_t k = 0; k < n; k++) {
+    fn(p, ud);
+    if (k + 1 < n) advance(t->dl.ndim, t->dl.shape, bstrides, idx, &p);
+  }
+}
+
+/* Element types that convert through dlp_Scalar (the rest copy byte for byte only). */
+static int convertible(int dtype) {
+  return dtype <= DLP_COMPLEX128;
+}
+
+/* dst and src have the same shape, are host memory and do not overlap. */
+static void copy_elements(dlp_Tensor *dst, const dlp_Tensor *src) {
+  int64_t ds[DLP_MAX_NDIM], ss[DLP_MAX_NDIM], idx[DLP_MAX_NDIM] = {0}, sidx[DLP_MAX_NDIM] = {0};
+  int64_t n = byte_strides(dst, ds);
+  char *d = dlp_first_element(dst), *s = dlp_first_element(src);
+  size_t itemsize = dlp_dtypes[dst->dtype].itemsize;
+  byte_strides(src, ss);
+  if (n == 0) return;
+  if (dst->dtype == src->dtype && dlp_is_contiguous(dst) && dlp_is_contiguous(src)) {
+    memcpy(d, s, dlp_storage_bytes(dst->dtype, n, dst->flags));
+    return;
+  }
+  for (int64_t k = 0; k < n; k++) {
+    if (dst->dtype == src->dtype) memcpy(d, s, itemsize);
+    else {
+      dlp_Scalar v;
+      dlp_load(src->dtype, s, &v);
+      dlp_store(dst->dtype, d, &v);
+    }
+    if (k + 1 < n) {
+      advance(dst->dl.ndim, dst->dl.shape, ds, idx, &d);
+      advance(src->dl.ndim, src->dl.shape, ss, sidx, &s);
+    }
+  }
+}
+
+static void push_shape_string(lua_State *L, const dlp_Tensor *t) {
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  luaL_addchar(&b, '{');
+  for (int i = 0; i < t->dl.ndim; i++) {
+    if (i) luaL_addstring(&b, ", ");
+    lua_pushinteger(L, t->dl.shape[i]);
+    luaL_addvalue(&b);
+  }
+  luaL_addchar(&b, '}');
+  luaL_pushresult(&b);
+}
+
+void dlp_copy_into(lua_State *L, dlp_Tensor *dst, const dlp_Tensor *src) {
+  int same = dst->dl.ndim == src->dl.ndim;
+  for (int i = 0; same && i < dst->dl.ndim; i++) same = dst->dl.shape[i] == src->dl.shape[i];
+  if (!same) {
+    push_shape_string(L, dst);
+    push_shape_string(L, src);
+    luaL_error(L, "copy: shapes differ (destination %s, source %s)", lua_tostring(L, -2), lua_tostring(L, -1));
+  }
+  dlp_check_writable(L, dst, "copy");
+  dlp_check_host(L, dst, "copy (destination)");
+  dlp_check_host(L, src, "copy (source)");
+  if (dst->dtype != src->dtype && !(convertible(dst->dtype) && convertible(src->dtype)))
+    luaL_error(L, "copy: cannot convert %s to %s (only byte-for-byte copies of the same dtype)",
+               dlp_dtypes[src->dtype].name, dlp_dtypes[dst->dtype].name);
+  if (dlp_dtype_is_subbyte(src->dtype) && (!dlp_is_contiguous(dst) || !dlp_is_contiguous(src)))
+    luaL_error(L, "copy: packed %s tensors can only be copied when contiguous", dlp_dtypes[src->dtype].name);
+  if (dst->owner == src->owner && dlp_numel(src) > 0) {
+    /* Same memory: go through a contiguous temporary so overlapping views copy correctly. */
+    DLDevice cpu = {kDLCPU, 0};
+    dlp_Tensor *tmp = dlp_tensor_new(L, src->dtype, cpu, src->dl.ndim, src->dl.shape, 0);
+    copy_elements(tmp, src);
+    copy_elements(dst, tmp);
+    lua_pop(L, 1);
+    return;
+  }
+  copy_elements(dst, src);
+}
+
+dlp_Tensor *dlp_clone(lua_State *L, const dlp_Tensor *t, int dtype, DLDevice device) {
+  dlp_Tensor *c = dlp_tensor_new(L, dtype, device, t->dl.ndim, t->dl.shape, 0);
+  c->flags = t->flags & DLP_FLAG_SUBBYTE_PADDED;
+  dlp_copy_into(L, c, t);
+  return c;
+}
+
+typedef struct FillState {
+  unsigned char value[16];
+  size_t itemsize;
+} FillState;
+
+static void fill_one(char *p, void *ud) {
+  FillState *f = ud;
+  memcpy(p, f->value, f->itemsize);
+}
+
+void dlp_fill(lua_State *L, dlp_Tensor *t, int idx, const char *what) {
+  FillState f;
+  dlp_check_writable(L, t, what);
+  dlp_check_host(L, t, what);
+  dlp_check_element(L, idx, t->dtype, f.value, what);
+  f.itemsize = dlp_dtypes[t->dtype].itemsize;
+  dlp_foreach(t, fill_one, &f);
+}
+
+static int l_fill(lua_State *L) {
+  dlp_Tensor *t = dlp_tensor_check(L, 1);
+  luaL_checkany(L, 2);
+  dlp_fill(L, t, 2, "fill");
+  lua_settop(L, 1);
+  return 1;
+}
+
+static int l_copy(lua_State *L) {
+  dlp_Tensor *dst = dlp_tensor_check(L, 1);
+  dlp_Tensor *src = dlp_tensor_check(L, 2);
+  dlp_copy_into(L, dst, src);
+  lua_settop(L, 1);
+  return 1;
+}
+
+static int l_clone(lua_State *L) {
+  dlp_Tensor *t = dlp_tensor_check(L, 1);
+  dlp_check_host(L, t, "clone");
+  dlp_clone(L, t, t->dtype, t->dl.device);
+  return 1;
+}
+
+static int l_contiguous(lua_State *L) {
+  dlp_Tensor *t = dlp_tensor_check(L, 1);
+  if (dlp_is_contiguous(t)) {
+    lua_settop(L, 1);
+    return 1;
+  }
+  dlp_check_host(L, t, "contiguous");
+  dlp_clone(L, t, t->dtype, t->dl.device);
+  return 1;
+}
+
+/* A view of host-accessible memory labelled as the CPU's: pinned and managed memory is CPU memory. */
+static void push_relabelled(lua_State *L, const dlp_Tensor *t, DLDevice device) {
+  dlp_Tensor *v = dlp_tensor_view(L, t, t->dl.ndim);
+  memcpy(v->dims, t->dims, 2 * (size_t)t->dl.ndim * sizeof(int64_t));
+  v->dl.device = device;
+}
+
+/* t:to(dtype | device | {dtype=, device=, copy=, stream=}) */
+static int l_to(lua_State *L) {
+  dlp_Tensor *t = dlp_tensor_check(L, 1);
+  int dtype = t->dtype, copy = -1; /* -1: only when needed */
+  DLDevice device = t->dl.device;
+  if (lua_type(L, 2) == LUA_TSTRING) {
+    const char *s = lua_tostring(L, 2);
+    int d = dlp_test_dtype_name(s);
+    if (d >= 0) dtype = d;
+    else if (!dlp_test_device_name(s, &device))
+      return luaL_argerror(L, 2, lua_pushfstring(L, "'%s' is neither a dtype nor a device", s));
+  } else {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    if (lua_getfield(L, 2, "dtype") != LUA_TNIL) dtype = dlp_check_dtype(L, -1);
+    if (lua_getfield(L, 2, "device") != LUA_TNIL) device = dlp_check_device(L, -1);
+    if (lua_getfield(L, 2, "copy") != LUA_TNIL) copy = lua_toboolean(L, -1);
+    if (lua_getfield(L, 2, "stream") != LUA_TNIL && dlp_device_is_host(device) && dlp_device_is_host(t->dl.device))
+      return luaL_argerror(L, 2, "stream given for a copy between host devices, which have no streams");
+    lua_settop(L, 2);
+  }
+  int same_device = dlp_device_equal(device, t->dl.device);
+  if (dtype == t->dtype && same_device && copy != 1) {
+    lua_settop(L, 1);
+    return 1;
+  }
+  if (dtype == t->dtype && copy != 1 && device.device_type == kDLCPU && dlp_device_is_host(t->dl.device)) {
+    push_relabelled(L, t, device);
+    return 1;
+  }
+  if (copy == 0) {
+    dlp_push_device_name(L, device);
+    return dlp_buffer_error(L, "to: copy = false, but converting to %s on %s needs a copy",
+                            dlp_dtypes[dtype].name, lua_tostring(L, -1));
+  }
+  dlp_check_host(L, t, "to");
+  dlp_clone(L, t, dtype, device);
+  return 1;
+}
+
+void dlp_copy_register(lua_State *L, int methods) {
+  static const luaL_Reg method_list[] = {
+    {"fill", l_fill}, {"copy", l_copy}, {"clone", l_clone}, {"contiguous", l_contiguous},
+    {"to", l_to}, {NULL, NULL},
+  };
+  lua_pushvalue(L, methods);
+  luaL_setfuncs(L, method_list, 0);
+  lua_pop(L, 1);
+}

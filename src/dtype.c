@@ -1,0 +1,251 @@
+/* Element types: names, DLPack codes, and element conversion to and from Lua values. */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+const dlp_DtypeInfo dlp_dtypes[DLP_NDTYPES] = {
+  [DLP_BOOL] = {"bool", kDLBool, 8, 1, 1},
+  [DLP_INT8] = {"int8", kDLInt, 8, 1, 1},
+  [DLP_INT16] = {"int16", kDLInt, 16, 2, 1},
+  [DLP_INT32] = {"int32", kDLInt, 32, 4, 1},
+  [DLP_INT64] = {"int64", kDLInt, 64, 8, 1},
+  [DLP_UINT8] = {"uint8", kDLUInt, 8, 1, 1},
+  [DLP_UINT16] = {"uint16", kDLUInt, 16, 2, 1},
+  [DLP_UINT32] = {"uint32", kDLUInt, 32, 4, 1},
+  [DLP_UINT64] = {"uint64", kDLUInt, 64, 8, 1},
+  [DLP_FLOAT16] = {"float16", kDLFloat, 16, 2, 1},
+  [DLP_BFLOAT16] = {"bfloat16", kDLBfloat, 16, 2, 1},
+  [DLP_FLOAT32] = {"float32", kDLFloat, 32, 4, 1},
+  [DLP_FLOAT64] = {"float64", kDLFloat, 64, 8, 1},
+  [DLP_COMPLEX64] = {"complex64", kDLComplex, 64, 8, 0},
+  [DLP_COMPLEX128] = {"complex128", kDLComplex, 128, 16, 0},
+  [DLP_FLOAT8_E3M4] = {"float8_e3m4", kDLFloat8_e3m4, 8, 1, 0},
+  [DLP_FLOAT8_E4M3] = {"float8_e4m3", kDLFloat8_e4m3, 8, 1, 0},
+  [DLP_FLOAT8_E4M3B11FNUZ] = {"float8_e4m3b11fnuz", kDLFloat8_e4m3b11fnuz, 8, 1, 0},
+  [DLP_FLOAT8_E4M3FN] = {"float8_e4m3fn", kDLFloat8_e4m3fn, 8, 1, 0},
+  [DLP_FLOAT8_E4M3FNUZ] = {"float8_e4m3fnuz", kDLFloat8_e4m3fnuz, 8, 1, 0},
+  [DLP_FLOAT8_E5M2] = {"float8_e5m2", kDLFloat8_e5m2, 8, 1, 0},
+  [DLP_FLOAT8_E5M2FNUZ] = {"float8_e5m2fnuz", kDLFloat8_e5m2fnuz, 8, 1, 0},
+  [DLP_FLOAT8_E8M0FNU] = {"float8_e8m0fnu", kDLFloat8_e8m0fnu, 8, 1, 0},
+  [DLP_FLOAT6_E2M3FN] = {"float6_e2m3fn", kDLFloat6_e2m3fn, 6, 1, 0},
+  [DLP_FLOAT6_E3M2FN] = {"float6_e3m2fn", kDLFloat6_e3m2fn, 6, 1, 0},
+  [DLP_FLOAT4_E2M1FN] = {"float4_e2m1fn", kDLFloat4_e2m1fn, 4, 1, 0},
+};
+
+int dlp_dtype_from_dl(DLDataType t) {
+  if (t.lanes != 1) return -1;
+  for (int i = 0; i < DLP_NDTYPES; i++)
+    if (dlp_dtypes[i].code == t.code && dlp_dtypes[i].bits == t.bits) return i;
+  return -1;
+}
+
+DLDataType dlp_dtype_to_dl(int dtype) {
+  DLDataType t;
+  t.code = dlp_dtypes[dtype].code;
+  t.bits = dlp_dtypes[dtype].bits;
+  t.lanes = 1;
+  return t;
+}
+
+int dlp_dtype_is_subbyte(int dtype) {
+  return dlp_dtypes[dtype].bits < 8;
+}
+
+int dlp_test_dtype_name(const char *name) {
+  for (int i = 0; i < DLP_NDTYPES; i++)
+    if (strcmp(dlp_dtypes[i].name, name) == 0) return i;
+  return -1;
+}
+
+int dlp_check_dtype(lua_State *L, int arg) {
+  const char *name = luaL_checkstring(L, arg);
+  int dtype = dlp_test_dtype_name(name);
+  if (dtype < 0)
+    return luaL_argerror(L, arg, lua_pushfstring(L, "unknown dtype '%s'", name));
+  return dtype;
+}
+
+int dlp_opt_dtype(lua_State *L, int arg, int def) {
+  return lua_isnoneornil(L, arg) ? def : dlp_check_dtype(L, arg);
+}
+
+void dlp_check_access(lua_State *L, int dtype) {
+  if (!dlp_dtypes[dtype].access)
+    luaL_error(L, "element access is not supported for dtype %s (it can still be created, copied "
+               "byte for byte and exchanged)", dlp_dtypes[dtype].name);
+}
+
+/* ---- binary16 and bfloat16, rounded to nearest even straight from double ---- */
+
+/* Encode |x| (finite, >= 0) in an IEEE-style format with ebits exponent and mbits mantissa bits. */
+static uint32_t ieee_encode(double a, int ebits, int mbits) {
+  const int bias = (1 << (ebits - 1)) - 1, emin = 1 - bias, emax = bias;
+  const uint32_t inf = ((1u << ebits) - 1) << mbits;
+  int e;
+  if (a == 0) return 0;
+  frexp(a, &e);
+  e -= 1; /* a = 1.f * 2^e */
+  if (e < emin) e = emin; /* subnormals share the quantum of the smallest normal */
+  double m = nearbyint(ldexp(a, mbits - e)); /* the mantissa with its implicit bit, rounded */
+  if (m >= ldexp(1.0, mbits + 1)) { m = ldexp(m, -1); e += 1; }
+  if (e > emax) return inf;
+  if (m < ldexp(1.0, mbits)) return (uint32_t)m; /* subnormal */
+  return ((uint32_t)(e + bias) << mbits) | ((uint32_t)m - (1u << mbits));
+}
+
+static uint32_t ieee_from_double(double x, int ebits, int mbits) {
+  uint32_t sign = signbit(x) ? 1u << (ebits + mbits) : 0;
+  if (isnan(x)) return sign | (((1u << ebits) - 1) << mbits) | (1u << (mbits - 1));
+  if (isinf(x)) return sign | (((1u << ebits) - 1) << mbits);
+  return sign | ieee_encode(fabs(x), ebits, mbits);
+}
+
+static double ieee_to_double(uint32_t b, int ebits, int mbits) {
+  const int bias = (1 << (ebits - 1)) - 1;
+  uint32_t e = (b >> mbits) & ((1u << ebits) - 1), m = b & ((1u << mbits) - 1);
+  double sign = (b >> (ebits + mbits)) & 1 ? -1.0 : 1.0, v;
+  if (e == (1u << ebits) - 1) v = m ? NAN : INFINITY;
+  else if (e == 0) v = ldexp((double)m, 1 - bias - mbits);
+  else v = ldexp((double)(m | (1u << mbits)), (int)e - bias - mbits);
+  return sign * v;
+}
+
+/* ---- scalars: the common value every element converts through ---- */
+
+void dlp_load(int dtype, const void *p, dlp_Scalar *s) {
+  s->kind = DLP_S_INT;
+  s->im = 0;
+  switch (dtype) {
+    case DLP_BOOL: s->i = *(const uint8_t *)p != 0; return;
+    case DLP_INT8: s->i = *(const int8_t *)p; return;
+    case DLP_INT16: s->i = *(const int16_t *)p; return;
+    case DLP_INT32: s->i = *(const int32_t *)p; return;
+    case DLP_INT64: s->i = *(const int64_t *)p; return;
+    case DLP_UINT8: s->i = *(const uint8_t *)p; return;
+    case DLP_UINT16: s->i = *(const uint16_t *)p; return;
+    case DLP_UINT32: s->i = *(const uint32_t *)p; return;
+    case DLP_UINT64: s->kind = DLP_S_UINT; s->u = *(const uint64_t *)p; return;
+    default: break;
+  }
+  s->kind = DLP_S_FLOAT;
+  switch (dtype) {
+    case DLP_FLOAT16: { uint16_t h; memcpy(&h, p, 2); s->re = ieee_to_double(h, 5, 10); return; }
+    case DLP_BFLOAT16: { uint16_t h; memcpy(&h, p, 2); s->re = ieee_to_double(h, 8, 7); return; }
+    case DLP_FLOAT32: s->re = *(const float *)p; return;
+    case DLP_FLOAT64: s->re = *(const double *)p; return;
+    case DLP_COMPLEX64:
+      s->kind = DLP_S_COMPLEX; s->re = ((const float *)p)[0]; s->im = ((const float *)p)[1]; return;
+    case DLP_COMPLEX128:
+      s->kind = DLP_S_COMPLEX; s->re = ((const double *)p)[0]; s->im = ((const double *)p)[1]; return;
+    default: s->re = 0; return;
+  }
+}
+
+/* A float to int64 without undefined behaviour: truncated, saturated, NaN -> 0. */
+static int64_t float_to_i64(double d) {
+  if (isnan(d)) return 0;
+  if (d >= 9223372036854775808.0) return INT64_MAX;
+  if (d < -9223372036854775808.0) return INT64_MIN;
+  return (int64_t)d;
+}
+
+static uint64_t float_to_u64(double d) {
+  if (isnan(d) || d <= 0) return 0;
+  if (d >= 18446744073709551616.0) return UINT64_MAX;
+  return (uint64_t)d;
+}
+
+static int64_t clamp_i64(int64_t v, int64_t lo, int64_t hi) {
+  return v < lo ? lo : v > hi ? hi : v;
+}
+
+void dlp_store(int dtype, void *p, const dlp_Scalar *s) {
+  int is_float = s->kind == DLP_S_FLOAT || s->kind == DLP_S_COMPLEX;
+  double d = is_float ? s->re : s->kind == DLP_S_UINT ? (double)s->u : (double)s->i;
+  /* Integers wrap as in C; floats are truncated and saturate at the target's limits. */
+  uint64_t bits = is_float ? 0 : s->kind == DLP_S_UINT ? s->u : (uint64_t)s->i;
+  switch (dtype) {
+    case DLP_BOOL: *(uint8_t *)p = is_float ? (s->re != 0 || s->im != 0) : bits != 0; return;
+    case DLP_INT8:
+      *(int8_t *)p = (int8_t)(is_float ? clamp_i64(float_to_i64(d), INT8_MIN, INT8_MAX) : (int8_t)bits); return;
+    case DLP_INT16:
+      *(int16_t *)p = (int16_t)(is_float ? clamp_i64(float_to_i64(d), INT16_MIN, INT16_MAX) : (int16_t)bits); return;
+    case DLP_INT32:
+      *(int32_t *)p = (int32_t)(is_float ? clamp_i64(float_to_i64(d), INT32_MIN, INT32_MAX) : (int32_t)bits); return;
+    case DLP_INT64: *(int64_t *)p = is_float ? float_to_i64(d) : (int64_t)bits; return;
+    case DLP_UINT8: *(uint8_t *)p = (uint8_t)(is_float ? (uint64_t)clamp_i64(float_to_i64(d), 0, UINT8_MAX) : bits); return;
+    case DLP_UINT16: *(uint16_t *)p = (uint16_t)(is_float ? (uint64_t)clamp_i64(float_to_i64(d), 0, UINT16_MAX) : bits); return;
+    case DLP_UINT32: *(uint32_t *)p = (uint32_t)(is_float ? (uint64_t)clamp_i64(float_to_i64(d), 0, UINT32_MAX) : bits); return;
+    case DLP_UINT64: *(uint64_t *)p = is_float ? float_to_u64(d) : bits; return;
+    case DLP_FLOAT16: { uint16_t h = (uint16_t)ieee_from_double(d, 5, 10); memcpy(p, &h, 2); return; }
+    case DLP_BFLOAT16: { uint16_t h = (uint16_t)ieee_from_double(d, 8, 7); memcpy(p, &h, 2); return; }
+    case DLP_FLOAT32: *(float *)p = (float)d; return;
+    case DLP_FLOAT64: *(double *)p = d; return;
+    case DLP_COMPLEX64: ((float *)p)[0] = (float)d; ((float *)p)[1] = (float)s->im; return;
+    case DLP_COMPLEX128: ((double *)p)[0] = d; ((double *)p)[1] = s->im; return;
+    default: return;
+  }
+}
+
+void dlp_push_element(lua_State *L, int dtype, const void *p) {
+  dlp_Scalar s;
+  dlp_check_access(L, dtype);
+  dlp_load(dtype, p, &s);
+  if (dtype == DLP_BOOL) lua_pushboolean(L, s.i != 0);
+  else if (s.kind == DLP_S_INT) lua_pushinteger(L, (lua_Integer)s.i);
+  /* uint64 beyond 2^63 wraps to a negative Lua integer, as math.ult and string.format("%u") expect */
+  else if (s.kind == DLP_S_UINT) lua_pushinteger(L, (lua_Integer)s.u);
+  else lua_pushnumber(L, (lua_Number)s.re);
+}
+
+static const int64_t int_min[] = {
+  [DLP_INT8] = INT8_MIN, [DLP_INT16] = INT16_MIN, [DLP_INT32] = INT32_MIN, [DLP_INT64] = INT64_MIN,
+};
+static const int64_t int_max[] = {
+  [DLP_INT8] = INT8_MAX, [DLP_INT16] = INT16_MAX, [DLP_INT32] = INT32_MAX, [DLP_INT64] = INT64_MAX,
+};
+static const uint64_t uint_max[] = {
+  [DLP_UINT8] = UINT8_MAX, [DLP_UINT16] = UINT16_MAX, [DLP_UINT32] = UINT32_MAX, [DLP_UINT64] = UINT64_MAX,
+};
+
+void dlp_check_element(lua_State *L, int idx, int dtype, void *out, const char *what) {
+  dlp_Scalar s;
+  const char *name = dlp_dtypes[dtype].name;
+  dlp_check_access(L, dtype);
+  s.im = 0;
+  if (dtype == DLP_BOOL) {
+    if (!lua_isboolean(L, idx))
+      luaL_error(L, "%s: a bool element takes true or false, got %s", what, luaL_typename(L, idx));
+    s.kind = DLP_S_INT;
+    s.i = lua_toboolean(L, idx);
+  } else if (dtype >= DLP_INT8 && dtype <= DLP_UINT64) {
+    lua_Integer v;
+    int isnum;
+    if (lua_type(L, idx) != LUA_TNUMBER)
+      luaL_error(L, "%s: a %s element takes an integer, got %s", what, name, luaL_typename(L, idx));
+    v = lua_tointegerx(L, idx, &isnum);
+    if (!isnum)
+      luaL_error(L, "%s: %s is not an integer (dtype %s)", what, lua_tostring(L, idx), name);
+    if (dtype == DLP_UINT64) {
+      /* Lua integers are signed: negatives are refused, so the range is 0..2^63-1 */
+      if (v < 0) luaL_error(L, "%s: %I is out of range for %s", what, v, name);
+      s.kind = DLP_S_UINT;
+      s.u = (uint64_t)v;
+    } else if (dtype >= DLP_UINT8) {
+      if (v < 0 || (uint64_t)v > uint_max[dtype]) luaL_error(L, "%s: %I is out of range for %s", what, v, name);
+      s.kind = DLP_S_INT;
+      s.i = v;
+    } else {
+      if (v < int_min[dtype] || v > int_max[dtype]) luaL_error(L, "%s: %I is out of range for %s", what, v, name);
+      s.kind = DLP_S_INT;
+      s.i = v;
+    }
+  } else {
+    if (lua_type(L, idx) != LUA_TNUMBER)
+      luaL_error(L, "%s: a %s element takes a number, got %s", what, name, luaL_typename(L, idx));
+    s.kind = DLP_S_FLOAT;
+    s.re = (double)lua_tonumber(L, idx);
+  }
+  dlp_store(dtype, out, &s);
+}

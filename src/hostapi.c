@@ -1,0 +1,56 @@
+/* The C API for hosts: the functions of dlpack_lua.h and their registry table. */
+#include "internal.h"
+
+DLPACK_LUA_API void dlpack_lua_push_versioned(lua_State *L, DLManagedTensorVersioned *managed) {
+  dlp_import(L, managed, 1);
+}
+
+DLPACK_LUA_API void dlpack_lua_push_legacy(lua_State *L, DLManagedTensor *managed) {
+  dlp_import(L, managed, 0);
+}
+
+DLPACK_LUA_API const DLTensor *dlpack_lua_test_tensor(lua_State *L, int idx, uint64_t *flags) {
+  dlp_Tensor *t = dlp_tensor_test(L, idx);
+  if (!t || !t->owner) return NULL;
+  if (flags) *flags = t->flags;
+  return &t->dl;
+}
+
+DLPACK_LUA_API const DLTensor *dlpack_lua_check_tensor(lua_State *L, int idx, uint64_t *flags) {
+  dlp_Tensor *t = dlp_tensor_check(L, idx);
+  if (flags) *flags = t->flags;
+  return &t->dl;
+}
+
+DLPACK_LUA_API DLManagedTensorVersioned *dlpack_lua_export_versioned(lua_State *L, int idx) {
+  return dlp_export_versioned(L, dlp_tensor_check(L, idx), 0);
+}
+
+DLPACK_LUA_API DLManagedTensor *dlpack_lua_export_legacy(lua_State *L, int idx) {
+  return dlp_export_legacy(L, dlp_tensor_check(L, idx));
+}
+
+DLPACK_LUA_API void *dlpack_lua_capsule_new(void *managed, int versioned) {
+  return dlp_capsule_new(managed, versioned, 0);
+}
+
+DLPACK_LUA_API int dlpack_lua_capsule_consume(void *capsule, void **managed, int *versioned) {
+  return dlp_capsule_consume(capsule, managed, versioned);
+}
+
+static const dlpack_lua_api api = {
+  DLPACK_LUA_API_VERSION,
+  dlpack_lua_push_versioned,
+  dlpack_lua_push_legacy,
+  dlpack_lua_check_tensor,
+  dlpack_lua_test_tensor,
+  dlpack_lua_export_versioned,
+  dlpack_lua_export_legacy,
+  dlpack_lua_capsule_new,
+  dlpack_lua_capsule_consume,
+};
+
+void dlp_hostapi_register(lua_State *L) {
+  lua_pushlightuserdata(L, (void *)&api);
+  lua_setfield(L, LUA_REGISTRYINDEX, DLPACK_LUA_API_KEY);
+}

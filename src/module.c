@@ -1,0 +1,114 @@
+/* The module entry points: luaopen_dlpack (= luaopen_dlpack_core) and luaopen_dlpack_unsafe. */
+#define _GNU_SOURCE /* dladdr, RTLD_NODELETE */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <string.h>
+
+#include "internal.h"
+
+_Static_assert(sizeof(DLPackVersion) == 8, "DLPackVersion is 8 bytes");
+_Static_assert(sizeof(DLDevice) == 8, "DLDevice is 8 bytes");
+_Static_assert(sizeof(DLDataType) == 4, "DLDataType is 4 bytes");
+_Static_assert(offsetof(DLDataType, lanes) == 2, "DLDataType.lanes at 2");
+#if UINTPTR_MAX > 0xFFFFFFFFu
+_Static_assert(sizeof(DLTensor) == 48, "DLTensor is 48 bytes");
+_Static_assert(offsetof(DLTensor, device) == 8, "DLTensor.device at 8");
+_Static_assert(offsetof(DLTensor, ndim) == 16, "DLTensor.ndim at 16");
+_Static_assert(offsetof(DLTensor, dtype) == 20, "DLTensor.dtype at 20");
+_Static_assert(offsetof(DLTensor, shape) == 24, "DLTensor.shape at 24");
+_Static_assert(offsetof(DLTensor, strides) == 32, "DLTensor.strides at 32");
+_Static_assert(offsetof(DLTensor, byte_offset) == 40, "DLTensor.byte_offset at 40");
+_Static_assert(sizeof(DLManagedTensor) == 64, "DLManagedTensor is 64 bytes");
+_Static_assert(offsetof(DLManagedTensor, manager_ctx) == 48, "DLManagedTensor.manager_ctx at 48");
+_Static_assert(offsetof(DLManagedTensor, deleter) == 56, "DLManagedTensor.deleter at 56");
+_Static_assert(sizeof(DLManagedTensorVersioned) == 80, "DLManagedTensorVersioned is 80 bytes");
+_Static_assert(offsetof(DLManagedTensorVersioned, manager_ctx) == 8, "manager_ctx at 8");
+_Static_assert(offsetof(DLManagedTensorVersioned, deleter) == 16, "deleter at 16");
+_Static_assert(offsetof(DLManagedTensorVersioned, flags) == 24, "flags at 24");
+_Static_assert(offsetof(DLManagedTensorVersioned, dl_tensor) == 32, "dl_tensor at 32");
+#endif
+
+int dlp_buffer_error(lua_State *L, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  lua_pushstring(L, DLPACK_LUA_BUFFER_ERROR ": ");
+  lua_pushvfstring(L, fmt, ap);
+  va_end(ap);
+  lua_concat(L, 2);
+  return lua_error(L);
+}
+
+static int l_is_buffer_error(lua_State *L) {
+  const char *s = lua_type(L, 1) == LUA_TSTRING ? lua_tostring(L, 1) : NULL;
+  lua_pushboolean(L, s && strstr(s, DLPACK_LUA_BUFFER_ERROR) != NULL);
+  return 1;
+}
+
+/* Exported tensors carry deleters that point into this library, and other libraries may
+ * call them after lua_close, which dlcloses modules that `require` loaded: stay mapped. */
+static void stay_loaded(void) {
+  Dl_info self;
+  if (dladdr((void *)stay_loaded, &self) && self.dli_fname) {
+    void *handle = dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+    if (handle) dlclose(handle); /* the NODELETE mark stays */
+  }
+}
+
+DLPACK_LUA_API int luaopen_dlpack(lua_State *L) {
+  int module, methods, meta;
+  static pthread_once_t pinned = PTHREAD_ONCE_INIT;
+  pthread_once(&pinned, stay_loaded);
+  lua_newtable(L);
+  module = lua_gettop(L);
+  lua_newtable(L);
+  methods = lua_gettop(L);
+  if (!luaL_newmetatable(L, DLPACK_LUA_TENSOR_MT)) {
+    /* opened before in this state (dlpack and dlpack.core): start the metatable afresh */
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, DLPACK_LUA_TENSOR_MT);
+    lua_pushstring(L, DLPACK_LUA_TENSOR_MT);
+    lua_setfield(L, -2, "__name");
+  }
+  meta = lua_gettop(L);
+  dlp_tensor_register(L, module, methods, meta);
+  dlp_views_register(L, methods);
+  dlp_copy_register(L, methods);
+  dlp_format_register(L, module, methods, meta);
+  dlp_capsule_register(L, module);
+  dlp_protocol_register(L, module, methods, meta);
+  dlp_cuda_register(L, module);
+  dlp_hostapi_register(L);
+  dlp_state_origin(L);
+  lua_pushvalue(L, methods);
+  lua_setfield(L, module, "Tensor"); /* the methods, for extension from Lua */
+  lua_pushliteral(L, DLPACK_LUA_VERSION);
+  lua_setfield(L, module, "_VERSION");
+  lua_createtable(L, 0, 2);
+  lua_pushinteger(L, DLPACK_MAJOR_VERSION);
+  lua_setfield(L, -2, "major");
+  lua_pushinteger(L, DLPACK_MINOR_VERSION);
+  lua_setfield(L, -2, "minor");
+  lua_setfield(L, module, "DLPACK_VERSION");
+  dlp_push_device_types(L);
+  lua_setfield(L, module, "device_type");
+  lua_pushliteral(L, DLPACK_LUA_BUFFER_ERROR);
+  lua_setfield(L, module, "BufferError");
+  lua_pushcfunction(L, l_is_buffer_error);
+  lua_setfield(L, module, "is_buffer_error");
+  lua_settop(L, module);
+  return 1;
+}
+
+DLPACK_LUA_API int luaopen_dlpack_core(lua_State *L) {
+  return luaopen_dlpack(L);
+}
+
+DLPACK_LUA_API int luaopen_dlpack_unsafe(lua_State *L) {
+  lua_newtable(L);
+  dlp_unsafe_register(L, lua_gettop(L));
+  dlp_state_origin(L);
+  return 1;
+}
