@@ -7,9 +7,11 @@
  * slot was reused, from another lua_State or another thread (one mutex guards
  * the table). Slots are reused in FIFO order, which keeps generations young.
  *
- * Light userdata has no finaliser, so each capsule remembers the lua_State
- * that made it ("origin"); when that state closes, what it left unconsumed is
- * handed back to its producers. Capsules made by C hosts have no origin. */
+ * Light userdata has no finaliser. Capsules are not tied to the lua_State that
+ * made them (another state or thread may consume them after it closed), so
+ * what scripts leave unconsumed is handed back to its producers when the last
+ * lua_State that opened the module closes. Capsules made by C hosts are the
+ * host's and are never handed back. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +42,7 @@
 
 typedef struct Slot {
   void *managed;   /* while live */
-  uint64_t origin; /* the state that made it, 0 for none */
+  int from_lua;    /* made by a script, so handed back when the last state closes */
   size_t next_free;
   uint32_t gen;
   unsigned char live;
@@ -72,7 +74,7 @@ static int decode(void *p, size_t *index, uint32_t *gen, int *versioned) {
   return *index < slot_count;
 }
 
-void *dlp_capsule_new(void *managed, int versioned, uint64_t origin) {
+void *dlp_capsule_new(void *managed, int versioned, int from_lua) {
   size_t i;
   Slot *s;
   pthread_mutex_lock(&table_lock);
@@ -91,7 +93,7 @@ void *dlp_capsule_new(void *managed, int versioned, uint64_t origin) {
   }
   s = slot_at(i);
   s->managed = managed;
-  s->origin = origin;
+  s->from_lua = from_lua;
   s->live = 1;
   s->versioned = (unsigned char)(versioned != 0);
   void *handle = encode(i, s->gen, versioned);
@@ -153,15 +155,25 @@ int dlp_capsule_state(void *p, int *versioned, int *consumed) {
   return found;
 }
 
-void dlp_capsule_release_origin(uint64_t origin) {
+static int open_states; /* lua_States that opened the module and are not closed; under table_lock */
+
+void dlp_capsule_state_opened(void) {
+  pthread_mutex_lock(&table_lock);
+  open_states++;
+  pthread_mutex_unlock(&table_lock);
+}
+
+/* When the last state closes, no script can consume what scripts left: hand it back. */
+void dlp_capsule_state_closed(void) {
   size_t i = 0;
+  pthread_mutex_lock(&table_lock);
+  open_states--;
   for (;;) {
     void *managed = NULL;
     int versioned = 0;
-    pthread_mutex_lock(&table_lock);
-    for (; i < slot_count; i++) {
+    for (; i < slot_count && open_states == 0; i++) {
       Slot *s = slot_at(i);
-      if (s->live && s->origin == origin) {
+      if (s->live && s->from_lua) {
         managed = s->managed;
         versioned = s->versioned;
         retire(i);
@@ -171,37 +183,11 @@ void dlp_capsule_release_origin(uint64_t origin) {
     pthread_mutex_unlock(&table_lock);
     if (!managed) return;
     dlp_managed_delete(managed, versioned); /* outside the lock: a deleter may make capsules */
+    pthread_mutex_lock(&table_lock);
   }
 }
 
 /* ---- the Lua side ---- */
-
-#define ORIGIN_KEY "dlpack.origin"
-
-static int origin_gc(lua_State *L) {
-  dlp_capsule_release_origin(*(uint64_t *)lua_touserdata(L, 1));
-  return 0;
-}
-
-/* This state's origin id, made on first use; its finaliser runs at lua_close. */
-uint64_t dlp_state_origin(lua_State *L) {
-  static atomic_ullong next_origin = 1;
-  uint64_t origin;
-  if (lua_getfield(L, LUA_REGISTRYINDEX, ORIGIN_KEY) == LUA_TUSERDATA) {
-    origin = *(uint64_t *)lua_touserdata(L, -1);
-    lua_pop(L, 1);
-    return origin;
-  }
-  lua_pop(L, 1);
-  uint64_t *box = lua_newuserdatauv(L, sizeof *box, 0);
-  *box = origin = atomic_fetch_add(&next_origin, 1);
-  lua_createtable(L, 0, 1);
-  lua_pushcfunction(L, origin_gc);
-  lua_setfield(L, -2, "__gc");
-  lua_setmetatable(L, -2);
-  lua_setfield(L, LUA_REGISTRYINDEX, ORIGIN_KEY);
-  return origin;
-}
 
 static void *check_capsule(lua_State *L, int arg) {
   void *p = lua_touserdata(L, arg);
@@ -269,7 +255,7 @@ static int l_adopt(lua_State *L) {
   void *managed = lua_touserdata(L, 1);
   if (lua_type(L, 1) != LUA_TLIGHTUSERDATA || !managed) luaL_argexpected(L, 0, 1, "non-NULL light userdata");
   int versioned = check_name(L, 2);
-  void *capsule = dlp_capsule_new(managed, versioned, dlp_state_origin(L));
+  void *capsule = dlp_capsule_new(managed, versioned, 1);
   if (!capsule) return luaL_error(L, "unsafe.adopt: too many unconsumed capsules");
   lua_pushlightuserdata(L, capsule);
   return 1;

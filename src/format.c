@@ -222,7 +222,7 @@ static int l_tostring(lua_State *L) {
   }
   luaL_buffinit(L, &b);
   luaL_addstring(&b, prefix);
-  if (!dlp_device_is_host(t->dl.device) || !dlp_dtypes[t->dtype].access) {
+  if (!dlp_device_is_host(t->dl.device) || !(dlp_dtypes[t->dtype].access || t->dtype <= DLP_COMPLEX128)) {
     luaL_addstring(&b, "<elements not shown>");
   } else if (t->dl.ndim == 0) {
     add_element(&b, L, t->dtype, dlp_first_element(t));

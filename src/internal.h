@@ -18,7 +18,14 @@
 #define DLP_FLAG_IS_COPIED DLPACK_FLAG_BITMASK_IS_COPIED
 #define DLP_FLAG_SUBBYTE_PADDED DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
 
-/* ---- errors (module.c) ---- */
+/* ---- module.c: errors and per-state records ---- */
+
+/* One per lua_State that opened the module, in its registry; finalised by lua_close. */
+typedef struct dlp_State {
+  size_t external_bytes; /* tensor bytes made or imported since the last full collection */
+} dlp_State;
+
+dlp_State *dlp_state(lua_State *L);
 
 /* Raise an error marked DLPACK_LUA_BUFFER_ERROR: "cannot be exchanged as asked". */
 int dlp_buffer_error(lua_State *L, const char *fmt, ...);
@@ -149,11 +156,11 @@ void dlp_copy_register(lua_State *L, int methods);
 void dlp_format_register(lua_State *L, int module, int methods, int meta);
 
 /* ---- capsule.c ---- */
-void *dlp_capsule_new(void *managed, int versioned, uint64_t origin);
+void *dlp_capsule_new(void *managed, int versioned, int from_lua);
 int dlp_capsule_consume(void *capsule, void **managed, int *versioned);
 int dlp_capsule_state(void *p, int *versioned, int *consumed);
-void dlp_capsule_release_origin(uint64_t origin);           /* hand back what a closing state left */
-uint64_t dlp_state_origin(lua_State *L);
+void dlp_capsule_state_opened(void);
+void dlp_capsule_state_closed(void);                       /* the last one hands back script capsules */
 void *dlp_capsule_take(lua_State *L, int arg, int *versioned, const char *what); /* consume or raise */
 void dlp_capsule_register(lua_State *L, int module);
 void dlp_unsafe_register(lua_State *L, int module);

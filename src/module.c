@@ -39,6 +39,33 @@ int dlp_buffer_error(lua_State *L, const char *fmt, ...) {
   return lua_error(L);
 }
 
+#define STATE_KEY "dlpack.state"
+
+static int state_gc(lua_State *L) {
+  (void)L;
+  dlp_capsule_state_closed();
+  return 0;
+}
+
+dlp_State *dlp_state(lua_State *L) {
+  dlp_State *st;
+  if (lua_getfield(L, LUA_REGISTRYINDEX, STATE_KEY) == LUA_TUSERDATA) {
+    st = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    return st;
+  }
+  lua_pop(L, 1);
+  st = lua_newuserdatauv(L, sizeof *st, 0);
+  st->external_bytes = 0;
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, state_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, -2);
+  lua_setfield(L, LUA_REGISTRYINDEX, STATE_KEY);
+  dlp_capsule_state_opened(); /* after the finaliser is in place, so it always balances */
+  return st;
+}
+
 static int l_is_buffer_error(lua_State *L) {
   const char *s = lua_type(L, 1) == LUA_TSTRING ? lua_tostring(L, 1) : NULL;
   lua_pushboolean(L, s && strstr(s, DLPACK_LUA_BUFFER_ERROR) != NULL);
@@ -81,7 +108,7 @@ DLPACK_LUA_API int luaopen_dlpack(lua_State *L) {
   dlp_protocol_register(L, module, methods, meta);
   dlp_cuda_register(L, module);
   dlp_hostapi_register(L);
-  dlp_state_origin(L);
+  dlp_state(L);
   lua_pushvalue(L, methods);
   lua_setfield(L, module, "Tensor"); /* the methods, for extension from Lua */
   lua_pushliteral(L, DLPACK_LUA_VERSION);
@@ -109,6 +136,6 @@ DLPACK_LUA_API int luaopen_dlpack_core(lua_State *L) {
 DLPACK_LUA_API int luaopen_dlpack_unsafe(lua_State *L) {
   lua_newtable(L);
   dlp_unsafe_register(L, lua_gettop(L));
-  dlp_state_origin(L);
+  dlp_state(L);
   return 1;
 }

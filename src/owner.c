@@ -4,25 +4,43 @@
  * managed tensors each hold one reference, so memory exported to another
  * library outlives the state that made it, and the last release (which may
  * happen on any thread) frees the block or calls the producer's deleter. */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "internal.h"
 
 /* DLPack asks for 256-byte aligned data (the alignment CUDA uses). */
 #define DLP_ALIGNMENT 256
+/* Blocks this large are mapped straight from the kernel and unmapped when freed: glibc
+ * would otherwise keep freed large blocks in its heap, and memory would not go back. */
+#define MAP_THRESHOLD ((size_t)256 << 10)
+
+static void *allocate(size_t nbytes, int zeroed) {
+  void *p;
+  if (nbytes >= MAP_THRESHOLD) {
+    p = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p; /* page-aligned and already zero */
+  }
+  if (posix_memalign(&p, DLP_ALIGNMENT, nbytes) != 0) return NULL;
+  if (zeroed) memset(p, 0, nbytes);
+  return p;
+}
+
+static void deallocate(void *p, size_t nbytes) {
+  if (nbytes >= MAP_THRESHOLD) munmap(p, nbytes);
+  else free(p);
+}
 
 dlp_Owner *dlp_owner_new_memory(size_t nbytes, int zeroed) {
   dlp_Owner *o = malloc(sizeof *o);
   if (!o) return NULL;
   o->memory = NULL;
-  if (nbytes > 0) {
-    if (posix_memalign(&o->memory, DLP_ALIGNMENT, nbytes) != 0) {
-      free(o);
-      return NULL;
-    }
-    if (zeroed) memset(o->memory, 0, nbytes);
+  if (nbytes > 0 && !(o->memory = allocate(nbytes, zeroed))) {
+    free(o);
+    return NULL;
   }
   atomic_init(&o->refs, 1);
   o->managed = NULL;
@@ -59,6 +77,6 @@ void dlp_managed_delete(void *managed, int versioned) {
 void dlp_owner_release(dlp_Owner *o) {
   if (atomic_fetch_sub_explicit(&o->refs, 1, memory_order_acq_rel) != 1) return;
   if (o->managed) dlp_managed_delete(o->managed, o->versioned);
-  free(o->memory);
+  else if (o->memory) deallocate(o->memory, o->nbytes);
   free(o);
 }

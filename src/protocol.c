@@ -169,9 +169,9 @@ void dlp_import(lua_State *L, void *managed, int versioned) {
   if (versioned) {
     DLManagedTensorVersioned *m = managed;
     if (m->version.major != DLPACK_MAJOR_VERSION) {
-      unsigned major = m->version.major;
+      lua_Integer major = m->version.major;
       dlp_managed_delete(managed, versioned); /* the only other field a foreign major allows */
-      dlp_buffer_error(L, "unsupported DLPack major version %u (this module speaks %d.%d)", major,
+      dlp_buffer_error(L, "unsupported DLPack major version %I (this module speaks %d.%d)", major,
                        DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
     }
     dl = &m->dl_tensor;
@@ -338,10 +338,9 @@ static int export_capsule(lua_State *L, int python_defaults, const char *what) {
   void *managed, *capsule;
   ExportOptions o = read_export_options(L, 2, t, python_defaults, what);
   dlp_Tensor *e = prepare_export(L, t, &o, &extra, what);
-  uint64_t origin = dlp_state_origin(L);
   if (o.legacy) managed = dlp_export_legacy(L, e);
   else managed = dlp_export_versioned(L, e, extra);
-  capsule = dlp_capsule_new(managed, !o.legacy, origin);
+  capsule = dlp_capsule_new(managed, !o.legacy, 1);
   if (!capsule) {
     dlp_managed_delete(managed, !o.legacy);
     return luaL_error(L, "%s: too many unconsumed capsules", what);

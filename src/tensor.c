@@ -77,11 +77,23 @@ void dlp_check_writable(lua_State *L, const dlp_Tensor *t, const char *what) {
   if (t->flags & DLP_FLAG_READ_ONLY) luaL_error(L, "%s: the tensor is read-only", what);
 }
 
+/* Lua cannot see tensor memory. A step "as if" n bytes were allocated paces the collector,
+ * and a full collection once the bytes made since the last one exceed the Lua heap (and
+ * 32 MiB) bounds what dropped tensors hold, at a cost proportional to what was allocated. */
+#define FULL_GC_MIN_BYTES ((size_t)32 << 20)
+
 void dlp_gc_account(lua_State *L, size_t nbytes) {
-  /* Lua cannot see this memory; a GC step "as if" it had been allocated keeps loops of
-   * large tensors from growing without bound. */
-  size_t kb = nbytes / 1024;
-  if (kb > 0) lua_gc(L, LUA_GCSTEP, kb > INT_MAX ? INT_MAX : (int)kb);
+  size_t kb = nbytes / 1024, heap;
+  dlp_State *st;
+  if (kb == 0) return;
+  lua_gc(L, LUA_GCSTEP, kb > INT_MAX ? INT_MAX : (int)kb);
+  st = dlp_state(L);
+  st->external_bytes += nbytes;
+  heap = (size_t)lua_gc(L, LUA_GCCOUNT) * 1024;
+  if (st->external_bytes > FULL_GC_MIN_BYTES && st->external_bytes > heap) {
+    st->external_bytes = 0;
+    lua_gc(L, LUA_GCCOLLECT);
+  }
 }
 
 int dlp_check_dim(lua_State *L, int arg, int ndim, int extra) {
