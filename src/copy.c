@@ -185,8 +185,10 @@ static int l_to(lua_State *L) {
       return luaL_argerror(L, 2, lua_pushfstring(L, "'%s' is neither a dtype nor a device", s));
   } else {
     luaL_checktype(L, 2, LUA_TTABLE);
-    if (lua_getfield(L, 2, "dtype") != LUA_TNIL) dtype = dlp_check_dtype(L, -1);
-    if (lua_getfield(L, 2, "device") != LUA_TNIL) device = dlp_check_device(L, -1);
+    if (lua_getfield(L, 2, "dtype") != LUA_TNIL && (dtype = dlp_test_dtype_name(luaL_tolstring(L, -1, NULL))) < 0)
+      return luaL_argerror(L, 2, lua_pushfstring(L, "unknown dtype '%s'", lua_tostring(L, -1)));
+    if (lua_getfield(L, 2, "device") != LUA_TNIL && !dlp_test_device_name(luaL_tolstring(L, -1, NULL), &device))
+      return luaL_argerror(L, 2, lua_pushfstring(L, "unknown device '%s'", lua_tostring(L, -1)));
     if (lua_getfield(L, 2, "copy") != LUA_TNIL) copy = lua_toboolean(L, -1);
     if (lua_getfield(L, 2, "stream") != LUA_TNIL && dlp_device_is_host(device) && dlp_device_is_host(t->dl.device))
       return luaL_argerror(L, 2, "stream given for a copy between host devices, which have no streams");

@@ -76,7 +76,7 @@ static int l_tensor(lua_State *L) {
   lua_pop(L, 1);
   if ((seen & SEEN_BOOL) && (seen & (SEEN_INT | SEEN_FLOAT)))
     return luaL_error(L, "dlpack.tensor: booleans mixed with numbers (pass a dtype?)");
-  dtype = seen == SEEN_BOOL ? DLP_BOOL : seen == SEEN_INT ? DLP_INT64 : seen == 0 ? DLP_FLOAT32 : DLP_FLOAT64;
+  dtype = seen == SEEN_BOOL ? DLP_BOOL : seen == SEEN_INT ? DLP_INT64 : DLP_FLOAT64;
   dtype = dlp_opt_dtype(L, 2, dtype);
   dlp_check_access(L, dtype);
   dlp_Tensor *t = dlp_tensor_new(L, dtype, cpu, ndim, shape, 0);

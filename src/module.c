@@ -90,15 +90,8 @@ DLPACK_LUA_API int luaopen_dlpack(lua_State *L) {
   module = lua_gettop(L);
   lua_newtable(L);
   methods = lua_gettop(L);
-  if (!luaL_newmetatable(L, DLPACK_LUA_TENSOR_MT)) {
-    /* opened before in this state (dlpack and dlpack.core): start the metatable afresh */
-    lua_pop(L, 1);
-    lua_newtable(L);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, LUA_REGISTRYINDEX, DLPACK_LUA_TENSOR_MT);
-    lua_pushstring(L, DLPACK_LUA_TENSOR_MT);
-    lua_setfield(L, -2, "__name");
-  }
+  /* opened before in this state (a second require): the same metatable keeps older tensors valid */
+  luaL_newmetatable(L, DLPACK_LUA_TENSOR_MT);
   meta = lua_gettop(L);
   dlp_tensor_register(L, module, methods, meta);
   dlp_views_register(L, methods);

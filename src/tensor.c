@@ -1,5 +1,6 @@
 /* Tensors: the userdata, creation, properties, element access and release. */
 #include <limits.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "internal.h"
@@ -181,6 +182,15 @@ dlp_Tensor *dlp_tensor_view(lua_State *L, const dlp_Tensor *t, int ndim) {
 
 /* ---- creation ---- */
 
+/* The byte size of a shape (argument 1) of dtype must fit in memory sizes. */
+static void check_size(lua_State *L, int ndim, const int64_t *shape, int dtype) {
+  int64_t numel = 1;
+  for (int i = 0; i < ndim; i++) numel *= shape[i];
+  if (numel > (int64_t)(SIZE_MAX / 16) || (size_t)numel > PTRDIFF_MAX / dlp_dtypes[dtype].itemsize)
+    luaL_argerror(L, 1, lua_pushfstring(L, "%I elements of %s are too many bytes", (lua_Integer)numel,
+                                        dlp_dtypes[dtype].name));
+}
+
 static int create(lua_State *L, int zeroed) {
   int64_t shape[DLP_MAX_NDIM];
   int ndim;
@@ -188,6 +198,7 @@ static int create(lua_State *L, int zeroed) {
   int dtype = dlp_opt_dtype(L, 2, DLP_FLOAT32);
   DLDevice cpu = {kDLCPU, 0};
   DLDevice device = dlp_opt_device(L, 3, cpu);
+  check_size(L, ndim, shape, dtype);
   dlp_tensor_new(L, dtype, device, ndim, shape, zeroed);
   return 1;
 }
@@ -205,6 +216,7 @@ static int l_full(lua_State *L) {
   int dtype = dlp_opt_dtype(L, 3, DLP_FLOAT32);
   DLDevice device = dlp_opt_device(L, 4, cpu);
   dlp_check_element(L, 2, dtype, value, "dlpack.full"); /* before allocating anything */
+  check_size(L, ndim, shape, dtype);
   dlp_fill(L, dlp_tensor_new(L, dtype, device, ndim, shape, 0), 2, "dlpack.full");
   return 1;
 }

@@ -104,9 +104,14 @@ static int l_permute(lua_State *L) {
   if (luaL_len(L, 2) != t->dl.ndim)
     return luaL_argerror(L, 2, lua_pushfstring(L, "expected %d dimensions", t->dl.ndim));
   for (int i = 0; i < t->dl.ndim; i++) {
+    int isint;
     lua_geti(L, 2, i + 1);
-    perm[i] = dlp_check_dim(L, -1, t->dl.ndim, 0);
+    lua_Integer d = lua_tointegerx(L, -1, &isint);
     lua_pop(L, 1);
+    if (d < 0) d += t->dl.ndim + 1;
+    if (!isint || d < 1 || d > t->dl.ndim)
+      return luaL_argerror(L, 2, lua_pushfstring(L, "entry %d is not a dimension of a %d-d tensor", i + 1, t->dl.ndim));
+    perm[i] = (int)d - 1;
     if (seen[perm[i]]++) return luaL_argerror(L, 2, "not a permutation (a dimension repeats)");
   }
   dlp_Tensor *v = dlp_tensor_view(L, t, t->dl.ndim);

@@ -1,0 +1,334 @@
+-- Creating tensors: empty, zeros, full, tensor, frombytes.
+local dlpack = require "dlpack"
+
+local ALL = {
+  "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+  "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+  "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn", "float8_e4m3fnuz",
+  "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float6_e2m3fn", "float6_e3m2fn",
+  "float4_e2m1fn",
+}
+-- dtypes with element access, and their item sizes
+local ACCESSIBLE = {
+  "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+  "float16", "bfloat16", "float32", "float64",
+}
+local ITEMSIZE = {
+  bool = 1, int8 = 1, int16 = 2, int32 = 4, int64 = 8, uint8 = 1, uint16 = 2, uint32 = 4, uint64 = 8,
+  float16 = 2, bfloat16 = 2, float32 = 4, float64 = 8, complex64 = 8, complex128 = 16,
+  float8_e3m4 = 1, float8_e4m3 = 1, float8_e4m3b11fnuz = 1, float8_e4m3fn = 1, float8_e4m3fnuz = 1,
+  float8_e5m2 = 1, float8_e5m2fnuz = 1, float8_e8m0fnu = 1,
+}
+local INTEGER = {int8 = true, int16 = true, int32 = true, int64 = true,
+                 uint8 = true, uint16 = true, uint32 = true, uint64 = true}
+
+local function raises(fn, pattern)
+  local ok, err = pcall(fn)
+  assert.is_false(ok, "expected an error")
+  if pattern then
+    local msg = tostring(err):lower()
+    assert.is_truthy(msg:find(pattern), "error '" .. tostring(err) .. "' does not match '" .. pattern .. "'")
+  end
+  return err
+end
+
+-- the value 1 in the Lua type that a dtype's elements have
+local function one(dtype)
+  if dtype == "bool" then return true end
+  if INTEGER[dtype] then return 1 end
+  return 1.0
+end
+local function zero(dtype)
+  if dtype == "bool" then return false end
+  if INTEGER[dtype] then return 0 end
+  return 0.0
+end
+
+local function all_elements(t)
+  local out = {}
+  local flat = t:reshape({-1})
+  for i = 1, flat:numel() do out[i] = flat[i] end
+  return out
+end
+
+describe("empty", function()
+  it("defaults to float32 on the cpu", function()
+    local t = dlpack.empty({2, 3})
+    assert.are.equal("float32", t.dtype)
+    assert.are.equal("cpu", t.device)
+    assert.are.same({2, 3}, t.shape)
+    assert.are.same({3, 1}, t.strides)
+    assert.is_false(t.readonly)
+  end)
+
+  it("creates a tensor of every dtype with its shape", function()
+    for _, dtype in ipairs(ALL) do
+      local t = dlpack.empty({3, 2}, dtype)
+      assert.are.equal(dtype, t.dtype)
+      assert.are.same({3, 2}, t.shape)
+      assert.are.equal(6, t:numel())
+      if ITEMSIZE[dtype] then
+        assert.are.equal(ITEMSIZE[dtype], t.itemsize, dtype .. " itemsize")
+        assert.are.equal(6 * ITEMSIZE[dtype], t.nbytes, dtype .. " nbytes")
+      end
+    end
+  end)
+
+  it("accepts an explicit cpu device", function()
+    assert.are.equal("cpu", dlpack.empty({1}, "int8", "cpu").device)
+  end)
+
+  it("creates 0-d and zero-size tensors", function()
+    local s = dlpack.empty({})
+    assert.are.equal(0, s.ndim)
+    assert.are.equal(1, s:numel())
+    assert.are.same({}, s.shape)
+    local e = dlpack.empty({0, 5}, "int32")
+    assert.are.equal(0, e:numel())
+    assert.are.equal(0, e.nbytes)
+    assert.are.same({0, 5}, e.shape)
+  end)
+end)
+
+describe("zeros", function()
+  it("fills every accessible dtype with zero", function()
+    for _, dtype in ipairs(ACCESSIBLE) do
+      local t = dlpack.zeros({2, 2}, dtype)
+      for _, v in ipairs(all_elements(t)) do
+        assert.are.equal(zero(dtype), v, dtype)
+        if INTEGER[dtype] then assert.are.equal("integer", math.type(v), dtype) end
+      end
+    end
+  end)
+
+  it("creates zero bytes for dtypes without element access", function()
+    for _, dtype in ipairs({"complex64", "complex128", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu",
+        "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fnuz", "float8_e5m2fnuz"}) do
+      local t = dlpack.zeros({3}, dtype)
+      assert.are.equal(dtype, t.dtype)
+      assert.are.equal(string.rep("\0", 3 * ITEMSIZE[dtype]), t:tobytes(), dtype)
+    end
+  end)
+
+  it("creates sub-byte dtypes", function()
+    for _, dtype in ipairs({"float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn"}) do
+      local t = dlpack.zeros({4, 2}, dtype)
+      assert.are.equal(dtype, t.dtype)
+      assert.are.same({4, 2}, t.shape)
+    end
+  end)
+
+  it("creates a 0-d zero", function()
+    assert.are.equal(0.0, dlpack.zeros({}):item())
+    assert.are.equal(0, dlpack.zeros({}, "int16"):item())
+  end)
+end)
+
+describe("full", function()
+  it("fills every accessible dtype with the value", function()
+    for _, dtype in ipairs(ACCESSIBLE) do
+      local t = dlpack.full({3, 2}, one(dtype), dtype)
+      assert.are.equal(dtype, t.dtype)
+      for _, v in ipairs(all_elements(t)) do assert.are.equal(one(dtype), v, dtype) end
+    end
+  end)
+
+  it("defaults to float32", function()
+    local t = dlpack.full({2}, 2.5)
+    assert.are.equal("float32", t.dtype)
+    assert.are.equal(2.5, t[2])
+  end)
+
+  it("raises on a value the integer dtype cannot hold", function()
+    raises(function() dlpack.full({2}, 1.5, "int32") end)
+    raises(function() dlpack.full({2}, 256, "uint8") end)
+    raises(function() dlpack.full({2}, -1, "uint16") end)
+  end)
+
+  it("raises on a value that is not a number or boolean", function()
+    raises(function() dlpack.full({2}, "abc", "float32") end)
+    raises(function() dlpack.full({2}, {}, "float32") end)
+  end)
+end)
+
+describe("tensor", function()
+  it("infers int64 from integers", function()
+    local t = dlpack.tensor({{1, 2, 3}, {4, 5, 6}})
+    assert.are.equal("int64", t.dtype)
+    assert.are.same({2, 3}, t.shape)
+    assert.are.same({{1, 2, 3}, {4, 5, 6}}, t:totable())
+    assert.are.equal("integer", math.type(t[2][3]))
+  end)
+
+  it("infers float64 when any element is a float", function()
+    assert.are.equal("float64", dlpack.tensor({1, 2.5}).dtype)
+    assert.are.equal("float64", dlpack.tensor({1.0, 2.0}).dtype)
+    assert.are.equal("float64", dlpack.tensor({{1, 2}, {3, 0.5}}).dtype)
+  end)
+
+  it("infers bool from booleans", function()
+    local t = dlpack.tensor({{true, false}, {false, true}})
+    assert.are.equal("bool", t.dtype)
+    assert.are.same({{true, false}, {false, true}}, t:totable())
+  end)
+
+  it("makes a 0-d tensor from a scalar", function()
+    local i = dlpack.tensor(7)
+    assert.are.equal(0, i.ndim); assert.are.equal("int64", i.dtype); assert.are.equal(7, i:item())
+    local f = dlpack.tensor(2.5)
+    assert.are.equal(0, f.ndim); assert.are.equal("float64", f.dtype); assert.are.equal(2.5, f:item())
+    local b = dlpack.tensor(true)
+    assert.are.equal(0, b.ndim); assert.are.equal("bool", b.dtype); assert.is_true(b:item())
+  end)
+
+  it("takes an explicit dtype for every accessible dtype", function()
+    for _, dtype in ipairs(ACCESSIBLE) do
+      local t = dlpack.tensor({zero(dtype), one(dtype)}, dtype)
+      assert.are.equal(dtype, t.dtype)
+      assert.are.same({zero(dtype), one(dtype)}, t:totable(), dtype)
+    end
+  end)
+
+  it("makes deep nestings", function()
+    local t = dlpack.tensor({{{1}, {2}}, {{3}, {4}}, {{5}, {6}}}, "int16")
+    assert.are.same({3, 2, 1}, t.shape)
+    assert.are.equal(6, t:get(3, 2, 1))
+  end)
+
+  it("makes a zero-size tensor from an empty table", function()
+    local t = dlpack.tensor({})
+    assert.are.same({0}, t.shape)
+    assert.are.equal(0, t:numel())
+  end)
+
+  it("infers float64 for an empty table, as for any input that is not all booleans or integers", function()
+    -- API.md: "otherwise float64"; NumPy's np.array([]) is float64 too
+    assert.are.equal("float64", dlpack.tensor({}).dtype)
+    assert.are.equal("float64", dlpack.tensor({{}, {}}).dtype)
+  end)
+
+  it("raises on ragged input", function()
+    raises(function() dlpack.tensor({{1, 2}, {3}}) end)
+    raises(function() dlpack.tensor({{1, 2}, 3}) end)
+    raises(function() dlpack.tensor({1, {2}}) end)
+    raises(function() dlpack.tensor({{{1}, {2}}, {{3}, {4, 5}}}) end)
+  end)
+
+  it("raises on elements that are not numbers or booleans", function()
+    raises(function() dlpack.tensor({1, "x"}) end)
+    raises(function() dlpack.tensor({1, function() end}) end)
+  end)
+
+  it("raises when an explicit integer dtype cannot hold a value", function()
+    raises(function() dlpack.tensor({1, 300}, "int8") end)
+    raises(function() dlpack.tensor({0.5}, "int32") end)
+  end)
+
+  it("raises on an unknown dtype, naming it", function()
+    raises(function() dlpack.tensor({1}, "int128") end, "int128")
+  end)
+end)
+
+describe("frombytes", function()
+  it("copies bytes with a default 1-d shape", function()
+    local s = string.pack("=i4i4i4", 1, -2, 3)
+    local t = dlpack.frombytes(s, "int32")
+    assert.are.same({3}, t.shape)
+    assert.are.same({1, -2, 3}, t:totable())
+    assert.is_false(t.readonly)
+    t[1] = 10
+    assert.are.equal(10, t[1])
+  end)
+
+  it("takes an explicit shape", function()
+    local s = string.pack("=dddddd", 1, 2, 3, 4, 5, 6)
+    local t = dlpack.frombytes(s, "float64", {2, 3})
+    assert.are.same({2, 3}, t.shape)
+    assert.are.equal(6.0, t:get(2, 3))
+  end)
+
+  it("makes a 0-d tensor with shape {}", function()
+    local t = dlpack.frombytes(string.pack("=i2", -7), "int16", {})
+    assert.are.equal(0, t.ndim)
+    assert.are.equal(-7, t:item())
+  end)
+
+  it("round-trips the bytes of every whole-byte dtype", function()
+    local bytes = "\1\0\2\0\3\0\4\0\5\0\6\0\7\0\8\0\9\0\10\0\11\0\12\0\13\0\14\0\15\0\16\0"
+    for dtype, size in pairs(ITEMSIZE) do
+      if dtype ~= "bool" then
+        local t = dlpack.frombytes(bytes, dtype)
+        assert.are.equal(dtype, t.dtype)
+        assert.are.same({#bytes // size}, t.shape, dtype)
+        assert.are.equal(bytes, t:tobytes(), dtype)
+      end
+    end
+    local b = dlpack.frombytes("\1\0\1", "bool")
+    assert.are.same({true, false, true}, b:totable())
+  end)
+
+  it("makes an empty tensor from an empty string", function()
+    local t = dlpack.frombytes("", "float32")
+    assert.are.same({0}, t.shape)
+  end)
+
+  it("raises when the string size does not match the shape", function()
+    raises(function() dlpack.frombytes("abc", "int16") end)
+    raises(function() dlpack.frombytes(string.rep("\0", 12), "int32", {2, 2}) end)
+    raises(function() dlpack.frombytes(string.rep("\0", 20), "int32", {2, 2}) end)
+  end)
+
+  it("raises on an unknown dtype", function()
+    raises(function() dlpack.frombytes("abcd", "word") end, "word")
+  end)
+end)
+
+describe("bad shapes", function()
+  local makers = {
+    empty = function(shape) return dlpack.empty(shape) end,
+    zeros = function(shape) return dlpack.zeros(shape) end,
+    full = function(shape) return dlpack.full(shape, 1) end,
+  }
+
+  for name, make in pairs(makers) do
+    it(name .. " raises on a negative size, naming the shape argument", function()
+      local err = raises(function() make({2, -1}) end)
+      local msg = tostring(err)
+      assert.is_truthy(msg:find("#1") or msg:lower():find("shape"), msg)
+    end)
+
+    it(name .. " raises on a non-integral size, naming the shape argument", function()
+      local err = raises(function() make({2.5}) end)
+      local msg = tostring(err)
+      assert.is_truthy(msg:find("#1") or msg:lower():find("shape"), msg)
+    end)
+
+    it(name .. " raises on a size that is not a number", function()
+      raises(function() make({"two"}) end)
+      raises(function() make({{}}) end)
+    end)
+
+    it(name .. " raises when the shape is not a table", function()
+      raises(function() make("2x2") end)
+      raises(function() make(nil) end)
+    end)
+  end
+
+  it("raises on a shape whose byte size overflows, naming the function", function()
+    raises(function() dlpack.empty({1 << 40, 1 << 40}, "float64") end, "empty")
+    raises(function() dlpack.empty({math.maxinteger}, "int64") end, "empty")
+    raises(function() dlpack.zeros({math.maxinteger // 2, 4}, "uint8") end, "zeros")
+  end)
+end)
+
+describe("devices at creation", function()
+  it("raises on an unknown device, naming it", function()
+    raises(function() dlpack.zeros({2}, "float32", "tpu:0") end, "tpu")
+    raises(function() dlpack.zeros({2}, "float32", "cpu:x") end)
+  end)
+
+  it("raises on allocation for a device the module cannot allocate on, naming it", function()
+    raises(function() dlpack.empty({2}, "float32", "vulkan:0") end, "vulkan")
+    raises(function() dlpack.zeros({2}, "float32", "opencl:1") end, "opencl")
+  end)
+end)

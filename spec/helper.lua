@@ -1,0 +1,14 @@
+-- Loaded by busted (see .busted) in the same Lua state as the specs, before any
+-- spec file runs. DLPACK_SPEC_GC selects the collector mode the specs run under,
+-- so that lifetime bugs show up under both of Lua 5.4's collectors:
+--   incremental   collectgarbage("incremental", 1, 1000): a tiny pause and a
+--                 large step multiplier, so the collector runs almost all the time
+--   generational  collectgarbage("generational")
+local mode = os.getenv("DLPACK_SPEC_GC")
+if mode == "incremental" then
+  collectgarbage("incremental", 1, 1000)
+elseif mode == "generational" then
+  collectgarbage("generational")
+elseif mode and mode ~= "" then
+  error("DLPACK_SPEC_GC must be 'incremental' or 'generational', not '" .. mode .. "'")
+end

@@ -1,0 +1,140 @@
+-- The identity of the module: version strings, DLPack codes, dtype names, CUDA probing.
+local dlpack = require "dlpack"
+
+local DTYPES = {
+  "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+  "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+  "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn", "float8_e4m3fnuz",
+  "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float6_e2m3fn", "float6_e3m2fn",
+  "float4_e2m1fn",
+}
+
+local DEVICE_CODES = {
+  cpu = 1, cuda = 2, cuda_host = 3, opencl = 4, vulkan = 7, metal = 8, vpi = 9,
+  rocm = 10, rocm_host = 11, ext_dev = 12, cuda_managed = 13, oneapi = 14,
+  webgpu = 15, hexagon = 16, maia = 17, trn = 18,
+}
+
+local function raises(fn, pattern)
+  local ok, err = pcall(fn)
+  assert.is_false(ok, "expected an error")
+  if pattern then
+    local msg = tostring(err):lower()
+    assert.is_truthy(msg:find(pattern), "error '" .. tostring(err) .. "' does not match '" .. pattern .. "'")
+  end
+  return err
+end
+
+describe("module identity", function()
+  it("is a table returned by require 'dlpack'", function()
+    assert.are.equal("table", type(dlpack))
+    assert.are.equal(dlpack, require "dlpack")
+  end)
+
+  it("has a non-empty _VERSION string", function()
+    assert.are.equal("string", type(dlpack._VERSION))
+    assert.is_true(#dlpack._VERSION > 0)
+  end)
+
+  it("speaks DLPack 1.3", function()
+    assert.are.equal("table", type(dlpack.DLPACK_VERSION))
+    assert.are.equal(1, dlpack.DLPACK_VERSION.major)
+    assert.are.equal(3, dlpack.DLPACK_VERSION.minor)
+    assert.are.equal("integer", math.type(dlpack.DLPACK_VERSION.major))
+    assert.are.equal("integer", math.type(dlpack.DLPACK_VERSION.minor))
+  end)
+
+  it("exports the functions of the contract", function()
+    for _, name in ipairs({"empty", "zeros", "full", "tensor", "frombytes", "to_dlpack", "from_dlpack",
+        "is_capsule", "capsule_info", "release_capsule", "is_buffer_error"}) do
+      assert.are.equal("function", type(dlpack[name]), "dlpack." .. name)
+    end
+  end)
+
+  it("keeps raw-pointer functions out of the safe module", function()
+    assert.is_nil(dlpack.adopt)
+    assert.is_nil(dlpack.take)
+  end)
+end)
+
+describe("device_type", function()
+  it("maps every device name of the contract to its DLPack code", function()
+    for name, code in pairs(DEVICE_CODES) do
+      assert.are.equal(code, dlpack.device_type[name], "device_type." .. name)
+      assert.are.equal("integer", math.type(dlpack.device_type[name]), "device_type." .. name)
+    end
+  end)
+
+  it("uses codes 1..18 only, and never the unused 5 and 6", function()
+    for name, code in pairs(dlpack.device_type) do
+      assert.are.equal("string", type(name))
+      assert.is_true(code >= 1 and code <= 18, "code of " .. name)
+      assert.is_true(code ~= 5 and code ~= 6, "code of " .. name)
+    end
+  end)
+end)
+
+describe("dtype names", function()
+  it("accepts every dtype name of the contract and reports it back", function()
+    for _, name in ipairs(DTYPES) do
+      local t = dlpack.zeros({2}, name)
+      assert.are.equal(name, t.dtype)
+    end
+  end)
+
+  it("raises on an unknown dtype name, naming it", function()
+    raises(function() dlpack.zeros({2}, "float128") end, "float128")
+    raises(function() dlpack.zeros({2}, "Float32") end, "float32")
+  end)
+end)
+
+describe("cuda probing on a machine without a GPU", function()
+  it("has a cuda table", function()
+    assert.are.equal("table", type(dlpack.cuda))
+  end)
+
+  it("is_available returns false and a reason string, without raising", function()
+    local ok, available, reason = pcall(dlpack.cuda.is_available)
+    assert.is_true(ok)
+    assert.is_false(available)
+    assert.are.equal("string", type(reason))
+    assert.is_true(#reason > 0)
+  end)
+
+  it("device_count returns 0", function()
+    assert.are.equal(0, dlpack.cuda.device_count())
+  end)
+end)
+
+describe("loading the module again in the same state", function()
+  -- busted unloads package.loaded between spec files, and hosts may do the same
+  local function reload()
+    local saved_dlpack, saved_core = package.loaded["dlpack"], package.loaded["dlpack.core"]
+    package.loaded["dlpack"], package.loaded["dlpack.core"] = nil, nil
+    local again = require "dlpack"
+    package.loaded["dlpack"], package.loaded["dlpack.core"] = saved_dlpack, saved_core
+    return again
+  end
+
+  it("keeps tensors made before usable with both module tables", function()
+    local t = dlpack.tensor({1, 2, 3}, "int32")
+    local again = reload()
+    assert.are.equal(3, t:numel())
+    assert.are.equal(2, t[2])
+    t[2] = 20
+    assert.are.same({1, 20, 3}, again.from_dlpack(t):totable())
+    assert.are.same({1, 20, 3}, again.zeros({3}, "int32"):copy(t):totable())
+    local u = again.tensor({4, 5})
+    assert.are.same({4, 5}, dlpack.from_dlpack(u):totable())
+    assert.are.equal(getmetatable(t), getmetatable(u))
+  end)
+
+  it("still releases tensors made before", function()
+    local t = dlpack.zeros({2})
+    reload()
+    t:release()
+    local ok, err = pcall(function() return t[1] end)
+    assert.is_false(ok)
+    assert.is_truthy(tostring(err):find("released"), tostring(err))
+  end)
+end)
