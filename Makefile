@@ -36,7 +36,7 @@ PEERS       = $(BUILD)/peers
 export LUA_PATH  := $(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/spec/?.lua;;
 export LUA_CPATH := $(CURDIR)/$(BUILD)/?.so;;
 
-.PHONY: all static test conformance demo install deps asan valgrind lint bench clean
+.PHONY: all static test conformance demo install deps asan asan-build valgrind lint bench clean
 
 all: $(MODULE) $(STATIC) $(FABRICATE)
 
@@ -90,11 +90,15 @@ install: $(MODULE) $(STATIC)
 	install -m 644 $(STATIC) $(DESTDIR)$(INST_ARCDIR)/
 
 # The module and test module built with AddressSanitizer and UBSan, in their own build folder.
-asan:
+asan-build:
 	$(MAKE) BUILD=build/asan CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" all
 
-valgrind: all
-	@bash spec/stages/valgrind.t
+# The specs under AddressSanitizer+UBSan, and under valgrind memcheck (each a stage of `make test`).
+asan: deps
+	@bash spec/run.sh 50
+
+valgrind: deps all
+	@bash spec/run.sh 60
 
 bench: all
 	$(LUA) bench/run.lua

@@ -38,28 +38,56 @@ static int convertible(int dtype) {
   return dtype <= DLP_COMPLEX128;
 }
 
-/* dst and src have the same shape, are host memory and do not overlap. */
+/* One row (the innermost dimension) of a same-dtype copy, with typed moves for common sizes. */
+static void copy_row(char *d, int64_t ds, const char *s, int64_t ss, int64_t n, size_t itemsize) {
+#define COPY_ROW(type) \
+  for (int64_t i = 0; i < n; i++, d += ds, s += ss) *(type *)d = *(const type *)s; \
+  return
+  if ((uintptr_t)d % itemsize == 0 && (uintptr_t)s % itemsize == 0 && ds % (int64_t)itemsize == 0 &&
+      ss % (int64_t)itemsize == 0) {
+    switch (itemsize) {
+      case 1: COPY_ROW(uint8_t);
+      case 2: COPY_ROW(uint16_t);
+      case 4: COPY_ROW(uint32_t);
+      case 8: COPY_ROW(uint64_t);
+      default: break;
+    }
+  }
+#undef COPY_ROW
+  for (int64_t i = 0; i < n; i++, d += ds, s += ss) memcpy(d, s, itemsize);
+}
+
+static void convert_row(int dd, char *d, int64_t ds, int sd, const char *s, int64_t ss, int64_t n) {
+  for (int64_t i = 0; i < n; i++, d += ds, s += ss) {
+    dlp_Scalar v;
+    dlp_load(sd, s, &v);
+    dlp_store(dd, d, &v);
+  }
+}
+
+/* dst and src have the same shape, are host memory and do not overlap. Rows of the
+ * innermost dimension are copied in a tight loop; the outer dimensions are walked. */
 static void copy_elements(dlp_Tensor *dst, const dlp_Tensor *src) {
   int64_t ds[DLP_MAX_NDIM], ss[DLP_MAX_NDIM], idx[DLP_MAX_NDIM] = {0}, sidx[DLP_MAX_NDIM] = {0};
   int64_t n = byte_strides(dst, ds);
   char *d = dlp_first_element(dst), *s = dlp_first_element(src);
   size_t itemsize = dlp_dtypes[dst->dtype].itemsize;
+  int nd = dst->dl.ndim;
   byte_strides(src, ss);
   if (n == 0) return;
   if (dst->dtype == src->dtype && dlp_is_contiguous(dst) && dlp_is_contiguous(src)) {
     memcpy(d, s, dlp_storage_bytes(dst->dtype, n, dst->flags));
     return;
   }
-  for (int64_t k = 0; k < n; k++) {
-    if (dst->dtype == src->dtype) memcpy(d, s, itemsize);
-    else {
-      dlp_Scalar v;
-      dlp_load(src->dtype, s, &v);
-      dlp_store(dst->dtype, d, &v);
-    }
-    if (k + 1 < n) {
-      advance(dst->dl.ndim, dst->dl.shape, ds, idx, &d);
-      advance(src->dl.ndim, src->dl.shape, ss, sidx, &s);
+  int64_t row = nd > 0 ? dst->dl.shape[nd - 1] : 1;
+  int64_t drow = nd > 0 ? ds[nd - 1] : 0, srow = nd > 0 ? ss[nd - 1] : 0;
+  int outer_nd = nd > 0 ? nd - 1 : 0;
+  for (int64_t k = 0; k < n; k += row) {
+    if (dst->dtype == src->dtype) copy_row(d, drow, s, srow, row, itemsize);
+    else convert_row(dst->dtype, d, drow, src->dtype, s, srow, row);
+    if (k + row < n) {
+      advance(outer_nd, dst->dl.shape, ds, idx, &d);
+      advance(outer_nd, src->dl.shape, ss, sidx, &s);
     }
   }
 }
