@@ -1,0 +1,42 @@
+-- Build and install from a checkout, offline:
+--   luarocks --lua-version 5.4 make rockspec/dlpack-scm-1.rockspec
+-- The build goes through the project's Makefile (`make install`), so the source
+-- list, compiler flags and optional CUDA headers are the same as `make all`.
+rockspec_format = "3.0"
+package = "dlpack"
+version = "scm-1"
+source = {
+  url = "git+https://example.invalid/dlpack-lua.git",
+}
+description = {
+  summary = "DLPack tensors for Lua 5.4: zero-copy exchange with NumPy, PyTorch and C",
+  detailed = [[
+A C module for Lua 5.4 that creates, views and copies strided tensors and
+exchanges them with other libraries through the DLPack ABI (versioned and legacy
+managed tensors, capsules, the __dlpack__ protocol), with explicit lifetime
+control and a C API for host programs.
+]],
+  license = "MIT",
+  labels = { "dlpack", "tensor", "ffi", "interop" },
+}
+dependencies = {
+  "lua >= 5.4, < 5.5",
+}
+build = {
+  type = "make",
+  -- `make install` builds exactly what it installs: dlpack/core.so and the static library.
+  build_pass = false,
+  variables = {
+    CC = "$(CC)",
+    CFLAGS = "$(CFLAGS)",
+    -- The project's own warnings without -Werror: a newer compiler's new warning
+    -- must not stop a user's install.
+    WARNINGS = "-Wall -Wextra",
+    LUA_INC = "-I$(LUA_INCDIR)",
+    BUILD = "build/rock",
+    INST_LIBDIR = "$(LIBDIR)",
+    INST_LUADIR = "$(LUADIR)",
+    INST_INCDIR = "$(PREFIX)/include",
+    INST_ARCDIR = "$(PREFIX)/static",
+  },
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# luacheck over the Lua sources (.luacheckrc), one TAP line per file or warning,
+# and a check that no build output is tracked by git. The C build itself is
+# warning-free because the Makefile compiles with -Werror.
+source "$(dirname "$0")/lib.sh"
+counts=$(mktemp)
+tests=0 failed=0
+if command -v luacheck >/dev/null; then
+  dirs=()
+  for d in lua spec examples bench; do [[ -d $d ]] && dirs+=("$d"); done
+  out=$(mktemp)
+  luacheck --formatter TAP --codes "${dirs[@]}" >"$out" 2>&1 </dev/null
+  rc=$?
+  sed -E 's/^(not )?ok [0-9]+ /&- luacheck /' "$out" | tap_filter "$counts"
+  read -r tests failed <"$counts"
+  if ((rc != 0 && failed == 0)); then
+    tests=$((tests + 1)) failed=$((failed + 1))
+    echo "not ok - luacheck exit status $rc"
+    as_comments "$out" 40
+  fi
+  rm -f "$out"
+else
+  echo "ok - luacheck # SKIP luacheck not found (install lua-check)"
+  tests=1
+fi
+rm -f "$counts"
+
+tests=$((tests + 1))
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  tracked=$(git ls-files | grep -E '^(build|\.whl)/|\.(o|so|a)$|(^|/)luacov\.' || true)
+  if [[ -z $tracked ]]; then
+    echo "ok - no build output is tracked by git"
+  else
+    failed=$((failed + 1))
+    echo "not ok - no build output is tracked by git"
+    printf '%s\n' "$tracked" | as_comments - 40
+  fi
+else
+  echo "ok - no build output is tracked by git # SKIP not a git work tree"
+fi
+echo "1..$tests"
+((failed == 0))
