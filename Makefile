@@ -69,7 +69,9 @@ $(PEERS): spec/peers/peers.c $(STATIC)
 deps:
 	@bash .ci/deps
 
-demo: deps all
+demo:
+	@bash .ci/deps demo
+	@$(MAKE) -s all
 	$(LUA) examples/demo.lua
 
 test: deps all

@@ -1,15 +1,8 @@
 -- Properties, queries and element access.
 local dlpack = require "dlpack"
+local support = require "support"
 
-local function raises(fn, pattern)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, "expected an error")
-  if pattern then
-    local msg = tostring(err):lower()
-    assert.is_truthy(msg:find(pattern), "error '" .. tostring(err) .. "' does not match '" .. pattern .. "'")
-  end
-  return err
-end
+local raises = support.raises
 
 -- the address of a light userdata as an integer
 local function addr(p)
@@ -17,7 +10,7 @@ local function addr(p)
   return tonumber(hex, 16)
 end
 
-local function is_nan(x) return x ~= x end
+local is_nan = support.is_nan
 local function is_negzero(x) return x == 0 and 1 / x < 0 end
 
 -- store x in a one-element tensor of `dtype` and read it back

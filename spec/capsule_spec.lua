@@ -1,15 +1,8 @@
 -- Capsules: identification, information, consume-once, release, and dlpack.unsafe.
 local dlpack = require "dlpack"
+local support = require "support"
 
-local function raises(fn, pattern)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, "expected an error")
-  if pattern then
-    local msg = tostring(err):lower()
-    assert.is_truthy(msg:find(pattern), "error '" .. tostring(err) .. "' does not match '" .. pattern .. "'")
-  end
-  return err
-end
+local raises = support.raises
 
 describe("is_capsule", function()
   it("is true for capsules, versioned and legacy", function()

@@ -1,25 +1,16 @@
 -- Copies and conversion: clone, contiguous, copy, to, fill, totable, tobytes, frombytes.
 local dlpack = require "dlpack"
+local support = require "support"
 
-local function raises(fn, pattern)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, "expected an error")
-  if pattern then
-    local msg = tostring(err):lower()
-    assert.is_truthy(msg:find(pattern), "error '" .. tostring(err) .. "' does not match '" .. pattern .. "'")
-  end
-  return err
-end
+local raises = support.raises
 
-local INTS = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}
+local INTS = support.INTS
 local SIGNED = {int8 = true, int16 = true, int32 = true, int64 = true,
                 float16 = true, bfloat16 = true, float32 = true, float64 = true}
-local IS_INT = {}
-for _, d in ipairs(INTS) do IS_INT[d] = true end
-local NUMERIC = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-                 "float16", "bfloat16", "float32", "float64"}
+local IS_INT = support.IS_INT
+local NUMERIC = support.NUMERIC
 
-local function is_nan(x) return x ~= x end
+local is_nan = support.is_nan
 
 -- a 1-d tensor of `dtype` holding `values` (numbers, or booleans for bool)
 local function vec(values, dtype)

@@ -1,36 +1,19 @@
 -- Creating tensors: empty, zeros, full, tensor, frombytes.
 local dlpack = require "dlpack"
+local support = require "support"
 
-local ALL = {
-  "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-  "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
-  "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn", "float8_e4m3fnuz",
-  "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float6_e2m3fn", "float6_e3m2fn",
-  "float4_e2m1fn",
-}
+local ALL = support.DTYPES
 -- dtypes with element access, and their item sizes
-local ACCESSIBLE = {
-  "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-  "float16", "bfloat16", "float32", "float64",
-}
+local ACCESSIBLE = support.ACCESSIBLE
 local ITEMSIZE = {
   bool = 1, int8 = 1, int16 = 2, int32 = 4, int64 = 8, uint8 = 1, uint16 = 2, uint32 = 4, uint64 = 8,
   float16 = 2, bfloat16 = 2, float32 = 4, float64 = 8, complex64 = 8, complex128 = 16,
   float8_e3m4 = 1, float8_e4m3 = 1, float8_e4m3b11fnuz = 1, float8_e4m3fn = 1, float8_e4m3fnuz = 1,
   float8_e5m2 = 1, float8_e5m2fnuz = 1, float8_e8m0fnu = 1,
 }
-local INTEGER = {int8 = true, int16 = true, int32 = true, int64 = true,
-                 uint8 = true, uint16 = true, uint32 = true, uint64 = true}
+local INTEGER = support.IS_INT
 
-local function raises(fn, pattern)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, "expected an error")
-  if pattern then
-    local msg = tostring(err):lower()
-    assert.is_truthy(msg:find(pattern), "error '" .. tostring(err) .. "' does not match '" .. pattern .. "'")
-  end
-  return err
-end
+local raises = support.raises
 
 -- the value 1 in the Lua type that a dtype's elements have
 local function one(dtype)

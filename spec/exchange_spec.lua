@@ -1,24 +1,11 @@
 -- Exchange through capsules and the __dlpack protocol.
 local dlpack = require "dlpack"
+local support = require "support"
 
-local ALL = {
-  "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-  "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
-  "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn", "float8_e4m3fnuz",
-  "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float6_e2m3fn", "float6_e3m2fn",
-  "float4_e2m1fn",
-}
+local ALL = support.DTYPES
 local SUBBYTE = {float6_e2m3fn = true, float6_e3m2fn = true, float4_e2m1fn = true}
 
-local function raises(fn, pattern)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, "expected an error")
-  if pattern then
-    local msg = tostring(err):lower()
-    assert.is_truthy(msg:find(pattern), "error '" .. tostring(err) .. "' does not match '" .. pattern .. "'")
-  end
-  return err
-end
+local raises = support.raises
 
 local function exchange(t, export_opts, import_opts)
   return dlpack.from_dlpack(dlpack.to_dlpack(t, export_opts), import_opts)

@@ -6,10 +6,11 @@
 local dlpack = require "dlpack"
 local unsafe = require "dlpack.unsafe"
 local fab = require "fabricate"
+local support = require "support"
 
 local MARK = "dlpack.BufferError"
 
-local function f32(...) return string.pack(string.rep("f", select("#", ...)), ...) end
+local f32 = support.f32
 
 local function ones(n)
   local t = {}
@@ -26,23 +27,10 @@ local function import(spec, form)
   return (dlpack.from_dlpack((make(form, spec))))
 end
 
--- Runs fn and returns how many fabricated deleters ran meanwhile.
-local function deletes(fn)
-  local before = fab.deleted()
-  fn()
-  return fab.deleted() - before
-end
+local deletes = support.deletes
 
-local function raises(fn, pattern)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, "expected an error")
-  err = tostring(err)
-  if pattern then
-    assert.is_truthy(err:lower():find(pattern:lower(), 1, true),
-      "error '" .. err .. "' does not contain '" .. pattern .. "'")
-  end
-  return err
-end
+-- errors here are matched as plain text, ignoring case (MARK has a '.')
+local raises = support.raises_plain
 
 -- A foreign tensor built from spec is refused with a BufferError that names
 -- one of words; its deleter runs exactly once, at once, and the capsule counts

@@ -1,15 +1,8 @@
 -- Lifetime: release, <close>, garbage collection, views and capsules that outlive their base.
 local dlpack = require "dlpack"
+local support = require "support"
 
-local function raises(fn, pattern)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, "expected an error")
-  if pattern then
-    local msg = tostring(err):lower()
-    assert.is_truthy(msg:find(pattern), "error '" .. tostring(err) .. "' does not match '" .. pattern .. "'")
-  end
-  return err
-end
+local raises = support.raises
 
 local function rss_mb()
   local f = io.open("/proc/self/statm")

@@ -1,13 +1,8 @@
 -- The identity of the module: version strings, DLPack codes, dtype names, CUDA probing.
 local dlpack = require "dlpack"
+local support = require "support"
 
-local DTYPES = {
-  "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-  "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
-  "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn", "float8_e4m3fnuz",
-  "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float6_e2m3fn", "float6_e3m2fn",
-  "float4_e2m1fn",
-}
+local DTYPES = support.DTYPES
 
 local DEVICE_CODES = {
   cpu = 1, cuda = 2, cuda_host = 3, opencl = 4, vulkan = 7, metal = 8, vpi = 9,
@@ -15,15 +10,7 @@ local DEVICE_CODES = {
   webgpu = 15, hexagon = 16, maia = 17, trn = 18,
 }
 
-local function raises(fn, pattern)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, "expected an error")
-  if pattern then
-    local msg = tostring(err):lower()
-    assert.is_truthy(msg:find(pattern), "error '" .. tostring(err) .. "' does not match '" .. pattern .. "'")
-  end
-  return err
-end
+local raises = support.raises
 
 describe("module identity", function()
   it("is a table returned by require 'dlpack'", function()

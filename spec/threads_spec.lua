@@ -6,14 +6,10 @@
 local dlpack = require "dlpack"
 local unsafe = require "dlpack.unsafe"
 local fab = require "fabricate"
+local support = require "support"
 
-local function f32(...) return string.pack(string.rep("f", select("#", ...)), ...) end
-
-local function deletes(fn)
-  local before = fab.deleted()
-  fn()
-  return fab.deleted() - before
-end
+local f32 = support.f32
+local deletes = support.deletes
 
 local function all_ok(results)
   for i, r in ipairs(results) do

@@ -1,15 +1,8 @@
 -- Views share memory and never copy.
 local dlpack = require "dlpack"
+local support = require "support"
 
-local function raises(fn, pattern)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, "expected an error")
-  if pattern then
-    local msg = tostring(err):lower()
-    assert.is_truthy(msg:find(pattern), "error '" .. tostring(err) .. "' does not match '" .. pattern .. "'")
-  end
-  return err
-end
+local raises = support.raises
 
 -- a {2, 3} int32 tensor 1..6 and a {2, 3, 4} float64 tensor 1..24
 local function m23() return dlpack.tensor({{1, 2, 3}, {4, 5, 6}}, "int32") end

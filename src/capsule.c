@@ -239,9 +239,7 @@ void dlp_capsule_register(lua_State *L, int module) {
     {"is_capsule", l_is_capsule}, {"capsule_info", l_capsule_info}, {"release_capsule", l_release_capsule},
     {NULL, NULL},
   };
-  lua_pushvalue(L, module);
-  luaL_setfuncs(L, functions, 0);
-  lua_pop(L, 1);
+  dlp_register(L, module, functions);
 }
 
 /* ---- dlpack.unsafe: raw pointers in and out ---- */
@@ -271,7 +269,5 @@ static int l_take(lua_State *L) {
 
 void dlp_unsafe_register(lua_State *L, int module) {
   static const luaL_Reg functions[] = {{"adopt", l_adopt}, {"take", l_take}, {NULL, NULL}};
-  lua_pushvalue(L, module);
-  luaL_setfuncs(L, functions, 0);
-  lua_pop(L, 1);
+  dlp_register(L, module, functions);
 }

@@ -193,13 +193,6 @@ static int l_contiguous(lua_State *L) {
   return 1;
 }
 
-/* A view of host-accessible memory labelled as the CPU's: pinned and managed memory is CPU memory. */
-static void push_relabelled(lua_State *L, const dlp_Tensor *t, DLDevice device) {
-  dlp_Tensor *v = dlp_tensor_view(L, t, t->dl.ndim);
-  memcpy(v->dims, t->dims, 2 * (size_t)t->dl.ndim * sizeof(int64_t));
-  v->dl.device = device;
-}
-
 /* t:to(dtype | device | {dtype=, device=, copy=, stream=}) */
 static int l_to(lua_State *L) {
   dlp_Tensor *t = dlp_tensor_check(L, 1);
@@ -228,7 +221,7 @@ static int l_to(lua_State *L) {
     return 1;
   }
   if (dtype == t->dtype && copy != 1 && device.device_type == kDLCPU && dlp_device_is_host(t->dl.device)) {
-    push_relabelled(L, t, device);
+    dlp_tensor_alias(L, t, device); /* pinned and managed memory is CPU memory */
     return 1;
   }
   if (copy == 0) {
@@ -246,7 +239,5 @@ void dlp_copy_register(lua_State *L, int methods) {
     {"fill", l_fill}, {"copy", l_copy}, {"clone", l_clone}, {"contiguous", l_contiguous},
     {"to", l_to}, {NULL, NULL},
   };
-  lua_pushvalue(L, methods);
-  luaL_setfuncs(L, method_list, 0);
-  lua_pop(L, 1);
+  dlp_register(L, methods, method_list);
 }

@@ -180,34 +180,32 @@ static void add_element(luaL_Buffer *b, lua_State *L, int dtype, const char *p) 
   (void)L;
 }
 
+/* ", " between numbers; ",\n" and indentation between rows */
+static void add_separator(luaL_Buffer *b, int last_dim, int column) {
+  luaL_addchar(b, ',');
+  if (last_dim) {
+    luaL_addchar(b, ' ');
+    return;
+  }
+  luaL_addchar(b, '\n');
+  for (int k = 0; k < column; k++) luaL_addchar(b, ' ');
+}
+
 static void add_nested(luaL_Buffer *b, lua_State *L, const dlp_Tensor *t, int dim, const char *p,
                        int summarise, int indent) {
   int64_t n = t->dl.shape[dim];
   int64_t step = t->dl.strides[dim] * (int64_t)dlp_dtypes[t->dtype].itemsize;
+  int last_dim = dim + 1 == t->dl.ndim;
   luaL_addchar(b, '{');
   for (int64_t i = 0; i < n; i++) {
     if (summarise && n > 2 * EDGE_ITEMS && i == EDGE_ITEMS) {
       luaL_addstring(b, "...");
+      add_separator(b, last_dim, indent + dim + 1);
       i = n - EDGE_ITEMS;
-      luaL_addchar(b, ',');
-      if (dim + 1 < t->dl.ndim) {
-        luaL_addchar(b, '\n');
-        for (int k = 0; k < indent + dim + 1; k++) luaL_addchar(b, ' ');
-      } else {
-        luaL_addchar(b, ' ');
-      }
     }
-    if (dim + 1 == t->dl.ndim) add_element(b, L, t->dtype, p + i * step);
+    if (last_dim) add_element(b, L, t->dtype, p + i * step);
     else add_nested(b, L, t, dim + 1, p + i * step, summarise, indent);
-    if (i + 1 < n) {
-      luaL_addchar(b, ',');
-      if (dim + 1 < t->dl.ndim) {
-        luaL_addchar(b, '\n');
-        for (int k = 0; k < indent + dim + 1; k++) luaL_addchar(b, ' ');
-      } else {
-        luaL_addchar(b, ' ');
-      }
-    }
+    if (i + 1 < n) add_separator(b, last_dim, indent + dim + 1);
   }
   luaL_addchar(b, '}');
 }
@@ -249,11 +247,8 @@ static int l_tostring(lua_State *L) {
 void dlp_format_register(lua_State *L, int module, int methods, int meta) {
   static const luaL_Reg functions[] = {{"tensor", l_tensor}, {"frombytes", l_frombytes}, {NULL, NULL}};
   static const luaL_Reg method_list[] = {{"totable", l_totable}, {"tobytes", l_tobytes}, {NULL, NULL}};
-  lua_pushvalue(L, module);
-  luaL_setfuncs(L, functions, 0);
-  lua_pushvalue(L, methods);
-  luaL_setfuncs(L, method_list, 0);
+  dlp_register(L, module, functions);
+  dlp_register(L, methods, method_list);
   lua_pushcfunction(L, l_tostring);
   lua_setfield(L, meta, "__tostring");
-  lua_pop(L, 2);
 }

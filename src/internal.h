@@ -26,6 +26,8 @@ typedef struct dlp_State {
 } dlp_State;
 
 dlp_State *dlp_state(lua_State *L);
+/* Add functions to the table at absolute index `table`. */
+void dlp_register(lua_State *L, int table, const luaL_Reg *functions);
 
 /* Raise an error marked DLPACK_LUA_BUFFER_ERROR: "cannot be exchanged as asked". */
 int dlp_buffer_error(lua_State *L, const char *fmt, ...);
@@ -122,7 +124,8 @@ dlp_Tensor *dlp_tensor_new(lua_State *L, int dtype, DLDevice device, int ndim,
                            const int64_t *shape, int zeroed);
 /* A view: shares t's owner, copies its dtype, device, data, offset and flags; caller fills shape/strides. */
 dlp_Tensor *dlp_tensor_view(lua_State *L, const dlp_Tensor *t, int ndim);
-void dlp_tensor_adopt(dlp_Tensor *t, dlp_Owner *owner);     /* owner's ref moves into t */
+/* A view with t's shape and strides, labelled with device (pinned/managed memory relabelled as cpu). */
+dlp_Tensor *dlp_tensor_alias(lua_State *L, const dlp_Tensor *t, DLDevice device);
 int64_t dlp_numel(const dlp_Tensor *t);
 int dlp_is_contiguous(const dlp_Tensor *t);
 void dlp_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);

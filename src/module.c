@@ -39,6 +39,12 @@ int dlp_buffer_error(lua_State *L, const char *fmt, ...) {
   return lua_error(L);
 }
 
+void dlp_register(lua_State *L, int table, const luaL_Reg *functions) {
+  lua_pushvalue(L, table);
+  luaL_setfuncs(L, functions, 0);
+  lua_pop(L, 1);
+}
+
 #define STATE_KEY "dlpack.state"
 
 static int state_gc(lua_State *L) {

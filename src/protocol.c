@@ -322,12 +322,7 @@ static dlp_Tensor *prepare_export(lua_State *L, dlp_Tensor *t, const ExportOptio
     *extra = DLP_FLAG_IS_COPIED;
     return dlp_clone(L, t, t->dtype, target);
   }
-  if (!same) {
-    dlp_Tensor *v = dlp_tensor_view(L, t, t->dl.ndim);
-    memcpy(v->dims, t->dims, 2 * (size_t)t->dl.ndim * sizeof(int64_t));
-    v->dl.device = target;
-    return v;
-  }
+  if (!same) return dlp_tensor_alias(L, t, target);
   lua_pushvalue(L, 1);
   return t;
 }
@@ -449,8 +444,7 @@ static int l_from_dlpack(lua_State *L) {
       dlp_push_device_name(L, own->dl.device);
       return luaL_error(L, "from_dlpack: stream must be nil for a tensor on %s", lua_tostring(L, -1));
     }
-    dlp_Tensor *v = dlp_tensor_view(L, own, own->dl.ndim);
-    memcpy(v->dims, own->dims, 2 * (size_t)own->dl.ndim * sizeof(int64_t));
+    dlp_tensor_alias(L, own, own->dl.device);
   } else if (lua_type(L, 1) == LUA_TLIGHTUSERDATA) {
     int versioned;
     void *managed = dlp_capsule_take(L, 1, &versioned, "from_dlpack");
@@ -469,11 +463,7 @@ static int l_from_dlpack(lua_State *L) {
   } else if (target.device_type == kDLCPU && dlp_device_is_host(t->dl.device)) {
     /* pinned and managed memory is CPU memory: relabel it rather than copy */
     if (copy == 1) dlp_clone(L, t, t->dtype, target);
-    else {
-      dlp_Tensor *v = dlp_tensor_view(L, t, t->dl.ndim);
-      memcpy(v->dims, t->dims, 2 * (size_t)t->dl.ndim * sizeof(int64_t));
-      v->dl.device = target;
-    }
+    else dlp_tensor_alias(L, t, target);
   } else {
     dlp_push_device_name(L, t->dl.device);
     dlp_push_device_name(L, target);
@@ -489,11 +479,7 @@ static int l_from_dlpack(lua_State *L) {
 void dlp_protocol_register(lua_State *L, int module, int methods, int meta) {
   static const luaL_Reg functions[] = {{"to_dlpack", l_to_dlpack}, {"from_dlpack", l_from_dlpack}, {NULL, NULL}};
   static const luaL_Reg protocol[] = {{"__dlpack", l_dlpack}, {"__dlpack_device", l_dlpack_device}, {NULL, NULL}};
-  lua_pushvalue(L, module);
-  luaL_setfuncs(L, functions, 0);
-  lua_pushvalue(L, meta);
-  luaL_setfuncs(L, protocol, 0);
-  lua_pushvalue(L, methods);
-  luaL_setfuncs(L, protocol, 0);
-  lua_pop(L, 3);
+  dlp_register(L, module, functions);
+  dlp_register(L, meta, protocol);
+  dlp_register(L, methods, protocol);
 }

@@ -26,10 +26,6 @@ dlp_Tensor *dlp_tensor_check(lua_State *L, int idx) {
   return t;
 }
 
-void dlp_tensor_adopt(dlp_Tensor *t, dlp_Owner *owner) {
-  t->owner = owner;
-}
-
 void dlp_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides) {
   int64_t step = 1;
   for (int i = ndim - 1; i >= 0; i--) {
@@ -177,6 +173,13 @@ dlp_Tensor *dlp_tensor_view(lua_State *L, const dlp_Tensor *t, int ndim) {
   v->flags = t->flags;
   dlp_owner_retain(t->owner);
   v->owner = t->owner;
+  return v;
+}
+
+dlp_Tensor *dlp_tensor_alias(lua_State *L, const dlp_Tensor *t, DLDevice device) {
+  dlp_Tensor *v = dlp_tensor_view(L, t, t->dl.ndim);
+  memcpy(v->dims, t->dims, 2 * (size_t)t->dl.ndim * sizeof(int64_t));
+  v->dl.device = device;
   return v;
 }
 
@@ -407,14 +410,10 @@ void dlp_tensor_register(lua_State *L, int module, int methods, int meta) {
     {"__newindex", l_newindex}, {"__len", l_len}, {"__gc", l_release}, {"__close", l_release},
     {NULL, NULL},
   };
-  lua_pushvalue(L, module);
-  luaL_setfuncs(L, functions, 0);
-  lua_pushvalue(L, methods);
-  luaL_setfuncs(L, method_list, 0);
-  lua_pushvalue(L, meta);
-  luaL_setfuncs(L, metamethods, 0);
+  dlp_register(L, module, functions);
+  dlp_register(L, methods, method_list);
+  dlp_register(L, meta, metamethods);
   lua_pushvalue(L, methods);
   lua_pushcclosure(L, l_index, 1);
-  lua_setfield(L, -2, "__index");
-  lua_pop(L, 3);
+  lua_setfield(L, meta, "__index");
 }

@@ -20,9 +20,7 @@ static void move_first(dlp_Tensor *v, int64_t elements) {
 
 /* A view of t with the same dimensions, to be edited. */
 static dlp_Tensor *same_view(lua_State *L, const dlp_Tensor *t) {
-  dlp_Tensor *v = dlp_tensor_view(L, t, t->dl.ndim);
-  memcpy(v->dims, t->dims, 2 * (size_t)t->dl.ndim * sizeof(int64_t));
-  return v;
+  return dlp_tensor_alias(L, t, t->dl.device);
 }
 
 /* Read a shape table at arg where one entry may be -1, for `numel` elements. */
@@ -256,7 +254,5 @@ void dlp_views_register(lua_State *L, int methods) {
     {"narrow", l_narrow}, {"select", l_select}, {"slice", l_slice}, {"squeeze", l_squeeze},
     {"unsqueeze", l_unsqueeze}, {"expand", l_expand}, {"as_readonly", l_as_readonly}, {NULL, NULL},
   };
-  lua_pushvalue(L, methods);
-  luaL_setfuncs(L, method_list, 0);
-  lua_pop(L, 1);
+  dlp_register(L, methods, method_list);
 }

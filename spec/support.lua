@@ -1,0 +1,71 @@
+-- Helpers shared by the spec files: `local support = require "support"`
+-- (spec/?.lua is on busted's lpath, see .busted). A plain module that defines no
+-- globals. busted gives each spec file its own environment, so a required module
+-- does not see busted's `assert`: it is luassert, the same module required here.
+local assert = require "luassert"
+
+local support = {}
+
+-- Every dtype name the module knows, in the order of its dtype table.
+support.DTYPES = {
+  "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+  "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+  "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn", "float8_e4m3fnuz",
+  "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float6_e2m3fn", "float6_e3m2fn",
+  "float4_e2m1fn",
+}
+
+-- The integer dtypes, as a list and as a set.
+support.INTS = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}
+support.IS_INT = {}
+for _, d in ipairs(support.INTS) do support.IS_INT[d] = true end
+
+-- The dtypes with element access that hold numbers, and those plus bool.
+support.NUMERIC = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                   "float16", "bfloat16", "float32", "float64"}
+support.ACCESSIBLE = {"bool", table.unpack(support.NUMERIC)}
+
+-- Calls fn, which must raise; returns the error value as raised.
+local function error_of(fn)
+  local ok, err = pcall(fn)
+  assert.is_false(ok, "expected an error")
+  return err
+end
+
+-- fn must raise; when pattern is given, the lowercased message must match it
+-- as a Lua pattern. Returns the error value as raised (a string or an error object).
+function support.raises(fn, pattern)
+  local err = error_of(fn)
+  if pattern then
+    local msg = tostring(err):lower()
+    assert.is_truthy(msg:find(pattern), "error '" .. tostring(err) .. "' does not match '" .. pattern .. "'")
+  end
+  return err
+end
+
+-- fn must raise; when text is given, the message must contain it as plain text,
+-- ignoring case. Returns the message as a string.
+function support.raises_plain(fn, text)
+  local err = tostring(error_of(fn))
+  if text then
+    assert.is_truthy(err:lower():find(text:lower(), 1, true),
+      "error '" .. err .. "' does not contain '" .. text .. "'")
+  end
+  return err
+end
+
+function support.is_nan(x) return x ~= x end
+
+-- float32 values packed native-endian, as raw bytes
+function support.f32(...) return string.pack(string.rep("f", select("#", ...)), ...) end
+
+-- Runs fn and returns how many deleters of tensors fabricated by spec/c/fabricate.c
+-- ran meanwhile (fabricate is loaded only by the specs that call this).
+function support.deletes(fn)
+  local fab = require "fabricate"
+  local before = fab.deleted()
+  fn()
+  return fab.deleted() - before
+end
+
+return support
