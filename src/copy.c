@@ -105,7 +105,7 @@ static void push_shape_string(lua_State *L, const dlp_Tensor *t) {
   luaL_pushresult(&b);
 }
 
-void dlp_copy_into(lua_State *L, dlp_Tensor *dst, const dlp_Tensor *src) {
+void dlp_copy_on(lua_State *L, dlp_Tensor *dst, const dlp_Tensor *src, dlp_CudaStream *stream) {
   int same = dst->dl.ndim == src->dl.ndim;
   for (int i = 0; same && i < dst->dl.ndim; i++) same = dst->dl.shape[i] == src->dl.shape[i];
   if (!same) {
@@ -114,8 +114,10 @@ void dlp_copy_into(lua_State *L, dlp_Tensor *dst, const dlp_Tensor *src) {
     luaL_error(L, "copy: shapes differ (destination %s, source %s)", lua_tostring(L, -2), lua_tostring(L, -1));
   }
   dlp_check_writable(L, dst, "copy");
-  dlp_check_host(L, dst, "copy (destination)");
-  dlp_check_host(L, src, "copy (source)");
+  if (!dlp_device_is_host(dst->dl.device) || !dlp_device_is_host(src->dl.device)) {
+    dlp_cuda_copy(L, dst, src, stream); /* raises for devices other than CUDA's */
+    return;
+  }
   if (dst->dtype != src->dtype && !(convertible(dst->dtype) && convertible(src->dtype)))
     luaL_error(L, "copy: cannot convert %s to %s (only byte-for-byte copies of the same dtype)",
                dlp_dtypes[src->dtype].name, dlp_dtypes[dst->dtype].name);
@@ -133,11 +135,19 @@ void dlp_copy_into(lua_State *L, dlp_Tensor *dst, const dlp_Tensor *src) {
   copy_elements(dst, src);
 }
 
-dlp_Tensor *dlp_clone(lua_State *L, const dlp_Tensor *t, int dtype, DLDevice device) {
+void dlp_copy_into(lua_State *L, dlp_Tensor *dst, const dlp_Tensor *src) {
+  dlp_copy_on(L, dst, src, NULL);
+}
+
+static dlp_Tensor *clone_on(lua_State *L, const dlp_Tensor *t, int dtype, DLDevice device, dlp_CudaStream *stream) {
   dlp_Tensor *c = dlp_tensor_new(L, dtype, device, t->dl.ndim, t->dl.shape, 0);
   c->flags = t->flags & DLP_FLAG_SUBBYTE_PADDED;
-  dlp_copy_into(L, c, t);
+  dlp_copy_on(L, c, t, stream);
   return c;
+}
+
+dlp_Tensor *dlp_clone(lua_State *L, const dlp_Tensor *t, int dtype, DLDevice device) {
+  return clone_on(L, t, dtype, device, NULL);
 }
 
 typedef struct FillState {
@@ -167,10 +177,20 @@ static int l_fill(lua_State *L) {
   return 1;
 }
 
+/* opts.stream at arg (a table or nil): the stream for copies that involve a CUDA device. */
+static dlp_CudaStream *opt_stream(lua_State *L, int arg, const dlp_Tensor *a, const dlp_Tensor *b) {
+  if (lua_isnoneornil(L, arg) || lua_getfield(L, arg, "stream") == LUA_TNIL) return NULL;
+  if (dlp_device_is_host(a->dl.device) && dlp_device_is_host(b->dl.device))
+    luaL_argerror(L, arg, "stream given for a copy between host devices, which have no streams");
+  return dlp_cuda_check_stream(L, lua_gettop(L), "copy"); /* NULL for -1: synchronously */
+}
+
+/* t:copy(src [, {stream = s}]) */
 static int l_copy(lua_State *L) {
   dlp_Tensor *dst = dlp_tensor_check(L, 1);
   dlp_Tensor *src = dlp_tensor_check(L, 2);
-  dlp_copy_into(L, dst, src);
+  if (!lua_isnoneornil(L, 3)) luaL_checktype(L, 3, LUA_TTABLE);
+  dlp_copy_on(L, dst, src, opt_stream(L, 3, dst, src));
   lua_settop(L, 1);
   return 1;
 }
@@ -198,6 +218,7 @@ static int l_to(lua_State *L) {
   dlp_Tensor *t = dlp_tensor_check(L, 1);
   int dtype = t->dtype, copy = -1; /* -1: only when needed */
   DLDevice device = t->dl.device;
+  dlp_CudaStream *stream = NULL;
   if (lua_type(L, 2) == LUA_TSTRING) {
     const char *s = lua_tostring(L, 2);
     int d = dlp_test_dtype_name(s);
@@ -211,9 +232,11 @@ static int l_to(lua_State *L) {
     if (lua_getfield(L, 2, "device") != LUA_TNIL && !dlp_test_device_name(luaL_tolstring(L, -1, NULL), &device))
       return luaL_argerror(L, 2, lua_pushfstring(L, "unknown device '%s'", lua_tostring(L, -1)));
     if (lua_getfield(L, 2, "copy") != LUA_TNIL) copy = lua_toboolean(L, -1);
-    if (lua_getfield(L, 2, "stream") != LUA_TNIL && dlp_device_is_host(device) && dlp_device_is_host(t->dl.device))
-      return luaL_argerror(L, 2, "stream given for a copy between host devices, which have no streams");
-    lua_settop(L, 2);
+    if (lua_getfield(L, 2, "stream") != LUA_TNIL) {
+      if (dlp_device_is_host(device) && dlp_device_is_host(t->dl.device))
+        return luaL_argerror(L, 2, "stream given for a copy between host devices, which have no streams");
+      stream = dlp_cuda_check_stream(L, lua_gettop(L), "to"); /* kept alive on the stack */
+    }
   }
   int same_device = dlp_device_equal(device, t->dl.device);
   if (dtype == t->dtype && same_device && copy != 1) {
@@ -229,8 +252,7 @@ static int l_to(lua_State *L) {
     return dlp_buffer_error(L, "to: copy = false, but converting to %s on %s needs a copy",
                             dlp_dtypes[dtype].name, lua_tostring(L, -1));
   }
-  dlp_check_host(L, t, "to");
-  dlp_clone(L, t, dtype, device);
+  clone_on(L, t, dtype, device, stream);
   return 1;
 }
 

@@ -71,10 +71,15 @@ DLPACK_LUA_API void *dlpack_lua_capsule_new(void *managed, int versioned);
 /* Consume a capsule: on DLPACK_LUA_OK *managed and *versioned are set and the caller owns the tensor. Any thread. */
 DLPACK_LUA_API int dlpack_lua_capsule_consume(void *capsule, void **managed, int *versioned);
 
+/* The cudaStream_t (CUstream) of the dlpack.cuda.Stream at idx; raises if it is not an open stream. */
+DLPACK_LUA_API void *dlpack_lua_check_stream(lua_State *L, int idx);
+/* Push a non-owning dlpack.cuda.Stream for a host's cudaStream_t on device (the host keeps it alive). */
+DLPACK_LUA_API void dlpack_lua_push_stream(lua_State *L, void *stream, int device);
+
 /* The registry key of the function table below (a light userdata to a static struct). */
 #define DLPACK_LUA_API_KEY "dlpack.api"
-/* Version of the function table; new fields are only ever appended. */
-#define DLPACK_LUA_API_VERSION 1
+/* Version of the function table; new fields are only ever appended (2 added the stream functions). */
+#define DLPACK_LUA_API_VERSION 2
 
 typedef struct dlpack_lua_api {
   int version; /* DLPACK_LUA_API_VERSION of the module that filled it */
@@ -86,6 +91,9 @@ typedef struct dlpack_lua_api {
   DLManagedTensor *(*export_legacy)(lua_State *L, int idx);
   void *(*capsule_new)(void *managed, int versioned);
   int (*capsule_consume)(void *capsule, void **managed, int *versioned);
+  /* version >= 2 */
+  void *(*check_stream)(lua_State *L, int idx);
+  void (*push_stream)(lua_State *L, void *stream, int device);
 } dlpack_lua_api;
 
 /* Fetch the table from the registry of L (NULL if dlpack was not opened in L). */

@@ -38,6 +38,16 @@ DLPACK_LUA_API int dlpack_lua_capsule_consume(void *capsule, void **managed, int
   return dlp_capsule_consume(capsule, managed, versioned);
 }
 
+DLPACK_LUA_API void *dlpack_lua_check_stream(lua_State *L, int idx) {
+  dlp_CudaStream *s = dlp_cuda_test_stream_object(L, idx);
+  if (!s) luaL_argexpected(L, 0, idx, "open dlpack.cuda.Stream");
+  return (void *)dlp_cuda_stream_handle(s);
+}
+
+DLPACK_LUA_API void dlpack_lua_push_stream(lua_State *L, void *stream, int device) {
+  dlp_cuda_push_wrapped(L, (uintptr_t)stream, device);
+}
+
 static const dlpack_lua_api api = {
   DLPACK_LUA_API_VERSION,
   dlpack_lua_push_versioned,
@@ -48,6 +58,8 @@ static const dlpack_lua_api api = {
   dlpack_lua_export_legacy,
   dlpack_lua_capsule_new,
   dlpack_lua_capsule_consume,
+  dlpack_lua_check_stream,
+  dlpack_lua_push_stream,
 };
 
 void dlp_hostapi_register(lua_State *L) {

@@ -91,16 +91,23 @@ void dlp_push_device_types(lua_State *L);                  /* the dlpack.device_
 
 /* ---- owner.c: who frees the memory, shared by tensors, views and exports ---- */
 
+typedef struct dlp_CudaStream dlp_CudaStream;
+
 typedef struct dlp_Owner dlp_Owner;
 struct dlp_Owner {
   atomic_long refs;
-  void *memory;   /* malloc'ed block, or NULL */
+  void *memory;   /* a block this module allocated (on `device`), or NULL */
+  DLDevice device;
   void *managed;  /* a producer's managed tensor whose deleter runs on the last release */
   int versioned;
   size_t nbytes;  /* memory held, for the garbage collector's accounting */
+  /* CUDA: the stream the last work on this memory was issued on (NULL: the legacy default stream) */
+  _Atomic(dlp_CudaStream *) stream;
 };
 
-dlp_Owner *dlp_owner_new_memory(size_t nbytes, int zeroed); /* NULL when out of memory */
+dlp_Owner *dlp_owner_new_memory(size_t nbytes, int zeroed); /* cpu; NULL when out of memory */
+dlp_Owner *dlp_owner_new_block(void *memory, DLDevice device, size_t nbytes); /* takes memory */
+void dlp_owner_set_stream(dlp_Owner *o, dlp_CudaStream *s);  /* cuda.c; retains s, releases the old one */
 dlp_Owner *dlp_owner_new_managed(void *managed, int versioned, size_t nbytes);
 void dlp_owner_retain(dlp_Owner *o);
 void dlp_owner_release(dlp_Owner *o);                       /* any thread */
@@ -146,7 +153,9 @@ void dlp_views_register(lua_State *L, int methods);
 
 /* ---- copy.c ---- */
 
-/* Copy src's elements into dst (same shape, host memory), converting dtype; safe when they overlap. */
+/* Copy src's elements into dst (same shape), converting dtype; safe when they overlap. Copies that
+ * involve CUDA device memory go through dlp_cuda_copy, on stream (NULL: synchronously). */
+void dlp_copy_on(lua_State *L, dlp_Tensor *dst, const dlp_Tensor *src, dlp_CudaStream *stream);
 void dlp_copy_into(lua_State *L, dlp_Tensor *dst, const dlp_Tensor *src);
 dlp_Tensor *dlp_clone(lua_State *L, const dlp_Tensor *t, int dtype, DLDevice device);
 /* Call fn(ptr, ud) for each element of t in row-major order. */
@@ -176,6 +185,24 @@ void dlp_protocol_register(lua_State *L, int module, int methods, int meta);
 
 /* ---- cuda.c ---- */
 void dlp_cuda_register(lua_State *L, int module);         /* the dlpack.cuda table */
+int dlp_device_is_cuda(DLDevice d);                        /* cuda:N, cuda_host or cuda_managed */
+/* Allocate on a CUDA device, pinned or managed memory; raises (naming CUDA) when impossible. */
+void *dlp_cuda_alloc(lua_State *L, DLDevice device, size_t nbytes, int zeroed);
+void dlp_cuda_free(DLDevice device, void *memory);          /* any thread */
+/* Copy src into dst (same shape) where either is CUDA device memory; on stream (NULL: synchronously). */
+void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, const dlp_Tensor *src, dlp_CudaStream *stream);
+/* The stream at idx: a stream object, or a DLPack stream integer (1, 2, a handle > 2). NULL: -1 ("none"). */
+dlp_CudaStream *dlp_cuda_check_stream(lua_State *L, int idx, const char *what);
+void dlp_cuda_stream_retain(dlp_CudaStream *s);
+void dlp_cuda_stream_release(dlp_CudaStream *s);            /* any thread */
+uintptr_t dlp_cuda_stream_handle(const dlp_CudaStream *s);  /* the DLPack integer for it */
+/* Make `consumer` wait for the pending work on o's memory (DLPack producer rule). */
+void dlp_cuda_order_for_consumer(lua_State *L, dlp_Owner *o, DLDevice device, dlp_CudaStream *consumer);
+dlp_CudaStream *dlp_cuda_legacy(void);                      /* the legacy default stream (static) */
+void dlp_cuda_settle(void);                                 /* wait for asynchronous copies, release their buffers */
+/* C API: the stream object at idx, and a wrapped (non-owning) stream object for a host's stream. */
+dlp_CudaStream *dlp_cuda_test_stream_object(lua_State *L, int idx);
+void dlp_cuda_push_wrapped(lua_State *L, uintptr_t handle, int device);
 
 /* ---- hostapi.c ---- */
 void dlp_hostapi_register(lua_State *L);                    /* the registry function table */

@@ -49,6 +49,7 @@ void dlp_register(lua_State *L, int table, const luaL_Reg *functions) {
 
 static int state_gc(lua_State *L) {
   (void)L;
+  dlp_cuda_settle();
   dlp_capsule_state_closed();
   return 0;
 }

@@ -34,30 +34,35 @@ static void deallocate(void *p, size_t nbytes) {
   else free(p);
 }
 
-dlp_Owner *dlp_owner_new_memory(size_t nbytes, int zeroed) {
-  dlp_Owner *o = malloc(sizeof *o);
-  if (!o) return NULL;
-  o->memory = NULL;
-  if (nbytes > 0 && !(o->memory = allocate(nbytes, zeroed))) {
-    free(o);
-    return NULL;
-  }
-  atomic_init(&o->refs, 1);
-  o->managed = NULL;
-  o->versioned = 0;
-  o->nbytes = nbytes;
-  return o;
-}
-
-dlp_Owner *dlp_owner_new_managed(void *managed, int versioned, size_t nbytes) {
+static dlp_Owner *new_owner(void *memory, DLDevice device, void *managed, int versioned, size_t nbytes) {
   dlp_Owner *o = malloc(sizeof *o);
   if (!o) return NULL;
   atomic_init(&o->refs, 1);
-  o->memory = NULL;
+  o->memory = memory;
+  o->device = device;
   o->managed = managed;
   o->versioned = versioned;
   o->nbytes = nbytes;
+  atomic_init(&o->stream, NULL);
   return o;
+}
+
+dlp_Owner *dlp_owner_new_memory(size_t nbytes, int zeroed) {
+  DLDevice cpu = {kDLCPU, 0};
+  void *memory = NULL;
+  if (nbytes > 0 && !(memory = allocate(nbytes, zeroed))) return NULL;
+  dlp_Owner *o = new_owner(memory, cpu, NULL, 0, nbytes);
+  if (!o && memory) deallocate(memory, nbytes);
+  return o;
+}
+
+dlp_Owner *dlp_owner_new_block(void *memory, DLDevice device, size_t nbytes) {
+  return new_owner(memory, device, NULL, 0, nbytes);
+}
+
+dlp_Owner *dlp_owner_new_managed(void *managed, int versioned, size_t nbytes) {
+  DLDevice none = {kDLCPU, 0};
+  return new_owner(NULL, none, managed, versioned, nbytes);
 }
 
 void dlp_owner_retain(dlp_Owner *o) {
@@ -77,6 +82,9 @@ void dlp_managed_delete(void *managed, int versioned) {
 void dlp_owner_release(dlp_Owner *o) {
   if (atomic_fetch_sub_explicit(&o->refs, 1, memory_order_acq_rel) != 1) return;
   if (o->managed) dlp_managed_delete(o->managed, o->versioned);
-  else if (o->memory) deallocate(o->memory, o->nbytes);
+  else if (o->memory && o->device.device_type == kDLCPU) deallocate(o->memory, o->nbytes);
+  else if (o->memory) dlp_cuda_free(o->device, o->memory);
+  dlp_CudaStream *s = atomic_load(&o->stream);
+  if (s) dlp_cuda_stream_release(s);
   free(o);
 }

@@ -218,6 +218,7 @@ typedef struct ExportOptions {
   int copy;        /* 1 always, 0 never, -1 when needed */
   int has_device;  /* a target device was named */
   DLDevice device;
+  dlp_CudaStream *consumer; /* the stream the consumer will use; NULL: none, or no streams */
 } ExportOptions;
 
 /* max_version as {major, minor} or {major = , minor = }; returns the major (-1 when absent). */
@@ -271,24 +272,41 @@ static int check_copy_option(lua_State *L, int opts) {
   return copy;
 }
 
-/* Streams order work on CUDA and ROCm devices; host memory takes none (or -1, "no sync"). */
-static void check_stream_for(lua_State *L, int opts, const dlp_Tensor *t, const char *what) {
-  if (lua_getfield(L, opts, "stream") != LUA_TNIL) {
-    int isint;
-    lua_Integer s = lua_tointegerx(L, -1, &isint);
-    if (t->dl.device.device_type != kDLCUDA && t->dl.device.device_type != kDLROCM && !(isint && s == -1)) {
-      dlp_push_device_name(L, t->dl.device);
-      luaL_error(L, "%s: stream must be nil for a tensor on %s, which has no streams", what, lua_tostring(L, -1));
+/* Devices whose work is ordered by streams (DLPack: CUDA and ROCm; managed memory too). */
+static int has_streams(DLDevice d) {
+  return d.device_type == kDLCUDA || d.device_type == kDLCUDAManaged || d.device_type == kDLROCM;
+}
+
+/* The consumer's stream for work on device, from the value at idx (nil: the default). Pushes one
+ * value that keeps the stream alive. NULL means "no synchronisation" (-1) or a device without
+ * streams; ROCm streams cannot be ordered by this module. */
+static dlp_CudaStream *consumer_stream(lua_State *L, int idx, DLDevice device, const char *what) {
+  int isint = 0, given = idx != 0 && !lua_isnoneornil(L, idx);
+  lua_Integer v = given ? lua_tointegerx(L, idx, &isint) : 0;
+  if (!has_streams(device) || device.device_type == kDLROCM) {
+    if (given && !(isint && v == -1)) {
+      dlp_push_device_name(L, device);
+      luaL_error(L, "%s: stream must be nil for a tensor on %s%s", what, lua_tostring(L, -1),
+                 device.device_type == kDLROCM ? " (ROCm streams are not supported)" : ", which has no streams");
     }
+    lua_pushnil(L);
+    return NULL;
   }
-  lua_pop(L, 1);
+  if (!given) { /* None: the producer assumes the legacy default stream */
+    lua_pushnil(L);
+    return dlp_cuda_legacy();
+  }
+  return dlp_cuda_check_stream(L, idx, what);
 }
 
 /* opts at index `opts` (or none). python_defaults: an absent max_version means legacy. */
 static ExportOptions read_export_options(lua_State *L, int opts, const dlp_Tensor *t, int python_defaults,
                                          const char *what) {
-  ExportOptions o = {python_defaults, -1, 0, {kDLCPU, 0}};
-  if (lua_isnoneornil(L, opts)) return o;
+  ExportOptions o = {python_defaults, -1, 0, {kDLCPU, 0}, NULL};
+  if (lua_isnoneornil(L, opts)) {
+    o.consumer = consumer_stream(L, 0, t->dl.device, what);
+    return o;
+  }
   luaL_checktype(L, opts, LUA_TTABLE);
   lua_Integer major = max_version_major(L, opts);
   if (major >= 0) o.legacy = major == 0;
@@ -297,9 +315,14 @@ static ExportOptions read_export_options(lua_State *L, int opts, const dlp_Tenso
     o.device = check_device_value(L, -1, what);
     o.has_device = 1;
   }
-  lua_pop(L, 1);
-  check_stream_for(L, opts, t, what);
+  lua_getfield(L, opts, "stream");
+  o.consumer = consumer_stream(L, lua_gettop(L), t->dl.device, what);
   return o;
+}
+
+/* Memory this module can copy between: host-accessible, or CUDA (when CUDA is there). */
+static int copyable(DLDevice d) {
+  return dlp_device_is_host(d) || dlp_device_is_cuda(d);
 }
 
 /* ---- producing ---- */
@@ -309,20 +332,23 @@ static dlp_Tensor *prepare_export(lua_State *L, dlp_Tensor *t, const ExportOptio
                                   const char *what) {
   DLDevice target = o->has_device ? o->device : t->dl.device;
   int same = dlp_device_equal(target, t->dl.device);
-  int host_to_cpu = target.device_type == kDLCPU && dlp_device_is_host(t->dl.device);
-  int need_copy = o->copy == 1;
+  int relabel = !same && target.device_type == kDLCPU && dlp_device_is_host(t->dl.device);
+  int move = !same && !relabel;
   *extra = 0;
-  if (!same && !host_to_cpu) {
+  if (move || o->copy == 1) {
     dlp_push_device_name(L, t->dl.device);
     dlp_push_device_name(L, target);
-    dlp_buffer_error(L, "%s: cannot export a tensor on %s to %s", what, lua_tostring(L, -2), lua_tostring(L, -1));
-  }
-  if (need_copy) {
-    dlp_check_host(L, t, what);
+    if (!copyable(t->dl.device) || !copyable(target))
+      dlp_buffer_error(L, "%s: cannot copy a tensor on %s to %s", what, lua_tostring(L, -2), lua_tostring(L, -1));
+    if (o->copy == 0)
+      dlp_buffer_error(L, "%s: exporting a tensor on %s to %s needs a copy, and copy = false", what,
+                       lua_tostring(L, -2), lua_tostring(L, -1));
+    lua_pop(L, 2);
     *extra = DLP_FLAG_IS_COPIED;
-    return dlp_clone(L, t, t->dtype, target);
+    return dlp_clone(L, t, t->dtype, target); /* synchronous: nothing pending for the consumer */
   }
-  if (!same) return dlp_tensor_alias(L, t, target);
+  if (relabel) return dlp_tensor_alias(L, t, target);
+  if (has_streams(t->dl.device)) dlp_cuda_order_for_consumer(L, t->owner, t->dl.device, o->consumer);
   lua_pushvalue(L, 1);
   return t;
 }
@@ -362,9 +388,11 @@ static int l_dlpack_device(lua_State *L) {
 
 /* ---- consuming ---- */
 
-/* Call x's __dlpack and import what it returns; leaves the tensor on top. */
+/* Call x's __dlpack and import what it returns; leaves the tensor on top. stream: index of
+ * opts.stream, or 0. As a consumer this module always names its stream on CUDA, never 0. */
 static void import_from_producer(lua_State *L, int x, int copy, int stream) {
   DLDevice device = {kDLCPU, 0};
+  dlp_CudaStream *consumer;
   if (luaL_getmetafield(L, x, "__dlpack") == LUA_TNIL)
     luaL_argerror(L, x, lua_pushfstring(L, "a capsule or a value with __dlpack expected, got %s", luaL_typename(L, x)));
   int is_c = lua_iscfunction(L, -1);
@@ -377,6 +405,8 @@ static void import_from_producer(lua_State *L, int x, int copy, int stream) {
     if (!ok1 || !ok2) luaL_error(L, "from_dlpack: __dlpack_device must return two integers");
     lua_pop(L, 2);
   }
+  consumer = consumer_stream(L, stream, device, "from_dlpack");
+  lua_insert(L, -2); /* keep the stream below the function */
   lua_pushvalue(L, x);
   lua_createtable(L, 0, 3);
   lua_createtable(L, 2, 2);
@@ -393,12 +423,8 @@ static void import_from_producer(lua_State *L, int x, int copy, int stream) {
     lua_pushboolean(L, copy);
     lua_setfield(L, -2, "copy");
   }
-  if (stream) {
-    lua_pushvalue(L, stream);
-    lua_setfield(L, -2, "stream");
-  } else if (device.device_type == kDLCUDA || device.device_type == kDLROCM) {
-    /* a consumer always names its stream: the legacy default stream (1 on CUDA, 0 on ROCm) */
-    lua_pushinteger(L, device.device_type == kDLCUDA ? 1 : 0);
+  if (has_streams(device) && device.device_type != kDLROCM) {
+    lua_pushinteger(L, consumer ? (lua_Integer)dlp_cuda_stream_handle(consumer) : -1);
     lua_setfield(L, -2, "stream");
   }
   lua_call(L, 2, 2);
@@ -411,15 +437,19 @@ static void import_from_producer(lua_State *L, int x, int copy, int stream) {
       luaL_error(L, "from_dlpack: __dlpack returned a pointer named '%s' (expected dltensor or dltensor_versioned)", name);
     lua_pop(L, 2);
     dlp_import(L, managed, versioned);
-    return;
+  } else {
+    int versioned, consumed;
+    lua_pop(L, 1);
+    if (lua_type(L, -1) != LUA_TLIGHTUSERDATA || !dlp_capsule_state(lua_touserdata(L, -1), &versioned, &consumed))
+      luaL_error(L, "from_dlpack: __dlpack must return a capsule, got %s", luaL_typename(L, -1));
+    void *managed = dlp_capsule_take(L, -1, &versioned, "from_dlpack");
+    lua_pop(L, 1);
+    dlp_import(L, managed, versioned);
   }
-  lua_pop(L, 1);
-  int versioned, consumed;
-  if (lua_type(L, -1) != LUA_TLIGHTUSERDATA || !dlp_capsule_state(lua_touserdata(L, -1), &versioned, &consumed))
-    luaL_error(L, "from_dlpack: __dlpack must return a capsule, got %s", luaL_typename(L, -1));
-  void *managed = dlp_capsule_take(L, -1, &versioned, "from_dlpack");
-  lua_pop(L, 1);
-  dlp_import(L, managed, versioned);
+  /* the producer ordered its work before our stream: what follows on this memory is there */
+  dlp_Tensor *t = lua_touserdata(L, -1);
+  if (consumer && dlp_device_is_cuda(t->dl.device)) dlp_owner_set_stream(t->owner, consumer);
+  lua_remove(L, -2); /* the stream keeper */
 }
 
 static int l_from_dlpack(lua_State *L) {
@@ -440,10 +470,8 @@ static int l_from_dlpack(lua_State *L) {
   if (own) {
     /* one of ours: share its owner directly, as an export and import would */
     if (!own->owner) return luaL_argerror(L, 1, "tensor was released");
-    if (stream && own->dl.device.device_type != kDLCUDA && own->dl.device.device_type != kDLROCM) {
-      dlp_push_device_name(L, own->dl.device);
-      return luaL_error(L, "from_dlpack: stream must be nil for a tensor on %s", lua_tostring(L, -1));
-    }
+    dlp_CudaStream *consumer = consumer_stream(L, stream, own->dl.device, "from_dlpack");
+    if (has_streams(own->dl.device)) dlp_cuda_order_for_consumer(L, own->owner, own->dl.device, consumer);
     dlp_tensor_alias(L, own, own->dl.device);
   } else if (lua_type(L, 1) == LUA_TLIGHTUSERDATA) {
     int versioned;
@@ -452,14 +480,10 @@ static int l_from_dlpack(lua_State *L) {
   } else {
     import_from_producer(L, 1, copy, stream);
   }
-  int got = lua_gettop(L);
-  dlp_Tensor *t = lua_touserdata(L, got);
+  dlp_Tensor *t = lua_touserdata(L, -1);
   if (!has_device) target = t->dl.device;
   if (dlp_device_equal(target, t->dl.device)) {
-    if (copy == 1 && !(t->flags & DLP_FLAG_IS_COPIED)) {
-      dlp_check_host(L, t, "from_dlpack");
-      dlp_clone(L, t, t->dtype, t->dl.device);
-    }
+    if (copy == 1 && !(t->flags & DLP_FLAG_IS_COPIED)) dlp_clone(L, t, t->dtype, t->dl.device);
   } else if (target.device_type == kDLCPU && dlp_device_is_host(t->dl.device)) {
     /* pinned and managed memory is CPU memory: relabel it rather than copy */
     if (copy == 1) dlp_clone(L, t, t->dtype, target);
@@ -470,8 +494,11 @@ static int l_from_dlpack(lua_State *L) {
     if (copy == 0)
       return dlp_buffer_error(L, "from_dlpack: cannot move a tensor from %s to %s without copying (copy = false)",
                               lua_tostring(L, -2), lua_tostring(L, -1));
-    return dlp_buffer_error(L, "from_dlpack: cannot copy a tensor from %s to %s", lua_tostring(L, -2),
-                            lua_tostring(L, -1));
+    if (!copyable(t->dl.device) || !copyable(target))
+      return dlp_buffer_error(L, "from_dlpack: cannot copy a tensor from %s to %s", lua_tostring(L, -2),
+                              lua_tostring(L, -1));
+    lua_pop(L, 2);
+    dlp_clone(L, t, t->dtype, target); /* we import natively, then copy ourselves */
   }
   return 1;
 }

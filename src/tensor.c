@@ -143,14 +143,20 @@ dlp_Tensor *dlp_tensor_new(lua_State *L, int dtype, DLDevice device, int ndim, c
   size_t nbytes;
   for (int i = 0; i < ndim; i++) numel *= shape[i]; /* shapes reaching here were checked for overflow */
   if (numel > (int64_t)(SIZE_MAX / 16)) luaL_error(L, "tensor of %I elements is too large", (lua_Integer)numel);
-  if (device.device_type != kDLCPU) {
+  if (device.device_type != kDLCPU && !dlp_device_is_cuda(device)) {
     dlp_push_device_name(L, device);
-    luaL_error(L, "cannot allocate memory on device %s: only cpu memory can be allocated without CUDA",
+    luaL_error(L, "cannot allocate memory on device %s (only cpu and CUDA memory can be allocated)",
                lua_tostring(L, -1));
   }
   nbytes = dlp_storage_bytes(dtype, numel, 0);
-  t = dlp_tensor_push(L, ndim);
-  o = dlp_owner_new_memory(nbytes, zeroed);
+  t = dlp_tensor_push(L, ndim); /* first, so that a failure below leaves nothing behind */
+  if (device.device_type == kDLCPU) {
+    o = dlp_owner_new_memory(nbytes, zeroed);
+  } else {
+    void *memory = dlp_cuda_alloc(L, device, nbytes, zeroed);
+    o = dlp_owner_new_block(memory, device, nbytes);
+    if (!o) dlp_cuda_free(device, memory);
+  }
   if (!o) luaL_error(L, "not enough memory for a tensor of %I bytes", (lua_Integer)nbytes);
   t->owner = o;
   t->dl.data = o->memory;
@@ -220,7 +226,15 @@ static int l_full(lua_State *L) {
   DLDevice device = dlp_opt_device(L, 4, cpu);
   dlp_check_element(L, 2, dtype, value, "dlpack.full"); /* before allocating anything */
   check_size(L, ndim, shape, dtype);
-  dlp_fill(L, dlp_tensor_new(L, dtype, device, ndim, shape, 0), 2, "dlpack.full");
+  dlp_Tensor *t = dlp_tensor_new(L, dtype, device, ndim, shape, 0);
+  if (dlp_device_is_host(device)) {
+    dlp_fill(L, t, 2, "dlpack.full");
+  } else { /* fill on the host, then one copy to the device */
+    dlp_Tensor *staging = dlp_tensor_new(L, dtype, cpu, ndim, shape, 0);
+    dlp_fill(L, staging, 2, "dlpack.full");
+    dlp_cuda_copy(L, t, staging, NULL);
+    lua_pop(L, 1);
+  }
   return 1;
 }
 

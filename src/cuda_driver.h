@@ -1,0 +1,75 @@
+/* The part of the CUDA driver API this module calls, resolved with dlsym at run time.
+ *
+ * Nothing links against libcuda: cuda.c opens it (or the library named by the
+ * environment variable DLPACK_LUA_CUDA_DRIVER, which the specs point at a fake
+ * driver) the first time CUDA is needed. When the toolkit's cuda.h is found at
+ * build time (DLPACK_LUA_HAVE_CUDA_H) its types are used and every pointer type
+ * below is checked against the real prototype; otherwise the few types needed
+ * are declared here with the driver's ABI. */
+#ifndef DLPACK_LUA_CUDA_DRIVER_H
+#define DLPACK_LUA_CUDA_DRIVER_H
+
+#include <stddef.h>
+
+#ifdef DLPACK_LUA_HAVE_CUDA_H
+#include <cuda.h>
+#else
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+#define CUDA_SUCCESS 0
+#define CUDA_ERROR_NOT_READY 600
+#define CU_STREAM_LEGACY ((CUstream)0x1)
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
+#define CU_STREAM_NON_BLOCKING 0x1
+#define CU_EVENT_DEFAULT 0x0
+#define CU_EVENT_DISABLE_TIMING 0x2
+#define CU_MEMHOSTALLOC_PORTABLE 0x01
+#define CU_MEM_ATTACH_GLOBAL 0x1
+#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
+#endif
+
+/* X(name in the library, pointer type, parameters) for every function used. */
+#define DLP_CUDA_FUNCTIONS(X)                                                                   \
+  X(cuInit, (unsigned int flags))                                                               \
+  X(cuDeviceGetCount, (int *count))                                                             \
+  X(cuDeviceGet, (CUdevice *device, int ordinal))                                               \
+  X(cuDevicePrimaryCtxRetain, (CUcontext *ctx, CUdevice device))                                \
+  X(cuCtxGetCurrent, (CUcontext *ctx))                                                          \
+  X(cuCtxSetCurrent, (CUcontext ctx))                                                           \
+  X(cuGetErrorString, (CUresult error, const char **text))                                      \
+  X(cuMemAlloc_v2, (CUdeviceptr *ptr, size_t bytes))                                            \
+  X(cuMemFree_v2, (CUdeviceptr ptr))                                                            \
+  X(cuMemHostAlloc, (void **ptr, size_t bytes, unsigned int flags))                             \
+  X(cuMemFreeHost, (void *ptr))                                                                 \
+  X(cuMemAllocManaged, (CUdeviceptr *ptr, size_t bytes, unsigned int flags))                    \
+  X(cuMemcpyAsync, (CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream))           \
+  X(cuMemsetD8Async, (CUdeviceptr dst, unsigned char value, size_t count, CUstream stream))     \
+  X(cuPointerGetAttribute, (void *data, int attribute, CUdeviceptr ptr))                        \
+  X(cuStreamCreateWithPriority, (CUstream *stream, unsigned int flags, int priority))           \
+  X(cuStreamDestroy_v2, (CUstream stream))                                                      \
+  X(cuStreamSynchronize, (CUstream stream))                                                     \
+  X(cuStreamQuery, (CUstream stream))                                                           \
+  X(cuStreamWaitEvent, (CUstream stream, CUevent event, unsigned int flags))                    \
+  X(cuEventCreate, (CUevent *event, unsigned int flags))                                        \
+  X(cuEventRecord, (CUevent event, CUstream stream))                                            \
+  X(cuEventSynchronize, (CUevent event))                                                        \
+  X(cuEventQuery, (CUevent event))                                                              \
+  X(cuEventElapsedTime, (float *ms, CUevent start, CUevent end))                                \
+  X(cuEventDestroy_v2, (CUevent event))
+
+#define DLP_CUDA_TYPEDEF(name, params) typedef CUresult (*name##_fn) params;
+DLP_CUDA_FUNCTIONS(DLP_CUDA_TYPEDEF)
+#undef DLP_CUDA_TYPEDEF
+
+/* The driver's functions, filled by dlp_cuda_driver() (cuda.c). */
+typedef struct dlp_CudaDriver {
+#define DLP_CUDA_FIELD(name, params) name##_fn name;
+  DLP_CUDA_FUNCTIONS(DLP_CUDA_FIELD)
+#undef DLP_CUDA_FIELD
+} dlp_CudaDriver;
+
+#endif
