@@ -36,7 +36,7 @@ PEERS       = $(BUILD)/peers
 export LUA_PATH  := $(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/spec/?.lua;;
 export LUA_CPATH := $(CURDIR)/$(BUILD)/?.so;;
 
-.PHONY: all static test conformance demo install deps asan asan-build valgrind lint bench clean
+.PHONY: all static test conformance demo install deps asan asan-build valgrind lint bench clean gpu gpu-build
 
 all: $(MODULE) $(STATIC) $(FABRICATE)
 
@@ -65,6 +65,29 @@ PY_CFLAGS = $(shell $(PYTHON)-config --cflags 2>/dev/null | sed 's/-Werror[^ ]*/
 PY_LIBS   = $(shell $(PYTHON)-config --embed --ldflags 2>/dev/null)
 $(PEERS): spec/peers/peers.c $(STATIC)
 	$(CC) $(ALL_CFLAGS) $(PY_CFLAGS) -Wno-missing-prototypes -Isrc -o $@ $< $(STATIC) $(LUA_LIB) $(PY_LIBS) $(LDLIBS)
+
+# The GPU suite's pieces (spec/gpu, docs/gpu.md): built here where they can be, run on a GPU machine.
+NVCC       ?= $(CUDA_HOME)/bin/nvcc
+NVCC_ARCH  ?= sm_90
+GPU_KERNELS = $(BUILD)/gpu/gpu_kernels.so
+LUAPEER     = $(BUILD)/gpu/libluapeer.so
+BENCH_CUDA  = $(BUILD)/bench_cuda
+
+$(GPU_KERNELS): spec/gpu/kernels.cu
+	@mkdir -p $(@D)
+	$(NVCC) -shared -Xcompiler -fPIC -arch=$(NVCC_ARCH) $(LUA_INC) -Isrc -o $@ $<
+
+$(LUAPEER): spec/gpu/luapeer.c $(STATIC)
+	@mkdir -p $(@D)
+	$(CC) -shared $(ALL_CFLAGS) -Wno-missing-prototypes -Isrc -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)
+
+$(BENCH_CUDA): bench/cuda.c $(STATIC)
+	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)
+
+gpu-build: all $(LUAPEER) $(BENCH_CUDA) $(if $(wildcard $(NVCC)),$(GPU_KERNELS))
+
+gpu:
+	bash spec/gpu/prepare.sh run
 
 deps:
 	@bash .ci/deps
@@ -102,7 +125,7 @@ asan: deps
 valgrind: deps all
 	@bash spec/run.sh 60
 
-bench: all
+bench: all $(BENCH_CUDA)
 	$(LUA) bench/run.lua
 
 clean:

@@ -72,3 +72,16 @@ report("copy 4 MiB float32 -> float64 (convert)", per_op(10, function(n)
   local d = dlpack.zeros({1024, 1024}, "float64")
   for _ = 1, n do d:copy(big_src) end
 end), memcpy_like, "a contiguous 4 MiB copy")
+
+-- CUDA (bench/cuda.c, built as build/bench_cuda by `make bench`): copy bandwidth from pinned
+-- memory as a ratio to cuMemcpy*Async and the cost of an exchange with a stream wait; it
+-- prints why it skips on a machine without a GPU.
+local cuda_bench = (os.getenv("DLPACK_BUILD") or "build") .. "/bench_cuda"
+local exe = io.open(cuda_bench, "rb")
+if exe then
+  exe:close()
+  io.stdout:flush()
+  os.execute(cuda_bench)
+else
+  print("cuda: skipped (" .. cuda_bench .. " is not built)")
+end

@@ -197,8 +197,7 @@ static int l_copy(lua_State *L) {
 
 static int l_clone(lua_State *L) {
   dlp_Tensor *t = dlp_tensor_check(L, 1);
-  dlp_check_host(L, t, "clone");
-  dlp_clone(L, t, t->dtype, t->dl.device);
+  dlp_clone(L, t, t->dtype, t->dl.device); /* host, or CUDA when it is there */
   return 1;
 }
 
@@ -208,7 +207,6 @@ static int l_contiguous(lua_State *L) {
     lua_settop(L, 1);
     return 1;
   }
-  dlp_check_host(L, t, "contiguous");
   dlp_clone(L, t, t->dtype, t->dl.device);
   return 1;
 }

@@ -270,13 +270,14 @@ typedef struct {
   int versioned;
 } export_out;
 
-/* In protected mode: 1 tensor, 2 versioned, 3 copy (nil or boolean), 4 export_out.
- * Without copy it uses the C API (dlpack_lua_export_*); with copy it goes through
+/* In protected mode: 1 tensor, 2 versioned, 3 copy (nil or boolean), 4 export_out,
+ * 5 stream (nil or integer), 6 dl_device (nil or {type, id}). Without copy, stream
+ * and dl_device it uses the C API (dlpack_lua_export_*); otherwise it goes through
  * dlpack.to_dlpack and dlpack_lua_capsule_consume, as a C module would. */
 static int export_tensor(lua_State *S) {
   int versioned = lua_toboolean(S, 2);
   export_out *out = lua_touserdata(S, 4);
-  if (lua_isnil(S, 3)) {
+  if (lua_isnil(S, 3) && lua_isnil(S, 5) && lua_isnil(S, 6)) {
     out->versioned = versioned;
     out->managed = versioned ? (void *)dlpack_lua_export_versioned(S, 1) : (void *)dlpack_lua_export_legacy(S, 1);
     return 0;
@@ -284,9 +285,15 @@ static int export_tensor(lua_State *S) {
   lua_getglobal(S, "dlpack");
   lua_getfield(S, -1, "to_dlpack");
   lua_pushvalue(S, 1);
-  lua_createtable(S, 0, 2);
-  lua_pushboolean(S, lua_toboolean(S, 3));
-  lua_setfield(S, -2, "copy");
+  lua_createtable(S, 0, 4);
+  if (!lua_isnil(S, 3)) {
+    lua_pushboolean(S, lua_toboolean(S, 3));
+    lua_setfield(S, -2, "copy");
+  }
+  lua_pushvalue(S, 5);
+  lua_setfield(S, -2, "stream");
+  lua_pushvalue(S, 6);
+  lua_setfield(S, -2, "dl_device");
   lua_createtable(S, 2, 0);
   lua_pushinteger(S, versioned ? 1 : 0);
   lua_rawseti(S, -2, 1);
@@ -299,14 +306,18 @@ static int export_tensor(lua_State *S) {
   return 0;
 }
 
-/* luapeer.export(expr, versioned=False, copy=None) -> PyCapsule */
+/* luapeer.export(expr, versioned=False, copy=None, stream=None, dl_device=None) -> PyCapsule */
 static PyObject *peer_export(PyObject *self, PyObject *args, PyObject *kw) {
   (void)self;
-  static char *kwlist[] = {"expr", "versioned", "copy", NULL};
+  static char *kwlist[] = {"expr", "versioned", "copy", "stream", "dl_device", NULL};
   const char *expr;
-  int versioned = 0;
-  PyObject *copy = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "s|pO", kwlist, &expr, &versioned, &copy)) return NULL;
+  int versioned = 0, dl_type = 0, dl_id = 0;
+  PyObject *copy = Py_None, *stream = Py_None, *dl_device = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "s|pOOO", kwlist, &expr, &versioned, &copy, &stream, &dl_device))
+    return NULL;
+  long long stream_value = 0;
+  if (stream != Py_None && (stream_value = PyLong_AsLongLong(stream)) == -1 && PyErr_Occurred()) return NULL;
+  if (dl_device != Py_None && !PyArg_ParseTuple(dl_device, "ii", &dl_type, &dl_id)) return NULL;
   if (!need_state()) return NULL;
   int base = lua_gettop(L);
   export_out out = {NULL, 0};
@@ -320,7 +331,18 @@ static PyObject *peer_export(PyObject *self, PyObject *args, PyObject *kw) {
   if (copy == Py_None) lua_pushnil(L);
   else lua_pushboolean(L, PyObject_IsTrue(copy));
   lua_pushlightuserdata(L, &out);
-  if (lua_pcall(L, 4, 0, base + 1) != LUA_OK) return raise_lua_error(base);
+  if (stream == Py_None) lua_pushnil(L);
+  else lua_pushinteger(L, (lua_Integer)stream_value);
+  if (dl_device == Py_None) {
+    lua_pushnil(L);
+  } else {
+    lua_createtable(L, 2, 0);
+    lua_pushinteger(L, dl_type);
+    lua_rawseti(L, -2, 1);
+    lua_pushinteger(L, dl_id);
+    lua_rawseti(L, -2, 2);
+  }
+  if (lua_pcall(L, 6, 0, base + 1) != LUA_OK) return raise_lua_error(base);
   lua_settop(L, base);
   const char *name = out.versioned ? VERSIONED : LEGACY;
   PyObject *cap = PyCapsule_New(out.managed, name, capsule_destructor);
@@ -453,6 +475,13 @@ static PyObject *peer_capsule_name(PyObject *self, PyObject *cap) {
   return PyUnicode_FromString(name);
 }
 
+/* luapeer.flags(cap): DLManagedTensorVersioned.flags of an unconsumed versioned capsule. */
+static PyObject *peer_flags(PyObject *self, PyObject *cap) {
+  (void)self;
+  DLManagedTensorVersioned *m = PyCapsule_GetPointer(cap, VERSIONED);
+  return m ? PyLong_FromUnsignedLongLong(m->flags) : NULL;
+}
+
 static PyObject *peer_lua_version(PyObject *self, PyObject *noargs) {
   (void)self, (void)noargs;
   return PyUnicode_FromFormat("%s, dlpack_lua %s", LUA_RELEASE, DLPACK_LUA_VERSION);
@@ -461,13 +490,14 @@ static PyObject *peer_lua_version(PyObject *self, PyObject *noargs) {
 static PyMethodDef peer_methods[] = {
     {"run", peer_run, METH_VARARGS, "run(code, *args): run a Lua chunk; capsules in args are consumed"},
     {"export", (PyCFunction)(void (*)(void))peer_export, METH_VARARGS | METH_KEYWORDS,
-     "export(expr, versioned=False, copy=None): a DLPack PyCapsule of a Lua tensor"},
+     "export(expr, versioned=False, copy=None, stream=None, dl_device=None): a DLPack PyCapsule of a Lua tensor"},
     {"push_host", peer_push_host, METH_VARARGS, "push_host(name, dtype, shape): lend a host buffer to Lua"},
     {"device", peer_device, METH_VARARGS, "device(expr): (device_type, device_id)"},
     {"open", peer_open, METH_NOARGS, "open a fresh Lua state (if closed)"},
     {"close", peer_close, METH_NOARGS, "lua_close the state"},
     {"host_deletes", peer_host_deletes, METH_NOARGS, "how many host buffers were handed back"},
     {"capsule_name", peer_capsule_name, METH_O, "the name of a PyCapsule"},
+    {"flags", peer_flags, METH_O, "flags(cap): the flags of an unconsumed versioned capsule"},
     {"lua_version", peer_lua_version, METH_NOARGS, "Lua and dlpack versions"},
     {NULL, NULL, 0, NULL}};
 
