@@ -30,6 +30,7 @@ HEADERS     = $(wildcard src/*.h)
 MODULE      = $(BUILD)/dlpack/core.so
 STATIC      = $(BUILD)/libdlpack_lua.a
 FABRICATE   = $(BUILD)/fabricate.so
+FAKECUDA    = $(BUILD)/fakecuda.so
 HOST        = $(BUILD)/host
 PEERS       = $(BUILD)/peers
 
@@ -38,7 +39,7 @@ export LUA_CPATH := $(CURDIR)/$(BUILD)/?.so;;
 
 .PHONY: all static test conformance demo install deps asan asan-build valgrind lint bench clean gpu gpu-build
 
-all: $(MODULE) $(STATIC) $(FABRICATE)
+all: $(MODULE) $(STATIC) $(FABRICATE) $(FAKECUDA)
 
 static: $(STATIC)
 
@@ -56,6 +57,10 @@ $(STATIC): $(OBJECTS)
 
 # Test-only module that fabricates foreign managed tensors; never installed.
 $(FABRICATE): spec/c/fabricate.c src/dlpack_lua.h src/dlpack_abi.h
+	$(CC) -shared $(ALL_CFLAGS) -Isrc -o $@ $< $(LDLIBS)
+
+# Test-only fake CUDA driver (and Lua module `fakecuda`) for the CUDA specs without a GPU; never installed.
+$(FAKECUDA): spec/c/fakecuda.c src/cuda_driver.h
 	$(CC) -shared $(ALL_CFLAGS) -Isrc -o $@ $< $(LDLIBS)
 
 $(HOST): examples/host.c $(STATIC)

@@ -182,7 +182,9 @@ static dlp_CudaStream *opt_stream(lua_State *L, int arg, const dlp_Tensor *a, co
   if (lua_isnoneornil(L, arg) || lua_getfield(L, arg, "stream") == LUA_TNIL) return NULL;
   if (dlp_device_is_host(a->dl.device) && dlp_device_is_host(b->dl.device))
     luaL_argerror(L, arg, "stream given for a copy between host devices, which have no streams");
-  return dlp_cuda_check_stream(L, lua_gettop(L), "copy"); /* NULL for -1: synchronously */
+  const dlp_Tensor *on = dlp_device_is_host(a->dl.device) ? b : a; /* the CUDA side names the device */
+  return dlp_cuda_check_stream(L, lua_gettop(L), on->dl.device.device_type == kDLCUDA ? on->dl.device.device_id : 0,
+                               "copy"); /* NULL for -1: synchronously */
 }
 
 /* t:copy(src [, {stream = s}]) */
@@ -233,7 +235,8 @@ static int l_to(lua_State *L) {
     if (lua_getfield(L, 2, "stream") != LUA_TNIL) {
       if (dlp_device_is_host(device) && dlp_device_is_host(t->dl.device))
         return luaL_argerror(L, 2, "stream given for a copy between host devices, which have no streams");
-      stream = dlp_cuda_check_stream(L, lua_gettop(L), "to"); /* kept alive on the stack */
+      DLDevice on = dlp_device_is_host(device) ? t->dl.device : device; /* the CUDA side names the device */
+      stream = dlp_cuda_check_stream(L, lua_gettop(L), on.device_type == kDLCUDA ? on.device_id : 0, "to");
     }
   }
   int same_device = dlp_device_equal(device, t->dl.device);

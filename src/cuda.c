@@ -143,11 +143,36 @@ struct dlp_CudaStream {
   int is_static;
 };
 
-static dlp_CudaStream legacy_stream = {1, CU_STREAM_LEGACY, 0, 0, 1};
-static dlp_CudaStream per_thread_stream = {1, CU_STREAM_PER_THREAD, 0, 0, 1};
+/* Handles 1 and 2 name the legacy and per-thread default streams of whichever context is
+ * current, so there is one record of each per device. */
+static dlp_CudaStream default_streams[2][MAX_DEVICES];
+static pthread_once_t default_streams_once = PTHREAD_ONCE_INIT;
 
-dlp_CudaStream *dlp_cuda_legacy(void) {
-  return &legacy_stream;
+static void fill_default_streams(void) {
+  for (int kind = 0; kind < 2; kind++)
+    for (int device = 0; device < MAX_DEVICES; device++) {
+      dlp_CudaStream *s = &default_streams[kind][device];
+      atomic_init(&s->refs, 1);
+      s->handle = kind ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+      s->device = device;
+      s->owned = 0;
+      s->is_static = 1;
+    }
+}
+
+static dlp_CudaStream *default_stream(CUstream handle, int device) {
+  pthread_once(&default_streams_once, fill_default_streams);
+  return &default_streams[handle == CU_STREAM_PER_THREAD][device];
+}
+
+dlp_CudaStream *dlp_cuda_legacy(int device) {
+  return default_stream(CU_STREAM_LEGACY, device);
+}
+
+/* A stream to use for work on device: the default streams stand for that device's own. */
+static dlp_CudaStream *on_device(dlp_CudaStream *s, int device) {
+  if (s->handle == CU_STREAM_LEGACY || s->handle == CU_STREAM_PER_THREAD) return default_stream(s->handle, device);
+  return s;
 }
 
 void dlp_cuda_stream_retain(dlp_CudaStream *s) {
@@ -189,40 +214,48 @@ void dlp_owner_set_stream(dlp_Owner *o, dlp_CudaStream *s) {
   if (old) dlp_cuda_stream_release(old);
 }
 
-/* The stream of o's pending work, retained (the legacy stream when none was recorded). */
-static dlp_CudaStream *owner_stream(dlp_Owner *o) {
+/* The stream of the pending work on o's memory (on device d), retained. Device memory with no
+ * stream recorded was last used on its device's legacy stream; host memory has no pending work
+ * unless an asynchronous copy recorded one (NULL). */
+static dlp_CudaStream *owner_stream(dlp_Owner *o, DLDevice d) {
   dlp_CudaStream *s;
   pthread_mutex_lock(&driver.lock);
   s = atomic_load(&o->stream);
-  if (!s) s = &legacy_stream;
-  dlp_cuda_stream_retain(s);
+  if (!s && d.device_type == kDLCUDA) s = dlp_cuda_legacy(d.device_id);
+  if (s) dlp_cuda_stream_retain(s);
   pthread_mutex_unlock(&driver.lock);
   return s;
 }
 
-/* waiter waits for everything issued on producer so far (an event between them). */
-static CUresult make_wait(CUstream waiter, CUstream producer) {
+/* waiter waits for everything issued on producer so far (nothing when producer is NULL): an event
+ * recorded in the producer's context (events live on their stream's device), waited on in the
+ * waiter's. */
+static CUresult make_wait(const dlp_CudaStream *waiter, const dlp_CudaStream *producer) {
   CUevent ev;
   CUresult rc;
-  if (waiter == producer) return CUDA_SUCCESS;
-  rc = driver.fn.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING);
+  Scope scope;
+  if (!producer || (waiter->handle == producer->handle && waiter->device == producer->device)) return CUDA_SUCCESS;
+  rc = enter(producer->device, &scope);
+  if (rc == CUDA_SUCCESS && (rc = driver.fn.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING)) == CUDA_SUCCESS &&
+      (rc = driver.fn.cuEventRecord(ev, producer->handle)) != CUDA_SUCCESS)
+    driver.fn.cuEventDestroy_v2(ev);
+  leave(&scope);
   if (rc != CUDA_SUCCESS) return rc;
-  rc = driver.fn.cuEventRecord(ev, producer);
-  if (rc == CUDA_SUCCESS) rc = driver.fn.cuStreamWaitEvent(waiter, ev, 0);
-  driver.fn.cuEventDestroy_v2(ev); /* freed once the wait no longer needs it */
+  rc = enter(waiter->device, &scope);
+  if (rc == CUDA_SUCCESS) rc = driver.fn.cuStreamWaitEvent(waiter->handle, ev, 0);
+  leave(&scope);
+  if (enter(producer->device, &scope) == CUDA_SUCCESS) driver.fn.cuEventDestroy_v2(ev); /* freed once unused */
+  leave(&scope);
   return rc;
 }
 
 void dlp_cuda_order_for_consumer(lua_State *L, dlp_Owner *o, DLDevice device, dlp_CudaStream *consumer) {
-  Scope scope;
   CUresult rc;
   if (!consumer) return; /* -1: the consumer asked for no synchronisation */
   require_cuda(L, "export");
-  dlp_CudaStream *pending = owner_stream(o);
-  rc = enter(device_of(device), &scope);
-  if (rc == CUDA_SUCCESS) rc = make_wait(consumer->handle, pending->handle);
-  leave(&scope);
-  dlp_cuda_stream_release(pending);
+  dlp_CudaStream *pending = owner_stream(o, device);
+  rc = make_wait(on_device(consumer, device_of(device)), pending);
+  if (pending) dlp_cuda_stream_release(pending);
   check(L, rc, "export (ordering the consumer's stream)");
 }
 
@@ -364,13 +397,15 @@ void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, const dlp_Tensor *src, dlp_Cud
   if (dst_host && (src->dtype != dst->dtype || !dlp_is_contiguous(dst)))
     to = dlp_tensor_new(L, src->dtype, cpu, dst->dl.ndim, dst->dl.shape, 0);
   int device = device_of(dst_host ? src->dl.device : dst->dl.device);
-  dlp_CudaStream *s = stream ? stream : &legacy_stream;
+  dlp_CudaStream *s = on_device(stream ? stream : dlp_cuda_legacy(device), device);
   size_t bytes = dlp_storage_bytes(from->dtype, dlp_numel(from), from->flags);
-  dlp_CudaStream *after_src = owner_stream(src->owner), *after_dst = owner_stream(dst->owner);
-  rc = enter(device, &scope);
+  dlp_CudaStream *after_src = owner_stream(src->owner, src->dl.device);
+  dlp_CudaStream *after_dst = owner_stream(dst->owner, dst->dl.device);
   /* the copy waits for what is pending on both blocks */
-  if (rc == CUDA_SUCCESS) rc = make_wait(s->handle, after_src->handle);
-  if (rc == CUDA_SUCCESS) rc = make_wait(s->handle, after_dst->handle);
+  rc = make_wait(s, after_src);
+  if (rc == CUDA_SUCCESS) rc = make_wait(s, after_dst);
+  if (rc == CUDA_SUCCESS) rc = enter(s->device, &scope);
+  else scope.changed = 0;
   if (rc == CUDA_SUCCESS && bytes > 0)
     rc = driver.fn.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dlp_first_element(to),
                                  (CUdeviceptr)(uintptr_t)dlp_first_element(from), bytes, s->handle);
@@ -381,10 +416,10 @@ void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, const dlp_Tensor *src, dlp_Cud
     if (rc == CUDA_SUCCESS && dst_host) rc = hold_until_done(to->owner, s->handle, device);
   }
   leave(&scope);
-  dlp_cuda_stream_release(after_src);
-  dlp_cuda_stream_release(after_dst);
+  if (after_src) dlp_cuda_stream_release(after_src);
+  if (after_dst) dlp_cuda_stream_release(after_dst);
   check(L, rc, "copy");
-  if (stream) dlp_owner_set_stream(dst->owner, stream);
+  if (stream) dlp_owner_set_stream(dst->owner, s);
   if (to != dst) dlp_copy_into(L, dst, to); /* convert or scatter on the host */
   lua_settop(L, top);
 }
@@ -454,13 +489,13 @@ dlp_CudaStream *dlp_cuda_test_stream_object(lua_State *L, int idx) {
   return o ? o->s : NULL;
 }
 
-dlp_CudaStream *dlp_cuda_check_stream(lua_State *L, int idx, const char *what) {
+dlp_CudaStream *dlp_cuda_check_stream(lua_State *L, int idx, int device, const char *what) {
   StreamObject *o = luaL_testudata(L, idx, STREAM_MT);
   int isint;
   if (o) {
     if (!o->s) luaL_error(L, "%s: the stream was closed", what);
     lua_pushvalue(L, idx);
-    return o->s;
+    return on_device(o->s, device);
   }
   lua_Integer v = lua_tointegerx(L, idx, &isint);
   if (!isint) luaL_error(L, "%s: stream must be a dlpack.cuda.Stream or an integer, got %s", what, luaL_typename(L, idx));
@@ -470,8 +505,8 @@ dlp_CudaStream *dlp_cuda_check_stream(lua_State *L, int idx, const char *what) {
   if (v < -1) luaL_error(L, "%s: invalid stream %I", what, v);
   lua_pushnil(L);
   if (v == -1) return NULL;
-  if (v == 1) return &legacy_stream;
-  if (v == 2) return &per_thread_stream;
+  if (v == 1) return default_stream(CU_STREAM_LEGACY, device);
+  if (v == 2) return default_stream(CU_STREAM_PER_THREAD, device);
   lua_pop(L, 1);
   dlp_cuda_push_wrapped(L, (uintptr_t)v, 0); /* keeps the record alive while the caller uses it */
   return ((StreamObject *)lua_touserdata(L, -1))->s;
@@ -491,7 +526,7 @@ static int stream_index(lua_State *L) {
 
 static int l_stream_close(lua_State *L) {
   StreamObject *o = luaL_checkudata(L, 1, STREAM_MT);
-  if (o->s) {
+  if (o->s && !o->s->is_static) { /* the default streams own nothing: closing them does nothing */
     dlp_CudaStream *s = o->s;
     o->s = NULL;
     dlp_cuda_stream_release(s);
@@ -582,7 +617,7 @@ static void record_event(lua_State *L, EventObject *e, dlp_CudaStream *s) {
 
 static int l_event_record(lua_State *L) {
   EventObject *e = check_event(L, 1);
-  dlp_CudaStream *s = lua_isnoneornil(L, 2) ? &legacy_stream : check_open_stream(L, 2);
+  dlp_CudaStream *s = lua_isnoneornil(L, 2) ? dlp_cuda_legacy(e->device) : on_device(check_open_stream(L, 2), e->device);
   require_cuda(L, "record");
   record_event(L, e, s);
   lua_settop(L, 1);
@@ -647,8 +682,8 @@ static int l_stream_wait(lua_State *L) {
   require_cuda(L, "wait");
   if (!e) {
     dlp_CudaStream *other = check_open_stream(L, 2);
-    rc = enter(s->device, &scope);
-    if (rc == CUDA_SUCCESS) rc = make_wait(s->handle, other->handle);
+    rc = make_wait(s, other);
+    scope.changed = 0;
   } else {
     if (!e->ev) return luaL_argerror(L, 2, "event was closed");
     rc = enter(s->device, &scope);
@@ -748,9 +783,9 @@ void dlp_cuda_register(lua_State *L, int module) {
   lua_setfield(L, -2, "__call");
   lua_setmetatable(L, -2);
   lua_setfield(L, -2, "Event");
-  push_static_stream(L, &legacy_stream);
+  push_static_stream(L, default_stream(CU_STREAM_LEGACY, 0));
   lua_setfield(L, -2, "legacy_stream");
-  push_static_stream(L, &per_thread_stream);
+  push_static_stream(L, default_stream(CU_STREAM_PER_THREAD, 0));
   lua_setfield(L, -2, "per_thread_stream");
   lua_setfield(L, module, "cuda");
 }

@@ -1,0 +1,1309 @@
+/*
+ * fakecuda: a fake CUDA driver for the specs (test-only, never installed).
+ *
+ * One shared library that is both
+ *   - a "libcuda" exporting exactly the driver functions of src/cuda_driver.h
+ *     (plus cuEventElapsedTime_v2), which the module dlopens when
+ *     DLPACK_LUA_CUDA_DRIVER names this file, and
+ *   - a Lua module (`require "fakecuda"`) that inspects and drives the same
+ *     library instance: the dynamic loader hands the module's dlopen and Lua's
+ *     require the same copy (same file), so they share every static below.
+ *
+ * The point is to make wrong stream ordering, wrong contexts and leaks
+ * OBSERVABLE on a machine without a GPU:
+ *
+ *   Devices    FAKECUDA_DEVICES (default 2, at most 16; 0 makes cuInit fail
+ *              with CUDA_ERROR_NO_DEVICE). Every function but cuGetErrorString
+ *              needs cuInit first (else 3, NOT_INITIALIZED). One primary context
+ *              per device; the current context is thread-local.
+ *   Memory     cuMemAlloc_v2 returns an address range reserved with mmap
+ *              PROT_NONE: the bytes live in a shadow buffer only the fake
+ *              touches, so a module that reads or writes device memory from the
+ *              CPU crashes instead of passing by luck. Pinned (cuMemHostAlloc)
+ *              and managed memory are plain host memory. New memory is filled
+ *              with 0xA5, never zero. Every allocation records its kind and the
+ *              device of the context current when it was made (allocating
+ *              without a current context is an error: 201, INVALID_CONTEXT).
+ *              Frees must name the base of a live allocation of the right kind
+ *              (else 1, INVALID_VALUE). Like the real driver, cuMemFree_v2 and
+ *              cuMemFreeHost are synchronous: pending work of the device (all
+ *              devices for pinned memory) runs first; stats().free_with_pending
+ *              counts frees that found queued work touching the block.
+ *   Streams    lazy FIFO queues. cuMemcpyAsync, cuMemsetD8Async,
+ *              cuLaunchHostFunc, cuEventRecord and cuStreamWaitEvent only
+ *              enqueue. Work runs only when forced: cuStreamSynchronize(s) runs
+ *              s; cuEventSynchronize(e) runs e's stream up to e's record; a
+ *              "wait for e" item first runs e's stream up to e when it executes;
+ *              cuStreamDestroy_v2 runs the stream's work first; fake.run(s)
+ *              plays the GPU making progress. cuStreamQuery/cuEventQuery run
+ *              nothing and answer 600 (NOT_READY) while work is pending.
+ *              The legacy stream (NULL or 1) is one queue per device (the
+ *              current context's); the per-thread stream (2) one queue per
+ *              thread and device. The legacy stream's implicit synchronisation
+ *              with blocking streams is NOT modelled: it is a plain queue like
+ *              any other, so the module must order streams with events (its
+ *              own streams are non-blocking, where the real driver does not
+ *              synchronise either).
+ *              Enqueuing needs a current context (else 201). As with the real
+ *              driver, copies and waits may be issued to a stream of another
+ *              device than the current context's (stats().foreign_stream_ops
+ *              counts them), but an event can only be recorded on a stream of
+ *              its own device (else 400, as cudaEventRecord fails).
+ *   Host fns   run by the thread that forces the queue, with the fake's lock
+ *              held. A driver call from inside one is an error (800,
+ *              NOT_PERMITTED), as the real driver forbids it.
+ *   Errors     every misuse (bad frees, missing or wrong context, unknown or
+ *              destroyed streams and events, double destroy, out-of-range
+ *              copies, calls before cuInit, ...) increments fake.errors() and is
+ *              logged (fake.error_log(); printed when FAKECUDA_VERBOSE is set).
+ *   Memory of the fake itself stays reachable from its globals (destroyed
+ *   streams and events are kept so that later use is detected), so valgrind and
+ *   LeakSanitizer see no leak.
+ *
+ * Lua side (`local fake = require "fakecuda"`); pointers and handles are light
+ * userdata or integers (or a table/userdata with a `handle` field):
+ *   fake.live() -> {device =, host =, managed =, total =, bytes =, streams =, events =}
+ *   fake.allocation(ptr) -> {kind =, device =, base =, size =, offset =} or nil
+ *   fake.errors() -> count; fake.error_log() -> {messages...} (the last 64)
+ *   fake.pending(stream [, device]) -> queued items (legacy/per-thread: device
+ *       of the current context, else 0, unless given)
+ *   fake.run(stream [, device]) -> items executed; fake.sync_all() -> items executed
+ *   fake.write(stream, ptr, bytes [, device]) enqueues a "kernel" writing bytes
+ *   fake.read(ptr, n) -> the n bytes of fake device memory now (no sync)
+ *   fake.current_device() -> ordinal or nil; fake.set_current(ordinal or nil)
+ *   fake.device_count(); fake.initialized()
+ *   fake.calls(name) -> times the driver function was called; fake.reset_counts()
+ *   fake.fail_next(name, code [, times]) the next call(s) of name return code
+ *   fake.stream_info(stream [, device]) -> {kind =, device =, priority =, flags =,
+ *       destroyed =, pending =} or nil
+ *   fake.event_info(event) -> {device =, flags =, destroyed =, recorded =, completed =} or nil
+ *   fake.stats() -> {free_with_pending =, host_functions =, executed =, foreign_stream_ops =}
+ *   fake.pointer_device(ptr) -> cuPointerGetAttribute(DEVICE_ORDINAL) as the module would call it
+ */
+#define _GNU_SOURCE
+
+#undef DLPACK_LUA_HAVE_CUDA_H /* always the ABI types of cuda_driver.h, never cuda.h */
+#include "cuda_driver.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+
+/* ---- result codes ---- */
+enum {
+  E_SUCCESS = 0,
+  E_INVALID_VALUE = 1,
+  E_OUT_OF_MEMORY = 2,
+  E_NOT_INITIALIZED = 3,
+  E_NO_DEVICE = 100,
+  E_INVALID_DEVICE = 101,
+  E_INVALID_CONTEXT = 201,
+  E_INVALID_HANDLE = 400,
+  E_NOT_READY = 600,
+  E_NOT_PERMITTED = 800,
+};
+
+/* Every function the fake exports: those of src/cuda_driver.h (checked below)
+ * and the ones the module may try (cuEventElapsedTime_v2, cuLaunchHostFunc). */
+typedef void (*fake_HostFn)(void *user_data);
+#define FAKE_FUNCTIONS(X)                                                                                              \
+  X(cuInit, (unsigned int flags))                                                                                      \
+  X(cuDeviceGetCount, (int *count))                                                                                    \
+  X(cuDeviceGet, (CUdevice * device, int ordinal))                                                                     \
+  X(cuDevicePrimaryCtxRetain, (CUcontext * ctx, CUdevice device))                                                      \
+  X(cuCtxGetCurrent, (CUcontext * ctx))                                                                                \
+  X(cuCtxSetCurrent, (CUcontext ctx))                                                                                  \
+  X(cuGetErrorString, (CUresult error, const char **text))                                                             \
+  X(cuMemAlloc_v2, (CUdeviceptr * ptr, size_t bytes))                                                                  \
+  X(cuMemFree_v2, (CUdeviceptr ptr))                                                                                   \
+  X(cuMemHostAlloc, (void **ptr, size_t bytes, unsigned int flags))                                                    \
+  X(cuMemFreeHost, (void *ptr))                                                                                        \
+  X(cuMemAllocManaged, (CUdeviceptr * ptr, size_t bytes, unsigned int flags))                                          \
+  X(cuMemcpyAsync, (CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream))                                 \
+  X(cuMemsetD8Async, (CUdeviceptr dst, unsigned char value, size_t count, CUstream stream))                           \
+  X(cuPointerGetAttribute, (void *data, int attribute, CUdeviceptr ptr))                                               \
+  X(cuStreamCreateWithPriority, (CUstream * stream, unsigned int flags, int priority))                                 \
+  X(cuStreamDestroy_v2, (CUstream stream))                                                                             \
+  X(cuStreamSynchronize, (CUstream stream))                                                                            \
+  X(cuStreamQuery, (CUstream stream))                                                                                  \
+  X(cuStreamWaitEvent, (CUstream stream, CUevent event, unsigned int flags))                                           \
+  X(cuLaunchHostFunc, (CUstream stream, fake_HostFn fn, void *user_data))                                              \
+  X(cuEventCreate, (CUevent * event, unsigned int flags))                                                              \
+  X(cuEventRecord, (CUevent event, CUstream stream))                                                                   \
+  X(cuEventSynchronize, (CUevent event))                                                                               \
+  X(cuEventQuery, (CUevent event))                                                                                     \
+  X(cuEventElapsedTime, (float *ms, CUevent start, CUevent end))                                                       \
+  X(cuEventElapsedTime_v2, (float *ms, CUevent start, CUevent end))                                                    \
+  X(cuEventDestroy_v2, (CUevent event))
+
+/* function ids, for call counts and injected failures */
+#define FID(name, params) F_##name,
+enum { FAKE_FUNCTIONS(FID) F_COUNT };
+#undef FID
+#define FNAME(name, params) #name,
+static const char *const fnames[F_COUNT] = {FAKE_FUNCTIONS(FNAME)};
+#undef FNAME
+
+#define EXPORT __attribute__((visibility("default")))
+#define FPROTO(name, params) EXPORT CUresult name params;
+FAKE_FUNCTIONS(FPROTO)
+#undef FPROTO
+EXPORT int luaopen_fakecuda(lua_State *L);
+
+/* Every function the module resolves exists here with the module's type. */
+#define FCHECK(name, params) static const name##_fn check_##name __attribute__((unused)) = name;
+DLP_CUDA_FUNCTIONS(FCHECK)
+#undef FCHECK
+
+#define MAXDEV 16
+#define LOGN 64
+
+/* ---- state (all under one recursive lock) ---- */
+static pthread_mutex_t mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static int initialized, ndev;
+static unsigned long calls[F_COUNT];
+static int fail_code[F_COUNT];
+static unsigned fail_times[F_COUNT];
+static unsigned long errors, free_with_pending, host_functions, executed, foreign_stream_ops;
+static char errlog[LOGN][240];
+static unsigned long nlog;
+static _Thread_local int cur = -1;    /* current context's device, -1 for none */
+static _Thread_local int in_hostfn;   /* inside a host function run by the fake */
+
+struct CUctx_st {
+  int device;
+  unsigned long retained;
+};
+static struct CUctx_st ctxs[MAXDEV];
+
+enum { K_DEVICE, K_HOST, K_MANAGED };
+static const char *const knames[] = {"device", "host", "managed"};
+typedef struct Alloc {
+  uintptr_t base;
+  size_t size, reserved;
+  unsigned char *mem; /* where the bytes are (the shadow buffer for device memory) */
+  int kind, device;
+} Alloc;
+static Alloc *allocs;
+static size_t nallocs, capallocs;
+
+enum { OP_COPY, OP_SET, OP_HOSTFN, OP_RECORD, OP_WAIT, OP_WRITE };
+typedef struct Item {
+  struct Item *next;
+  int op;
+  uint64_t seq;
+  uintptr_t dst, src;
+  size_t n;
+  unsigned char value;
+  fake_HostFn fn;
+  void *data;
+  struct CUevent_st *event;
+  uint64_t gen;
+  struct CUstream_st *target;
+  uint64_t point; /* OP_WAIT: the target's record point */
+  unsigned char *bytes;
+} Item;
+
+enum { S_CREATED, S_LEGACY, S_PER_THREAD };
+static const char *const snames[] = {"created", "legacy", "per_thread"};
+struct CUstream_st {
+  struct CUstream_st *next_all;
+  int kind, device, priority, destroyed;
+  unsigned flags;
+  Item *head, *tail;
+  size_t count;
+  uint64_t enqueued, done;
+};
+static struct CUstream_st legacy[MAXDEV];
+static struct CUstream_st *all_streams; /* every stream: legacy, per-thread, created */
+static _Thread_local struct CUstream_st *ptds[MAXDEV];
+
+struct CUevent_st {
+  struct CUevent_st *next_all;
+  int device, destroyed, recorded, completed;
+  unsigned flags;
+  struct CUstream_st *stream;
+  uint64_t seq, gen;
+  double ms;
+};
+static struct CUevent_st *all_events;
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+__attribute__((format(printf, 1, 2))) static void misuse(const char *fmt, ...) {
+  char *line = errlog[nlog++ % LOGN];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof errlog[0], fmt, ap);
+  va_end(ap);
+  errors++;
+  if (getenv("FAKECUDA_VERBOSE")) fprintf(stderr, "fakecuda: misuse: %s\n", line);
+}
+
+static void *xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p) {
+    fprintf(stderr, "fakecuda: out of memory\n");
+    abort();
+  }
+  return p;
+}
+
+/* ---- memory table ---- */
+/* 1: [p, p+n) lies in allocation *out; -1: p is in *out but the range overflows it;
+ * 0: p is in no allocation (host memory the fake cannot check). */
+static int lookup(uintptr_t p, size_t n, Alloc **out) {
+  for (size_t i = 0; i < nallocs; i++) {
+    Alloc *a = &allocs[i];
+    if (p >= a->base && p < a->base + a->size) {
+      *out = a;
+      return n <= a->size - (p - a->base) ? 1 : -1;
+    }
+  }
+  *out = NULL;
+  return 0;
+}
+
+static Alloc *find_base(uintptr_t p) {
+  for (size_t i = 0; i < nallocs; i++)
+    if (allocs[i].base == p) return &allocs[i];
+  return NULL;
+}
+
+/* the CPU address of p's bytes (p untracked: p itself, host memory) */
+static unsigned char *bytes_at(uintptr_t p) {
+  Alloc *a;
+  if (lookup(p, 0, &a) != 0 && a) return a->mem + (p - a->base);
+  return (unsigned char *)p;
+}
+
+static Alloc *add_alloc(void) {
+  if (nallocs == capallocs) {
+    size_t cap = capallocs ? capallocs * 2 : 64;
+    Alloc *n = realloc(allocs, cap * sizeof *n);
+    if (!n) return NULL;
+    allocs = n;
+    capallocs = cap;
+  }
+  return &allocs[nallocs++];
+}
+
+static void remove_alloc(Alloc *a) {
+  if (a->kind == K_DEVICE) {
+    munmap((void *)a->base, a->reserved);
+    free(a->mem);
+  } else {
+    free(a->mem);
+  }
+  *a = allocs[--nallocs];
+}
+
+/* ---- streams and queues ---- */
+static void link_stream(struct CUstream_st *s) {
+  s->next_all = all_streams;
+  all_streams = s;
+}
+
+static void init_devices(void) {
+  for (int d = 0; d < ndev; d++) {
+    ctxs[d].device = d;
+    legacy[d].kind = S_LEGACY;
+    legacy[d].device = d;
+    link_stream(&legacy[d]);
+  }
+}
+
+static struct CUstream_st *per_thread(int device) {
+  if (!ptds[device]) {
+    struct CUstream_st *s = xmalloc(sizeof *s);
+    memset(s, 0, sizeof *s);
+    s->kind = S_PER_THREAD;
+    s->device = device;
+    link_stream(s); /* reachable after the thread ends */
+    ptds[device] = s;
+  }
+  return ptds[device];
+}
+
+static struct CUstream_st *find_created(uintptr_t h) {
+  for (struct CUstream_st *s = all_streams; s; s = s->next_all)
+    if (s->kind == S_CREATED && (uintptr_t)s == h) return s;
+  return NULL;
+}
+
+static struct CUevent_st *find_event(uintptr_t h) {
+  for (struct CUevent_st *e = all_events; e; e = e->next_all)
+    if ((uintptr_t)e == h) return e;
+  return NULL;
+}
+
+static Item *new_item(int op) {
+  Item *it = xmalloc(sizeof *it);
+  memset(it, 0, sizeof *it);
+  it->op = op;
+  return it;
+}
+
+static void enqueue(struct CUstream_st *s, Item *it) {
+  it->seq = ++s->enqueued;
+  it->next = NULL;
+  if (s->tail)
+    s->tail->next = it;
+  else
+    s->head = it;
+  s->tail = it;
+  s->count++;
+}
+
+static void run_to(struct CUstream_st *s, uint64_t seq);
+
+static void execute(Item *it) {
+  executed++;
+  switch (it->op) {
+  case OP_COPY:
+    if (it->n) memmove(bytes_at(it->dst), bytes_at(it->src), it->n);
+    break;
+  case OP_SET:
+    if (it->n) memset(bytes_at(it->dst), it->value, it->n);
+    break;
+  case OP_WRITE:
+    if (it->n) memcpy(bytes_at(it->dst), it->bytes, it->n);
+    break;
+  case OP_HOSTFN:
+    host_functions++;
+    in_hostfn++;
+    it->fn(it->data);
+    in_hostfn--;
+    break;
+  case OP_RECORD:
+    if (it->gen == it->event->gen) {
+      it->event->completed = 1;
+      it->event->ms = now_ms();
+    }
+    break;
+  case OP_WAIT:
+    run_to(it->target, it->point);
+    break;
+  }
+}
+
+/* Executes s's items up to sequence number seq (included). */
+static void run_to(struct CUstream_st *s, uint64_t seq) {
+  while (s->head && s->done < seq) {
+    Item *it = s->head;
+    s->head = it->next;
+    if (!s->head) s->tail = NULL;
+    s->count--;
+    execute(it); /* a WAIT item may run other streams, never this one past s->done */
+    s->done = it->seq;
+    free(it->bytes);
+    free(it);
+  }
+}
+
+static size_t run_all(struct CUstream_st *s) {
+  size_t n = s->count;
+  run_to(s, s->enqueued);
+  return n;
+}
+
+/* runs every queue (of one device, or all when device < 0) */
+static size_t run_device(int device) {
+  size_t n = 0;
+  for (int again = 1; again;) {
+    again = 0;
+    for (struct CUstream_st *s = all_streams; s; s = s->next_all)
+      if ((device < 0 || s->device == device) && s->count) {
+        n += run_all(s);
+        again = 1;
+      }
+  }
+  return n;
+}
+
+static int touches(const Item *it, const Alloc *a) {
+  uintptr_t lo = a->base, hi = a->base + a->size;
+  switch (it->op) {
+  case OP_COPY:
+    return (it->dst < hi && it->dst + it->n > lo) || (it->src < hi && it->src + it->n > lo);
+  case OP_SET:
+  case OP_WRITE:
+    return it->dst < hi && it->dst + it->n > lo;
+  default:
+    return 0;
+  }
+}
+
+static int pending_on(const Alloc *a) {
+  for (struct CUstream_st *s = all_streams; s; s = s->next_all)
+    for (Item *it = s->head; it; it = it->next)
+      if (touches(it, a)) return 1;
+  return 0;
+}
+
+/* ---- entry and exit of every driver function ---- */
+static CUresult enter(int f) {
+  pthread_mutex_lock(&mu);
+  calls[f]++;
+  if (in_hostfn) {
+    misuse("%s called from inside a host function (cuLaunchHostFunc)", fnames[f]);
+    return E_NOT_PERMITTED;
+  }
+  if (fail_times[f]) {
+    fail_times[f]--;
+    return fail_code[f];
+  }
+  if (!initialized && f != F_cuInit && f != F_cuGetErrorString) {
+    misuse("%s called before cuInit", fnames[f]);
+    return E_NOT_INITIALIZED;
+  }
+  return E_SUCCESS;
+}
+
+#define ENTER(f)                                                                                                       \
+  do {                                                                                                                 \
+    CUresult enter_rc_ = enter(F_##f);                                                                                 \
+    if (enter_rc_ != E_SUCCESS) {                                                                                      \
+      pthread_mutex_unlock(&mu);                                                                                       \
+      return enter_rc_;                                                                                                \
+    }                                                                                                                  \
+  } while (0)
+#define RETURN(rc)                                                                                                     \
+  do {                                                                                                                 \
+    CUresult ret_rc_ = (rc);                                                                                           \
+    pthread_mutex_unlock(&mu);                                                                                         \
+    return ret_rc_;                                                                                                    \
+  } while (0)
+/* misuse: log it and return code */
+#define MISUSE(code, ...)                                                                                              \
+  do {                                                                                                                 \
+    misuse(__VA_ARGS__);                                                                                               \
+    RETURN(code);                                                                                                      \
+  } while (0)
+
+/* The stream a handle names, for the driver function f. enqueue: the caller
+ * adds work, which needs a current context of the stream's device. */
+static struct CUstream_st *resolve(CUstream h, int f, int enqueue_work, CUresult *rc) {
+  *rc = E_SUCCESS;
+  if (h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) {
+    if (cur < 0) {
+      misuse("%s on the %s stream without a current context", fnames[f],
+             h == CU_STREAM_PER_THREAD ? "per-thread" : "legacy");
+      *rc = E_INVALID_CONTEXT;
+      return NULL;
+    }
+    return h == CU_STREAM_PER_THREAD ? per_thread(cur) : &legacy[cur];
+  }
+  struct CUstream_st *s = find_created((uintptr_t)h);
+  if (!s) {
+    misuse("%s on an unknown stream %p", fnames[f], (void *)h);
+    *rc = E_INVALID_HANDLE;
+    return NULL;
+  }
+  if (s->destroyed) {
+    misuse("%s on a destroyed stream %p", fnames[f], (void *)h);
+    *rc = E_INVALID_HANDLE;
+    return NULL;
+  }
+  if (enqueue_work && cur < 0) {
+    misuse("%s on a stream of device %d without a current context", fnames[f], s->device);
+    *rc = E_INVALID_CONTEXT;
+    return NULL;
+  }
+  /* Allowed by the driver (copies and stream waits may be issued to a stream of
+   * another device; kernel launches may not), so only counted. */
+  if (enqueue_work && cur != s->device) foreign_stream_ops++;
+  return s;
+}
+
+#define RESOLVE(var, h, f, enq)                                                                                        \
+  CUresult var##_rc;                                                                                                   \
+  struct CUstream_st *var = resolve(h, F_##f, enq, &var##_rc);                                                         \
+  if (!var) RETURN(var##_rc)
+
+static struct CUevent_st *resolve_event(CUevent h, int f, CUresult *rc) {
+  struct CUevent_st *e = find_event((uintptr_t)h);
+  *rc = E_SUCCESS;
+  if (!e) {
+    misuse("%s on an unknown event %p", fnames[f], (void *)h);
+    *rc = E_INVALID_HANDLE;
+  } else if (e->destroyed) {
+    misuse("%s on a destroyed event %p", fnames[f], (void *)h);
+    *rc = E_INVALID_HANDLE;
+    e = NULL;
+  }
+  return e;
+}
+
+#define RESOLVE_EVENT(var, h, f)                                                                                       \
+  CUresult var##_rc;                                                                                                   \
+  struct CUevent_st *var = resolve_event(h, F_##f, &var##_rc);                                                         \
+  if (!var) RETURN(var##_rc)
+
+#define NEED_CONTEXT(f)                                                                                                \
+  do {                                                                                                                 \
+    if (cur < 0) MISUSE(E_INVALID_CONTEXT, "%s without a current context", #f);                                        \
+  } while (0)
+
+/* ---- the driver ---- */
+EXPORT CUresult cuInit(unsigned int flags) {
+  ENTER(cuInit);
+  if (flags != 0) MISUSE(E_INVALID_VALUE, "cuInit(flags = %u): flags must be 0", flags);
+  if (!initialized) {
+    const char *env = getenv("FAKECUDA_DEVICES");
+    int n = env && *env ? atoi(env) : 2;
+    if (n <= 0) RETURN(E_NO_DEVICE);
+    ndev = n > MAXDEV ? MAXDEV : n;
+    init_devices();
+    initialized = 1;
+  }
+  RETURN(E_SUCCESS);
+}
+
+EXPORT CUresult cuDeviceGetCount(int *count) {
+  ENTER(cuDeviceGetCount);
+  if (!count) MISUSE(E_INVALID_VALUE, "cuDeviceGetCount(NULL)");
+  *count = ndev;
+  RETURN(E_SUCCESS);
+}
+
+EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal) {
+  ENTER(cuDeviceGet);
+  if (!device) MISUSE(E_INVALID_VALUE, "cuDeviceGet(NULL, ...)");
+  if (ordinal < 0 || ordinal >= ndev) RETURN(E_INVALID_DEVICE);
+  *device = ordinal;
+  RETURN(E_SUCCESS);
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice device) {
+  ENTER(cuDevicePrimaryCtxRetain);
+  if (!ctx) MISUSE(E_INVALID_VALUE, "cuDevicePrimaryCtxRetain(NULL, ...)");
+  if (device < 0 || device >= ndev) MISUSE(E_INVALID_DEVICE, "cuDevicePrimaryCtxRetain: invalid device %d", device);
+  ctxs[device].retained++;
+  *ctx = &ctxs[device];
+  RETURN(E_SUCCESS);
+}
+
+EXPORT CUresult cuCtxGetCurrent(CUcontext *ctx) {
+  ENTER(cuCtxGetCurrent);
+  if (!ctx) MISUSE(E_INVALID_VALUE, "cuCtxGetCurrent(NULL)");
+  *ctx = cur < 0 ? NULL : &ctxs[cur];
+  RETURN(E_SUCCESS);
+}
+
+EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
+  ENTER(cuCtxSetCurrent);
+  if (ctx == NULL) {
+    cur = -1;
+    RETURN(E_SUCCESS);
+  }
+  int d = -1;
+  for (int i = 0; i < ndev; i++)
+    if (ctx == &ctxs[i]) d = i;
+  if (d < 0) MISUSE(E_INVALID_CONTEXT, "cuCtxSetCurrent(%p): not a context", (void *)ctx);
+  if (!ctxs[d].retained) MISUSE(E_INVALID_CONTEXT, "cuCtxSetCurrent: device %d's primary context is not retained", d);
+  cur = d;
+  RETURN(E_SUCCESS);
+}
+
+static const struct {
+  int code;
+  const char *text;
+} messages[] = {
+  {0, "no error"},
+  {1, "invalid argument"},
+  {2, "out of memory"},
+  {3, "initialization error"},
+  {100, "no CUDA-capable device is detected"},
+  {101, "invalid device ordinal"},
+  {201, "invalid device context"},
+  {400, "invalid resource handle"},
+  {600, "device not ready"},
+  {800, "operation not permitted"},
+  {999, "unknown error"},
+};
+
+EXPORT CUresult cuGetErrorString(CUresult error, const char **text) {
+  ENTER(cuGetErrorString);
+  if (!text) MISUSE(E_INVALID_VALUE, "cuGetErrorString(%d, NULL)", error);
+  for (size_t i = 0; i < sizeof messages / sizeof messages[0]; i++)
+    if (messages[i].code == error) {
+      *text = messages[i].text;
+      RETURN(E_SUCCESS);
+    }
+  *text = NULL; /* as the real driver does for an unknown code */
+  RETURN(E_INVALID_VALUE);
+}
+
+static void fill_new(unsigned char *p, size_t n) { memset(p, 0xA5, n); }
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes) {
+  ENTER(cuMemAlloc_v2);
+  if (!ptr) MISUSE(E_INVALID_VALUE, "cuMemAlloc_v2(NULL, ...)");
+  NEED_CONTEXT(cuMemAlloc_v2);
+  if (bytes == 0) MISUSE(E_INVALID_VALUE, "cuMemAlloc_v2 of 0 bytes");
+  long page = sysconf(_SC_PAGESIZE);
+  size_t reserved = (bytes + (size_t)page - 1) / (size_t)page * (size_t)page;
+  void *base = mmap(NULL, reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED) RETURN(E_OUT_OF_MEMORY);
+  unsigned char *mem = malloc(bytes);
+  Alloc *a = mem ? add_alloc() : NULL;
+  if (!a) {
+    free(mem);
+    munmap(base, reserved);
+    RETURN(E_OUT_OF_MEMORY);
+  }
+  fill_new(mem, bytes);
+  *a = (Alloc){(uintptr_t)base, bytes, reserved, mem, K_DEVICE, cur};
+  *ptr = (CUdeviceptr)(uintptr_t)base;
+  RETURN(E_SUCCESS);
+}
+
+static CUresult host_like_alloc(void **out, size_t bytes, int kind) {
+  size_t rounded = (bytes + 255) / 256 * 256;
+  unsigned char *mem = aligned_alloc(256, rounded);
+  Alloc *a = mem ? add_alloc() : NULL;
+  if (!a) {
+    free(mem);
+    return E_OUT_OF_MEMORY;
+  }
+  fill_new(mem, bytes);
+  *a = (Alloc){(uintptr_t)mem, bytes, rounded, mem, kind, cur};
+  *out = mem;
+  return E_SUCCESS;
+}
+
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr *ptr, size_t bytes, unsigned int flags) {
+  ENTER(cuMemAllocManaged);
+  if (!ptr) MISUSE(E_INVALID_VALUE, "cuMemAllocManaged(NULL, ...)");
+  NEED_CONTEXT(cuMemAllocManaged);
+  if (bytes == 0) MISUSE(E_INVALID_VALUE, "cuMemAllocManaged of 0 bytes");
+  if (flags != 1 && flags != 2) MISUSE(E_INVALID_VALUE, "cuMemAllocManaged: flags %u", flags);
+  void *p = NULL;
+  CUresult rc = host_like_alloc(&p, bytes, K_MANAGED);
+  if (rc == E_SUCCESS) *ptr = (CUdeviceptr)(uintptr_t)p;
+  RETURN(rc);
+}
+
+EXPORT CUresult cuMemHostAlloc(void **ptr, size_t bytes, unsigned int flags) {
+  ENTER(cuMemHostAlloc);
+  if (!ptr) MISUSE(E_INVALID_VALUE, "cuMemHostAlloc(NULL, ...)");
+  NEED_CONTEXT(cuMemHostAlloc);
+  if (bytes == 0) MISUSE(E_INVALID_VALUE, "cuMemHostAlloc of 0 bytes");
+  if (flags & ~7u) MISUSE(E_INVALID_VALUE, "cuMemHostAlloc: flags %u", flags);
+  RETURN(host_like_alloc(ptr, bytes, K_HOST));
+}
+
+static CUresult free_alloc(int f, uintptr_t p, int host) {
+  Alloc *a = find_base(p);
+  if (!a) {
+    Alloc *in;
+    if (lookup(p, 0, &in) != 0)
+      misuse("%s(%p): not the start of its allocation", fnames[f], (void *)p);
+    else
+      misuse("%s(%p): not a live allocation (double or bad free)", fnames[f], (void *)p);
+    return E_INVALID_VALUE;
+  }
+  if (host != (a->kind == K_HOST)) {
+    misuse("%s(%p): the block is %s memory", fnames[f], (void *)p, knames[a->kind]);
+    return E_INVALID_VALUE;
+  }
+  if (pending_on(a)) free_with_pending++;
+  int device = a->device;
+  run_device(host ? -1 : device); /* synchronous, as the real driver is */
+  a = find_base(p);               /* the table may have moved */
+  if (a) remove_alloc(a);
+  return E_SUCCESS;
+}
+
+EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr) {
+  ENTER(cuMemFree_v2);
+  RETURN(free_alloc(F_cuMemFree_v2, (uintptr_t)ptr, 0));
+}
+
+EXPORT CUresult cuMemFreeHost(void *ptr) {
+  ENTER(cuMemFreeHost);
+  RETURN(free_alloc(F_cuMemFreeHost, (uintptr_t)ptr, 1));
+}
+
+EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream) {
+  ENTER(cuMemcpyAsync);
+  RESOLVE(s, stream, cuMemcpyAsync, 1);
+  Alloc *a;
+  if (lookup((uintptr_t)dst, bytes, &a) < 0)
+    MISUSE(E_INVALID_VALUE, "cuMemcpyAsync: %zu bytes to %p overflow its %s allocation", bytes, (void *)(uintptr_t)dst,
+           knames[a->kind]);
+  if (lookup((uintptr_t)src, bytes, &a) < 0)
+    MISUSE(E_INVALID_VALUE, "cuMemcpyAsync: %zu bytes from %p overflow its %s allocation", bytes,
+           (void *)(uintptr_t)src, knames[a->kind]);
+  if (bytes && (!dst || !src)) MISUSE(E_INVALID_VALUE, "cuMemcpyAsync with a NULL pointer");
+  Item *it = new_item(OP_COPY);
+  it->dst = (uintptr_t)dst;
+  it->src = (uintptr_t)src;
+  it->n = bytes;
+  enqueue(s, it);
+  RETURN(E_SUCCESS);
+}
+
+EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count, CUstream stream) {
+  ENTER(cuMemsetD8Async);
+  RESOLVE(s, stream, cuMemsetD8Async, 1);
+  Alloc *a;
+  int in = lookup((uintptr_t)dst, count, &a);
+  if (in == 0) MISUSE(E_INVALID_VALUE, "cuMemsetD8Async on %p, which is not CUDA memory", (void *)(uintptr_t)dst);
+  if (in < 0) MISUSE(E_INVALID_VALUE, "cuMemsetD8Async: %zu bytes at %p overflow the allocation", count,
+                     (void *)(uintptr_t)dst);
+  Item *it = new_item(OP_SET);
+  it->dst = (uintptr_t)dst;
+  it->value = value;
+  it->n = count;
+  enqueue(s, it);
+  RETURN(E_SUCCESS);
+}
+
+EXPORT CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr ptr) {
+  ENTER(cuPointerGetAttribute);
+  if (!data) MISUSE(E_INVALID_VALUE, "cuPointerGetAttribute(NULL, ...)");
+  Alloc *a;
+  if (lookup((uintptr_t)ptr, 0, &a) == 0 || !a) RETURN(E_INVALID_VALUE); /* not CUDA memory: no misuse */
+  switch (attribute) {
+  case 1: /* CONTEXT */
+    *(CUcontext *)data = &ctxs[a->device];
+    break;
+  case 2: /* MEMORY_TYPE: 1 host, 2 device */
+    *(unsigned int *)data = a->kind == K_HOST ? 1u : 2u;
+    break;
+  case 6: /* DEVICE_POINTER */
+    *(CUdeviceptr *)data = ptr;
+    break;
+  case 7: /* HOST_POINTER */
+    if (a->kind == K_DEVICE) RETURN(E_INVALID_VALUE);
+    *(void **)data = (void *)(uintptr_t)ptr;
+    break;
+  case 8: /* IS_MANAGED */
+    *(unsigned int *)data = a->kind == K_MANAGED;
+    break;
+  case 9: /* DEVICE_ORDINAL */
+    *(int *)data = a->device;
+    break;
+  default:
+    RETURN(E_INVALID_VALUE);
+  }
+  RETURN(E_SUCCESS);
+}
+
+EXPORT CUresult cuStreamCreateWithPriority(CUstream *stream, unsigned int flags, int priority) {
+  ENTER(cuStreamCreateWithPriority);
+  if (!stream) MISUSE(E_INVALID_VALUE, "cuStreamCreateWithPriority(NULL, ...)");
+  NEED_CONTEXT(cuStreamCreateWithPriority);
+  if (flags & ~1u) MISUSE(E_INVALID_VALUE, "cuStreamCreateWithPriority: flags %u", flags);
+  struct CUstream_st *s = xmalloc(sizeof *s);
+  memset(s, 0, sizeof *s);
+  s->kind = S_CREATED;
+  s->device = cur;
+  s->flags = flags;
+  s->priority = priority < -5 ? -5 : priority > 0 ? 0 : priority; /* clamped, as the driver does */
+  link_stream(s);
+  *stream = s;
+  RETURN(E_SUCCESS);
+}
+
+EXPORT CUresult cuStreamDestroy_v2(CUstream stream) {
+  ENTER(cuStreamDestroy_v2);
+  if (stream == NULL || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD)
+    MISUSE(E_INVALID_HANDLE, "cuStreamDestroy_v2 on the built-in stream %p", (void *)stream);
+  RESOLVE(s, stream, cuStreamDestroy_v2, 0);
+  run_all(s); /* the real driver finishes pending work */
+  s->destroyed = 1;
+  RETURN(E_SUCCESS);
+}
+
+EXPORT CUresult cuStreamSynchronize(CUstream stream) {
+  ENTER(cuStreamSynchronize);
+  RESOLVE(s, stream, cuStreamSynchronize, 0);
+  run_all(s);
+  RETURN(E_SUCCESS);
+}
+
+EXPORT CUresult cuStreamQuery(CUstream stream) {
+  ENTER(cuStreamQuery);
+  RESOLVE(s, stream, cuStreamQuery, 0);
+  RETURN(s->count ? E_NOT_READY : E_SUCCESS);
+}
+
+EXPORT CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags) {
+  ENTER(cuStreamWaitEvent);
+  RESOLVE(s, stream, cuStreamWaitEvent, 1);
+  RESOLVE_EVENT(e, event, cuStreamWaitEvent);
+  if (flags > 1) MISUSE(E_INVALID_VALUE, "cuStreamWaitEvent: flags %u", flags);
+  if (e->recorded) { /* waiting for a never-recorded event is a no-op */
+    Item *it = new_item(OP_WAIT);
+    it->target = e->stream;
+    it->point = e->seq;
+    enqueue(s, it);
+  }
+  RETURN(E_SUCCESS);
+}
+
+EXPORT CUresult cuLaunchHostFunc(CUstream stream, fake_HostFn fn, void *user_data) {
+  ENTER(cuLaunchHostFunc);
+  RESOLVE(s, stream, cuLaunchHostFunc, 1);
+  if (!fn) MISUSE(E_INVALID_VALUE, "cuLaunchHostFunc with a NULL function");
+  Item *it = new_item(OP_HOSTFN);
+  it->fn = fn;
+  it->data = user_data;
+  enqueue(s, it);
+  RETURN(E_SUCCESS);
+}
+
+EXPORT CUresult cuEventCreate(CUevent *event, unsigned int flags) {
+  ENTER(cuEventCreate);
+  if (!event) MISUSE(E_INVALID_VALUE, "cuEventCreate(NULL, ...)");
+  NEED_CONTEXT(cuEventCreate);
+  if (flags & ~7u) MISUSE(E_INVALID_VALUE, "cuEventCreate: flags %u", flags);
+  struct CUevent_st *e = xmalloc(sizeof *e);
+  memset(e, 0, sizeof *e);
+  e->device = cur;
+  e->flags = flags;
+  e->next_all = all_events;
+  all_events = e;
+  *event = e;
+  RETURN(E_SUCCESS);
+}
+
+EXPORT CUresult cuEventRecord(CUevent event, CUstream stream) {
+  ENTER(cuEventRecord);
+  RESOLVE_EVENT(e, event, cuEventRecord);
+  RESOLVE(s, stream, cuEventRecord, 1);
+  if (e->device != s->device)
+    MISUSE(E_INVALID_HANDLE, "cuEventRecord: an event of device %d on a stream of device %d", e->device, s->device);
+  Item *it = new_item(OP_RECORD);
+  it->event = e;
+  it->gen = ++e->gen;
+  enqueue(s, it);
+  e->recorded = 1;
+  e->completed = 0;
+  e->stream = s;
+  e->seq = it->seq;
+  RETURN(E_SUCCESS);
+}
+
+static int event_done(const struct CUevent_st *e) { return !e->recorded || e->stream->done >= e->seq; }
+
+EXPORT CUresult cuEventSynchronize(CUevent event) {
+  ENTER(cuEventSynchronize);
+  RESOLVE_EVENT(e, event, cuEventSynchronize);
+  if (e->recorded) run_to(e->stream, e->seq);
+  RETURN(E_SUCCESS);
+}
+
+EXPORT CUresult cuEventQuery(CUevent event) {
+  ENTER(cuEventQuery);
+  RESOLVE_EVENT(e, event, cuEventQuery);
+  RETURN(event_done(e) ? E_SUCCESS : E_NOT_READY);
+}
+
+static CUresult elapsed(int f, float *ms, CUevent start, CUevent end) {
+  if (!ms) MISUSE(E_INVALID_VALUE, "%s(NULL, ...)", fnames[f]);
+  CUresult rc;
+  struct CUevent_st *a = resolve_event(start, f, &rc);
+  if (!a) RETURN(rc);
+  struct CUevent_st *b = resolve_event(end, f, &rc);
+  if (!b) RETURN(rc);
+  /* not misuse: a user may ask for it; the driver answers with an error */
+  if ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING) RETURN(E_INVALID_HANDLE);
+  if (!a->recorded || !b->recorded) RETURN(E_INVALID_HANDLE);
+  if (!event_done(a) || !event_done(b) || !a->completed || !b->completed) RETURN(E_NOT_READY);
+  *ms = (float)(b->ms - a->ms);
+  RETURN(E_SUCCESS);
+}
+
+EXPORT CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end) {
+  ENTER(cuEventElapsedTime);
+  return elapsed(F_cuEventElapsedTime, ms, start, end);
+}
+
+EXPORT CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end) {
+  ENTER(cuEventElapsedTime_v2);
+  return elapsed(F_cuEventElapsedTime_v2, ms, start, end);
+}
+
+EXPORT CUresult cuEventDestroy_v2(CUevent event) {
+  ENTER(cuEventDestroy_v2);
+  RESOLVE_EVENT(e, event, cuEventDestroy_v2);
+  e->destroyed = 1; /* kept, so that later use is detected */
+  RETURN(E_SUCCESS);
+}
+
+/* ---- the Lua module ---- */
+static void lock(void) { pthread_mutex_lock(&mu); }
+static void unlock(void) { pthread_mutex_unlock(&mu); }
+
+/* A pointer or handle argument: light userdata, integer, or a value with a `handle` field. */
+static uintptr_t arg_ptr(lua_State *L, int i) {
+  switch (lua_type(L, i)) {
+  case LUA_TLIGHTUSERDATA:
+    return (uintptr_t)lua_touserdata(L, i);
+  case LUA_TNUMBER:
+    return (uintptr_t)luaL_checkinteger(L, i);
+  case LUA_TTABLE:
+  case LUA_TUSERDATA: {
+    lua_getfield(L, i, "handle");
+    if (!lua_isinteger(L, -1)) luaL_argerror(L, i, "no integer `handle` field");
+    uintptr_t h = (uintptr_t)lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    return h;
+  }
+  default:
+    luaL_typeerror(L, i, "pointer (light userdata or integer)");
+    return 0;
+  }
+}
+
+static int opt_device(lua_State *L, int i) {
+  lua_Integer d = luaL_optinteger(L, i, cur >= 0 ? cur : 0);
+  luaL_argcheck(L, d >= 0 && d < (ndev ? ndev : 1), i, "no such device");
+  return (int)d;
+}
+
+/* the stream handle h names (must be called locked); NULL if unknown */
+static struct CUstream_st *lua_stream(uintptr_t h, int device) {
+  if (!initialized) return NULL;
+  if (h == 0 || h == 1) return &legacy[device];
+  if (h == 2) return per_thread(device);
+  return find_created(h);
+}
+
+static struct CUstream_st *check_stream(lua_State *L, int i, int device) {
+  uintptr_t h = arg_ptr(L, i);
+  lock();
+  struct CUstream_st *s = lua_stream(h, device);
+  unlock();
+  if (!s) luaL_error(L, "fakecuda: unknown stream %p", (void *)h);
+  return s;
+}
+
+static void set_int(lua_State *L, const char *k, lua_Integer v) {
+  lua_pushinteger(L, v);
+  lua_setfield(L, -2, k);
+}
+
+static void set_bool(lua_State *L, const char *k, int v) {
+  lua_pushboolean(L, v);
+  lua_setfield(L, -2, k);
+}
+
+static int l_live(lua_State *L) {
+  lua_Integer n[3] = {0, 0, 0}, bytes = 0, streams = 0, events = 0;
+  lock();
+  for (size_t i = 0; i < nallocs; i++) {
+    n[allocs[i].kind]++;
+    bytes += (lua_Integer)allocs[i].size;
+  }
+  for (struct CUstream_st *s = all_streams; s; s = s->next_all) streams += s->kind == S_CREATED && !s->destroyed;
+  for (struct CUevent_st *e = all_events; e; e = e->next_all) events += !e->destroyed;
+  unlock();
+  lua_createtable(L, 0, 7);
+  set_int(L, "device", n[K_DEVICE]);
+  set_int(L, "host", n[K_HOST]);
+  set_int(L, "managed", n[K_MANAGED]);
+  set_int(L, "total", n[0] + n[1] + n[2]);
+  set_int(L, "bytes", bytes);
+  set_int(L, "streams", streams);
+  set_int(L, "events", events);
+  return 1;
+}
+
+static int l_allocation(lua_State *L) {
+  uintptr_t p = arg_ptr(L, 1);
+  lock();
+  Alloc *a;
+  int in = lookup(p, 0, &a);
+  Alloc copy = in && a ? *a : (Alloc){0};
+  unlock();
+  if (!in || !a) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_createtable(L, 0, 5);
+  lua_pushstring(L, knames[copy.kind]);
+  lua_setfield(L, -2, "kind");
+  set_int(L, "device", copy.device);
+  set_int(L, "base", (lua_Integer)copy.base);
+  set_int(L, "size", (lua_Integer)copy.size);
+  set_int(L, "offset", (lua_Integer)(p - copy.base));
+  return 1;
+}
+
+static int l_errors(lua_State *L) {
+  lock();
+  lua_Integer n = (lua_Integer)errors;
+  unlock();
+  lua_pushinteger(L, n);
+  return 1;
+}
+
+static int l_error_log(lua_State *L) {
+  lock();
+  unsigned long first = nlog > LOGN ? nlog - LOGN : 0;
+  lua_createtable(L, (int)(nlog - first), 0);
+  for (unsigned long i = first; i < nlog; i++) {
+    lua_pushstring(L, errlog[i % LOGN]);
+    lua_rawseti(L, -2, (lua_Integer)(i - first + 1));
+  }
+  unlock();
+  return 1;
+}
+
+static int l_pending(lua_State *L) {
+  struct CUstream_st *s = check_stream(L, 1, opt_device(L, 2));
+  lock();
+  lua_Integer n = (lua_Integer)s->count;
+  unlock();
+  lua_pushinteger(L, n);
+  return 1;
+}
+
+static int l_run(lua_State *L) {
+  struct CUstream_st *s = check_stream(L, 1, opt_device(L, 2));
+  lock();
+  size_t n = run_all(s);
+  unlock();
+  lua_pushinteger(L, (lua_Integer)n);
+  return 1;
+}
+
+static int l_sync_all(lua_State *L) {
+  lock();
+  size_t n = run_device(-1);
+  unlock();
+  lua_pushinteger(L, (lua_Integer)n);
+  return 1;
+}
+
+static int l_write(lua_State *L) {
+  uintptr_t p = arg_ptr(L, 2);
+  size_t n;
+  const char *bytes = luaL_checklstring(L, 3, &n);
+  lock();
+  Alloc *a;
+  int in = lookup(p, n, &a);
+  int adev = in > 0 ? a->device : 0;
+  unlock();
+  if (in <= 0) return luaL_error(L, "fakecuda.write: %d bytes at %p are not inside one CUDA allocation", (int)n, (void *)p);
+  struct CUstream_st *s = check_stream(L, 1, lua_isnoneornil(L, 4) ? adev : opt_device(L, 4));
+  if (s->destroyed) return luaL_error(L, "fakecuda.write: the stream is destroyed");
+  lock();
+  lookup(p, n, &a);
+  if (a->kind == K_DEVICE && s->device != a->device) {
+    unlock();
+    return luaL_error(L, "fakecuda.write: a kernel on device %d cannot write memory of device %d", s->device, adev);
+  }
+  Item *it = new_item(OP_WRITE);
+  it->dst = p;
+  it->n = n;
+  it->bytes = xmalloc(n);
+  memcpy(it->bytes, bytes, n);
+  enqueue(s, it);
+  unlock();
+  return 0;
+}
+
+static int l_read(lua_State *L) {
+  uintptr_t p = arg_ptr(L, 1);
+  lua_Integer n = luaL_checkinteger(L, 2);
+  luaL_argcheck(L, n >= 0, 2, "negative size");
+  luaL_Buffer b;
+  char *out = luaL_buffinitsize(L, &b, (size_t)n); /* before locking: it may raise */
+  lock();
+  Alloc *a;
+  int in = lookup(p, (size_t)n, &a);
+  if (in > 0) memcpy(out, bytes_at(p), (size_t)n);
+  unlock();
+  if (in <= 0)
+    return luaL_error(L, "fakecuda.read: %d bytes at %p are not inside one CUDA allocation", (int)n, (void *)p);
+  luaL_pushresultsize(&b, (size_t)n);
+  return 1;
+}
+
+static int l_current_device(lua_State *L) {
+  if (cur < 0)
+    lua_pushnil(L);
+  else
+    lua_pushinteger(L, cur);
+  return 1;
+}
+
+static int l_set_current(lua_State *L) {
+  if (lua_isnoneornil(L, 1)) {
+    cur = -1;
+    return 0;
+  }
+  lua_Integer d = luaL_checkinteger(L, 1);
+  lock();
+  int ok = initialized && d >= 0 && d < ndev;
+  if (ok) ctxs[d].retained++;
+  unlock();
+  luaL_argcheck(L, ok, 1, "no such device (or cuInit not called)");
+  cur = (int)d;
+  return 0;
+}
+
+static int l_device_count(lua_State *L) {
+  lock();
+  lua_pushinteger(L, ndev);
+  unlock();
+  return 1;
+}
+
+static int l_initialized(lua_State *L) {
+  lock();
+  lua_pushboolean(L, initialized);
+  unlock();
+  return 1;
+}
+
+static int fid(lua_State *L, int i) {
+  const char *name = luaL_checkstring(L, i);
+  for (int f = 0; f < F_COUNT; f++)
+    if (strcmp(fnames[f], name) == 0) return f;
+  return luaL_argerror(L, i, lua_pushfstring(L, "no driver function named '%s'", name));
+}
+
+static int l_calls(lua_State *L) {
+  int f = fid(L, 1);
+  lock();
+  lua_Integer n = (lua_Integer)calls[f];
+  unlock();
+  lua_pushinteger(L, n);
+  return 1;
+}
+
+static int l_reset_counts(lua_State *L) {
+  (void)L;
+  lock();
+  memset(calls, 0, sizeof calls);
+  unlock();
+  return 0;
+}
+
+static int l_fail_next(lua_State *L) {
+  int f = fid(L, 1);
+  int code = (int)luaL_checkinteger(L, 2);
+  lua_Integer times = luaL_optinteger(L, 3, 1);
+  luaL_argcheck(L, times >= 0, 3, "negative count");
+  lock();
+  fail_code[f] = code;
+  fail_times[f] = (unsigned)times;
+  unlock();
+  return 0;
+}
+
+static int l_stream_info(lua_State *L) {
+  uintptr_t h = arg_ptr(L, 1);
+  int device = opt_device(L, 2);
+  lock();
+  struct CUstream_st *s = lua_stream(h, device);
+  struct CUstream_st copy = s ? *s : (struct CUstream_st){0};
+  unlock();
+  if (!s) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_createtable(L, 0, 6);
+  lua_pushstring(L, snames[copy.kind]);
+  lua_setfield(L, -2, "kind");
+  set_int(L, "device", copy.device);
+  set_int(L, "priority", copy.priority);
+  set_int(L, "flags", copy.flags);
+  set_bool(L, "destroyed", copy.destroyed);
+  set_int(L, "pending", (lua_Integer)copy.count);
+  return 1;
+}
+
+static int l_event_info(lua_State *L) {
+  uintptr_t h = arg_ptr(L, 1);
+  lock();
+  struct CUevent_st *e = find_event(h);
+  struct CUevent_st copy = e ? *e : (struct CUevent_st){0};
+  int done = e ? event_done(e) : 0;
+  unlock();
+  if (!e) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_createtable(L, 0, 5);
+  set_int(L, "device", copy.device);
+  set_int(L, "flags", copy.flags);
+  set_bool(L, "destroyed", copy.destroyed);
+  set_bool(L, "recorded", copy.recorded);
+  set_bool(L, "completed", copy.recorded && done);
+  return 1;
+}
+
+static int l_stats(lua_State *L) {
+  lock();
+  lua_Integer fwp = (lua_Integer)free_with_pending, hf = (lua_Integer)host_functions, ex = (lua_Integer)executed;
+  lua_Integer fso = (lua_Integer)foreign_stream_ops;
+  unlock();
+  lua_createtable(L, 0, 4);
+  set_int(L, "foreign_stream_ops", fso);
+  set_int(L, "free_with_pending", fwp);
+  set_int(L, "host_functions", hf);
+  set_int(L, "executed", ex);
+  return 1;
+}
+
+static int l_pointer_device(lua_State *L) {
+  CUdeviceptr p = (CUdeviceptr)arg_ptr(L, 1);
+  int ordinal = -1;
+  CUresult rc = cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p);
+  if (rc != E_SUCCESS) {
+    lua_pushnil(L);
+    lua_pushinteger(L, rc);
+    return 2;
+  }
+  lua_pushinteger(L, ordinal);
+  return 1;
+}
+
+EXPORT int luaopen_fakecuda(lua_State *L) {
+  static const luaL_Reg functions[] = {
+    {"live", l_live},
+    {"allocation", l_allocation},
+    {"errors", l_errors},
+    {"error_log", l_error_log},
+    {"pending", l_pending},
+    {"run", l_run},
+    {"sync_all", l_sync_all},
+    {"write", l_write},
+    {"read", l_read},
+    {"current_device", l_current_device},
+    {"set_current", l_set_current},
+    {"device_count", l_device_count},
+    {"initialized", l_initialized},
+    {"calls", l_calls},
+    {"reset_counts", l_reset_counts},
+    {"fail_next", l_fail_next},
+    {"stream_info", l_stream_info},
+    {"event_info", l_event_info},
+    {"stats", l_stats},
+    {"pointer_device", l_pointer_device},
+    {NULL, NULL},
+  };
+  luaL_newlib(L, functions);
+  return 1;
+}

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The CUDA logic of the module against the fake CUDA driver (spec/c/fakecuda.c,
+# built as build/fakecuda.so): spec/cuda/fake_driver.lua, run with
+# DLPACK_LUA_CUDA_DRIVER pointing at the fake, under the default collector and
+# under the incremental one; then under valgrind when it is installed
+# (DLPACK_STAGE_NO_VALGRIND=1 skips that run). Needs no GPU.
+source "$(dirname "$0")/lib.sh"
+need_build
+
+log=$(mktemp)
+if ! make -s build/fakecuda.so >"$log" 2>&1; then
+  echo "1..1"
+  echo "not ok 1 - make build/fakecuda.so"
+  as_comments "$log" 80
+  rm -f "$log"
+  exit 1
+fi
+rm -f "$log"
+
+export DLPACK_LUA_CUDA_DRIVER="$ROOT/build/fakecuda.so"
+export FAKECUDA_DEVICES=2
+SPECS=spec/cuda/fake_driver.lua
+tests=0 failed=0
+
+run_busted cuda-fake "$LUA" "$BUSTED" -o TAP "$SPECS"
+tests=$((tests + BUSTED_TESTS)) failed=$((failed + BUSTED_FAILED))
+
+DLPACK_SPEC_GC=incremental run_busted cuda-fake-incremental "$LUA" "$BUSTED" -o TAP "$SPECS"
+tests=$((tests + BUSTED_TESTS)) failed=$((failed + BUSTED_FAILED))
+
+if [[ -n ${DLPACK_STAGE_NO_VALGRIND:-} ]]; then
+  tests=$((tests + 1))
+  echo "ok - the fake-driver specs under valgrind # SKIP DLPACK_STAGE_NO_VALGRIND is set"
+elif ! command -v valgrind >/dev/null; then
+  tests=$((tests + 1))
+  echo "ok - the fake-driver specs under valgrind # SKIP valgrind not found"
+else
+  vlog=build/stages/valgrind-cuda-fake.log
+  run_busted cuda-fake-valgrind valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
+    --show-leak-kinds=definite --num-callers=16 --log-file="$vlog" "$LUA" "$BUSTED" -o TAP "$SPECS"
+  rc=$?
+  tests=$((tests + BUSTED_TESTS)) failed=$((failed + BUSTED_FAILED))
+  if ((rc != 0)) && [[ -s $vlog ]]; then
+    echo "# valgrind report ($vlog):"
+    head -n 150 "$vlog" | sed "s/^/# /"
+  fi
+fi
+
+echo "1..$tests"
+((failed == 0))
