@@ -534,33 +534,29 @@ static int l_stream_close(lua_State *L) {
   return 0;
 }
 
-static int l_stream_synchronize(lua_State *L) {
+/* Synchronize (or query) the stream at 1, with its device's context current. Streams can be
+ * made without the driver (wrap, the default streams), so it is looked up only here. */
+static CUresult stream_call(lua_State *L, const char *what, int query) {
   dlp_CudaStream *s = check_open_stream(L, 1);
   Scope scope;
   CUresult rc;
-  require_cuda(L, "synchronize");
+  require_cuda(L, what);
   rc = enter(s->device, &scope);
-  if (rc == CUDA_SUCCESS) rc = driver.fn.cuStreamSynchronize(s->handle);
+  if (rc == CUDA_SUCCESS) rc = query ? driver.fn.cuStreamQuery(s->handle) : driver.fn.cuStreamSynchronize(s->handle);
   leave(&scope);
-  check(L, rc, "synchronize");
+  return rc;
+}
+
+static int l_stream_synchronize(lua_State *L) {
+  check(L, stream_call(L, "synchronize", 0), "synchronize");
   drain_pending(0);
   return 0;
 }
 
 static int l_stream_query(lua_State *L) {
-  dlp_CudaStream *s = check_open_stream(L, 1);
-  Scope scope;
-  CUresult rc;
-  require_cuda(L, "query");
-  rc = enter(s->device, &scope);
-  if (rc == CUDA_SUCCESS) rc = driver.fn.cuStreamQuery(s->handle);
-  leave(&scope);
-  if (rc == CUDA_ERROR_NOT_READY) {
-    lua_pushboolean(L, 0);
-    return 1;
-  }
-  check(L, rc, "query");
-  lua_pushboolean(L, 1);
+  CUresult rc = stream_call(L, "query", 1);
+  if (rc != CUDA_ERROR_NOT_READY) check(L, rc, "query");
+  lua_pushboolean(L, rc == CUDA_SUCCESS);
   return 1;
 }
 
