@@ -11,6 +11,7 @@
  *    DLManagedTensorVersioned it owns, closes Lua, reads the image and calls its
  *    deleter from another thread.
  * 3. A capsule made in one lua_State is consumed in another one.
+ * Also: the host's CUDA stream handed to scripts as a dlpack.cuda.Stream.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -29,7 +30,7 @@ enum { H = 480, W = 640, C = 3 };
 
 /* ---- TAP ---------------------------------------------------------------- */
 
-#define PLAN 17
+#define PLAN 19
 static int tests_run, tests_failed;
 
 static void check(int ok, const char *what) {
@@ -142,6 +143,17 @@ int main(void) {
   lua_pushinteger(L, 42);
   check(api != NULL && api->test_tensor(L, -1, NULL) == NULL, "api->test_tensor gives NULL for a non-tensor");
   lua_pop(L, 1);
+
+  /* The host's own CUDA stream (a cudaStream_t; any handle works without a GPU) becomes a
+   * dlpack.cuda.Stream that scripts pass as opts.stream, and comes back as the same handle. */
+  void *engine_stream = (void *)(uintptr_t)0x5eed;
+  dlpack_lua_push_stream(L, engine_stream, 0);
+  lua_getfield(L, -1, "handle");
+  check(lua_tointeger(L, -1) == 0x5eed && dlpack_lua_check_stream(L, -2) == engine_stream,
+        "a host stream wrapped with dlpack_lua_push_stream keeps its handle (s.handle, dlpack_lua_check_stream)");
+  lua_pop(L, 2);
+  check(api->version >= 2 && api->check_stream != NULL && api->push_stream != NULL,
+        "the registry table (version >= 2) has the stream functions");
 
   /* 1. Lend the camera frame. */
   uint8_t *pixels = malloc((size_t)H * W * C);

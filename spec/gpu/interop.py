@@ -17,7 +17,6 @@ else torch.cuda._sleep on that stream.
 import gc
 import os
 import sys
-import traceback
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _root = os.path.dirname(os.path.dirname(_here))
@@ -30,24 +29,15 @@ except ImportError:
     import luapeer_ctypes as lp
     _how = "ctypes (build/gpu/libluapeer.so)"
 
-failures = 0
-_number = _passed = _skipped = 0
+sys.path.insert(0, os.path.join(_root, "spec", "peers"))
+import tap  # noqa: E402  (spec/peers/tap.py)
+from tap import group  # noqa: E402
+
+failures = 0  # copied from tap after the run, read by build/peers
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
 
-def _line(text):
-    print(text, flush=True)
-
-
-def _comment(text):
-    for line in str(text).rstrip("\n").splitlines():
-        _line("# " + line)
-
-
 # ---- peers -------------------------------------------------------------------
-
-peers = {}  # name -> (module or None, reason)
-
 
 def _import_torch():
     import torch
@@ -64,11 +54,7 @@ def _import_cupy():
     return cupy
 
 
-for _name, _importer in (("torch", _import_torch), ("cupy", _import_cupy)):
-    try:
-        peers[_name] = (_importer(), None)
-    except Exception as e:  # ImportError, CUDARuntimeError, a broken install
-        peers[_name] = (None, "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
+peers = tap.import_peers(("torch", _import_torch), ("cupy", _import_cupy))  # name -> (module or None, reason)
 
 
 class LuaTensor:
@@ -155,57 +141,6 @@ return waiting, bad
 
 # ---- TAP groups --------------------------------------------------------------
 
-groups = []
-
-
-def group(title, needs, tests):
-    def register(fn):
-        groups.append((title, needs, tests, fn))
-        return fn
-    return register
-
-
-class Checker:
-    def __init__(self, title, tests):
-        self.title, self.tests, self.done = title, tests, set()
-
-    def ok(self, desc, cond, *diag):
-        global failures, _number, _passed
-        assert desc in self.tests and desc not in self.done, desc
-        self.done.add(desc)
-        _number += 1
-        if cond:
-            _passed += 1
-        else:
-            failures += 1
-        _line("%sok %d - %s: %s" % ("" if cond else "not ", _number, self.title, desc))
-        if not cond:
-            for d in diag:
-                _comment(d)
-        return cond
-
-    def eq(self, desc, got, want):
-        return self.ok(desc, got == want, "got:  %r" % (got,), "want: %r" % (want,))
-
-    def rest(self, kind, reason="", diag=None):
-        """Close the group: every test not yet reported becomes a skip or a failure."""
-        global failures, _number, _skipped
-        for desc in self.tests:
-            if desc in self.done:
-                continue
-            self.done.add(desc)
-            _number += 1
-            if kind == "skip":
-                _skipped += 1
-                _line("ok %d - %s: %s # SKIP %s" % (_number, self.title, desc, reason))
-            else:
-                failures += 1
-                _line("not ok %d - %s: %s" % (_number, self.title, desc))
-                if diag:
-                    _comment(diag)
-                    diag = None
-
-
 N = 1 << 22  # 16 MiB of float32 for the ordering tests
 SEQ = [float(i) * 0.5 for i in range(1000)]
 MAKE_T = "T = dlpack.empty({1000}, 'float32') for i = 1, 1000 do T[i] = (i - 1) * 0.5 end T = T:to('cuda:0')"
@@ -235,7 +170,7 @@ def torch_group(t):
          lp.run("return X.device") == "cuda:0" and lua_ptr("X") == x.data_ptr()
          and lp.capsule_name(cap).startswith("used_"),
          "device %r, ptr %r vs %r, capsule %r" % (lp.run("return X.device"), lua_ptr("X"), x.data_ptr(), name))
-    _comment("torch %s gave a %r capsule" % (torch.__version__, name))
+    tap.comment("torch %s gave a %r capsule" % (torch.__version__, name))
     t.eq("torch → Lua: the values read in Lua",
          lp.run("local h = X:to{device = 'cpu', stream = S} S:synchronize() return h:totable()"), SEQ)
     y = torch.full((7,), 2.5, device="cuda")
@@ -263,7 +198,7 @@ def torch_group(t):
          tt.is_cuda and tt.data_ptr() == lua_ptr("T") and tt.tolist() == SEQ
          and all(s is not None and s != 0 for s in streams),
          "ptr %r vs %r, calls %r" % (tt.data_ptr(), lua_ptr("T"), obj.calls))
-    _comment("torch.from_dlpack called __dlpack__ with %r" % (obj.calls,))
+    tap.comment("torch.from_dlpack called __dlpack__ with %r" % (obj.calls,))
     tt[0] = 42.0
     torch.cuda.synchronize()
     seen = lp.run("return T:to('cpu')[1]")
@@ -361,7 +296,7 @@ def cupy_group(t):
          c.data.ptr == lua_ptr("T") and cupy.asnumpy(c).tolist() == SEQ
          and all(k["stream"] is not None and k["stream"] != 0 for k in obj.calls),
          "ptr %r vs %r, calls %r" % (c.data.ptr, lua_ptr("T"), obj.calls))
-    _comment("cupy %s: cupy.from_dlpack called __dlpack__ with %r" % (cupy.__version__, obj.calls))
+    tap.comment("cupy %s: cupy.from_dlpack called __dlpack__ with %r" % (cupy.__version__, obj.calls))
     c[0] = 99
     cupy.cuda.runtime.deviceSynchronize()
     t.eq("Lua → CuPy: writes in CuPy are seen by Lua", lp.run("return T:to('cpu')[1]"), 99.0)
@@ -428,40 +363,22 @@ def three_way(t):
 # ---- run -----------------------------------------------------------------------------
 
 def main():
-    global failures
     lp.open()
     available = lp.run("return dlpack.cuda.is_available()")
     reason = available[1] if isinstance(available, (list, tuple)) else None
     if not (available[0] if isinstance(available, (list, tuple)) else available):
-        _line("1..0 # SKIP CUDA is not available in Lua: %s" % reason)
+        tap.line("1..0 # SKIP CUDA is not available in Lua: %s" % reason)
         lp.close()
         return
     lp.close()
-    _line("1..%d" % sum(len(tests) for _, _, tests, _ in groups))
-    versions = [lp.lua_version(), "Python %s" % sys.version.split()[0], "Lua via " + _how]
-    for name in ("torch", "cupy"):
-        mod, why = peers[name]
-        versions.append("%s %s" % (name, mod.__version__) if mod else "%s not usable (%s)" % (name, why))
-    _comment(", ".join(versions))
-    for title, needs, tests, fn in groups:
-        needs = (needs,) if isinstance(needs, str) else needs
-        checker = Checker(title, tests)
-        missing = [n for n in needs if peers[n][0] is None]
-        if missing:
-            checker.rest("skip", "%s not usable: %s" % (missing[0], peers[missing[0]][1]))
-            continue
-        open_lua()
-        try:
-            fn(checker)
-        except Exception:
-            checker.rest("fail", diag="%s raised:\n%s" % (title, traceback.format_exc()))
-        checker.rest("fail", diag="not reached")
-        lp.close()
-        gc.collect()
-    _line("%d passed, %d failed, %d skipped" % (_passed, failures, _skipped))
+    tap.plan()
+    tap.versions(lp.lua_version(), peers, ("torch", "cupy"), "not usable", ["Lua via " + _how])
+    tap.run_groups(peers, "not usable", open_lua, lambda: (lp.close(), gc.collect()))
+    tap.summary()
 
 
 main()
+failures = tap.failures
 if __name__ == "__main__" and lp.__name__ == "luapeer_ctypes":
     lp.close()
     sys.exit(1 if failures else 0)

@@ -8,31 +8,21 @@ traceback as comments. Sets `failures` (read by peers.c) instead of exiting.
 import gc
 import os
 import sys
-import traceback
 
 _pydeps = os.environ.get("DLPACK_PEERS_PYTHONPATH", "build/pydeps")
 if _pydeps:
     sys.path.insert(0, os.path.abspath(_pydeps))
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # for tap, next to this file
+
 import luapeer as lp  # noqa: E402  (built into build/peers)
+import tap  # noqa: E402  (spec/peers/tap.py)
+from tap import group, raises  # noqa: E402
 
-failures = 0
-_number = 0
-
-
-def _line(text):
-    print(text, flush=True)
-
-
-def _comment(text):
-    for line in str(text).rstrip("\n").splitlines():
-        _line("# " + line)
+failures = 0  # copied from tap after the run, read by peers.c
 
 
 # ---- peers -------------------------------------------------------------------
-
-peers = {}  # name -> (module or None, reason)
-
 
 def _import_numpy():
     import numpy
@@ -47,11 +37,7 @@ def _import_torch():
     return torch
 
 
-for _name, _importer in (("numpy", _import_numpy), ("torch", _import_torch)):
-    try:
-        peers[_name] = (_importer(), None)
-    except Exception as e:  # ImportError, but also a broken build raising anything
-        peers[_name] = (None, "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
+peers = tap.import_peers(("numpy", _import_numpy), ("torch", _import_torch))  # name -> (module or None, reason)
 
 
 class LuaTensor:
@@ -70,71 +56,6 @@ class LuaTensor:
             raise BufferError("LuaTensor cannot move to device %r" % (dl_device,))
         versioned = max_version is not None and max_version[0] >= 1
         return lp.export(self.expr, versioned=versioned, copy=copy)
-
-
-# ---- TAP groups --------------------------------------------------------------
-
-groups = []
-
-
-def group(title, needs, tests):
-    """Declare a group of tests: their descriptions are known up front (for the plan and SKIPs)."""
-    def register(fn):
-        groups.append((title, needs, tests, fn))
-        return fn
-    return register
-
-
-class Checker:
-    def __init__(self, title, tests):
-        self.title, self.tests, self.done = title, tests, set()
-
-    def ok(self, desc, cond, *diag):
-        global failures, _number
-        assert desc in self.tests and desc not in self.done, desc
-        self.done.add(desc)
-        _number += 1
-        if not cond:
-            failures += 1
-        _line("%sok %d - %s: %s" % ("" if cond else "not ", _number, self.title, desc))
-        if not cond:
-            for d in diag:
-                _comment(d)
-        return cond
-
-    def eq(self, desc, got, want):
-        return self.ok(desc, got == want, "got:  %r" % (got,), "want: %r" % (want,))
-
-    def skip(self, desc, reason):
-        global _number
-        assert desc in self.tests and desc not in self.done, desc
-        self.done.add(desc)
-        _number += 1
-        _line("ok %d - %s: %s # SKIP %s" % (_number, self.title, desc, reason))
-
-    def rest(self, mark, reason=None, diag=None):
-        global failures, _number
-        for desc in self.tests:
-            if desc in self.done:
-                continue
-            self.done.add(desc)
-            _number += 1
-            if mark == "skip":
-                _line("ok %d - %s: %s # SKIP %s" % (_number, self.title, desc, reason))
-            else:
-                failures += 1
-                _line("not ok %d - %s: %s" % (_number, self.title, desc))
-                if diag:
-                    _comment(diag)
-                    diag = None
-
-
-def raises(fn, *exc):
-    try:
-        fn()
-    except exc as e:
-        return e
-    return None
 
 
 # ---- PyTorch (legacy capsules) -------------------------------------------------
@@ -384,27 +305,10 @@ def three_way(t):
 # ---- run -----------------------------------------------------------------------------
 
 def main():
-    _line("1..%d" % sum(len(tests) for _, _, tests, _ in groups))
-    versions = [lp.lua_version(), "Python %s" % sys.version.split()[0]]
-    for name in ("torch", "numpy"):
-        mod, reason = peers[name]
-        versions.append("%s %s" % (name, mod.__version__) if mod else "%s not importable (%s)" % (name, reason))
-    _comment(", ".join(versions))
-    for title, needs, tests, fn in groups:
-        needs = (needs,) if isinstance(needs, str) else needs
-        checker = Checker(title, tests)
-        missing = [n for n in needs if peers[n][0] is None]
-        if missing:
-            checker.rest("skip", "%s not importable: %s" % (missing[0], peers[missing[0]][1]))
-            continue
-        lp.open()
-        try:
-            fn(checker)
-        except Exception:
-            checker.rest("fail", diag="%s raised:\n%s" % (title, traceback.format_exc()))
-        checker.rest("fail", diag="not reached")
-        lp.close()
-        lp.open()
+    tap.plan()
+    tap.versions(lp.lua_version(), peers, ("torch", "numpy"), "not importable")
+    tap.run_groups(peers, "not importable", lp.open, lambda: (lp.close(), lp.open()))
 
 
 main()
+failures = tap.failures
