@@ -20,7 +20,7 @@
 #include "cuda_driver.h"
 #include "internal.h"
 
-#define MAX_DEVICES 64
+#define MAX_DEVICES DLP_MAX_CUDA_DEVICES
 #define STREAM_MT "dlpack.cuda.Stream"
 #define EVENT_MT "dlpack.cuda.Event"
 
@@ -111,6 +111,7 @@ static CUresult enter(int device, Scope *scope) {
   CUcontext ctx, current = NULL;
   CUresult rc = CUDA_SUCCESS;
   scope->changed = 0;
+  if (device < 0 || device >= driver.device_count) return 101; /* CUDA_ERROR_INVALID_DEVICE */
   pthread_mutex_lock(&driver.lock);
   if (!driver.contexts[device]) {
     CUdevice dev;

@@ -13,6 +13,8 @@
 
 /* Tensors with more dimensions than this are refused (NumPy's NPY_MAXDIMS is 64). */
 #define DLP_MAX_NDIM 64
+/* CUDA device ids this module handles (0 to 63). */
+#define DLP_MAX_CUDA_DEVICES 64
 
 #define DLP_FLAG_READ_ONLY DLPACK_FLAG_BITMASK_READ_ONLY
 #define DLP_FLAG_IS_COPIED DLPACK_FLAG_BITMASK_IS_COPIED

@@ -92,6 +92,8 @@ static int validate(const DLTensor *dl, uint64_t flags, char *msg, size_t len, i
   if (!dlp_device_is_valid_type(dl->device.device_type))
     return snprintf(msg, len, "unknown device type %d", (int)dl->device.device_type), 0;
   if (dl->device.device_id < 0) return snprintf(msg, len, "negative device id %d", (int)dl->device.device_id), 0;
+  if (dl->device.device_type == kDLCUDA && dl->device.device_id >= DLP_MAX_CUDA_DEVICES)
+    return snprintf(msg, len, "CUDA device id %d is beyond %d", (int)dl->device.device_id, DLP_MAX_CUDA_DEVICES), 0;
   *dtype = dlp_dtype_from_dl(dl->dtype);
   if (*dtype < 0)
     return snprintf(msg, len, "unsupported dtype (code %d, bits %d, lanes %d)", dl->dtype.code, dl->dtype.bits,
