@@ -30,7 +30,7 @@
  *              devices for pinned memory) runs first; stats().free_with_pending
  *              counts frees that found queued work touching the block.
  *   Streams    lazy FIFO queues. cuMemcpyAsync, cuMemsetD8Async,
- *              cuLaunchHostFunc, cuEventRecord and cuStreamWaitEvent only
+ *              cuEventRecord and cuStreamWaitEvent only
  *              enqueue. Work runs only when forced: cuStreamSynchronize(s) runs
  *              s; cuEventSynchronize(e) runs e's stream up to e's record; a
  *              "wait for e" item first runs e's stream up to e when it executes;
@@ -77,7 +77,7 @@
  *   fake.stream_info(stream [, device]) -> {kind =, device =, priority =, flags =,
  *       destroyed =, pending =} or nil
  *   fake.event_info(event) -> {device =, flags =, destroyed =, recorded =, completed =} or nil
- *   fake.stats() -> {free_with_pending =, host_functions =, executed =, foreign_stream_ops =}
+ *   fake.stats() -> {free_with_pending =, executed =, foreign_stream_ops =}
  *   fake.pointer_device(ptr) -> cuPointerGetAttribute(DEVICE_ORDINAL) as the module would call it
  */
 #define _GNU_SOURCE
@@ -109,41 +109,13 @@ enum {
   E_INVALID_CONTEXT = 201,
   E_INVALID_HANDLE = 400,
   E_NOT_READY = 600,
-  E_NOT_PERMITTED = 800,
 };
 
-/* Every function the fake exports: those of src/cuda_driver.h (checked below)
- * and the ones the module may try (cuEventElapsedTime_v2, cuLaunchHostFunc). */
-typedef void (*fake_HostFn)(void *user_data);
-#define FAKE_FUNCTIONS(X)                                                                                              \
-  X(cuInit, (unsigned int flags))                                                                                      \
-  X(cuDeviceGetCount, (int *count))                                                                                    \
-  X(cuDeviceGet, (CUdevice * device, int ordinal))                                                                     \
-  X(cuDevicePrimaryCtxRetain, (CUcontext * ctx, CUdevice device))                                                      \
-  X(cuCtxGetCurrent, (CUcontext * ctx))                                                                                \
-  X(cuCtxSetCurrent, (CUcontext ctx))                                                                                  \
-  X(cuGetErrorString, (CUresult error, const char **text))                                                             \
-  X(cuMemAlloc_v2, (CUdeviceptr * ptr, size_t bytes))                                                                  \
-  X(cuMemFree_v2, (CUdeviceptr ptr))                                                                                   \
-  X(cuMemHostAlloc, (void **ptr, size_t bytes, unsigned int flags))                                                    \
-  X(cuMemFreeHost, (void *ptr))                                                                                        \
-  X(cuMemAllocManaged, (CUdeviceptr * ptr, size_t bytes, unsigned int flags))                                          \
-  X(cuMemcpyAsync, (CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream))                                 \
-  X(cuMemsetD8Async, (CUdeviceptr dst, unsigned char value, size_t count, CUstream stream))                           \
-  X(cuPointerGetAttribute, (void *data, int attribute, CUdeviceptr ptr))                                               \
-  X(cuStreamCreateWithPriority, (CUstream * stream, unsigned int flags, int priority))                                 \
-  X(cuStreamDestroy_v2, (CUstream stream))                                                                             \
-  X(cuStreamSynchronize, (CUstream stream))                                                                            \
-  X(cuStreamQuery, (CUstream stream))                                                                                  \
-  X(cuStreamWaitEvent, (CUstream stream, CUevent event, unsigned int flags))                                           \
-  X(cuLaunchHostFunc, (CUstream stream, fake_HostFn fn, void *user_data))                                              \
-  X(cuEventCreate, (CUevent * event, unsigned int flags))                                                              \
-  X(cuEventRecord, (CUevent event, CUstream stream))                                                                   \
-  X(cuEventSynchronize, (CUevent event))                                                                               \
-  X(cuEventQuery, (CUevent event))                                                                                     \
-  X(cuEventElapsedTime, (float *ms, CUevent start, CUevent end))                                                       \
-  X(cuEventElapsedTime_v2, (float *ms, CUevent start, CUevent end))                                                    \
-  X(cuEventDestroy_v2, (CUevent event))
+/* Every function the fake exports: those the module resolves (src/cuda_driver.h), and
+ * cuEventElapsedTime_v2, which the module prefers when a driver has it. */
+#define FAKE_FUNCTIONS(X) \
+  DLP_CUDA_FUNCTIONS(X)   \
+  X(cuEventElapsedTime_v2, (float *ms, CUevent start, CUevent end))
 
 /* function ids, for call counts and injected failures */
 #define FID(name, params) F_##name,
@@ -159,11 +131,6 @@ FAKE_FUNCTIONS(FPROTO)
 #undef FPROTO
 EXPORT int luaopen_fakecuda(lua_State *L);
 
-/* Every function the module resolves exists here with the module's type. */
-#define FCHECK(name, params) static const name##_fn check_##name __attribute__((unused)) = name;
-DLP_CUDA_FUNCTIONS(FCHECK)
-#undef FCHECK
-
 #define MAXDEV 16
 #define LOGN 64
 
@@ -173,11 +140,10 @@ static int initialized, ndev;
 static unsigned long calls[F_COUNT];
 static int fail_code[F_COUNT];
 static unsigned fail_times[F_COUNT];
-static unsigned long errors, free_with_pending, host_functions, executed, foreign_stream_ops;
+static unsigned long errors, free_with_pending, executed, foreign_stream_ops;
 static char errlog[LOGN][240];
 static unsigned long nlog;
 static _Thread_local int cur = -1;    /* current context's device, -1 for none */
-static _Thread_local int in_hostfn;   /* inside a host function run by the fake */
 
 struct CUctx_st {
   int device;
@@ -196,7 +162,7 @@ typedef struct Alloc {
 static Alloc *allocs;
 static size_t nallocs, capallocs;
 
-enum { OP_COPY, OP_SET, OP_HOSTFN, OP_RECORD, OP_WAIT, OP_WRITE };
+enum { OP_COPY, OP_SET, OP_RECORD, OP_WAIT, OP_WRITE };
 typedef struct Item {
   struct Item *next;
   int op;
@@ -204,8 +170,6 @@ typedef struct Item {
   uintptr_t dst, src;
   size_t n;
   unsigned char value;
-  fake_HostFn fn;
-  void *data;
   struct CUevent_st *event;
   uint64_t gen;
   struct CUstream_st *target;
@@ -382,12 +346,6 @@ static void execute(Item *it) {
   case OP_WRITE:
     if (it->n) memcpy(bytes_at(it->dst), it->bytes, it->n);
     break;
-  case OP_HOSTFN:
-    host_functions++;
-    in_hostfn++;
-    it->fn(it->data);
-    in_hostfn--;
-    break;
   case OP_RECORD:
     if (it->gen == it->event->gen) {
       it->event->completed = 1;
@@ -458,10 +416,6 @@ static int pending_on(const Alloc *a) {
 static CUresult enter(int f) {
   pthread_mutex_lock(&mu);
   calls[f]++;
-  if (in_hostfn) {
-    misuse("%s called from inside a host function (cuLaunchHostFunc)", fnames[f]);
-    return E_NOT_PERMITTED;
-  }
   if (fail_times[f]) {
     fail_times[f]--;
     return fail_code[f];
@@ -858,17 +812,6 @@ EXPORT CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int f
   RETURN(E_SUCCESS);
 }
 
-EXPORT CUresult cuLaunchHostFunc(CUstream stream, fake_HostFn fn, void *user_data) {
-  ENTER(cuLaunchHostFunc);
-  RESOLVE(s, stream, cuLaunchHostFunc, 1);
-  if (!fn) MISUSE(E_INVALID_VALUE, "cuLaunchHostFunc with a NULL function");
-  Item *it = new_item(OP_HOSTFN);
-  it->fn = fn;
-  it->data = user_data;
-  enqueue(s, it);
-  RETURN(E_SUCCESS);
-}
-
 EXPORT CUresult cuEventCreate(CUevent *event, unsigned int flags) {
   ENTER(cuEventCreate);
   if (!event) MISUSE(E_INVALID_VALUE, "cuEventCreate(NULL, ...)");
@@ -1256,13 +1199,12 @@ static int l_event_info(lua_State *L) {
 
 static int l_stats(lua_State *L) {
   lock();
-  lua_Integer fwp = (lua_Integer)free_with_pending, hf = (lua_Integer)host_functions, ex = (lua_Integer)executed;
+  lua_Integer fwp = (lua_Integer)free_with_pending, ex = (lua_Integer)executed;
   lua_Integer fso = (lua_Integer)foreign_stream_ops;
   unlock();
-  lua_createtable(L, 0, 4);
+  lua_createtable(L, 0, 3);
   set_int(L, "foreign_stream_ops", fso);
   set_int(L, "free_with_pending", fwp);
-  set_int(L, "host_functions", hf);
   set_int(L, "executed", ex);
   return 1;
 }
