@@ -380,10 +380,10 @@ void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, const dlp_Tensor *src, dlp_Cud
   int top = lua_gettop(L);
   Scope scope;
   CUresult rc;
-  require_cuda(L, "copy");
-  drain_pending(0);
   if (!dst_host && !dlp_device_is_cuda(dst->dl.device)) dlp_check_host(L, dst, "copy");
   if (!src_host && !dlp_device_is_cuda(src->dl.device)) dlp_check_host(L, src, "copy");
+  require_cuda(L, "copy");
+  drain_pending(0);
   if (!dst_host) check_contiguous(L, dst);
   if (!src_host) check_contiguous(L, src);
   if (!dst_host && !src_host && dst->dtype != src->dtype)
