@@ -183,8 +183,7 @@ static dlp_CudaStream *opt_stream(lua_State *L, int arg, const dlp_Tensor *a, co
   if (dlp_device_is_host(a->dl.device) && dlp_device_is_host(b->dl.device))
     luaL_argerror(L, arg, "stream given for a copy between host devices, which have no streams");
   const dlp_Tensor *on = dlp_device_is_host(a->dl.device) ? b : a; /* the CUDA side names the device */
-  return dlp_cuda_check_stream(L, lua_gettop(L), on->dl.device.device_type == kDLCUDA ? on->dl.device.device_id : 0,
-                               "copy"); /* NULL for -1: synchronously */
+  return dlp_cuda_check_stream(L, lua_gettop(L), on->dl.device, "copy"); /* NULL for -1: synchronously */
 }
 
 /* t:copy(src [, {stream = s}]) */
@@ -236,7 +235,7 @@ static int l_to(lua_State *L) {
       if (dlp_device_is_host(device) && dlp_device_is_host(t->dl.device))
         return luaL_argerror(L, 2, "stream given for a copy between host devices, which have no streams");
       DLDevice on = dlp_device_is_host(device) ? t->dl.device : device; /* the CUDA side names the device */
-      stream = dlp_cuda_check_stream(L, lua_gettop(L), on.device_type == kDLCUDA ? on.device_id : 0, "to");
+      stream = dlp_cuda_check_stream(L, lua_gettop(L), on, "to");
     }
   }
   int same_device = dlp_device_equal(device, t->dl.device);

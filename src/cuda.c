@@ -166,8 +166,8 @@ static dlp_CudaStream *default_stream(CUstream handle, int device) {
   return &default_streams[handle == CU_STREAM_PER_THREAD][device];
 }
 
-dlp_CudaStream *dlp_cuda_legacy(int device) {
-  return default_stream(CU_STREAM_LEGACY, device);
+dlp_CudaStream *dlp_cuda_legacy(DLDevice d) {
+  return default_stream(CU_STREAM_LEGACY, device_of(d));
 }
 
 /* A stream to use for work on device: the default streams stand for that device's own. */
@@ -222,7 +222,7 @@ static dlp_CudaStream *owner_stream(dlp_Owner *o, DLDevice d) {
   dlp_CudaStream *s;
   pthread_mutex_lock(&driver.lock);
   s = atomic_load(&o->stream);
-  if (!s && d.device_type == kDLCUDA) s = dlp_cuda_legacy(d.device_id);
+  if (!s && d.device_type == kDLCUDA) s = dlp_cuda_legacy(d);
   if (s) dlp_cuda_stream_retain(s);
   pthread_mutex_unlock(&driver.lock);
   return s;
@@ -398,7 +398,7 @@ void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, const dlp_Tensor *src, dlp_Cud
   if (dst_host && (src->dtype != dst->dtype || !dlp_is_contiguous(dst)))
     to = dlp_tensor_new(L, src->dtype, cpu, dst->dl.ndim, dst->dl.shape, 0);
   int device = device_of(dst_host ? src->dl.device : dst->dl.device);
-  dlp_CudaStream *s = on_device(stream ? stream : dlp_cuda_legacy(device), device);
+  dlp_CudaStream *s = on_device(stream ? stream : default_stream(CU_STREAM_LEGACY, device), device);
   size_t bytes = dlp_storage_bytes(from->dtype, dlp_numel(from), from->flags);
   dlp_CudaStream *after_src = owner_stream(src->owner, src->dl.device);
   dlp_CudaStream *after_dst = owner_stream(dst->owner, dst->dl.device);
@@ -490,9 +490,9 @@ dlp_CudaStream *dlp_cuda_test_stream_object(lua_State *L, int idx) {
   return o ? o->s : NULL;
 }
 
-dlp_CudaStream *dlp_cuda_check_stream(lua_State *L, int idx, int device, const char *what) {
+dlp_CudaStream *dlp_cuda_check_stream(lua_State *L, int idx, DLDevice on, const char *what) {
   StreamObject *o = luaL_testudata(L, idx, STREAM_MT);
-  int isint;
+  int isint, device = device_of(on);
   if (o) {
     if (!o->s) luaL_error(L, "%s: the stream was closed", what);
     lua_pushvalue(L, idx);
@@ -614,7 +614,8 @@ static void record_event(lua_State *L, EventObject *e, dlp_CudaStream *s) {
 
 static int l_event_record(lua_State *L) {
   EventObject *e = check_event(L, 1);
-  dlp_CudaStream *s = lua_isnoneornil(L, 2) ? dlp_cuda_legacy(e->device) : on_device(check_open_stream(L, 2), e->device);
+  dlp_CudaStream *s = on_device(lua_isnoneornil(L, 2) ? default_stream(CU_STREAM_LEGACY, e->device)
+                                                      : check_open_stream(L, 2), e->device);
   require_cuda(L, "record");
   record_event(L, e, s);
   lua_settop(L, 1);

@@ -194,13 +194,13 @@ void dlp_cuda_free(DLDevice device, void *memory);          /* any thread */
 /* Copy src into dst (same shape) where either is CUDA device memory; on stream (NULL: synchronously). */
 void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, const dlp_Tensor *src, dlp_CudaStream *stream);
 /* The stream at idx: a stream object, or a DLPack stream integer (1, 2, a handle > 2). NULL: -1 ("none"). */
-dlp_CudaStream *dlp_cuda_check_stream(lua_State *L, int idx, int device, const char *what);
+dlp_CudaStream *dlp_cuda_check_stream(lua_State *L, int idx, DLDevice on, const char *what);
 void dlp_cuda_stream_retain(dlp_CudaStream *s);
 void dlp_cuda_stream_release(dlp_CudaStream *s);            /* any thread */
 uintptr_t dlp_cuda_stream_handle(const dlp_CudaStream *s);  /* the DLPack integer for it */
 /* Make `consumer` wait for the pending work on o's memory (DLPack producer rule). */
 void dlp_cuda_order_for_consumer(lua_State *L, dlp_Owner *o, DLDevice device, dlp_CudaStream *consumer);
-dlp_CudaStream *dlp_cuda_legacy(int device);                /* that device's legacy default stream */
+dlp_CudaStream *dlp_cuda_legacy(DLDevice on);               /* the legacy default stream for memory on `on` */
 void dlp_cuda_settle(void);                                 /* wait for asynchronous copies, release their buffers */
 /* C API: the stream object at idx, and a wrapped (non-owning) stream object for a host's stream. */
 dlp_CudaStream *dlp_cuda_test_stream_object(lua_State *L, int idx);

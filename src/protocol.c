@@ -296,9 +296,9 @@ static dlp_CudaStream *consumer_stream(lua_State *L, int idx, DLDevice device, c
   }
   if (!given) { /* None: the producer assumes the legacy default stream */
     lua_pushnil(L);
-    return dlp_cuda_legacy(device.device_type == kDLCUDA ? device.device_id : 0);
+    return dlp_cuda_legacy(device);
   }
-  return dlp_cuda_check_stream(L, idx, device.device_type == kDLCUDA ? device.device_id : 0, what);
+  return dlp_cuda_check_stream(L, idx, device, what);
 }
 
 /* opts at index `opts` (or none). python_defaults: an absent max_version means legacy. */
