@@ -32,7 +32,7 @@ typedef struct CUevent_st *CUevent;
 #define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
 #endif
 
-/* X(name in the library, pointer type, parameters) for every function used. */
+/* X(name in the library, parameter list) for every function used; name##_fn is its pointer type. */
 #define DLP_CUDA_FUNCTIONS(X)                                                                   \
   X(cuInit, (unsigned int flags))                                                               \
   X(cuDeviceGetCount, (int *count))                                                             \
