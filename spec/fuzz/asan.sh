@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Runs spec/fuzz/fuzz.lua (arguments passed on) under the ASan+UBSan build
+# (build/asan, `make asan-build`), with the sanitizer setup of
+# spec/stages/50-asan.t: any report is fatal. Exit status: the fuzzer's
+# (0 passed, 1 a model or deleter-count failure), 86 AddressSanitizer,
+# 87 LeakSanitizer, 88 UndefinedBehaviorSanitizer, 128+N a signal.
+#   bash spec/fuzz/asan.sh --seed 7 --steps 400 --verbose
+# FUZZ_NO_BUILD=1 skips `make asan-build`.
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$ROOT" || exit 2
+LUA=${LUA:-lua5.4}
+
+LIBASAN=$(gcc -print-file-name=libasan.so 2>/dev/null)
+if [[ ! -f $LIBASAN ]]; then
+  echo "fuzz: gcc's libasan.so not found (install gcc and libasan8)" >&2
+  exit 2
+fi
+if [[ -z ${FUZZ_NO_BUILD:-} ]]; then
+  log=$(mktemp)
+  if ! make -s asan-build >"$log" 2>&1; then
+    echo "fuzz: make asan-build failed" >&2
+    tail -n 40 "$log" >&2
+    rm -f "$log"
+    exit 2
+  fi
+  rm -f "$log"
+fi
+# Lua unloads C modules when the state closes; keep them for readable leak stacks.
+SHIM=build/asan/keep_loaded.so
+if [[ ! -f $SHIM ]]; then
+  printf 'int dlclose(void *handle);\nint dlclose(void *handle) { (void)handle; return 0; }\n' |
+    gcc -shared -fPIC -O1 -x c -o "$SHIM" - || exit 2
+fi
+
+export ASAN_OPTIONS="halt_on_error=1:abort_on_error=0:exitcode=86:detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1:strict_string_checks=1"
+export LSAN_OPTIONS="exitcode=87:suppressions=$ROOT/spec/lsan.supp:print_suppressions=0"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:exitcode=88"
+export LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua;$ROOT/spec/?.lua;;"
+export LUA_CPATH="$ROOT/build/asan/?.so;;"
+# The seed a crash happened in: the one after the last finished seed.
+first=1 prev=
+for a in "$@"; do
+  [[ $prev == --seed ]] && first=$a
+  prev=$a
+done
+outlog=$(mktemp)
+LD_PRELOAD="$LIBASAN $ROOT/$SHIM" "$LUA" "$ROOT/spec/fuzz/fuzz.lua" "$@" | tee "$outlog"
+rc=${PIPESTATUS[0]}
+if ((rc != 0 && rc != 1)); then
+  last=$(sed -n -E 's/^seed ([0-9]+): .*/\1/p' "$outlog" | tail -n 1)
+  crashed=$first
+  [[ -n $last ]] && crashed=$((last + 1))
+  case $rc in
+    86) why="an AddressSanitizer report" ;;
+    87) why="a LeakSanitizer report (or an AddressSanitizer one: see above)" ;;
+    88) why="an UndefinedBehaviorSanitizer report" ;;
+    124) why="a time limit (a hang?)" ;;
+    13[0-9] | 1[4-5][0-9]) why="signal $((rc - 128))" ;;
+    *) why="exit status $rc" ;;
+  esac
+  # the same arguments, for that seed alone, every call printed
+  keep=() skip=0
+  for a in "$@"; do
+    if ((skip)); then skip=0; continue; fi
+    case $a in
+      --seed | --seeds | --seconds) skip=1 ;;
+      --verbose) ;;
+      *) keep+=("$a") ;;
+    esac
+  done
+  echo "fuzz: seed $crashed ended the run with $why (exit status $rc)"
+  echo "reproduce: bash spec/fuzz/asan.sh --seed $crashed --seeds 1 ${keep[*]} --verbose"
+fi
+rm -f "$outlog"
+exit "$rc"
