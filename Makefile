@@ -37,9 +37,12 @@ PEERS       = $(BUILD)/peers
 export LUA_PATH  := $(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/spec/?.lua;;
 export LUA_CPATH := $(CURDIR)/$(BUILD)/?.so;;
 
-.PHONY: all static test conformance demo install deps asan asan-build valgrind lint bench clean gpu gpu-build
+.PHONY: all static test conformance demo install deps asan asan-build tsan-build valgrind lint bench clean gpu gpu-build \
+        fuzz fuzz-replay
 
-all: $(MODULE) $(STATIC) $(FABRICATE) $(FAKECUDA)
+GEN_MODULE  = $(BUILD)/gen/dlpack/core.so
+
+all: $(MODULE) $(STATIC) $(FABRICATE) $(FAKECUDA) $(GEN_MODULE)
 
 static: $(STATIC)
 
@@ -54,6 +57,16 @@ $(MODULE): $(OBJECTS)
 $(STATIC): $(OBJECTS)
 	@rm -f $@
 	ar rcs $@ $(OBJECTS)
+
+# Test-only: the module with 2-bit capsule generations, so that a spec reaches the end of a
+# capsule slot's life in a few hundred capsules (spec/safety_spec.lua); never installed.
+$(BUILD)/gen/capsule.o: src/capsule.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -DDLPACK_LUA_TEST_GEN_BITS=2 -c $< -o $@
+
+$(GEN_MODULE): $(filter-out $(BUILD)/obj/capsule.o,$(OBJECTS)) $(BUILD)/gen/capsule.o
+	@mkdir -p $(@D)
+	$(CC) -shared $(ALL_CFLAGS) -o $@ $^ $(LDLIBS)
 
 # Test-only module that fabricates foreign managed tensors; never installed.
 $(FABRICATE): spec/c/fabricate.c src/dlpack_lua.h src/dlpack_abi.h
@@ -85,6 +98,12 @@ $(GPU_KERNELS): spec/gpu/kernels.cu
 $(LUAPEER): spec/gpu/luapeer.c $(STATIC)
 	@mkdir -p $(@D)
 	$(CC) -shared $(ALL_CFLAGS) -Wno-missing-prototypes -Isrc -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)
+
+# The C loops `make bench` compares the module with (bench/baselines.c), with the module's flags.
+BENCH_BASE  = $(BUILD)/bench/baselines.so
+$(BENCH_BASE): bench/baselines.c src/dlpack_lua.h src/dlpack_abi.h
+	@mkdir -p $(@D)
+	$(CC) -shared $(ALL_CFLAGS) -Isrc -o $@ $< $(LDLIBS)
 
 $(BENCH_CUDA): bench/cuda.c $(STATIC)
 	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)
@@ -123,6 +142,10 @@ install: $(MODULE) $(STATIC)
 asan-build:
 	$(MAKE) BUILD=build/asan CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" all
 
+# The module and test modules built with ThreadSanitizer, for the threads specs (stage 52).
+tsan-build:
+	$(MAKE) BUILD=build/tsan CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=thread" all
+
 # The specs under AddressSanitizer+UBSan, and under valgrind memcheck (each a stage of `make test`).
 asan: deps
 	@bash spec/run.sh 50
@@ -130,7 +153,21 @@ asan: deps
 valgrind: deps all
 	@bash spec/run.sh 60
 
-bench: all $(BENCH_CUDA)
+# The fuzzer of the safe API (spec/fuzz/README.md) under the ASan+UBSan build, any report fatal:
+#   make fuzz SECONDS=600 [SEED=1] [STEPS=400] [CORPUS=30] [WITHOUT=raw,...]   seeds SEED, SEED+1, ...
+#   make fuzz-replay SEED=S [STEPS=400]    one seed, every call printed before it runs
+SECONDS ?= 60
+SEED    ?= 1
+STEPS   ?= 400
+CORPUS  ?= 30
+FUZZ_WITHOUT = $(if $(WITHOUT),--without $(WITHOUT))
+fuzz:
+	@bash spec/fuzz/asan.sh --seed $(SEED) --seconds $(SECONDS) --steps $(STEPS) --corpus $(CORPUS) $(FUZZ_WITHOUT)
+
+fuzz-replay:
+	@bash spec/fuzz/asan.sh --seed $(SEED) --seeds 1 --steps $(STEPS) --corpus $(CORPUS) --verbose $(FUZZ_WITHOUT)
+
+bench: all $(BENCH_BASE) $(BENCH_CUDA)
 	$(LUA) bench/run.lua
 
 clean:

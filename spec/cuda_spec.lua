@@ -3,6 +3,7 @@
 -- crash. The CUDA logic itself is specified against a fake driver in
 -- spec/cuda/fake_driver.lua (stage 45) and on a real GPU in spec/gpu/.
 local dlpack = require "dlpack"
+local unsafe = require "dlpack.unsafe"
 local support = require "support"
 
 local cuda = dlpack.cuda
@@ -32,19 +33,26 @@ describe("dlpack.cuda without a driver", function()
     assert.is_true(math.type(cuda.legacy_stream.handle) == "integer")
   end)
 
-  it("Stream.wrap stores a foreign handle without needing a driver", function()
-    local s = cuda.Stream.wrap(12345)
+  it("unsafe.wrap_stream stores a foreign handle without needing a driver", function()
+    local s = unsafe.wrap_stream(12345)
     assert.are.equal(12345, s.handle)
     assert.are.equal(0, s.device)
-    local s1 = cuda.Stream.wrap(12345, 1)
+    local s1 = unsafe.wrap_stream(12345, 1)
     assert.are.equal(1, s1.device)
     s:close()
     s:close() -- idempotent, and it never destroys a foreign stream
     s1:close()
   end)
 
-  it("Stream.wrap refuses stream 0, ambiguous on CUDA", function()
-    raises(function() cuda.Stream.wrap(0) end, "stream 0")
+  it("unsafe.wrap_stream refuses stream 0, ambiguous on CUDA, and device ids out of range", function()
+    raises(function() unsafe.wrap_stream(0) end, "stream 0")
+    raises(function() unsafe.wrap_stream(12345, 64) end, "device")
+    raises(function() unsafe.wrap_stream(12345, -1) end, "device")
+  end)
+
+  it("has no way to wrap a raw stream handle outside dlpack.unsafe", function()
+    assert.is_nil(cuda.Stream.wrap)
+    assert.is_nil(rawget(cuda, "wrap_stream"))
   end)
 
   it("refuses a stream for a CPU tensor", function()
@@ -52,7 +60,7 @@ describe("dlpack.cuda without a driver", function()
     raises(function() dlpack.to_dlpack(t, {stream = cuda.legacy_stream}) end, "stream")
     raises(function() dlpack.to_dlpack(t, {stream = 1}) end, "stream")
     raises(function() dlpack.to_dlpack(t, {stream = 2}) end, "stream")
-    raises(function() dlpack.to_dlpack(t, {stream = cuda.Stream.wrap(12345)}) end, "stream")
+    raises(function() dlpack.to_dlpack(t, {stream = unsafe.wrap_stream(12345)}) end, "stream")
     raises(function() dlpack.from_dlpack(t, {stream = 1}) end, "stream")
     -- the CPU suite's behaviour without a stream is unchanged
     local u = dlpack.from_dlpack(dlpack.to_dlpack(t))
@@ -99,7 +107,7 @@ describe("dlpack.cuda without a driver", function()
     end)
 
     it("a wrapped stream's methods raise errors naming CUDA", function()
-      local s = cuda.Stream.wrap(12345)
+      local s = unsafe.wrap_stream(12345)
       raises(function() s:synchronize() end, "cuda")
       raises(function() s:query() end, "cuda")
       raises(function() s:record() end, "cuda")

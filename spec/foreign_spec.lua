@@ -94,8 +94,8 @@ describe("foreign tensors", function()
       refuses({ major = 0xffffffff, minor = 0xffffffff, ndim = -5 }, "versioned", { "version", "major" })
     end)
 
-    it("refuses a major version above 1 from a raw C producer, deleter called once", function()
-      local p = fab.raw_producer { major = 3, ndim = 99999, shape = false }
+    it("refuses a major version above 1 from a C producer, deleter called once", function()
+      local p = fab.c_producer { major = 3, ndim = 99999, shape = false }
       local n = deletes(function()
         local err = raises(function() dlpack.from_dlpack(p) end)
         assert.is_truthy(err:find(MARK, 1, true), err)
@@ -597,9 +597,10 @@ describe("foreign tensors", function()
       assert.are.equal(0, deletes(function() pcall(dlpack.release_capsule, cap) end))
     end)
 
-    it("consumes the raw protocol form of a C producer, offering max_version", function()
+    it("consumes the capsule of a C producer that makes it through the registry table, offering max_version",
+       function()
       for _, legacy in ipairs { false, true } do
-        local p = fab.raw_producer { legacy = legacy, shape = { 3 }, data = f32(4, 5, 6) }
+        local p = fab.c_producer { legacy = legacy, shape = { 3 }, data = f32(4, 5, 6) }
         local t = dlpack.from_dlpack(p)
         assert.are.equal(1, p.calls)
         assert.are.equal(1, p.device_calls)
@@ -662,7 +663,7 @@ describe("foreign tensors", function()
     it("calls the deleter once when a refusal happens half-way through an import", function()
       -- valid version, device and dtype; bad strides at the very end
       local n = deletes(function()
-        local p = fab.raw_producer { shape = { 2, 3 }, strides = { 3, 1 << 62 } }
+        local p = fab.c_producer { shape = { 2, 3 }, strides = { 3, 1 << 62 } }
         raises(function() dlpack.from_dlpack(p) end, MARK)
       end)
       assert.are.equal(1, n)

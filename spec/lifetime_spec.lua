@@ -303,4 +303,42 @@ describe("memory", function()
     end)
     assert.is_true(grown < 300, string.format("resident memory grew by %.0f MiB", grown))
   end)
+
+  it("respects a collector the script stopped: no step, no finalizer, no collection", function()
+    local ran = 0
+    collectgarbage()
+    collectgarbage("stop")
+    setmetatable({}, {__gc = function() ran = ran + 1 end}) -- garbage the collector must not see
+    for _ = 1, 64 do
+      local t = dlpack.zeros({1024, 1024}, "float32") -- 4 MiB each, 256 MiB in all
+      local u = dlpack.from_dlpack(dlpack.to_dlpack(t, {copy = true}))
+      u:release()
+      t:release()
+    end
+    local running, ran_stopped = collectgarbage("isrunning"), ran
+    collectgarbage("restart")
+    assert.is_false(running, "the module restarted the collector")
+    assert.are.equal(0, ran_stopped, "a finalizer ran while the collector was stopped")
+    collectgarbage()
+    assert.are.equal(1, ran)
+  end)
+
+  it("takes no collector step for memory it already knows (an export of its own coming back)", function()
+    local big = dlpack.zeros({4 * 1024 * 1024}, "float32") -- 16 MiB
+    local steps = 0
+    local function sentinel() setmetatable({}, {__gc = function() steps = steps + 1; sentinel() end}) end
+    collectgarbage()
+    collectgarbage("generational")
+    sentinel()
+    local before = steps
+    for _ = 1, 200 do -- 3.2 GB worth of round trips, each allocating one small userdata
+      dlpack.from_dlpack(dlpack.to_dlpack(big)):release()
+    end
+    local during = steps - before
+    collectgarbage("incremental")
+    -- charged like fresh memory, 200 steps of 16 MiB would have collected many times
+    assert.is_true(during <= 2, string.format("%d collections during the round trips", during))
+    big:release()
+  end)
 end)
+

@@ -5,14 +5,16 @@
  * versioned bit. Consuming a capsule bumps its slot's generation, so a second
  * consumption is detected always: after the memory was released, after the
  * slot was reused, from another lua_State or another thread (one mutex guards
- * the table). Slots are reused in FIFO order, which keeps generations young.
+ * the table). Slots are reused in FIFO order, and a slot whose generation
+ * would wrap is retired for good, so no handle is ever issued twice: a
+ * process can make 2^47 capsules in all (2^20 slots of 2^27 generations).
  *
  * Light userdata has no finaliser. Capsules are not tied to the lua_State that
  * made them (another state or thread may consume them after it closed), so
  * what scripts leave unconsumed is handed back to its producers when the last
  * lua_State that opened the module closes. Capsules made by C hosts are the
  * host's and are never handed back. */
-#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,7 +26,7 @@
 #define TAG_VALUE ((uintptr_t)0xD1C0)
 #define VERSIONED_BIT ((uintptr_t)1 << 47)
 #define GEN_SHIFT 20
-#define GEN_MASK ((uintptr_t)0x7FFFFFF) /* 27 bits */
+#define GEN_BITS 27
 #define INDEX_BITS 20
 #else
 /* 32-bit: 0xF0000000 and up is kernel space, never a user pointer */
@@ -32,10 +34,16 @@
 #define TAG_VALUE ((uintptr_t)0xF)
 #define VERSIONED_BIT ((uintptr_t)1 << 27)
 #define GEN_SHIFT 14
-#define GEN_MASK ((uintptr_t)0x1FFF) /* 13 bits */
+#define GEN_BITS 13
 #define INDEX_BITS 14
 #endif
 
+/* A test build may make generations short, to reach the end of a slot's life quickly. */
+#ifdef DLPACK_LUA_TEST_GEN_BITS
+#undef GEN_BITS
+#define GEN_BITS DLPACK_LUA_TEST_GEN_BITS
+#endif
+#define GEN_MASK (((uintptr_t)1 << GEN_BITS) - 1)
 #define MAX_SLOTS ((size_t)1 << INDEX_BITS)
 #define CHUNK_SLOTS 1024
 #define NO_SLOT ((size_t)-1)
@@ -44,12 +52,23 @@ typedef struct Slot {
   void *managed;   /* while live */
   int from_lua;    /* made by a script, so handed back when the last state closes */
   size_t next_free;
-  uint32_t gen;
+  uint32_t gen;    /* of the live or next capsule; GEN_MASK + 1 once the slot is retired */
   unsigned char live;
   unsigned char versioned;
 } Slot;
 
-static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The table's lock: a spin lock, since every critical section is a few dozen instructions (the
+ * longest, once per CHUNK_SLOTS slots, is a calloc); a waiter yields after a short spin. */
+static atomic_flag table_flag = ATOMIC_FLAG_INIT;
+
+static void lock_table(void) {
+  for (int spins = 0; atomic_flag_test_and_set_explicit(&table_flag, memory_order_acquire); spins++)
+    if (spins >= 64) sched_yield();
+}
+
+static void unlock_table(void) {
+  atomic_flag_clear_explicit(&table_flag, memory_order_release);
+}
 static Slot *chunks[MAX_SLOTS / CHUNK_SLOTS + 1];
 static size_t slot_count; /* slots ever handed out */
 static size_t free_head = NO_SLOT, free_tail = NO_SLOT;
@@ -77,7 +96,7 @@ static int decode(void *p, size_t *index, uint32_t *gen, int *versioned) {
 void *dlp_capsule_new(void *managed, int versioned, int from_lua) {
   size_t i;
   Slot *s;
-  pthread_mutex_lock(&table_lock);
+  lock_table();
   if (free_head != NO_SLOT) {
     i = free_head;
     free_head = slot_at(i)->next_free;
@@ -97,19 +116,21 @@ void *dlp_capsule_new(void *managed, int versioned, int from_lua) {
   s->live = 1;
   s->versioned = (unsigned char)(versioned != 0);
   void *handle = encode(i, s->gen, versioned);
-  pthread_mutex_unlock(&table_lock);
+  unlock_table();
   return handle;
 full:
-  pthread_mutex_unlock(&table_lock);
+  unlock_table();
   return NULL;
 }
 
-/* Mark slot i consumed and queue it for reuse (caller holds the lock). */
+/* Mark slot i consumed and queue it for reuse, unless its generations are used up: then it
+ * stays retired, and every handle it gave out stays consumed (caller holds the lock). */
 static void retire(size_t i) {
   Slot *s = slot_at(i);
   s->live = 0;
   s->managed = NULL;
-  s->gen = (uint32_t)((s->gen + 1) & GEN_MASK);
+  s->gen++;
+  if (s->gen > GEN_MASK) return;
   s->next_free = NO_SLOT;
   if (free_tail != NO_SLOT) slot_at(free_tail)->next_free = i;
   else free_head = i;
@@ -120,18 +141,18 @@ int dlp_capsule_consume(void *capsule, void **managed, int *versioned) {
   size_t i;
   uint32_t gen;
   int result = DLPACK_LUA_NOT_A_CAPSULE;
-  pthread_mutex_lock(&table_lock);
+  lock_table();
   if (decode(capsule, &i, &gen, versioned)) {
     Slot *s = slot_at(i);
-    if (s->live && s->gen == gen) {
+    if (s->gen != gen) {
+      result = DLPACK_LUA_CONSUMED;
+    } else if (s->live && s->versioned == *versioned) { /* a flipped versioned bit is no handle of ours */
       *managed = s->managed;
       retire(i);
       result = DLPACK_LUA_OK;
-    } else {
-      result = DLPACK_LUA_CONSUMED;
     }
   }
-  pthread_mutex_unlock(&table_lock);
+  unlock_table();
   return result;
 }
 
@@ -139,34 +160,34 @@ int dlp_capsule_state(void *p, int *versioned, int *consumed) {
   size_t i;
   uint32_t gen;
   int found;
-  pthread_mutex_lock(&table_lock);
+  lock_table();
   found = decode(p, &i, &gen, versioned);
   if (found) {
     Slot *s = slot_at(i);
     /* the current generation is live or free for the next capsule; older ones were consumed */
     if (gen == s->gen) {
-      found = s->live;
+      found = s->live && s->versioned == *versioned; /* a flipped versioned bit is no handle of ours */
       *consumed = 0;
     } else {
       *consumed = 1;
     }
   }
-  pthread_mutex_unlock(&table_lock);
+  unlock_table();
   return found;
 }
 
-static int open_states; /* lua_States that opened the module and are not closed; under table_lock */
+static int open_states; /* lua_States that opened the module and are not closed; under the table's lock */
 
 void dlp_capsule_state_opened(void) {
-  pthread_mutex_lock(&table_lock);
+  lock_table();
   open_states++;
-  pthread_mutex_unlock(&table_lock);
+  unlock_table();
 }
 
 /* When the last state closes, no script can consume what scripts left: hand it back. */
 void dlp_capsule_state_closed(void) {
   size_t i = 0;
-  pthread_mutex_lock(&table_lock);
+  lock_table();
   open_states--;
   for (;;) {
     void *managed = NULL;
@@ -180,10 +201,10 @@ void dlp_capsule_state_closed(void) {
         break;
       }
     }
-    pthread_mutex_unlock(&table_lock);
+    unlock_table();
     if (!managed) return;
     dlp_managed_delete(managed, versioned); /* outside the lock: a deleter may make capsules */
-    pthread_mutex_lock(&table_lock);
+    lock_table();
   }
 }
 
@@ -195,6 +216,19 @@ static void *check_capsule(lua_State *L, int arg) {
   if (lua_type(L, arg) != LUA_TLIGHTUSERDATA || !dlp_capsule_state(p, &versioned, &consumed))
     luaL_argexpected(L, 0, arg, "capsule");
   return p;
+}
+
+int dlp_capsule_peek(void *capsule, int (*look)(void *managed, int versioned)) {
+  size_t i;
+  uint32_t gen;
+  int versioned, result = -1;
+  lock_table();
+  if (decode(capsule, &i, &gen, &versioned)) {
+    Slot *s = slot_at(i);
+    if (s->live && s->gen == gen && s->versioned == versioned) result = look(s->managed, versioned);
+  }
+  unlock_table();
+  return result;
 }
 
 static int l_is_capsule(lua_State *L) {
@@ -221,8 +255,10 @@ static int l_capsule_info(lua_State *L) {
 /* Consume the capsule at arg or raise; the caller then owns *managed. */
 void *dlp_capsule_take(lua_State *L, int arg, int *versioned, const char *what) {
   void *managed = NULL;
-  int r = dlp_capsule_consume(check_capsule(L, arg), &managed, versioned);
-  if (r == DLPACK_LUA_CONSUMED)
+  int r = lua_type(L, arg) == LUA_TLIGHTUSERDATA ? dlp_capsule_consume(lua_touserdata(L, arg), &managed, versioned)
+                                                 : DLPACK_LUA_NOT_A_CAPSULE;
+  if (r == DLPACK_LUA_NOT_A_CAPSULE) luaL_argexpected(L, 0, arg, "capsule");
+  if (r != DLPACK_LUA_OK)
     luaL_error(L, "%s: the capsule was already consumed (a capsule can be consumed only once)", what);
   return managed;
 }
@@ -239,35 +275,5 @@ void dlp_capsule_register(lua_State *L, int module) {
     {"is_capsule", l_is_capsule}, {"capsule_info", l_capsule_info}, {"release_capsule", l_release_capsule},
     {NULL, NULL},
   };
-  dlp_register(L, module, functions);
-}
-
-/* ---- dlpack.unsafe: raw pointers in and out ---- */
-
-static int check_name(lua_State *L, int arg) {
-  static const char *const names[] = {"dltensor", "dltensor_versioned", NULL};
-  return luaL_checkoption(L, arg, NULL, names);
-}
-
-static int l_adopt(lua_State *L) {
-  void *managed = lua_touserdata(L, 1);
-  if (lua_type(L, 1) != LUA_TLIGHTUSERDATA || !managed) luaL_argexpected(L, 0, 1, "non-NULL light userdata");
-  int versioned = check_name(L, 2);
-  void *capsule = dlp_capsule_new(managed, versioned, 1);
-  if (!capsule) return luaL_error(L, "unsafe.adopt: too many unconsumed capsules");
-  lua_pushlightuserdata(L, capsule);
-  return 1;
-}
-
-static int l_take(lua_State *L) {
-  int versioned;
-  void *managed = dlp_capsule_take(L, 1, &versioned, "unsafe.take");
-  lua_pushlightuserdata(L, managed);
-  lua_pushstring(L, versioned ? "dltensor_versioned" : "dltensor");
-  return 2;
-}
-
-void dlp_unsafe_register(lua_State *L, int module) {
-  static const luaL_Reg functions[] = {{"adopt", l_adopt}, {"take", l_take}, {NULL, NULL}};
   dlp_register(L, module, functions);
 }

@@ -1,96 +1,270 @@
-/* Copies and conversion: strided element loops, clone, contiguous, copy, to, fill. */
+/* Copies and conversion: strided element loops, clone, contiguous, copy, to, fill.
+ * dlp_copy allocates what it needs (a temporary for overlapping views, CUDA staging)
+ * before it takes the memory of its tensors, then copies without running Lua code. */
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "internal.h"
 
-/* Byte strides of t, and the number of elements; 0 elements means nothing to visit. */
-static int64_t byte_strides(const dlp_Tensor *t, int64_t *bstrides) {
-  int64_t itemsize = dlp_dtypes[t->dtype].itemsize;
-  for (int i = 0; i < t->dl.ndim; i++) bstrides[i] = t->dl.strides[i] * itemsize;
-  return dlp_numel(t);
+/* ---- walking two layouts at once ----
+ * Size-1 dimensions are dropped and dimensions contiguous in both layouts merged; then the
+ * elements go row by row along the dimension the destination is contiguous in, through one
+ * typed row function. When the source is contiguous along another dimension (a transpose,
+ * a permutation), the two dimensions are walked in TILE x TILE blocks, so that both sides
+ * stay in cache. */
+
+#define TILE 32
+
+typedef struct Walk {
+  int ndim;
+  int64_t shape[DLP_MAX_NDIM];
+  int64_t ds[DLP_MAX_NDIM], ss[DLP_MAX_NDIM]; /* byte strides of the destination and source */
+} Walk;
+
+/* What each row does: a row function (copy or convert), or a fill with `value`. */
+typedef struct Job {
+  dlp_RowFn row;
+  const void *value;
+  size_t itemsize;
+  int move; /* same dtype: a tile may be transposed in registers */
+} Job;
+
+static void do_row(const Job *job, char *d, int64_t ds, const char *s, int64_t ss, int64_t n) {
+  if (job->value) dlp_fill_row(d, ds, job->value, n, job->itemsize);
+  else job->row(d, ds, s, ss, n);
 }
 
-/* Advance a row-major multi-index; moves *p by the byte strides. Pointers stay inside the tensor. */
-static void advance(int ndim, const int64_t *shape, const int64_t *bstrides, int64_t *idx, char **p) {
-  for (int d = ndim - 1; d >= 0; d--) {
-    if (++idx[d] < shape[d]) {
-      *p += bstrides[d];
-      return;
+/* Fill w from a shape and byte strides (ss may equal ds, for a walk of one layout); returns the
+ * element count (0: nothing to visit). */
+static int64_t simplify(Walk *w, int ndim, const int64_t *shape, const int64_t *ds, const int64_t *ss) {
+  int64_t n = 1, dm, sm;
+  int k = 0;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] == 0) return 0;
+    n *= shape[i];
+    if (shape[i] == 1) continue;
+    /* the dimension before merges into this one when it steps over it exactly, on both sides */
+    if (k > 0 && dlp_mul(ds[i], shape[i], &dm) && dlp_mul(ss[i], shape[i], &sm) && w->ds[k - 1] == dm &&
+        w->ss[k - 1] == sm) {
+      w->shape[k - 1] *= shape[i];
+      w->ds[k - 1] = ds[i];
+      w->ss[k - 1] = ss[i];
+      continue;
     }
-    *p -= bstrides[d] * (shape[d] - 1);
-    idx[d] = 0;
+    w->shape[k] = shape[i];
+    w->ds[k] = ds[i];
+    w->ss[k] = ss[i];
+    k++;
+  }
+  w->ndim = k;
+  return n;
+}
+
+static int64_t magnitude(int64_t v) { return v < 0 ? -v : v; }
+
+/* The dimension whose byte stride is smallest in magnitude (-1 for none). */
+static int fastest(const Walk *w, const int64_t *strides) {
+  int best = -1;
+  for (int i = 0; i < w->ndim; i++)
+    if (best < 0 || magnitude(strides[i]) < magnitude(strides[best])) best = i;
+  return best;
+}
+
+/* Visit every position of the dimensions other than a and b (b may equal a), calling visit
+ * with the pointers there. */
+typedef void (*Visit)(const Walk *w, int a, int b, const Job *job, char *d, const char *s);
+
+static void walk_outer(const Walk *w, int a, int b, const Job *job, char *d, const char *s, Visit visit) {
+  int64_t idx[DLP_MAX_NDIM] = {0};
+  for (;;) {
+    visit(w, a, b, job, d, s);
+    int k = w->ndim - 1;
+    for (; k >= 0; k--) {
+      if (k == a || k == b) continue;
+      if (++idx[k] < w->shape[k]) {
+        d += w->ds[k];
+        s += w->ss[k];
+        break;
+      }
+      d -= w->ds[k] * (w->shape[k] - 1);
+      s -= w->ss[k] * (w->shape[k] - 1);
+      idx[k] = 0;
+    }
+    if (k < 0) return;
   }
 }
 
-void dlp_foreach(const dlp_Tensor *t, void (*fn)(char *p, void *ud), void *ud) {
-  int64_t bstrides[DLP_MAX_NDIM], idx[DLP_MAX_NDIM] = {0};
-  int64_t n = byte_strides(t, bstrides);
-  char *p = dlp_first_element(t);
-  for (int64_t k = 0; k < n; k++) {
-    fn(p, ud);
-    if (k + 1 < n) advance(t->dl.ndim, t->dl.shape, bstrides, idx, &p);
+static void visit_row(const Walk *w, int a, int b, const Job *job, char *d, const char *s) {
+  (void)b;
+  do_row(job, d, w->ds[a], s, w->ss[a], w->shape[a]);
+}
+
+#if defined(__SSE2__)
+/* Transpose an la x lb tile in registers, for elements of 4 or 8 bytes: destination element
+ * (i, j) at d + i*size + j*dsb, source element at s + i*ssa + j*size. Returns 0 (nothing done)
+ * for other sizes. The moves are shuffles: the bits are copied as they are. */
+static int transpose_tile(char *d, int64_t dsb, const char *s, int64_t ssa, int64_t la, int64_t lb, size_t size) {
+  int64_t i, j;
+  if (size == 4) {
+    for (j = 0; j + 4 <= lb; j += 4) {
+      for (i = 0; i + 4 <= la; i += 4) {
+        const char *q = s + i * ssa + j * 4;
+        __m128 r0 = _mm_loadu_ps((const float *)q), r1 = _mm_loadu_ps((const float *)(q + ssa));
+        __m128 r2 = _mm_loadu_ps((const float *)(q + 2 * ssa)), r3 = _mm_loadu_ps((const float *)(q + 3 * ssa));
+        _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+        char *p = d + i * 4 + j * dsb;
+        _mm_storeu_ps((float *)p, r0);
+        _mm_storeu_ps((float *)(p + dsb), r1);
+        _mm_storeu_ps((float *)(p + 2 * dsb), r2);
+        _mm_storeu_ps((float *)(p + 3 * dsb), r3);
+      }
+      for (; i < la; i++) /* the last columns of these rows */
+        for (int64_t k = j; k < j + 4; k++) memcpy(d + i * 4 + k * dsb, s + i * ssa + k * 4, 4);
+    }
+  } else if (size == 8) {
+    for (j = 0; j + 2 <= lb; j += 2) {
+      for (i = 0; i + 2 <= la; i += 2) {
+        const char *q = s + i * ssa + j * 8;
+        __m128d r0 = _mm_loadu_pd((const double *)q), r1 = _mm_loadu_pd((const double *)(q + ssa));
+        char *p = d + i * 8 + j * dsb;
+        _mm_storeu_pd((double *)p, _mm_unpacklo_pd(r0, r1));
+        _mm_storeu_pd((double *)(p + dsb), _mm_unpackhi_pd(r0, r1));
+      }
+      for (; i < la; i++)
+        for (int64_t k = j; k < j + 2; k++) memcpy(d + i * 8 + k * dsb, s + i * ssa + k * 8, 8);
+    }
+  } else {
+    return 0;
   }
+  for (; j < lb; j++) /* the last rows */
+    for (i = 0; i < la; i++) memcpy(d + i * size + j * dsb, s + i * ssa + j * size, size);
+  return 1;
 }
+#endif
 
-/* Element types that convert through dlp_Scalar (the rest copy byte for byte only). */
-static int convertible(int dtype) {
-  return dtype <= DLP_COMPLEX128;
-}
-
-/* One row (the innermost dimension) of a same-dtype copy, with typed moves for common sizes. */
-static void copy_row(char *d, int64_t ds, const char *s, int64_t ss, int64_t n, size_t itemsize) {
-#define COPY_ROW(type) \
-  for (int64_t i = 0; i < n; i++, d += ds, s += ss) *(type *)d = *(const type *)s; \
-  return
-  if ((uintptr_t)d % itemsize == 0 && (uintptr_t)s % itemsize == 0 && ds % (int64_t)itemsize == 0 &&
-      ss % (int64_t)itemsize == 0) {
-    switch (itemsize) {
-      case 1: COPY_ROW(uint8_t);
-      case 2: COPY_ROW(uint16_t);
-      case 4: COPY_ROW(uint32_t);
-      case 8: COPY_ROW(uint64_t);
-      default: break;
+/* Rows along a, a TILE x TILE block of (a, b) at a time. */
+static void visit_tiles(const Walk *w, int a, int b, const Job *job, char *d, const char *s) {
+  int64_t na = w->shape[a], nb = w->shape[b];
+  for (int64_t j0 = 0; j0 < nb; j0 += TILE) {
+    int64_t lb = nb - j0 < TILE ? nb - j0 : TILE;
+    for (int64_t i0 = 0; i0 < na; i0 += TILE) {
+      int64_t la = na - i0 < TILE ? na - i0 : TILE;
+      char *dp = d + i0 * w->ds[a] + j0 * w->ds[b];
+      const char *sp = s + i0 * w->ss[a] + j0 * w->ss[b];
+#if defined(__SSE2__)
+      /* the fast dimensions run forward on both sides (negative strides take the rows) */
+      if (job->move && w->ds[a] > 0 && w->ss[b] > 0 &&
+          transpose_tile(dp, w->ds[b], sp, w->ss[a], la, lb, job->itemsize))
+        continue;
+#endif
+      for (int64_t j = 0; j < lb; j++) do_row(job, dp + j * w->ds[b], w->ds[a], sp + j * w->ss[b], w->ss[a], la);
     }
   }
-#undef COPY_ROW
-  for (int64_t i = 0; i < n; i++, d += ds, s += ss) memcpy(d, s, itemsize);
 }
 
-static void convert_row(int dd, char *d, int64_t ds, int sd, const char *s, int64_t ss, int64_t n) {
-  for (int64_t i = 0; i < n; i++, d += ds, s += ss) {
-    dlp_Scalar v;
-    dlp_load(sd, s, &v);
-    dlp_store(dd, d, &v);
-  }
-}
-
-/* dst and src have the same shape, are host memory and do not overlap. Rows of the
- * innermost dimension are copied in a tight loop; the outer dimensions are walked. */
-static void copy_elements(dlp_Tensor *dst, const dlp_Tensor *src) {
-  int64_t ds[DLP_MAX_NDIM], ss[DLP_MAX_NDIM], idx[DLP_MAX_NDIM] = {0}, sidx[DLP_MAX_NDIM] = {0};
-  int64_t n = byte_strides(dst, ds);
-  char *d = dlp_first_element(dst), *s = dlp_first_element(src);
-  size_t itemsize = dlp_dtypes[dst->dtype].itemsize;
-  int nd = dst->dl.ndim;
-  byte_strides(src, ss);
-  if (n == 0) return;
-  if (dst->dtype == src->dtype && dlp_is_contiguous(dst) && dlp_is_contiguous(src)) {
-    memcpy(d, s, dlp_storage_bytes(dst->dtype, n, dst->flags));
+/* Run job over the simplified walk w from d and s; dsize and ssize are the element sizes. */
+static void run(const Walk *w, const Job *job, char *d, const char *s, size_t dsize, size_t ssize) {
+  if (w->ndim == 0) { /* one element */
+    do_row(job, d, (int64_t)dsize, s, (int64_t)ssize, 1);
     return;
   }
-  int64_t row = nd > 0 ? dst->dl.shape[nd - 1] : 1;
-  int64_t drow = nd > 0 ? ds[nd - 1] : 0, srow = nd > 0 ? ss[nd - 1] : 0;
-  int outer_nd = nd > 0 ? nd - 1 : 0;
-  for (int64_t k = 0; k < n; k += row) {
-    if (dst->dtype == src->dtype) copy_row(d, drow, s, srow, row, itemsize);
-    else convert_row(dst->dtype, d, drow, src->dtype, s, srow, row);
-    if (k + row < n) {
-      advance(outer_nd, dst->dl.shape, ds, idx, &d);
-      advance(outer_nd, src->dl.shape, ss, sidx, &s);
+  int a = fastest(w, w->ds), b = fastest(w, w->ss);
+  if (a != b && magnitude(w->ds[a]) == (int64_t)dsize && magnitude(w->ss[b]) == (int64_t)ssize &&
+      w->shape[a] >= TILE / 2 && w->shape[b] >= TILE / 2) {
+    walk_outer(w, a, b, job, d, s, visit_tiles);
+    return;
+  }
+  if (magnitude(w->ds[a]) != (int64_t)dsize && magnitude(w->ss[b]) == (int64_t)ssize) a = b;
+  walk_outer(w, a, a, job, d, s, visit_row);
+}
+
+/* Byte strides of t for walking it (dlp_walk_stride). */
+static void byte_strides(const dlp_Tensor *t, int64_t *strides) {
+  for (int i = 0; i < t->dl.ndim; i++) strides[i] = dlp_walk_stride(t, i);
+}
+
+/* dst and src have the same shape and dtypes that convert into each other (or the same one),
+ * are host memory and do not overlap. */
+static void copy_elements(dlp_Tensor *dst, const dlp_Tensor *src) {
+  int64_t ds[DLP_MAX_NDIM], ss[DLP_MAX_NDIM];
+  Walk w;
+  if (dst->dtype == src->dtype && dlp_is_contiguous(dst) && dlp_is_contiguous(src)) {
+    int64_t bytes = dlp_nbytes(dst);
+    if (bytes) memcpy(dlp_first_element(dst), dlp_first_element(src), (size_t)bytes); /* packed ones too */
+    return;
+  }
+  byte_strides(dst, ds);
+  byte_strides(src, ss);
+  if (!simplify(&w, dst->dl.ndim, dst->dl.shape, ds, ss)) return;
+  Job job = {dlp_row_function(dst->dtype, src->dtype), NULL, dlp_dtypes[dst->dtype].itemsize,
+             dst->dtype == src->dtype};
+  run(&w, &job, dlp_first_element(dst), dlp_first_element(src), dlp_dtypes[dst->dtype].itemsize,
+      dlp_dtypes[src->dtype].itemsize);
+}
+
+void dlp_gather(char *out, const dlp_Tensor *t) {
+  int64_t ds[DLP_MAX_NDIM], ss[DLP_MAX_NDIM];
+  Walk w;
+  int64_t itemsize = dlp_dtypes[t->dtype].itemsize;
+  byte_strides(t, ss);
+  dlp_contiguous_strides(t->dl.ndim, t->dl.shape, ds);
+  for (int i = 0; i < t->dl.ndim; i++) ds[i] *= itemsize; /* fits: the output is t's size */
+  if (!simplify(&w, t->dl.ndim, t->dl.shape, ds, ss)) return;
+  Job job = {dlp_row_function(t->dtype, t->dtype), NULL, (size_t)itemsize, 1};
+  run(&w, &job, out, dlp_first_element(t), (size_t)itemsize, (size_t)itemsize);
+}
+
+/* ---- packed and padded sub-byte elements (fp4, fp6) ---- */
+
+/* Element k of a packed buffer: bits k*bits .. k*bits+bits-1 of the little-endian bit stream. */
+static unsigned get_packed(const unsigned char *p, int64_t k, int bits) {
+  unsigned v = 0;
+  for (int b = 0; b < bits; b++) {
+    int64_t bit = k * bits + b;
+    v |= (unsigned)((p[bit >> 3] >> (bit & 7)) & 1) << b;
+  }
+  return v;
+}
+
+static void put_packed(unsigned char *p, int64_t k, int bits, unsigned v) {
+  for (int b = 0; b < bits; b++) {
+    int64_t bit = k * bits + b;
+    unsigned char mask = (unsigned char)(1u << (bit & 7));
+    if ((v >> b) & 1) p[bit >> 3] |= mask;
+    else p[bit >> 3] &= (unsigned char)~mask;
+  }
+}
+
+/* Same dtype, one side packed (always contiguous) and the other padded (one element per byte,
+ * any strides): element by element in row-major order. */
+static void copy_repacked(dlp_Tensor *dst, const dlp_Tensor *src) {
+  int packed_dst = dlp_is_packed(dst->dtype, dst->flags);
+  const dlp_Tensor *padded = packed_dst ? src : dst;
+  int64_t strides[DLP_MAX_NDIM], idx[DLP_MAX_NDIM] = {0};
+  int64_t n = dlp_numel(padded);
+  int bits = dlp_dtypes[dst->dtype].bits, nd = padded->dl.ndim;
+  unsigned mask = (1u << bits) - 1;
+  unsigned char *packed = (unsigned char *)dlp_first_element(packed_dst ? dst : src);
+  char *p = dlp_first_element(padded);
+  byte_strides(padded, strides);
+  for (int64_t k = 0; k < n; k++) {
+    if (packed_dst) put_packed(packed, k, bits, (unsigned char)*p & mask);
+    else *p = (char)get_packed(packed, k, bits);
+    for (int d = nd - 1; d >= 0; d--) { /* next element in row-major order */
+      if (++idx[d] < padded->dl.shape[d]) {
+        p += strides[d];
+        break;
+      }
+      p -= strides[d] * (padded->dl.shape[d] - 1);
+      idx[d] = 0;
     }
   }
 }
+
+/* ---- dlp_copy ---- */
 
 static void push_shape_string(lua_State *L, const dlp_Tensor *t) {
   luaL_Buffer b;
@@ -105,68 +279,73 @@ static void push_shape_string(lua_State *L, const dlp_Tensor *t) {
   luaL_pushresult(&b);
 }
 
-void dlp_copy_on(lua_State *L, dlp_Tensor *dst, const dlp_Tensor *src, dlp_CudaStream *stream) {
+/* Do the bytes that a and b reach overlap? (Same owner; spans fit, checked when they were made.) */
+static int overlaps(const dlp_Tensor *a, const dlp_Tensor *b) {
+  dlp_Span sa, sb;
+  if (a->owner != b->owner) return 0;
+  dlp_span_of(a->dl.ndim, a->dl.shape, a->dl.strides, a->dtype, a->flags, &sa);
+  dlp_span_of(b->dl.ndim, b->dl.shape, b->dl.strides, b->dtype, b->flags, &sb);
+  if (sa.numel == 0 || sb.numel == 0) return 0;
+  uintptr_t a0 = (uintptr_t)dlp_first_element(a), b0 = (uintptr_t)dlp_first_element(b);
+  return a0 + (uintptr_t)sa.lo < b0 + (uintptr_t)sb.hi && b0 + (uintptr_t)sb.lo < a0 + (uintptr_t)sa.hi;
+}
+
+void dlp_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStream *stream, const char *what) {
+  int top = lua_gettop(L);
   int same = dst->dl.ndim == src->dl.ndim;
   for (int i = 0; same && i < dst->dl.ndim; i++) same = dst->dl.shape[i] == src->dl.shape[i];
   if (!same) {
     push_shape_string(L, dst);
     push_shape_string(L, src);
-    luaL_error(L, "copy: shapes differ (destination %s, source %s)", lua_tostring(L, -2), lua_tostring(L, -1));
+    luaL_error(L, "%s: shapes differ (destination %s, source %s)", what, lua_tostring(L, -2), lua_tostring(L, -1));
   }
-  dlp_check_writable(L, dst, "copy");
+  dlp_check_writable(L, dst, what);
   if (!dlp_device_is_host(dst->dl.device) || !dlp_device_is_host(src->dl.device)) {
     dlp_cuda_copy(L, dst, src, stream); /* raises for devices other than CUDA's */
     return;
   }
-  if (dst->dtype != src->dtype && !(convertible(dst->dtype) && convertible(src->dtype)))
-    luaL_error(L, "copy: cannot convert %s to %s (only byte-for-byte copies of the same dtype)",
+  if (!dlp_row_function(dst->dtype, src->dtype))
+    luaL_error(L, "%s: cannot convert %s to %s (only byte-for-byte copies of the same dtype)", what,
                dlp_dtypes[src->dtype].name, dlp_dtypes[dst->dtype].name);
-  if (dlp_dtype_is_subbyte(src->dtype) && (!dlp_is_contiguous(dst) || !dlp_is_contiguous(src)))
-    luaL_error(L, "copy: packed %s tensors can only be copied when contiguous", dlp_dtypes[src->dtype].name);
-  if (dst->owner == src->owner && dlp_numel(src) > 0) {
-    /* Same memory: go through a contiguous temporary so overlapping views copy correctly. */
+  dlp_live(L, dst, what);
+  dlp_live(L, src, what);
+  dlp_Tensor *from = src;
+  if (overlaps(dst, src)) { /* through a contiguous temporary, allocated before memory is taken */
     DLDevice cpu = {kDLCPU, 0};
-    dlp_Tensor *tmp = dlp_tensor_new(L, src->dtype, cpu, src->dl.ndim, src->dl.shape, 0);
-    copy_elements(tmp, src);
-    copy_elements(dst, tmp);
-    lua_pop(L, 1);
-    return;
+    from = dlp_tensor_new(L, src->dtype, src->flags & DLP_FLAG_SUBBYTE_PADDED, cpu, src->dl.ndim, src->dl.shape, 0);
+    dlp_live(L, src, what);
+    copy_elements(from, src);
   }
-  copy_elements(dst, src);
+  dlp_live(L, dst, what);
+  if (dlp_is_packed(dst->dtype, dst->flags) != dlp_is_packed(from->dtype, from->flags)) copy_repacked(dst, from);
+  else copy_elements(dst, from);
+  if (from != src) dlp_tensor_release(from);
+  lua_settop(L, top);
 }
 
-void dlp_copy_into(lua_State *L, dlp_Tensor *dst, const dlp_Tensor *src) {
-  dlp_copy_on(L, dst, src, NULL);
-}
-
-static dlp_Tensor *clone_on(lua_State *L, const dlp_Tensor *t, int dtype, DLDevice device, dlp_CudaStream *stream) {
-  dlp_Tensor *c = dlp_tensor_new(L, dtype, device, t->dl.ndim, t->dl.shape, 0);
-  c->flags = t->flags & DLP_FLAG_SUBBYTE_PADDED;
-  dlp_copy_on(L, c, t, stream);
+dlp_Tensor *dlp_clone(lua_State *L, int idx, int dtype, DLDevice device, dlp_CudaStream *stream, const char *what) {
+  dlp_Tensor *t = lua_touserdata(L, idx);
+  /* a padded sub-byte tensor stays padded (same dtype): its layout is the producer's choice */
+  uint64_t flags = dtype == t->dtype ? t->flags & DLP_FLAG_SUBBYTE_PADDED : 0;
+  dlp_Tensor *c = dlp_tensor_new(L, dtype, flags, device, t->dl.ndim, t->dl.shape, 0);
+  c->flags = flags;
+  dlp_copy(L, c, t, stream, what);
   return c;
 }
 
-dlp_Tensor *dlp_clone(lua_State *L, const dlp_Tensor *t, int dtype, DLDevice device) {
-  return clone_on(L, t, dtype, device, NULL);
-}
-
-typedef struct FillState {
-  unsigned char value[16];
-  size_t itemsize;
-} FillState;
-
-static void fill_one(char *p, void *ud) {
-  FillState *f = ud;
-  memcpy(p, f->value, f->itemsize);
-}
-
 void dlp_fill(lua_State *L, dlp_Tensor *t, int idx, const char *what) {
-  FillState f;
+  unsigned char value[16];
+  int64_t strides[DLP_MAX_NDIM];
+  Walk w;
   dlp_check_writable(L, t, what);
   dlp_check_host(L, t, what);
-  dlp_check_element(L, idx, t->dtype, f.value, what);
-  f.itemsize = dlp_dtypes[t->dtype].itemsize;
-  dlp_foreach(t, fill_one, &f);
+  dlp_check_element(L, idx, t->dtype, value, what); /* runs no Lua code */
+  dlp_live(L, t, what);
+  byte_strides(t, strides);
+  if (!simplify(&w, t->dl.ndim, t->dl.shape, strides, strides)) return;
+  size_t itemsize = dlp_dtypes[t->dtype].itemsize;
+  Job job = {NULL, value, itemsize, 0};
+  run(&w, &job, dlp_first_element(t), dlp_first_element(t), itemsize, itemsize);
 }
 
 static int l_fill(lua_State *L) {
@@ -177,28 +356,26 @@ static int l_fill(lua_State *L) {
   return 1;
 }
 
-/* opts.stream at arg (a table or nil): the stream for copies that involve a CUDA device. */
-static dlp_CudaStream *opt_stream(lua_State *L, int arg, const dlp_Tensor *a, const dlp_Tensor *b) {
-  if (lua_isnoneornil(L, arg) || lua_getfield(L, arg, "stream") == LUA_TNIL) return NULL;
-  if (dlp_device_is_host(a->dl.device) && dlp_device_is_host(b->dl.device))
-    luaL_argerror(L, arg, "stream given for a copy between host devices, which have no streams");
-  const dlp_Tensor *on = dlp_device_is_host(a->dl.device) ? b : a; /* the CUDA side names the device */
-  return dlp_cuda_check_stream(L, lua_gettop(L), on->dl.device, "copy"); /* NULL for -1: synchronously */
+/* The device whose streams order a copy between a and b: the CUDA side. */
+static DLDevice stream_device(DLDevice a, DLDevice b) {
+  return dlp_device_is_host(a) ? b : a;
 }
 
 /* t:copy(src [, {stream = s}]) */
 static int l_copy(lua_State *L) {
+  dlp_Options o;
   dlp_Tensor *dst = dlp_tensor_check(L, 1);
   dlp_Tensor *src = dlp_tensor_check(L, 2);
-  if (!lua_isnoneornil(L, 3)) luaL_checktype(L, 3, LUA_TTABLE);
-  dlp_copy_on(L, dst, src, opt_stream(L, 3, dst, src));
+  dlp_read_options(L, 3, DLP_OPT_STREAM, &o);
+  dlp_CudaStream *s = dlp_cuda_check_stream(L, o.stream, stream_device(dst->dl.device, src->dl.device), -1, "copy");
+  dlp_copy(L, dst, src, s, "copy");
   lua_settop(L, 1);
   return 1;
 }
 
 static int l_clone(lua_State *L) {
   dlp_Tensor *t = dlp_tensor_check(L, 1);
-  dlp_clone(L, t, t->dtype, t->dl.device); /* host, or CUDA when it is there */
+  dlp_clone(L, 1, t->dtype, t->dl.device, NULL, "clone"); /* host, or CUDA when it is there */
   return 1;
 }
 
@@ -208,51 +385,44 @@ static int l_contiguous(lua_State *L) {
     lua_settop(L, 1);
     return 1;
   }
-  dlp_clone(L, t, t->dtype, t->dl.device);
+  dlp_clone(L, 1, t->dtype, t->dl.device, NULL, "contiguous");
   return 1;
 }
 
 /* t:to(dtype | device | {dtype=, device=, copy=, stream=}) */
 static int l_to(lua_State *L) {
+  dlp_Options o;
   dlp_Tensor *t = dlp_tensor_check(L, 1);
-  int dtype = t->dtype, copy = -1; /* -1: only when needed */
-  DLDevice device = t->dl.device;
-  dlp_CudaStream *stream = NULL;
   if (lua_type(L, 2) == LUA_TSTRING) {
-    const char *s = lua_tostring(L, 2);
-    int d = dlp_test_dtype_name(s);
-    if (d >= 0) dtype = d;
-    else if (!dlp_test_device_name(s, &device))
-      return luaL_argerror(L, 2, lua_pushfstring(L, "'%s' is neither a dtype nor a device", s));
+    dlp_read_options(L, 0, 0, &o); /* the defaults */
+    if ((o.dtype = dlp_test_dtype_name(lua_tostring(L, 2))) < 0) {
+      if (!dlp_test_device_name(lua_tostring(L, 2), &o.device))
+        return luaL_argerror(L, 2, lua_pushfstring(L, "'%s' is neither a dtype nor a device", lua_tostring(L, 2)));
+      o.has_device = 1;
+    }
   } else {
     luaL_checktype(L, 2, LUA_TTABLE);
-    if (lua_getfield(L, 2, "dtype") != LUA_TNIL && (dtype = dlp_test_dtype_name(luaL_tolstring(L, -1, NULL))) < 0)
-      return luaL_argerror(L, 2, lua_pushfstring(L, "unknown dtype '%s'", lua_tostring(L, -1)));
-    if (lua_getfield(L, 2, "device") != LUA_TNIL && !dlp_test_device_name(luaL_tolstring(L, -1, NULL), &device))
-      return luaL_argerror(L, 2, lua_pushfstring(L, "unknown device '%s'", lua_tostring(L, -1)));
-    if (lua_getfield(L, 2, "copy") != LUA_TNIL) copy = lua_toboolean(L, -1);
-    if (lua_getfield(L, 2, "stream") != LUA_TNIL) {
-      if (dlp_device_is_host(device) && dlp_device_is_host(t->dl.device))
-        return luaL_argerror(L, 2, "stream given for a copy between host devices, which have no streams");
-      DLDevice on = dlp_device_is_host(device) ? t->dl.device : device; /* the CUDA side names the device */
-      stream = dlp_cuda_check_stream(L, lua_gettop(L), on, "to");
+    dlp_read_options(L, 2, DLP_OPT_DTYPE | DLP_OPT_DEVICE | DLP_OPT_COPY | DLP_OPT_STREAM, &o);
+  }
+  int dtype = o.dtype >= 0 ? o.dtype : t->dtype;
+  DLDevice device = o.has_device ? o.device : t->dl.device;
+  dlp_CudaStream *s = dlp_cuda_check_stream(L, o.stream, stream_device(device, t->dl.device), -1, "to");
+  if (dtype == t->dtype && o.copy != 1) {
+    if (dlp_device_equal(device, t->dl.device)) {
+      lua_settop(L, 1);
+      return 1;
+    }
+    if (device.device_type == kDLCPU && dlp_device_is_host(t->dl.device)) {
+      dlp_tensor_alias(L, 1, device, "to"); /* pinned and managed memory is CPU memory */
+      return 1;
     }
   }
-  int same_device = dlp_device_equal(device, t->dl.device);
-  if (dtype == t->dtype && same_device && copy != 1) {
-    lua_settop(L, 1);
-    return 1;
-  }
-  if (dtype == t->dtype && copy != 1 && device.device_type == kDLCPU && dlp_device_is_host(t->dl.device)) {
-    dlp_tensor_alias(L, t, device); /* pinned and managed memory is CPU memory */
-    return 1;
-  }
-  if (copy == 0) {
+  if (o.copy == 0) {
     dlp_push_device_name(L, device);
     return dlp_buffer_error(L, "to: copy = false, but converting to %s on %s needs a copy",
                             dlp_dtypes[dtype].name, lua_tostring(L, -1));
   }
-  clone_on(L, t, dtype, device, stream);
+  dlp_clone(L, 1, dtype, device, s, "to");
   return 1;
 }
 

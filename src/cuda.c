@@ -90,10 +90,6 @@ static int check_device_id(lua_State *L, lua_Integer id, const char *what) {
   return (int)id;
 }
 
-int dlp_device_is_cuda(DLDevice d) {
-  return d.device_type == kDLCUDA || d.device_type == kDLCUDAHost || d.device_type == kDLCUDAManaged;
-}
-
 /* The device whose context serves memory on d (pinned and managed memory: device 0). */
 static int device_of(DLDevice d) {
   return d.device_type == kDLCUDA ? d.device_id : 0;
@@ -166,10 +162,6 @@ static dlp_CudaStream *default_stream(CUstream handle, int device) {
   return &default_streams[handle == CU_STREAM_PER_THREAD][device];
 }
 
-dlp_CudaStream *dlp_cuda_legacy(DLDevice d) {
-  return default_stream(CU_STREAM_LEGACY, device_of(d));
-}
-
 /* A stream to use for work on device: the default streams stand for that device's own. */
 static dlp_CudaStream *on_device(dlp_CudaStream *s, int device) {
   if (s->handle == CU_STREAM_LEGACY || s->handle == CU_STREAM_PER_THREAD) return default_stream(s->handle, device);
@@ -222,7 +214,7 @@ static dlp_CudaStream *owner_stream(dlp_Owner *o, DLDevice d) {
   dlp_CudaStream *s;
   pthread_mutex_lock(&driver.lock);
   s = atomic_load(&o->stream);
-  if (!s && d.device_type == kDLCUDA) s = dlp_cuda_legacy(d);
+  if (!s && d.device_type == kDLCUDA) s = default_stream(CU_STREAM_LEGACY, device_of(d));
   if (s) dlp_cuda_stream_retain(s);
   pthread_mutex_unlock(&driver.lock);
   return s;
@@ -372,11 +364,10 @@ static void check_contiguous(lua_State *L, const dlp_Tensor *t) {
     luaL_error(L, "copy: the CUDA tensor must be contiguous (its strides are not row-major)");
 }
 
-void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, const dlp_Tensor *src, dlp_CudaStream *stream) {
+void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStream *stream) {
   DLDevice cpu = {kDLCPU, 0};
   int dst_host = dlp_device_is_host(dst->dl.device), src_host = dlp_device_is_host(src->dl.device);
-  const dlp_Tensor *from = src;
-  dlp_Tensor *to = dst;
+  dlp_Tensor *from = src, *to = dst;
   int top = lua_gettop(L);
   Scope scope;
   CUresult rc;
@@ -389,17 +380,18 @@ void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, const dlp_Tensor *src, dlp_Cud
   if (!dst_host && !src_host && dst->dtype != src->dtype)
     luaL_error(L, "copy: cannot convert %s to %s between CUDA devices (convert on the host)",
                dlp_dtypes[src->dtype].name, dlp_dtypes[dst->dtype].name);
-  /* Host sides that need converting or compacting go through a contiguous host staging tensor. */
-  if (src_host && (src->dtype != dst->dtype || !dlp_is_contiguous(src))) {
-    dlp_Tensor *staging = dlp_tensor_new(L, dst->dtype, cpu, src->dl.ndim, src->dl.shape, 0);
-    dlp_copy_into(L, staging, src);
-    from = staging;
-  }
+  /* Host sides that need converting or compacting go through contiguous host staging tensors,
+   * allocated before any memory is taken. */
+  if (src_host && (src->dtype != dst->dtype || !dlp_is_contiguous(src)))
+    from = dlp_tensor_new(L, dst->dtype, src->flags & DLP_FLAG_SUBBYTE_PADDED, cpu, src->dl.ndim, src->dl.shape, 0);
   if (dst_host && (src->dtype != dst->dtype || !dlp_is_contiguous(dst)))
-    to = dlp_tensor_new(L, src->dtype, cpu, dst->dl.ndim, dst->dl.shape, 0);
+    to = dlp_tensor_new(L, src->dtype, src->flags & DLP_FLAG_SUBBYTE_PADDED, cpu, dst->dl.ndim, dst->dl.shape, 0);
+  if (from != src) dlp_copy(L, from, src, NULL, "copy"); /* host to host: converts, checks src live */
+  dlp_live(L, src, "copy");
+  dlp_live(L, dst, "copy");
   int device = device_of(dst_host ? src->dl.device : dst->dl.device);
   dlp_CudaStream *s = on_device(stream ? stream : default_stream(CU_STREAM_LEGACY, device), device);
-  size_t bytes = dlp_storage_bytes(from->dtype, dlp_numel(from), from->flags);
+  size_t bytes = (size_t)dlp_nbytes(from);
   dlp_CudaStream *after_src = owner_stream(src->owner, src->dl.device);
   dlp_CudaStream *after_dst = owner_stream(dst->owner, dst->dl.device);
   /* the copy waits for what is pending on both blocks */
@@ -421,7 +413,7 @@ void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, const dlp_Tensor *src, dlp_Cud
   if (after_dst) dlp_cuda_stream_release(after_dst);
   check(L, rc, "copy");
   if (stream) dlp_owner_set_stream(dst->owner, s);
-  if (to != dst) dlp_copy_into(L, dst, to); /* convert or scatter on the host */
+  if (to != dst) dlp_copy(L, dst, to, NULL, "copy"); /* convert or scatter on the host */
   lua_settop(L, top);
 }
 
@@ -474,7 +466,8 @@ void dlp_cuda_push_wrapped(lua_State *L, uintptr_t handle, int device) {
   if (!(o->s = new_record((CUstream)handle, device, 0))) luaL_error(L, "Stream.wrap: not enough memory");
 }
 
-static int l_stream_wrap(lua_State *L) {
+/* dlpack.unsafe.wrap_stream(handle [, device]): a foreign cudaStream_t, given as an integer. */
+int dlp_cuda_wrap_stream(lua_State *L) {
   uintptr_t handle;
   if (lua_type(L, 1) == LUA_TLIGHTUSERDATA) handle = (uintptr_t)lua_touserdata(L, 1);
   else handle = (uintptr_t)luaL_checkinteger(L, 1);
@@ -490,27 +483,40 @@ dlp_CudaStream *dlp_cuda_test_stream_object(lua_State *L, int idx) {
   return o ? o->s : NULL;
 }
 
-dlp_CudaStream *dlp_cuda_check_stream(lua_State *L, int idx, DLDevice on, const char *what) {
-  StreamObject *o = luaL_testudata(L, idx, STREAM_MT);
+dlp_CudaStream *dlp_cuda_check_stream(lua_State *L, int idx, DLDevice on, int dflt, const char *what) {
   int isint, device = device_of(on);
-  if (o) {
-    if (!o->s) luaL_error(L, "%s: the stream was closed", what);
-    lua_pushvalue(L, idx);
-    return on_device(o->s, device);
+  lua_Integer v = dflt;
+  StreamObject *holder, *o;
+  if (idx) idx = lua_absindex(L, idx);
+  if (idx && lua_isnil(L, idx)) idx = 0;
+  if (!dlp_device_has_streams(on) || on.device_type == kDLROCM) {
+    if (idx && !(lua_tointegerx(L, idx, &isint) == -1 && isint)) {
+      dlp_push_device_name(L, on);
+      luaL_error(L, "%s: stream must be nil or -1 for a tensor on %s%s", what, lua_tostring(L, -1),
+                 on.device_type == kDLROCM ? " (ROCm streams are not supported)" : ", which has no streams");
+    }
+    lua_pushnil(L);
+    return NULL;
   }
-  lua_Integer v = lua_tointegerx(L, idx, &isint);
-  if (!isint) luaL_error(L, "%s: stream must be a dlpack.cuda.Stream or an integer, got %s", what, luaL_typename(L, idx));
-  if (v == 0)
-    luaL_error(L, "%s: stream 0 is not allowed on CUDA (ambiguous); use 1 (legacy default) or 2 (per-thread default)",
-               what);
-  if (v < -1) luaL_error(L, "%s: invalid stream %I", what, v);
-  lua_pushnil(L);
+  /* the holder first: allocating it may run finalizers, which may close the stream given */
+  holder = push_stream_object(L);
+  if (idx && (o = luaL_testudata(L, idx, STREAM_MT))) {
+    if (!o->s) luaL_error(L, "%s: the stream was closed", what);
+    holder->s = on_device(o->s, device);
+    dlp_cuda_stream_retain(holder->s);
+    return holder->s;
+  }
+  if (idx) {
+    v = lua_tointegerx(L, idx, &isint);
+    if (!isint || !(v == -1 || v == 1 || v == 2))
+      luaL_error(L, "%s: stream must be a dlpack.cuda.Stream or one of the DLPack values -1, 1, 2, got %s%s", what,
+                 isint ? lua_pushfstring(L, "%I", v) : luaL_typename(L, idx),
+                 isint && v > 2 ? " (integer handles are raw pointers: see dlpack.unsafe.wrap_stream)"
+                 : isint && v == 0 ? " (stream 0 is ambiguous on CUDA; use 1, the legacy default)" : "");
+  }
   if (v == -1) return NULL;
-  if (v == 1) return default_stream(CU_STREAM_LEGACY, device);
-  if (v == 2) return default_stream(CU_STREAM_PER_THREAD, device);
-  lua_pop(L, 1);
-  dlp_cuda_push_wrapped(L, (uintptr_t)v, 0); /* keeps the record alive while the caller uses it */
-  return ((StreamObject *)lua_touserdata(L, -1))->s;
+  holder->s = default_stream(v == 1 ? CU_STREAM_LEGACY : CU_STREAM_PER_THREAD, device);
+  return holder->s;
 }
 
 static int stream_index(lua_State *L) {
@@ -695,16 +701,16 @@ static int l_stream_wait(lua_State *L) {
 
 /* s:record([event]) -> event */
 static int l_stream_record(lua_State *L) {
-  dlp_CudaStream *s = check_open_stream(L, 1);
+  int device = check_open_stream(L, 1)->device;
   EventObject *e;
   require_cuda(L, "record");
   if (lua_isnoneornil(L, 2)) {
-    e = new_event(L, s->device, 1);
+    e = new_event(L, device, 1);
   } else {
     e = check_event(L, 2);
     lua_settop(L, 2);
   }
-  record_event(L, e, s);
+  record_event(L, e, check_open_stream(L, 1)); /* again: making the event may have run finalizers */
   return 1;
 }
 
@@ -766,10 +772,8 @@ void dlp_cuda_register(lua_State *L, int module) {
   new_class(L, STREAM_MT, stream_methods, stream_index, l_stream_close, l_stream_tostring);
   new_class(L, EVENT_MT, event_methods, NULL, l_event_close, NULL);
   luaL_newlib(L, functions);
-  /* Stream(...) and Event(...) construct; Stream.wrap wraps a foreign handle */
+  /* Stream(...) and Event(...) construct (foreign handles: dlpack.unsafe.wrap_stream) */
   lua_newtable(L);
-  lua_pushcfunction(L, l_stream_wrap);
-  lua_setfield(L, -2, "wrap");
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, l_stream_new);
   lua_setfield(L, -2, "__call");

@@ -1,4 +1,4 @@
-/* Devices: DLPack device codes, their names, and parsing of device strings. */
+/* Devices: DLPack device codes, their names, and parsing of device strings and tables. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,11 +13,16 @@ static const char *const device_names[] = {
 };
 #define MAX_DEVICE_TYPE kDLTrn
 
-int dlp_device_is_valid_type(int32_t device_type) {
+int dlp_device_is_valid_type(int64_t device_type) {
   return device_type >= 1 && device_type <= MAX_DEVICE_TYPE && device_names[device_type] != NULL;
 }
 
-const char *dlp_device_type_name(int32_t device_type) {
+int dlp_device_is_valid(DLDevice d) {
+  if (!dlp_device_is_valid_type(d.device_type) || d.device_id < 0) return 0;
+  return !dlp_device_is_cuda(d) || d.device_id < DLP_MAX_CUDA_DEVICES;
+}
+
+const char *dlp_device_type_name(int64_t device_type) {
   return dlp_device_is_valid_type(device_type) ? device_names[device_type] : "unknown";
 }
 
@@ -27,8 +32,20 @@ int dlp_device_is_host(DLDevice d) {
          d.device_type == kDLROCMHost;
 }
 
+int dlp_device_is_addressable(DLDevice d) {
+  return dlp_device_is_host(d) || d.device_type == kDLCUDA || d.device_type == kDLROCM;
+}
+
 int dlp_device_equal(DLDevice a, DLDevice b) {
   return a.device_type == b.device_type && a.device_id == b.device_id;
+}
+
+int dlp_device_is_cuda(DLDevice d) {
+  return d.device_type == kDLCUDA || d.device_type == kDLCUDAHost || d.device_type == kDLCUDAManaged;
+}
+
+int dlp_device_has_streams(DLDevice d) {
+  return d.device_type == kDLCUDA || d.device_type == kDLCUDAManaged || d.device_type == kDLROCM;
 }
 
 /* Kinds that name one memory space for the whole process: no ":N" in their canonical name. */
@@ -39,33 +56,52 @@ static int has_no_id(int32_t type) {
 int dlp_test_device_name(const char *s, DLDevice *out) {
   const char *colon = strchr(s, ':');
   size_t len = colon ? (size_t)(colon - s) : strlen(s);
-  long id = 0;
+  long long id = 0;
   for (int type = 1; type <= MAX_DEVICE_TYPE; type++) {
     const char *name = device_names[type];
     if (!name || strlen(name) != len || strncmp(name, s, len) != 0) continue;
     if (colon) {
       char *end;
       if (has_no_id(type) || colon[1] < '0' || colon[1] > '9') return 0;
-      id = strtol(colon + 1, &end, 10);
+      id = strtoll(colon + 1, &end, 10);
       if (*end != '\0' || id > INT32_MAX) return 0;
     }
     out->device_type = (DLDeviceType)type;
     out->device_id = (int32_t)id;
-    return 1;
+    return dlp_device_is_valid(*out);
   }
   return 0;
 }
 
-DLDevice dlp_check_device(lua_State *L, int arg) {
+/* A device string, or {device_type, device_id} as the Python protocol's dl_device. A table that
+ * names no device this module can reach is a BufferError, as in Python; other mistakes are
+ * errors of argument arg (field names the option, or is NULL). */
+DLDevice dlp_check_device(lua_State *L, int idx, int arg, const char *field) {
   DLDevice d;
-  const char *s = luaL_checkstring(L, arg);
-  if (!dlp_test_device_name(s, &d))
-    luaL_argerror(L, arg, lua_pushfstring(L, "unknown device '%s'", s));
+  idx = lua_absindex(L, idx);
+  const char *prefix = field ? lua_pushfstring(L, "%s: ", field) : "";
+  if (lua_type(L, idx) == LUA_TSTRING) {
+    if (!dlp_test_device_name(lua_tostring(L, idx), &d))
+      luaL_argerror(L, arg, lua_pushfstring(L, "%sunknown device '%s' (CUDA device ids go from 0 to %d)", prefix,
+                                            lua_tostring(L, idx), DLP_MAX_CUDA_DEVICES - 1));
+  } else if (lua_type(L, idx) == LUA_TTABLE) {
+    int ok1, ok2;
+    lua_geti(L, idx, 1);
+    lua_geti(L, idx, 2);
+    lua_Integer type = lua_tointegerx(L, -2, &ok1), id = lua_tointegerx(L, -1, &ok2);
+    lua_pop(L, 2);
+    if (!ok1 || !ok2)
+      luaL_argerror(L, arg, lua_pushfstring(L, "%sa device table is {device_type, device_id}, two integers", prefix));
+    if (!dlp_device_is_valid_type(type)) dlp_buffer_error(L, "%sunsupported device type %I", prefix, type);
+    d.device_type = (DLDeviceType)type;
+    d.device_id = id < 0 || id > INT32_MAX ? -1 : (int32_t)id;
+    if (!dlp_device_is_valid(d)) dlp_buffer_error(L, "%sinvalid device id %I", prefix, id);
+  } else {
+    luaL_argerror(L, arg, lua_pushfstring(L, "%sa device is a string or {device_type, device_id}, got %s", prefix,
+                                          luaL_typename(L, idx)));
+  }
+  if (field) lua_pop(L, 1);
   return d;
-}
-
-DLDevice dlp_opt_device(lua_State *L, int arg, DLDevice def) {
-  return lua_isnoneornil(L, arg) ? def : dlp_check_device(L, arg);
 }
 
 void dlp_push_device_name(lua_State *L, DLDevice d) {

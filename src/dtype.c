@@ -48,10 +48,6 @@ DLDataType dlp_dtype_to_dl(int dtype) {
   return t;
 }
 
-int dlp_dtype_is_subbyte(int dtype) {
-  return dlp_dtypes[dtype].bits < 8;
-}
-
 int dlp_test_dtype_name(const char *name) {
   for (int i = 0; i < DLP_NDTYPES; i++)
     if (strcmp(dlp_dtypes[i].name, name) == 0) return i;
@@ -76,68 +72,47 @@ void dlp_check_access(lua_State *L, int dtype) {
                "byte for byte and exchanged)", dlp_dtypes[dtype].name);
 }
 
-/* ---- binary16 and bfloat16, rounded to nearest even straight from double ---- */
-
-/* Encode |x| (finite, >= 0) in an IEEE-style format with ebits exponent and mbits mantissa bits. */
-static uint32_t ieee_encode(double a, int ebits, int mbits) {
-  const int bias = (1 << (ebits - 1)) - 1, emin = 1 - bias, emax = bias;
-  const uint32_t inf = ((1u << ebits) - 1) << mbits;
-  int e;
-  if (a == 0) return 0;
-  frexp(a, &e);
-  e -= 1; /* a = 1.f * 2^e */
-  if (e < emin) e = emin; /* subnormals share the quantum of the smallest normal */
-  double m = nearbyint(ldexp(a, mbits - e)); /* the mantissa with its implicit bit, rounded */
-  if (m >= ldexp(1.0, mbits + 1)) { m = ldexp(m, -1); e += 1; }
-  if (e > emax) return inf;
-  if (m < ldexp(1.0, mbits)) return (uint32_t)m; /* subnormal */
-  return ((uint32_t)(e + bias) << mbits) | ((uint32_t)m - (1u << mbits));
-}
-
-static uint32_t ieee_from_double(double x, int ebits, int mbits) {
-  uint32_t sign = signbit(x) ? 1u << (ebits + mbits) : 0;
-  if (isnan(x)) return sign | (((1u << ebits) - 1) << mbits) | (1u << (mbits - 1));
-  if (isinf(x)) return sign | (((1u << ebits) - 1) << mbits);
-  return sign | ieee_encode(fabs(x), ebits, mbits);
-}
-
-static double ieee_to_double(uint32_t b, int ebits, int mbits) {
-  const int bias = (1 << (ebits - 1)) - 1;
-  uint32_t e = (b >> mbits) & ((1u << ebits) - 1), m = b & ((1u << mbits) - 1);
-  double sign = (b >> (ebits + mbits)) & 1 ? -1.0 : 1.0, v;
-  if (e == (1u << ebits) - 1) v = m ? NAN : INFINITY;
-  else if (e == 0) v = ldexp((double)m, 1 - bias - mbits);
-  else v = ldexp((double)(m | (1u << mbits)), (int)e - bias - mbits);
-  return sign * v;
-}
-
 /* ---- scalars: the common value every element converts through ---- */
 
+/* Typed loads through memcpy: producer data need not be aligned (compilers emit plain loads). */
+#define DEFINE_LOAD(name, type) \
+  static type name(const void *p) { type v; memcpy(&v, p, sizeof v); return v; }
+DEFINE_LOAD(load_i8, int8_t)
+DEFINE_LOAD(load_i16, int16_t)
+DEFINE_LOAD(load_i32, int32_t)
+DEFINE_LOAD(load_i64, int64_t)
+DEFINE_LOAD(load_u8, uint8_t)
+DEFINE_LOAD(load_u16, uint16_t)
+DEFINE_LOAD(load_u32, uint32_t)
+DEFINE_LOAD(load_u64, uint64_t)
+DEFINE_LOAD(load_f32, float)
+DEFINE_LOAD(load_f64, double)
+#undef DEFINE_LOAD
+
 void dlp_load(int dtype, const void *p, dlp_Scalar *s) {
+  const char *c = p;
   s->kind = DLP_S_INT;
   s->im = 0;
   switch (dtype) {
-    case DLP_BOOL: s->i = *(const uint8_t *)p != 0; return;
-    case DLP_INT8: s->i = *(const int8_t *)p; return;
-    case DLP_INT16: s->i = *(const int16_t *)p; return;
-    case DLP_INT32: s->i = *(const int32_t *)p; return;
-    case DLP_INT64: s->i = *(const int64_t *)p; return;
-    case DLP_UINT8: s->i = *(const uint8_t *)p; return;
-    case DLP_UINT16: s->i = *(const uint16_t *)p; return;
-    case DLP_UINT32: s->i = *(const uint32_t *)p; return;
-    case DLP_UINT64: s->kind = DLP_S_UINT; s->u = *(const uint64_t *)p; return;
+    case DLP_BOOL: s->i = load_u8(p) != 0; return;
+    case DLP_INT8: s->i = load_i8(p); return;
+    case DLP_INT16: s->i = load_i16(p); return;
+    case DLP_INT32: s->i = load_i32(p); return;
+    case DLP_INT64: s->i = load_i64(p); return;
+    case DLP_UINT8: s->i = load_u8(p); return;
+    case DLP_UINT16: s->i = load_u16(p); return;
+    case DLP_UINT32: s->i = load_u32(p); return;
+    case DLP_UINT64: s->kind = DLP_S_UINT; s->u = load_u64(p); return;
     default: break;
   }
   s->kind = DLP_S_FLOAT;
   switch (dtype) {
-    case DLP_FLOAT16: { uint16_t h; memcpy(&h, p, 2); s->re = ieee_to_double(h, 5, 10); return; }
-    case DLP_BFLOAT16: { uint16_t h; memcpy(&h, p, 2); s->re = ieee_to_double(h, 8, 7); return; }
-    case DLP_FLOAT32: s->re = *(const float *)p; return;
-    case DLP_FLOAT64: s->re = *(const double *)p; return;
-    case DLP_COMPLEX64:
-      s->kind = DLP_S_COMPLEX; s->re = ((const float *)p)[0]; s->im = ((const float *)p)[1]; return;
-    case DLP_COMPLEX128:
-      s->kind = DLP_S_COMPLEX; s->re = ((const double *)p)[0]; s->im = ((const double *)p)[1]; return;
+    case DLP_FLOAT16: s->re = dlp_half_to_float(load_u16(p)); return;
+    case DLP_BFLOAT16: s->re = dlp_bfloat_to_float(load_u16(p)); return;
+    case DLP_FLOAT32: s->re = load_f32(p); return;
+    case DLP_FLOAT64: s->re = load_f64(p); return;
+    case DLP_COMPLEX64: s->kind = DLP_S_COMPLEX; s->re = load_f32(c); s->im = load_f32(c + 4); return;
+    case DLP_COMPLEX128: s->kind = DLP_S_COMPLEX; s->re = load_f64(c); s->im = load_f64(c + 8); return;
     default: s->re = 0; return;
   }
 }
@@ -160,33 +135,33 @@ static int64_t clamp_i64(int64_t v, int64_t lo, int64_t hi) {
   return v < lo ? lo : v > hi ? hi : v;
 }
 
+#define STORE(type, p, value) do { type v_ = (type)(value); memcpy((p), &v_, sizeof v_); } while (0)
+
 void dlp_store(int dtype, void *p, const dlp_Scalar *s) {
   int is_float = s->kind == DLP_S_FLOAT || s->kind == DLP_S_COMPLEX;
   double d = is_float ? s->re : s->kind == DLP_S_UINT ? (double)s->u : (double)s->i;
   /* Integers wrap as in C; floats are truncated and saturate at the target's limits. */
   uint64_t bits = is_float ? 0 : s->kind == DLP_S_UINT ? s->u : (uint64_t)s->i;
   switch (dtype) {
-    case DLP_BOOL: *(uint8_t *)p = is_float ? (s->re != 0 || s->im != 0) : bits != 0; return;
-    case DLP_INT8:
-      *(int8_t *)p = (int8_t)(is_float ? clamp_i64(float_to_i64(d), INT8_MIN, INT8_MAX) : (int8_t)bits); return;
-    case DLP_INT16:
-      *(int16_t *)p = (int16_t)(is_float ? clamp_i64(float_to_i64(d), INT16_MIN, INT16_MAX) : (int16_t)bits); return;
-    case DLP_INT32:
-      *(int32_t *)p = (int32_t)(is_float ? clamp_i64(float_to_i64(d), INT32_MIN, INT32_MAX) : (int32_t)bits); return;
-    case DLP_INT64: *(int64_t *)p = is_float ? float_to_i64(d) : (int64_t)bits; return;
-    case DLP_UINT8: *(uint8_t *)p = (uint8_t)(is_float ? (uint64_t)clamp_i64(float_to_i64(d), 0, UINT8_MAX) : bits); return;
-    case DLP_UINT16: *(uint16_t *)p = (uint16_t)(is_float ? (uint64_t)clamp_i64(float_to_i64(d), 0, UINT16_MAX) : bits); return;
-    case DLP_UINT32: *(uint32_t *)p = (uint32_t)(is_float ? (uint64_t)clamp_i64(float_to_i64(d), 0, UINT32_MAX) : bits); return;
-    case DLP_UINT64: *(uint64_t *)p = is_float ? float_to_u64(d) : bits; return;
-    case DLP_FLOAT16: { uint16_t h = (uint16_t)ieee_from_double(d, 5, 10); memcpy(p, &h, 2); return; }
-    case DLP_BFLOAT16: { uint16_t h = (uint16_t)ieee_from_double(d, 8, 7); memcpy(p, &h, 2); return; }
-    case DLP_FLOAT32: *(float *)p = (float)d; return;
-    case DLP_FLOAT64: *(double *)p = d; return;
-    case DLP_COMPLEX64: ((float *)p)[0] = (float)d; ((float *)p)[1] = (float)s->im; return;
-    case DLP_COMPLEX128: ((double *)p)[0] = d; ((double *)p)[1] = s->im; return;
+    case DLP_BOOL: STORE(uint8_t, p, is_float ? (s->re != 0 || s->im != 0) : bits != 0); return;
+    case DLP_INT8: STORE(int8_t, p, is_float ? clamp_i64(float_to_i64(d), INT8_MIN, INT8_MAX) : (int8_t)bits); return;
+    case DLP_INT16: STORE(int16_t, p, is_float ? clamp_i64(float_to_i64(d), INT16_MIN, INT16_MAX) : (int16_t)bits); return;
+    case DLP_INT32: STORE(int32_t, p, is_float ? clamp_i64(float_to_i64(d), INT32_MIN, INT32_MAX) : (int32_t)bits); return;
+    case DLP_INT64: STORE(int64_t, p, is_float ? float_to_i64(d) : (int64_t)bits); return;
+    case DLP_UINT8: STORE(uint8_t, p, is_float ? (uint64_t)clamp_i64(float_to_i64(d), 0, UINT8_MAX) : bits); return;
+    case DLP_UINT16: STORE(uint16_t, p, is_float ? (uint64_t)clamp_i64(float_to_i64(d), 0, UINT16_MAX) : bits); return;
+    case DLP_UINT32: STORE(uint32_t, p, is_float ? (uint64_t)clamp_i64(float_to_i64(d), 0, UINT32_MAX) : bits); return;
+    case DLP_UINT64: STORE(uint64_t, p, is_float ? float_to_u64(d) : bits); return;
+    case DLP_FLOAT16: STORE(uint16_t, p, dlp_half_from_double(d)); return;
+    case DLP_BFLOAT16: STORE(uint16_t, p, dlp_bfloat_from_double(d)); return;
+    case DLP_FLOAT32: STORE(float, p, d); return;
+    case DLP_FLOAT64: STORE(double, p, d); return;
+    case DLP_COMPLEX64: { float pair[2] = {(float)d, (float)s->im}; memcpy(p, pair, sizeof pair); return; }
+    case DLP_COMPLEX128: { double pair[2] = {d, s->im}; memcpy(p, pair, sizeof pair); return; }
     default: return;
   }
 }
+#undef STORE
 
 void dlp_push_element(lua_State *L, int dtype, const void *p) {
   dlp_Scalar s;

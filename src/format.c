@@ -4,17 +4,23 @@
 
 #include "internal.h"
 
-/* ---- dlpack.tensor(value [, dtype]) ---- */
+/* ---- dlpack.tensor(value [, dtype]) ----
+ * Nested tables are read raw (lua_rawlen, lua_rawgeti): no metamethod runs. They are walked
+ * twice, to infer the dtype and then to write; finalizers may change them in between (the
+ * tensor's allocation runs the collector), so the second walk checks everything again. */
 
-/* Walk the first entries to find the shape of nested table at idx. */
+/* The shape of the nested table at idx, from its first entries. */
 static int nested_shape(lua_State *L, int idx, int64_t *shape) {
   int ndim = 0;
+  int64_t numel = 1;
   lua_pushvalue(L, idx);
   while (lua_type(L, -1) == LUA_TTABLE) {
     if (ndim == DLP_MAX_NDIM) luaL_error(L, "dlpack.tensor: more than %d levels of nesting", DLP_MAX_NDIM);
-    shape[ndim] = (int64_t)luaL_len(L, -1);
+    shape[ndim] = (int64_t)lua_rawlen(L, -1);
+    if (!dlp_mul(numel, shape[ndim], &numel))
+      luaL_error(L, "dlpack.tensor: the nested tables have more elements than fit in 64 bits");
     if (shape[ndim++] == 0) break;
-    lua_geti(L, -1, 1);
+    lua_rawgeti(L, -1, 1);
     lua_remove(L, -2);
   }
   lua_pop(L, 1);
@@ -22,6 +28,12 @@ static int nested_shape(lua_State *L, int idx, int64_t *shape) {
 }
 
 enum { SEEN_BOOL = 1, SEEN_INT = 2, SEEN_FLOAT = 4 };
+
+static void check_row(lua_State *L, const int64_t *shape, int dim) {
+  if (lua_type(L, -1) != LUA_TTABLE || (int64_t)lua_rawlen(L, -1) != shape[dim])
+    luaL_error(L, "dlpack.tensor: ragged nested tables (level %d should have %I entries)", dim + 1,
+               (lua_Integer)shape[dim]);
+}
 
 /* Check that the table at the top has the shape from level `dim` on; note the kinds of leaves. */
 static void check_nested(lua_State *L, int ndim, const int64_t *shape, int dim, int *seen) {
@@ -33,26 +45,27 @@ static void check_nested(lua_State *L, int ndim, const int64_t *shape, int dim, 
     else luaL_error(L, "dlpack.tensor: elements must be numbers or booleans, got %s", luaL_typename(L, -1));
     return;
   }
-  if (lua_type(L, -1) != LUA_TTABLE || luaL_len(L, -1) != shape[dim])
-    luaL_error(L, "dlpack.tensor: ragged nested tables (level %d should have %I entries)", dim + 1,
-               (lua_Integer)shape[dim]);
+  check_row(L, shape, dim);
   luaL_checkstack(L, 2, "nesting too deep");
   for (int64_t i = 1; i <= shape[dim]; i++) {
-    lua_geti(L, -1, i);
+    lua_rawgeti(L, -1, i);
     check_nested(L, ndim, shape, dim + 1, seen);
     lua_pop(L, 1);
   }
 }
 
-/* Write the leaves of the table at the top into contiguous memory at *p. */
+/* Write the leaves of the table at the top into contiguous memory at *p (a tensor only this
+ * function holds), checking shape and values again. */
 static void write_nested(lua_State *L, int ndim, const int64_t *shape, int dim, int dtype, char **p) {
   if (dim == ndim) {
+    if (lua_type(L, -1) == LUA_TTABLE) luaL_error(L, "dlpack.tensor: ragged nested tables (too deep at level %d)", dim + 1);
     dlp_check_element(L, -1, dtype, *p, "dlpack.tensor");
     *p += dlp_dtypes[dtype].itemsize;
     return;
   }
+  check_row(L, shape, dim);
   for (int64_t i = 1; i <= shape[dim]; i++) {
-    lua_geti(L, -1, i);
+    lua_rawgeti(L, -1, i);
     write_nested(L, ndim, shape, dim + 1, dtype, p);
     lua_pop(L, 1);
   }
@@ -67,7 +80,7 @@ static int l_tensor(lua_State *L) {
   if (src) {
     if (!src->owner) return luaL_argerror(L, 1, "tensor was released");
     dlp_check_host(L, src, "dlpack.tensor");
-    dlp_clone(L, src, dlp_opt_dtype(L, 2, src->dtype), cpu);
+    dlp_clone(L, 1, dlp_opt_dtype(L, 2, src->dtype), cpu, NULL, "dlpack.tensor");
     return 1;
   }
   ndim = nested_shape(L, 1, shape);
@@ -79,7 +92,7 @@ static int l_tensor(lua_State *L) {
   dtype = seen == SEEN_BOOL ? DLP_BOOL : seen == SEEN_INT ? DLP_INT64 : DLP_FLOAT64;
   dtype = dlp_opt_dtype(L, 2, dtype);
   dlp_check_access(L, dtype);
-  dlp_Tensor *t = dlp_tensor_new(L, dtype, cpu, ndim, shape, 0);
+  dlp_Tensor *t = dlp_tensor_new(L, dtype, 0, cpu, ndim, shape, 0);
   char *p = dlp_first_element(t);
   lua_pushvalue(L, 1);
   write_nested(L, ndim, shape, 0, dtype, &p);
@@ -87,13 +100,13 @@ static int l_tensor(lua_State *L) {
   return 1;
 }
 
-/* ---- totable ---- */
+/* ---- totable and tobytes: they allocate while they read, so they read a private alias ---- */
 
 static void push_nested(lua_State *L, const dlp_Tensor *t, int dim, const char *p) {
-  int64_t step = t->dl.strides[dim] * (int64_t)dlp_dtypes[t->dtype].itemsize;
+  int64_t step = dlp_walk_stride(t, dim);
   luaL_checkstack(L, 3, "tensor too deep");
   lua_createtable(L, (int)(t->dl.shape[dim] < 1 << 24 ? t->dl.shape[dim] : 0), 0);
-  for (int64_t i = 0; i < t->dl.shape[dim]; i++, p += step) {
+  for (int64_t i = 0; i < t->dl.shape[dim]; i++, p = dlp_offset(p, step)) {
     if (dim + 1 == t->dl.ndim) dlp_push_element(L, t->dtype, p);
     else push_nested(L, t, dim + 1, p);
     lua_rawseti(L, -2, i + 1);
@@ -104,36 +117,34 @@ static int l_totable(lua_State *L) {
   dlp_Tensor *t = dlp_tensor_check(L, 1);
   dlp_check_host(L, t, "totable");
   dlp_check_access(L, t->dtype);
-  if (t->dl.ndim == 0) dlp_push_element(L, t->dtype, dlp_first_element(t));
-  else push_nested(L, t, 0, dlp_first_element(t));
+  lua_settop(L, 1);
+  dlp_Tensor *held = dlp_tensor_alias(L, 1, t->dl.device, "totable"); /* at 2 */
+  if (held->dl.ndim == 0) dlp_push_element(L, held->dtype, dlp_first_element(held));
+  else push_nested(L, held, 0, dlp_first_element(held));
+  dlp_tensor_release(held);
   return 1;
-}
-
-/* ---- bytes ---- */
-
-typedef struct BytesState {
-  luaL_Buffer *b;
-  size_t itemsize;
-} BytesState;
-
-static void add_bytes(char *p, void *ud) {
-  BytesState *s = ud;
-  luaL_addlstring(s->b, p, s->itemsize);
 }
 
 static int l_tobytes(lua_State *L) {
   dlp_Tensor *t = dlp_tensor_check(L, 1);
-  int64_t n = dlp_numel(t);
   dlp_check_host(L, t, "tobytes");
-  if (dlp_is_contiguous(t)) {
-    lua_pushlstring(L, n ? dlp_first_element(t) : "", dlp_storage_bytes(t->dtype, n, t->flags));
+  lua_settop(L, 1);
+  dlp_Tensor *held = dlp_tensor_alias(L, 1, t->dl.device, "tobytes"); /* at 2 */
+  size_t bytes = (size_t)dlp_nbytes(held);
+  int64_t n = dlp_numel(held);
+  if (dlp_is_contiguous(held)) {
+    lua_pushlstring(L, n ? dlp_first_element(held) : "", bytes);
   } else {
-    luaL_Buffer b;
-    BytesState s = {&b, dlp_dtypes[t->dtype].itemsize};
-    luaL_buffinit(L, &b);
-    dlp_foreach(t, add_bytes, &s);
-    luaL_pushresult(&b);
+    /* gathered into a scratch block that a private tensor holds (so that an error cannot leak
+     * it) and that is freed at once: the collector never sees it (packed tensors are contiguous) */
+    dlp_Tensor *scratch = dlp_tensor_push(L, 0);
+    if (!(scratch->owner = dlp_owner_new_memory(bytes, 0)))
+      return luaL_error(L, "tobytes: not enough memory for %I bytes", (lua_Integer)bytes);
+    dlp_gather(scratch->owner->memory, held);
+    lua_pushlstring(L, scratch->owner->memory, bytes);
+    dlp_tensor_release(scratch);
   }
+  dlp_tensor_release(held);
   return 1;
 }
 
@@ -141,27 +152,36 @@ static int l_frombytes(lua_State *L) {
   size_t len;
   const char *s = luaL_checklstring(L, 1, &len);
   int dtype = dlp_check_dtype(L, 2);
-  int64_t shape[DLP_MAX_NDIM];
-  int ndim = 1;
+  int64_t shape[DLP_MAX_NDIM], numel, bytes;
+  int ndim = 1, bits = dlp_dtypes[dtype].bits;
   DLDevice cpu = {kDLCPU, 0};
-  if (lua_isnoneornil(L, 3)) shape[0] = (int64_t)(len * 8 / dlp_dtypes[dtype].bits);
-  else dlp_check_shape(L, 3, &ndim, shape);
-  int64_t numel = 1;
-  for (int i = 0; i < ndim; i++) numel *= shape[i];
-  if (dlp_storage_bytes(dtype, numel, 0) != len)
-    return luaL_error(L, "dlpack.frombytes: %I bytes do not make %I elements of %s", (lua_Integer)len,
-                      (lua_Integer)numel, dlp_dtypes[dtype].name);
-  dlp_Tensor *t = dlp_tensor_new(L, dtype, cpu, ndim, shape, 0);
-  if (len) memcpy(dlp_first_element(t), s, len);
+  if ((uint64_t)len > INT64_MAX / 2) return luaL_argerror(L, 1, "string too long");
+  if (lua_isnoneornil(L, 3)) {
+    shape[0] = (int64_t)len / bits * 8 + (int64_t)len % bits * 8 / bits; /* floor(len * 8 / bits) */
+    if (dlp_bytes_of(dtype, shape[0], 0, &bytes) && bytes != (int64_t)len)
+      return luaL_error(L, "dlpack.frombytes: %I bytes are not a whole number of %s elements (%s each)",
+                        (lua_Integer)len, dlp_dtypes[dtype].name,
+                        bits % 8 ? (bits == 4 ? "half a byte" : "6 bits") : lua_pushfstring(L, "%d bytes", bits / 8));
+  } else {
+    ndim = dlp_check_shape(L, 3, shape);
+  }
+  if (!dlp_numel_of(ndim, shape, &numel) || !dlp_bytes_of(dtype, numel, 0, &bytes) || bytes != (int64_t)len)
+    return luaL_error(L, "dlpack.frombytes: the shape needs %s of %s, the string has %I bytes",
+                      dlp_numel_of(ndim, shape, &numel) ? lua_pushfstring(L, "%I elements", (lua_Integer)numel)
+                                                         : "more elements than fit in 64 bits",
+                      dlp_dtypes[dtype].name, (lua_Integer)len);
+  dlp_Tensor *t = dlp_tensor_new(L, dtype, 0, cpu, ndim, shape, 0);
+  if (len) memcpy(dlp_first_element(t), s, len); /* s is an argument: anchored */
   return 1;
 }
 
 /* ---- tostring ---- */
 
-#define SUMMARY_THRESHOLD 1000 /* more elements than this are shown as their corners */
+#define SUMMARY_THRESHOLD 1000 /* more elements (or rows) than this are shown as their corners */
 #define EDGE_ITEMS 3
+#define MAX_SHOWN 1000         /* elements and rows shown at most, whatever the dimensions */
 
-static void add_element(luaL_Buffer *b, lua_State *L, int dtype, const char *p) {
+static void add_element(luaL_Buffer *b, int dtype, const char *p) {
   char buf[64];
   dlp_Scalar s;
   dlp_load(dtype, p, &s);
@@ -177,7 +197,6 @@ static void add_element(luaL_Buffer *b, lua_State *L, int dtype, const char *p) 
       luaL_addstring(b, buf);
     }
   }
-  (void)L;
 }
 
 /* ", " between numbers; ",\n" and indentation between rows */
@@ -191,64 +210,85 @@ static void add_separator(luaL_Buffer *b, int last_dim, int column) {
   for (int k = 0; k < column; k++) luaL_addchar(b, ' ');
 }
 
-static void add_nested(luaL_Buffer *b, lua_State *L, const dlp_Tensor *t, int dim, const char *p,
-                       int summarise, int indent) {
+typedef struct Printer {
+  luaL_Buffer *b;
+  const dlp_Tensor *t;
+  int summarise, indent;
+  int budget; /* elements and rows left to show */
+} Printer;
+
+static void add_nested(Printer *pr, int dim, const char *p) {
+  const dlp_Tensor *t = pr->t;
   int64_t n = t->dl.shape[dim];
-  int64_t step = t->dl.strides[dim] * (int64_t)dlp_dtypes[t->dtype].itemsize;
+  int64_t step = dlp_walk_stride(t, dim);
   int last_dim = dim + 1 == t->dl.ndim;
-  luaL_addchar(b, '{');
+  luaL_addchar(pr->b, '{');
   for (int64_t i = 0; i < n; i++) {
-    if (summarise && n > 2 * EDGE_ITEMS && i == EDGE_ITEMS) {
-      luaL_addstring(b, "...");
-      add_separator(b, last_dim, indent + dim + 1);
+    if (pr->budget <= 0 || (pr->summarise && n > 2 * EDGE_ITEMS && i == EDGE_ITEMS)) {
+      luaL_addstring(pr->b, "...");
+      if (pr->budget <= 0) break;
+      add_separator(pr->b, last_dim, pr->indent + dim + 1);
       i = n - EDGE_ITEMS;
     }
-    if (last_dim) add_element(b, L, t->dtype, p + i * step);
-    else add_nested(b, L, t, dim + 1, p + i * step, summarise, indent);
-    if (i + 1 < n) add_separator(b, last_dim, indent + dim + 1);
+    pr->budget--;
+    if (last_dim) add_element(pr->b, t->dtype, dlp_offset(p, i * step));
+    else add_nested(pr, dim + 1, dlp_offset(p, i * step));
+    if (i + 1 < n) add_separator(pr->b, last_dim, pr->indent + dim + 1);
   }
-  luaL_addchar(b, '}');
+  luaL_addchar(pr->b, '}');
+}
+
+/* More than SUMMARY_THRESHOLD elements, or rows (an empty {10^6, 0} has a million rows). */
+static int is_large(const dlp_Tensor *t) {
+  int64_t rows = 1;
+  for (int i = 0; i + 1 < t->dl.ndim; i++)
+    if (t->dl.shape[i] > 0 && !dlp_mul(rows, t->dl.shape[i], &rows)) return 1;
+  return dlp_numel(t) > SUMMARY_THRESHOLD || rows > SUMMARY_THRESHOLD;
 }
 
 static int l_tostring(lua_State *L) {
   static const char prefix[] = "dlpack.Tensor(";
-  dlp_Tensor *t = luaL_checkudata(L, 1, DLPACK_LUA_TENSOR_MT);
+  dlp_Tensor *t = dlp_tensor_arg(L, 1);
   luaL_Buffer b;
   if (!t->owner) {
     lua_pushstring(L, "dlpack.Tensor(released)");
     return 1;
   }
+  lua_settop(L, 1);
+  dlp_Tensor *held = dlp_tensor_alias(L, 1, t->dl.device, "tostring"); /* at 2: it allocates as it reads */
   luaL_buffinit(L, &b);
   luaL_addstring(&b, prefix);
-  if (!dlp_device_is_host(t->dl.device) || !(dlp_dtypes[t->dtype].access || t->dtype <= DLP_COMPLEX128)) {
+  if (!dlp_device_is_host(held->dl.device) || held->dtype > DLP_COMPLEX128) {
     luaL_addstring(&b, "<elements not shown>");
-  } else if (t->dl.ndim == 0) {
-    add_element(&b, L, t->dtype, dlp_first_element(t));
+  } else if (held->dl.ndim == 0) {
+    add_element(&b, held->dtype, dlp_first_element(held));
   } else {
-    add_nested(&b, L, t, 0, dlp_first_element(t), dlp_numel(t) > SUMMARY_THRESHOLD, (int)sizeof prefix - 1);
+    Printer pr = {&b, held, is_large(held), (int)sizeof prefix - 1, MAX_SHOWN};
+    add_nested(&pr, 0, dlp_first_element(held));
   }
   luaL_addstring(&b, ", shape={");
-  for (int i = 0; i < t->dl.ndim; i++) {
+  for (int i = 0; i < held->dl.ndim; i++) {
     char buf[32];
-    snprintf(buf, sizeof buf, i ? ", %lld" : "%lld", (long long)t->dl.shape[i]);
+    snprintf(buf, sizeof buf, i ? ", %lld" : "%lld", (long long)held->dl.shape[i]);
     luaL_addstring(&b, buf);
   }
   luaL_addstring(&b, "}, dtype=");
-  luaL_addstring(&b, dlp_dtypes[t->dtype].name);
+  luaL_addstring(&b, dlp_dtypes[held->dtype].name);
   luaL_addstring(&b, ", device=");
-  dlp_push_device_name(L, t->dl.device);
+  dlp_push_device_name(L, held->dl.device);
   luaL_addvalue(&b);
-  if (t->flags & DLP_FLAG_READ_ONLY) luaL_addstring(&b, ", readonly");
+  if (held->flags & DLP_FLAG_READ_ONLY) luaL_addstring(&b, ", readonly");
   luaL_addchar(&b, ')');
   luaL_pushresult(&b);
+  dlp_tensor_release(held);
   return 1;
 }
 
 void dlp_format_register(lua_State *L, int module, int methods, int meta) {
   static const luaL_Reg functions[] = {{"tensor", l_tensor}, {"frombytes", l_frombytes}, {NULL, NULL}};
   static const luaL_Reg method_list[] = {{"totable", l_totable}, {"tobytes", l_tobytes}, {NULL, NULL}};
+  static const luaL_Reg metamethods[] = {{"__tostring", l_tostring}, {NULL, NULL}};
   dlp_register(L, module, functions);
   dlp_register(L, methods, method_list);
-  lua_pushcfunction(L, l_tostring);
-  lua_setfield(L, meta, "__tostring");
+  dlp_register(L, meta, metamethods);
 }

@@ -9,25 +9,42 @@ DLPACK_LUA_API void dlpack_lua_push_legacy(lua_State *L, DLManagedTensor *manage
   dlp_import(L, managed, 0);
 }
 
+/* The tensor at idx, or NULL; the C API runs outside the module, so the metatable comes from the
+ * registry. */
+static dlp_Tensor *test_tensor(lua_State *L, int idx) {
+  idx = lua_absindex(L, idx);
+  dlp_push_metatable(L);
+  dlp_Tensor *t = dlp_tensor_test_with(L, idx, -1);
+  lua_pop(L, 1);
+  return t;
+}
+
+static dlp_Tensor *check_tensor(lua_State *L, int idx) {
+  dlp_Tensor *t = test_tensor(L, idx);
+  if (!t) luaL_typeerror(L, idx, DLPACK_LUA_TENSOR_MT);
+  if (!t->owner) luaL_argerror(L, idx, "tensor was released");
+  return t;
+}
+
 DLPACK_LUA_API const DLTensor *dlpack_lua_test_tensor(lua_State *L, int idx, uint64_t *flags) {
-  dlp_Tensor *t = dlp_tensor_test(L, idx);
+  dlp_Tensor *t = test_tensor(L, idx);
   if (!t || !t->owner) return NULL;
   if (flags) *flags = t->flags;
   return &t->dl;
 }
 
 DLPACK_LUA_API const DLTensor *dlpack_lua_check_tensor(lua_State *L, int idx, uint64_t *flags) {
-  dlp_Tensor *t = dlp_tensor_check(L, idx);
+  dlp_Tensor *t = check_tensor(L, idx);
   if (flags) *flags = t->flags;
   return &t->dl;
 }
 
 DLPACK_LUA_API DLManagedTensorVersioned *dlpack_lua_export_versioned(lua_State *L, int idx) {
-  return dlp_export_versioned(L, dlp_tensor_check(L, idx), 0);
+  return dlp_export_versioned(L, check_tensor(L, idx), 0);
 }
 
 DLPACK_LUA_API DLManagedTensor *dlpack_lua_export_legacy(lua_State *L, int idx) {
-  return dlp_export_legacy(L, dlp_tensor_check(L, idx));
+  return dlp_export_legacy(L, check_tensor(L, idx));
 }
 
 DLPACK_LUA_API void *dlpack_lua_capsule_new(void *managed, int versioned) {
@@ -45,6 +62,7 @@ DLPACK_LUA_API void *dlpack_lua_check_stream(lua_State *L, int idx) {
 }
 
 DLPACK_LUA_API void dlpack_lua_push_stream(lua_State *L, void *stream, int device) {
+  if (device < 0 || device >= DLP_MAX_CUDA_DEVICES) luaL_error(L, "dlpack_lua_push_stream: invalid device %d", device);
   dlp_cuda_push_wrapped(L, (uintptr_t)stream, device);
 }
 

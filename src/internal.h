@@ -11,6 +11,26 @@
 
 #include "dlpack_lua.h"
 
+/*
+ * How the safe API stays safe (every file follows these rules; a script may be hostile):
+ *
+ * 1. Tensor metadata is immutable. Once the function that made a dlp_Tensor returns, its dl
+ *    fields, dtype and flags never change; release() only clears `owner` (never `dl.data`).
+ * 2. Lua code can run inside most Lua API calls: the metamethods of an argument (reading an
+ *    option, a shape, a length, tostring), and finalizers, which run during any allocation
+ *    (userdata, strings, tables, buffers) and during the collector steps this module takes.
+ *    That code may release any tensor. So a function reads its arguments into C values first,
+ *    then allocates what it will push, and only then takes the memory of its tensors
+ *    (dlp_live, dlp_view_new), after which it makes no call that can run Lua code. Functions
+ *    that must allocate while they read memory (totable, tostring) read a private alias
+ *    (dlp_tensor_alias), which holds the memory until they drop it, or the collector does if
+ *    they raise. A method's holders are allocated before the reference they hold is taken.
+ * 3. Every size, offset and extent is computed by layout.c, which checks for overflow, and
+ *    every tensor made here is checked to reach only memory its owner holds (dlp_tensor_seal).
+ * 4. Numbers from scripts and producers are range-checked before they are used as sizes,
+ *    indices or device ids; the raw-pointer functions live in dlpack.unsafe alone.
+ */
+
 /* Tensors with more dimensions than this are refused (NumPy's NPY_MAXDIMS is 64). */
 #define DLP_MAX_NDIM 64
 /* CUDA device ids this module handles (0 to 63). */
@@ -22,17 +42,33 @@
 
 /* ---- module.c: errors and per-state records ---- */
 
-/* One per lua_State that opened the module, in its registry; finalised by lua_close. */
-typedef struct dlp_State {
-  size_t external_bytes; /* tensor bytes made or imported since the last full collection */
-} dlp_State;
-
-dlp_State *dlp_state(lua_State *L);
-/* Add functions to the table at absolute index `table`. */
+/* Once per lua_State that opened the module: a registry entry whose finaliser (at lua_close)
+ * hands back the capsules scripts left when the last state closes. */
+void dlp_state_open(lua_State *L);
+/* Add functions to the table at absolute index `table`, as closures whose first upvalue is the
+ * tensor metatable (every C function of the module is one: see tensor.c). */
 void dlp_register(lua_State *L, int table, const luaL_Reg *functions);
 
 /* Raise an error marked DLPACK_LUA_BUFFER_ERROR: "cannot be exchanged as asked". */
 int dlp_buffer_error(lua_State *L, const char *fmt, ...);
+
+/* ---- layout.c: checked arithmetic (each returns 0 on overflow and writes nothing useful) ---- */
+
+int dlp_add(int64_t a, int64_t b, int64_t *out);
+int dlp_mul(int64_t a, int64_t b, int64_t *out);
+int dlp_numel_of(int ndim, const int64_t *shape, int64_t *numel);      /* also 0 for a negative size */
+int dlp_is_packed(int dtype, uint64_t flags);                          /* fp4/fp6 stored bit-packed */
+int dlp_bytes_of(int dtype, int64_t numel, uint64_t flags, int64_t *bytes); /* storage of numel elements */
+void dlp_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides); /* row-major */
+
+/* The bytes a layout's elements cover, relative to its first element: [lo, hi), lo <= 0 < hi
+ * (both 0 when it is empty). Packed sub-byte layouts must be contiguous. */
+typedef struct dlp_Span {
+  int64_t numel;
+  int64_t lo, hi;
+} dlp_Span;
+int dlp_span_of(int ndim, const int64_t *shape, const int64_t *strides, int dtype, uint64_t flags,
+                dlp_Span *span);
 
 /* ---- dtype.c ---- */
 
@@ -59,7 +95,6 @@ extern const dlp_DtypeInfo dlp_dtypes[DLP_NDTYPES];
 
 int dlp_dtype_from_dl(DLDataType t); /* -1 when not a dtype this module knows */
 DLDataType dlp_dtype_to_dl(int dtype);
-int dlp_dtype_is_subbyte(int dtype);
 int dlp_check_dtype(lua_State *L, int arg);                 /* a dtype name */
 int dlp_opt_dtype(lua_State *L, int arg, int def);
 int dlp_test_dtype_name(const char *name);                  /* -1 when unknown */
@@ -72,23 +107,49 @@ typedef struct dlp_Scalar {
   double re, im;
 } dlp_Scalar;
 
+/* Elements may sit at any address (producers need not align them): these load and store bytewise. */
 void dlp_load(int dtype, const void *p, dlp_Scalar *s);  /* element -> scalar */
 void dlp_store(int dtype, void *p, const dlp_Scalar *s); /* scalar -> element, C-like conversion */
 void dlp_push_element(lua_State *L, int dtype, const void *p);
-/* Convert the Lua value at idx to an element, strictly (integers must fit); raises naming `what`. */
+/* Convert the Lua value at idx to an element in out, strictly (integers must fit); raises naming
+ * `what`. Runs no Lua code: it may be called between dlp_live and the write. */
 void dlp_check_element(lua_State *L, int idx, int dtype, void *out, const char *what);
 void dlp_check_access(lua_State *L, int dtype);            /* raises unless element access works */
 
+/* ---- convert.c: typed loops over one row of elements ---- */
+
+/* Copy n elements (converting when the dtypes differ) from s to d, each advancing by its stride
+ * in bytes. */
+typedef void (*dlp_RowFn)(char *d, int64_t dstep, const char *s, int64_t sstep, int64_t n);
+dlp_RowFn dlp_row_function(int dst_dtype, int src_dtype);   /* NULL when they do not convert */
+/* Set n elements of itemsize bytes each, dstep bytes apart, to the bytes at value. */
+void dlp_fill_row(char *d, int64_t dstep, const void *value, int64_t n, size_t itemsize);
+float dlp_half_to_float(uint16_t h);
+float dlp_bfloat_to_float(uint16_t h);
+uint16_t dlp_half_from_float(float f);      /* round to nearest even */
+uint16_t dlp_half_from_double(double d);
+uint16_t dlp_bfloat_from_float(float f);
+uint16_t dlp_bfloat_from_double(double d);
+
 /* ---- device.c ---- */
 
-int dlp_device_is_valid_type(int32_t device_type);
+/* Every DLDevice the module holds passed dlp_device_is_valid: a known type, an id >= 0, and
+ * for the CUDA kinds an id below DLP_MAX_CUDA_DEVICES (cuda.c indexes tables with it). */
+int dlp_device_is_valid(DLDevice d);
+int dlp_device_is_valid_type(int64_t device_type);
 int dlp_device_is_host(DLDevice d);        /* the CPU can read and write it */
 int dlp_device_equal(DLDevice a, DLDevice b);
-DLDevice dlp_check_device(lua_State *L, int arg);          /* a device string */
-DLDevice dlp_opt_device(lua_State *L, int arg, DLDevice def);
-int dlp_test_device_name(const char *s, DLDevice *out);    /* 1 when s names a device */
+/* Its data pointers are plain addresses (elsewhere data may be an opaque handle: only
+ * byte_offset may move). */
+int dlp_device_is_addressable(DLDevice d);
+int dlp_device_has_streams(DLDevice d);    /* work on it is ordered by streams (CUDA, managed, ROCm) */
+int dlp_device_is_cuda(DLDevice d);        /* cuda:N, cuda_host or cuda_managed */
+/* A device string ("cuda:1") or table ({device_type, device_id}) at idx; errors blame argument
+ * arg, and name the option `field` when it is not NULL. */
+DLDevice dlp_check_device(lua_State *L, int idx, int arg, const char *field);
+int dlp_test_device_name(const char *s, DLDevice *out);    /* 1 when s names a valid device */
 void dlp_push_device_name(lua_State *L, DLDevice d);       /* canonical form */
-const char *dlp_device_type_name(int32_t device_type);
+const char *dlp_device_type_name(int64_t device_type);
 void dlp_push_device_types(lua_State *L);                  /* the dlpack.device_type table */
 
 /* ---- owner.c: who frees the memory, shared by tensors, views and exports ---- */
@@ -102,7 +163,9 @@ struct dlp_Owner {
   DLDevice device;
   void *managed;  /* a producer's managed tensor whose deleter runs on the last release */
   int versioned;
-  size_t nbytes;  /* memory held, for the garbage collector's accounting */
+  size_t nbytes;  /* memory held */
+  unsigned char mapped; /* memory came from mmap (cpu) */
+  uintptr_t lo, hi; /* the addresses [lo, hi) that tensors on this memory may reach */
   /* CUDA: the stream the last work on this memory was issued on (NULL: the legacy default stream) */
   _Atomic(dlp_CudaStream *) stream;
 };
@@ -110,7 +173,7 @@ struct dlp_Owner {
 dlp_Owner *dlp_owner_new_memory(size_t nbytes, int zeroed); /* cpu; NULL when out of memory */
 dlp_Owner *dlp_owner_new_block(void *memory, DLDevice device, size_t nbytes); /* takes memory */
 void dlp_owner_set_stream(dlp_Owner *o, dlp_CudaStream *s);  /* cuda.c; retains s, releases the old one */
-dlp_Owner *dlp_owner_new_managed(void *managed, int versioned, size_t nbytes);
+dlp_Owner *dlp_owner_new_managed(void *managed, int versioned, size_t nbytes, uintptr_t lo, uintptr_t hi);
 void dlp_owner_retain(dlp_Owner *o);
 void dlp_owner_release(dlp_Owner *o);                       /* any thread */
 void dlp_managed_delete(void *managed, int versioned);      /* calls a producer's deleter if any */
@@ -118,34 +181,63 @@ void dlp_managed_delete(void *managed, int versioned);      /* calls a producer'
 /* ---- tensor.c ---- */
 
 typedef struct dlp_Tensor {
-  DLTensor dl;      /* shape and strides point into dims[] */
+  DLTensor dl;      /* shape and strides point into dims[]; never changed after creation */
   dlp_Owner *owner; /* NULL once released */
   uint64_t flags;   /* DLPack flag bits: READ_ONLY, IS_SUBBYTE_TYPE_PADDED */
   int dtype;        /* dlp_Dtype */
   int64_t dims[];   /* shape[ndim] then strides[ndim] */
 } dlp_Tensor;
 
+/* These find the tensor metatable in the first upvalue of the running C function (dlp_register);
+ * the _with forms take it at a stack index, for the C API, which runs outside the module. */
+void dlp_push_metatable(lua_State *L);                      /* from the registry */
 dlp_Tensor *dlp_tensor_push(lua_State *L, int ndim);        /* unowned, filled by the caller */
+dlp_Tensor *dlp_tensor_push_with(lua_State *L, int ndim, int metatable);
 dlp_Tensor *dlp_tensor_test(lua_State *L, int idx);         /* NULL unless a tensor (live or not) */
+dlp_Tensor *dlp_tensor_test_with(lua_State *L, int idx, int metatable);
+dlp_Tensor *dlp_tensor_arg(lua_State *L, int idx);          /* a tensor (live or not), else raises */
 dlp_Tensor *dlp_tensor_check(lua_State *L, int idx);        /* a live tensor, else raises */
-/* A new contiguous tensor with fresh memory (host devices only). */
-dlp_Tensor *dlp_tensor_new(lua_State *L, int dtype, DLDevice device, int ndim,
+/* Raises "<what>: ... released" unless t is live; call it after the last call that can run Lua
+ * code and before touching t's memory. */
+void dlp_live(lua_State *L, const dlp_Tensor *t, const char *what);
+/* A new contiguous tensor with fresh memory (cpu or CUDA); flags may say SUBBYTE_PADDED. An
+ * allocation: it may run finalizers. */
+dlp_Tensor *dlp_tensor_new(lua_State *L, int dtype, uint64_t flags, DLDevice device, int ndim,
                            const int64_t *shape, int zeroed);
-/* A view: shares t's owner, copies its dtype, device, data, offset and flags; caller fills shape/strides. */
-dlp_Tensor *dlp_tensor_view(lua_State *L, const dlp_Tensor *t, int ndim);
-/* A view with t's shape and strides, labelled with device (pinned/managed memory relabelled as cpu). */
-dlp_Tensor *dlp_tensor_alias(lua_State *L, const dlp_Tensor *t, DLDevice device);
-int64_t dlp_numel(const dlp_Tensor *t);
+/* A new view of the tensor at idx, pushed: allocated first, then the source is checked live and
+ * its dtype, device, data, offset, flags and owner taken; the caller fills shape and strides,
+ * may move the first element (dlp_view_move) and must finish with dlp_tensor_seal. */
+dlp_Tensor *dlp_view_new(lua_State *L, int idx, int ndim, const char *what);
+/* Move v's first element by index * stride elements (checked); an empty view does not move (its
+ * strides may be anything a producer gave). Raises naming what on overflow. */
+void dlp_view_move(lua_State *L, dlp_Tensor *v, int64_t index, int64_t stride, const char *what);
+/* Check that v reaches only memory its owner holds; raises (and v holds nothing) otherwise. */
+void dlp_tensor_seal(lua_State *L, dlp_Tensor *v, const char *what);
+/* A view of the tensor at idx with its shape and strides, labelled with device (pinned and
+ * managed memory relabelled as cpu). Private to the caller, it also holds memory for functions
+ * that read it while they allocate. */
+dlp_Tensor *dlp_tensor_alias(lua_State *L, int idx, DLDevice device, const char *what);
+void dlp_tensor_release(dlp_Tensor *t);                     /* idempotent */
+int64_t dlp_numel(const dlp_Tensor *t);                     /* fits: checked when t was made */
+/* Bytes from one element to the next along dimension i, for walking t's elements: 0 when the
+ * walk never steps along it (size 0 or 1, where strides say nothing and may be anything). */
+int64_t dlp_walk_stride(const dlp_Tensor *t, int i);
+/* p moved by n bytes, as integer arithmetic (p may be NULL for empty tensors). */
+static inline char *dlp_offset(const char *p, int64_t n) { return (char *)((uintptr_t)p + (uintptr_t)n); }
+int64_t dlp_nbytes(const dlp_Tensor *t);                    /* likewise */
 int dlp_is_contiguous(const dlp_Tensor *t);
-void dlp_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
-size_t dlp_storage_bytes(int dtype, int64_t numel, uint64_t flags);
 char *dlp_first_element(const dlp_Tensor *t);               /* data + byte_offset, for host memory */
 void dlp_check_host(lua_State *L, const dlp_Tensor *t, const char *what);
 void dlp_check_writable(lua_State *L, const dlp_Tensor *t, const char *what);
 int dlp_check_dim(lua_State *L, int arg, int ndim, int extra); /* 1-based, negative from the end -> 0-based */
 int64_t dlp_check_index(lua_State *L, int arg, int64_t size);   /* 1-based, negative from the end -> 0-based */
-void dlp_check_shape(lua_State *L, int arg, int *ndim, int64_t *shape);
-void dlp_gc_account(lua_State *L, size_t nbytes);           /* tell the collector about outside memory */
+/* A list of at most `max` integers (a shape, a permutation) from the table at arg, each at least
+ * `min`; returns the count. Reads through metamethods, so call it before touching memory. */
+int dlp_check_integers(lua_State *L, int arg, int64_t *out, int max, int64_t min, const char *what);
+/* A shape (non-negative sizes whose product fits in int64) from the table at arg. */
+int dlp_check_shape(lua_State *L, int arg, int64_t *shape);
+/* Tell the collector about memory new to this state (an allocation point: may run finalizers). */
+void dlp_gc_account(lua_State *L, size_t nbytes);
 /* Each subsystem adds its functions to the module table, the tensor methods and the
  * tensor metatable, given as absolute stack indices. */
 void dlp_tensor_register(lua_State *L, int module, int methods, int meta);
@@ -155,16 +247,37 @@ void dlp_views_register(lua_State *L, int methods);
 
 /* ---- copy.c ---- */
 
-/* Copy src's elements into dst (same shape), converting dtype; safe when they overlap. Copies that
- * involve CUDA device memory go through dlp_cuda_copy, on stream (NULL: synchronously). */
-void dlp_copy_on(lua_State *L, dlp_Tensor *dst, const dlp_Tensor *src, dlp_CudaStream *stream);
-void dlp_copy_into(lua_State *L, dlp_Tensor *dst, const dlp_Tensor *src);
-dlp_Tensor *dlp_clone(lua_State *L, const dlp_Tensor *t, int dtype, DLDevice device);
-/* Call fn(ptr, ud) for each element of t in row-major order. */
+/* Copy src's elements into dst (same shape), converting dtype; correct when they overlap.
+ * Both must stay on the stack. Copies that involve CUDA device memory go through dlp_cuda_copy,
+ * on stream (NULL: synchronously). Allocates (a temporary, staging) before it takes memory. */
+void dlp_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStream *stream, const char *what);
+/* t's elements (host memory) in row-major order into out, which has room for them. */
+void dlp_gather(char *out, const dlp_Tensor *t);
+/* A contiguous copy of the tensor at idx with dtype on device, pushed. */
+dlp_Tensor *dlp_clone(lua_State *L, int idx, int dtype, DLDevice device, dlp_CudaStream *stream,
+                      const char *what);
 /* Set every element of t to the Lua value at idx (strictly converted). */
 void dlp_fill(lua_State *L, dlp_Tensor *t, int idx, const char *what);
-void dlp_foreach(const dlp_Tensor *t, void (*fn)(char *p, void *ud), void *ud);
 void dlp_copy_register(lua_State *L, int methods);
+
+/* ---- options.c: the option tables of to, copy, to_dlpack, __dlpack and from_dlpack ---- */
+
+typedef struct dlp_Options {
+  int dtype;            /* -1: not given */
+  int has_device;       /* device or dl_device given */
+  DLDevice device;
+  int copy;             /* 1 always, 0 never, -1 (absent) when needed */
+  int64_t max_major;    /* -1: max_version absent */
+  int stream;           /* stack index of the stream value, 0 when absent */
+} dlp_Options;
+
+enum { DLP_OPT_DTYPE = 1, DLP_OPT_DEVICE = 2, DLP_OPT_COPY = 4, DLP_OPT_STREAM = 8, DLP_OPT_MAX_VERSION = 16 };
+
+/* Read the options table at arg (0 or nil: none) into o, for the options `allowed` (others are
+ * ignored); pushes the stream value when there is one (o->stream). Raises argument errors for
+ * wrong values, BufferErrors for devices that cannot be reached. Reads through metamethods, so
+ * call it before touching memory. */
+void dlp_read_options(lua_State *L, int arg, unsigned allowed, dlp_Options *o);
 
 /* ---- format.c ---- */
 void dlp_format_register(lua_State *L, int module, int methods, int meta);
@@ -176,35 +289,43 @@ int dlp_capsule_state(void *p, int *versioned, int *consumed);
 void dlp_capsule_state_opened(void);
 void dlp_capsule_state_closed(void);                       /* the last one hands back script capsules */
 void *dlp_capsule_take(lua_State *L, int arg, int *versioned, const char *what); /* consume or raise */
+/* look(managed, versioned) for a live capsule, called under the table's lock (so the tensor
+ * cannot be consumed and freed meanwhile); -1 when it is not one. */
+int dlp_capsule_peek(void *capsule, int (*look)(void *managed, int versioned));
 void dlp_capsule_register(lua_State *L, int module);
 void dlp_unsafe_register(lua_State *L, int module);
 
 /* ---- protocol.c ---- */
 DLManagedTensorVersioned *dlp_export_versioned(lua_State *L, dlp_Tensor *t, uint64_t extra_flags);
 DLManagedTensor *dlp_export_legacy(lua_State *L, dlp_Tensor *t);
-void dlp_import(lua_State *L, void *managed, int versioned); /* push a tensor; owns managed */
+/* Push a tensor for a producer's managed tensor (the C API's push functions); owns it: its
+ * deleter runs exactly once, also when this raises. */
+void dlp_import(lua_State *L, void *managed, int versioned);
 void dlp_protocol_register(lua_State *L, int module, int methods, int meta);
 
 /* ---- cuda.c ---- */
 void dlp_cuda_register(lua_State *L, int module);         /* the dlpack.cuda table */
-int dlp_device_is_cuda(DLDevice d);                        /* cuda:N, cuda_host or cuda_managed */
 /* Allocate on a CUDA device, pinned or managed memory; raises (naming CUDA) when impossible. */
 void *dlp_cuda_alloc(lua_State *L, DLDevice device, size_t nbytes, int zeroed);
 void dlp_cuda_free(DLDevice device, void *memory);          /* any thread */
 /* Copy src into dst (same shape) where either is CUDA device memory; on stream (NULL: synchronously). */
-void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, const dlp_Tensor *src, dlp_CudaStream *stream);
-/* The stream at idx: a stream object, or a DLPack stream integer (1, 2, a handle > 2). NULL: -1 ("none"). */
-dlp_CudaStream *dlp_cuda_check_stream(lua_State *L, int idx, DLDevice on, const char *what);
+void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStream *stream);
+/* The stream the value at idx names for work on device `on` (idx 0 or nil: `dflt`, a DLPack
+ * stream value): a stream object, or one of the DLPack stream values -1, 1, 2 (integer handles
+ * are raw pointers and refused). Devices without streams take nil or -1 only. Pushes one value
+ * that holds the stream while the caller keeps it on the stack. NULL means -1: no ordering. */
+dlp_CudaStream *dlp_cuda_check_stream(lua_State *L, int idx, DLDevice on, int dflt, const char *what);
 void dlp_cuda_stream_retain(dlp_CudaStream *s);
 void dlp_cuda_stream_release(dlp_CudaStream *s);            /* any thread */
 uintptr_t dlp_cuda_stream_handle(const dlp_CudaStream *s);  /* the DLPack integer for it */
 /* Make `consumer` wait for the pending work on o's memory (DLPack producer rule). */
 void dlp_cuda_order_for_consumer(lua_State *L, dlp_Owner *o, DLDevice device, dlp_CudaStream *consumer);
-dlp_CudaStream *dlp_cuda_legacy(DLDevice on);               /* the legacy default stream for memory on `on` */
 void dlp_cuda_settle(void);                                 /* wait for asynchronous copies, release their buffers */
-/* C API: the stream object at idx, and a wrapped (non-owning) stream object for a host's stream. */
+/* C API and dlpack.unsafe: the stream object at idx, and a wrapped (non-owning) stream object
+ * for a foreign handle. */
 dlp_CudaStream *dlp_cuda_test_stream_object(lua_State *L, int idx);
 void dlp_cuda_push_wrapped(lua_State *L, uintptr_t handle, int device);
+int dlp_cuda_wrap_stream(lua_State *L);                    /* dlpack.unsafe.wrap_stream */
 
 /* ---- hostapi.c ---- */
 void dlp_hostapi_register(lua_State *L);                    /* the registry function table */

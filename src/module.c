@@ -41,7 +41,8 @@ int dlp_buffer_error(lua_State *L, const char *fmt, ...) {
 
 void dlp_register(lua_State *L, int table, const luaL_Reg *functions) {
   lua_pushvalue(L, table);
-  luaL_setfuncs(L, functions, 0);
+  dlp_push_metatable(L);
+  luaL_setfuncs(L, functions, 1);
   lua_pop(L, 1);
 }
 
@@ -54,23 +55,19 @@ static int state_gc(lua_State *L) {
   return 0;
 }
 
-dlp_State *dlp_state(lua_State *L) {
-  dlp_State *st;
+void dlp_state_open(lua_State *L) {
   if (lua_getfield(L, LUA_REGISTRYINDEX, STATE_KEY) == LUA_TUSERDATA) {
-    st = lua_touserdata(L, -1);
     lua_pop(L, 1);
-    return st;
+    return;
   }
   lua_pop(L, 1);
-  st = lua_newuserdatauv(L, sizeof *st, 0);
-  st->external_bytes = 0;
+  lua_newuserdatauv(L, 1, 0);
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, state_gc);
   lua_setfield(L, -2, "__gc");
   lua_setmetatable(L, -2);
   lua_setfield(L, LUA_REGISTRYINDEX, STATE_KEY);
   dlp_capsule_state_opened(); /* after the finaliser is in place, so it always balances */
-  return st;
 }
 
 static int l_is_buffer_error(lua_State *L) {
@@ -108,7 +105,7 @@ DLPACK_LUA_API int luaopen_dlpack(lua_State *L) {
   dlp_protocol_register(L, module, methods, meta);
   dlp_cuda_register(L, module);
   dlp_hostapi_register(L);
-  dlp_state(L);
+  dlp_state_open(L);
   lua_pushvalue(L, methods);
   lua_setfield(L, module, "Tensor"); /* the methods, for extension from Lua */
   lua_pushliteral(L, DLPACK_LUA_VERSION);
@@ -123,8 +120,8 @@ DLPACK_LUA_API int luaopen_dlpack(lua_State *L) {
   lua_setfield(L, module, "device_type");
   lua_pushliteral(L, DLPACK_LUA_BUFFER_ERROR);
   lua_setfield(L, module, "BufferError");
-  lua_pushcfunction(L, l_is_buffer_error);
-  lua_setfield(L, module, "is_buffer_error");
+  static const luaL_Reg functions[] = {{"is_buffer_error", l_is_buffer_error}, {NULL, NULL}};
+  dlp_register(L, module, functions);
   lua_settop(L, module);
   return 1;
 }
@@ -136,6 +133,6 @@ DLPACK_LUA_API int luaopen_dlpack_core(lua_State *L) {
 DLPACK_LUA_API int luaopen_dlpack_unsafe(lua_State *L) {
   lua_newtable(L);
   dlp_unsafe_register(L, lua_gettop(L));
-  dlp_state(L);
+  dlp_state_open(L);
   return 1;
 }

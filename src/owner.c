@@ -3,7 +3,9 @@
  * An owner lives in C, not in any lua_State: tensors, views and exported
  * managed tensors each hold one reference, so memory exported to another
  * library outlives the state that made it, and the last release (which may
- * happen on any thread) frees the block or calls the producer's deleter. */
+ * happen on any thread) frees the block or calls the producer's deleter.
+ * An owner also records the addresses its memory spans: no tensor on it may
+ * reach outside them (dlp_tensor_seal). */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
@@ -14,27 +16,30 @@
 
 /* DLPack asks for 256-byte aligned data (the alignment CUDA uses). */
 #define DLP_ALIGNMENT 256
-/* Blocks this large are mapped straight from the kernel and unmapped when freed: glibc
- * would otherwise keep freed large blocks in its heap, and memory would not go back. */
-#define MAP_THRESHOLD ((size_t)256 << 10)
+/* Zeroed blocks this large come straight from the kernel, whose fresh pages are already zero
+ * (and cost nothing until touched). Everything else comes from the C allocator, which reuses
+ * freed blocks: a loop making and dropping tensors then pays no page faults. */
+#define MAP_ZEROED_THRESHOLD ((size_t)32 << 20)
 
-static void *allocate(size_t nbytes, int zeroed) {
+static void *allocate(size_t nbytes, int zeroed, int *mapped) {
   void *p;
-  if (nbytes >= MAP_THRESHOLD) {
+  *mapped = zeroed && nbytes >= MAP_ZEROED_THRESHOLD;
+  if (*mapped) {
     p = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p; /* page-aligned and already zero */
+    return p == MAP_FAILED ? NULL : p;
   }
   if (posix_memalign(&p, DLP_ALIGNMENT, nbytes) != 0) return NULL;
   if (zeroed) memset(p, 0, nbytes);
   return p;
 }
 
-static void deallocate(void *p, size_t nbytes) {
-  if (nbytes >= MAP_THRESHOLD) munmap(p, nbytes);
+static void deallocate(void *p, size_t nbytes, int mapped) {
+  if (mapped) munmap(p, nbytes);
   else free(p);
 }
 
-static dlp_Owner *new_owner(void *memory, DLDevice device, void *managed, int versioned, size_t nbytes) {
+static dlp_Owner *new_owner(void *memory, DLDevice device, void *managed, int versioned, size_t nbytes,
+                            uintptr_t lo, uintptr_t hi) {
   dlp_Owner *o = malloc(sizeof *o);
   if (!o) return NULL;
   atomic_init(&o->refs, 1);
@@ -43,6 +48,9 @@ static dlp_Owner *new_owner(void *memory, DLDevice device, void *managed, int ve
   o->managed = managed;
   o->versioned = versioned;
   o->nbytes = nbytes;
+  o->mapped = 0;
+  o->lo = lo;
+  o->hi = hi;
   atomic_init(&o->stream, NULL);
   return o;
 }
@@ -50,19 +58,21 @@ static dlp_Owner *new_owner(void *memory, DLDevice device, void *managed, int ve
 dlp_Owner *dlp_owner_new_memory(size_t nbytes, int zeroed) {
   DLDevice cpu = {kDLCPU, 0};
   void *memory = NULL;
-  if (nbytes > 0 && !(memory = allocate(nbytes, zeroed))) return NULL;
-  dlp_Owner *o = new_owner(memory, cpu, NULL, 0, nbytes);
-  if (!o && memory) deallocate(memory, nbytes);
+  int mapped = 0;
+  if (nbytes > 0 && !(memory = allocate(nbytes, zeroed, &mapped))) return NULL;
+  dlp_Owner *o = dlp_owner_new_block(memory, cpu, nbytes);
+  if (!o && memory) deallocate(memory, nbytes, mapped);
+  if (o) o->mapped = (unsigned char)mapped;
   return o;
 }
 
 dlp_Owner *dlp_owner_new_block(void *memory, DLDevice device, size_t nbytes) {
-  return new_owner(memory, device, NULL, 0, nbytes);
+  return new_owner(memory, device, NULL, 0, nbytes, (uintptr_t)memory, (uintptr_t)memory + nbytes);
 }
 
-dlp_Owner *dlp_owner_new_managed(void *managed, int versioned, size_t nbytes) {
+dlp_Owner *dlp_owner_new_managed(void *managed, int versioned, size_t nbytes, uintptr_t lo, uintptr_t hi) {
   DLDevice none = {kDLCPU, 0};
-  return new_owner(NULL, none, managed, versioned, nbytes);
+  return new_owner(NULL, none, managed, versioned, nbytes, lo, hi);
 }
 
 void dlp_owner_retain(dlp_Owner *o) {
@@ -82,7 +92,7 @@ void dlp_managed_delete(void *managed, int versioned) {
 void dlp_owner_release(dlp_Owner *o) {
   if (atomic_fetch_sub_explicit(&o->refs, 1, memory_order_acq_rel) != 1) return;
   if (o->managed) dlp_managed_delete(o->managed, o->versioned);
-  else if (o->memory && o->device.device_type == kDLCPU) deallocate(o->memory, o->nbytes);
+  else if (o->memory && o->device.device_type == kDLCPU) deallocate(o->memory, o->nbytes, o->mapped);
   else if (o->memory) dlp_cuda_free(o->device, o->memory);
   dlp_CudaStream *s = atomic_load(&o->stream);
   if (s) dlp_cuda_stream_release(s);

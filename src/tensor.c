@@ -5,39 +5,86 @@
 
 #include "internal.h"
 
-dlp_Tensor *dlp_tensor_push(lua_State *L, int ndim) {
+/* The tensor metatable. Every C function of the module is a closure whose first upvalue is it
+ * (dlp_register), so finding it costs no lookup; the C API for hosts, called from outside the
+ * module, passes it explicitly (the _with forms), from the registry, where it is also kept under
+ * this address (besides its name, for luaL_checkudata in other modules). */
+static const char metatable_key = 0;
+#define METATABLE lua_upvalueindex(1)
+
+void dlp_push_metatable(lua_State *L) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &metatable_key);
+}
+
+dlp_Tensor *dlp_tensor_push_with(lua_State *L, int ndim, int metatable) {
   size_t size = sizeof(dlp_Tensor) + 2 * (size_t)ndim * sizeof(int64_t);
+  metatable = lua_absindex(L, metatable);
   dlp_Tensor *t = lua_newuserdatauv(L, size, 0);
   memset(t, 0, size);
   t->dl.ndim = ndim;
   t->dl.shape = t->dims;
   t->dl.strides = t->dims + ndim;
-  luaL_setmetatable(L, DLPACK_LUA_TENSOR_MT);
+  lua_pushvalue(L, metatable);
+  lua_setmetatable(L, -2);
   return t;
 }
 
+dlp_Tensor *dlp_tensor_push(lua_State *L, int ndim) {
+  return dlp_tensor_push_with(L, ndim, METATABLE);
+}
+
+dlp_Tensor *dlp_tensor_test_with(lua_State *L, int idx, int metatable) {
+  void *p = lua_touserdata(L, idx);
+  if (!p || !lua_getmetatable(L, idx)) return NULL;
+  int same = lua_rawequal(L, -1, metatable < 0 && metatable > LUA_REGISTRYINDEX ? metatable - 1 : metatable);
+  lua_pop(L, 1);
+  return same ? p : NULL;
+}
+
 dlp_Tensor *dlp_tensor_test(lua_State *L, int idx) {
-  return luaL_testudata(L, idx, DLPACK_LUA_TENSOR_MT);
+  return dlp_tensor_test_with(L, idx, METATABLE);
+}
+
+dlp_Tensor *dlp_tensor_arg(lua_State *L, int idx) {
+  dlp_Tensor *t = dlp_tensor_test(L, idx);
+  if (!t) luaL_typeerror(L, idx, DLPACK_LUA_TENSOR_MT);
+  return t;
 }
 
 dlp_Tensor *dlp_tensor_check(lua_State *L, int idx) {
-  dlp_Tensor *t = luaL_checkudata(L, idx, DLPACK_LUA_TENSOR_MT);
+  dlp_Tensor *t = dlp_tensor_arg(L, idx);
   if (!t->owner) luaL_argerror(L, idx, "tensor was released");
   return t;
 }
 
-void dlp_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides) {
-  int64_t step = 1;
-  for (int i = ndim - 1; i >= 0; i--) {
-    strides[i] = step;
-    step *= shape[i] > 0 ? shape[i] : 1;
+void dlp_live(lua_State *L, const dlp_Tensor *t, const char *what) {
+  if (!t->owner) luaL_error(L, "%s: the tensor was released (while the call was running)", what);
+}
+
+void dlp_tensor_release(dlp_Tensor *t) {
+  dlp_Owner *o = t->owner;
+  if (o) {
+    t->owner = NULL;
+    dlp_owner_release(o);
   }
 }
 
 int64_t dlp_numel(const dlp_Tensor *t) {
   int64_t n = 1;
-  for (int i = 0; i < t->dl.ndim; i++) n *= t->dl.shape[i];
+  for (int i = 0; i < t->dl.ndim; i++) n *= t->dl.shape[i]; /* fits: checked when t was made */
   return n;
+}
+
+int64_t dlp_walk_stride(const dlp_Tensor *t, int i) {
+  /* when t has elements, stride * (size - 1) * itemsize fits (dlp_tensor_seal) */
+  if (t->dl.shape[i] <= 1 || dlp_numel(t) == 0) return 0;
+  return t->dl.strides[i] * (int64_t)dlp_dtypes[t->dtype].itemsize;
+}
+
+int64_t dlp_nbytes(const dlp_Tensor *t) {
+  int64_t bytes = 0;
+  dlp_bytes_of(t->dtype, dlp_numel(t), t->flags, &bytes); /* fits: checked when t was made */
+  return bytes;
 }
 
 /* Strides of size-1 dimensions say nothing about layout, and an empty tensor is contiguous. */
@@ -52,14 +99,13 @@ int dlp_is_contiguous(const dlp_Tensor *t) {
   return 1;
 }
 
-size_t dlp_storage_bytes(int dtype, int64_t numel, uint64_t flags) {
-  int bits = dlp_dtypes[dtype].bits;
-  if (bits < 8 && !(flags & DLP_FLAG_SUBBYTE_PADDED)) return (size_t)((numel * bits + 7) / 8);
-  return (size_t)numel * dlp_dtypes[dtype].itemsize;
+/* Integer arithmetic: data may be NULL (empty tensors) or an opaque device handle. */
+static uintptr_t first_address(const dlp_Tensor *t) {
+  return (uintptr_t)t->dl.data + (uintptr_t)t->dl.byte_offset;
 }
 
 char *dlp_first_element(const dlp_Tensor *t) {
-  return t->dl.data ? (char *)t->dl.data + t->dl.byte_offset : NULL;
+  return (char *)first_address(t);
 }
 
 void dlp_check_host(lua_State *L, const dlp_Tensor *t, const char *what) {
@@ -74,23 +120,81 @@ void dlp_check_writable(lua_State *L, const dlp_Tensor *t, const char *what) {
   if (t->flags & DLP_FLAG_READ_ONLY) luaL_error(L, "%s: the tensor is read-only", what);
 }
 
-/* Lua cannot see tensor memory. A step "as if" n bytes were allocated paces the collector,
- * and a full collection once the bytes made since the last one exceed the Lua heap (and
- * 32 MiB) bounds what dropped tensors hold, at a cost proportional to what was allocated. */
-#define FULL_GC_MIN_BYTES ((size_t)32 << 20)
+/* ---- views: every tensor that shares memory is made and checked here ---- */
 
-void dlp_gc_account(lua_State *L, size_t nbytes) {
-  size_t kb = nbytes / 1024, heap;
-  dlp_State *st;
-  if (kb == 0) return;
-  lua_gc(L, LUA_GCSTEP, kb > INT_MAX ? INT_MAX : (int)kb);
-  st = dlp_state(L);
-  st->external_bytes += nbytes;
-  heap = (size_t)lua_gc(L, LUA_GCCOUNT) * 1024;
-  if (st->external_bytes > FULL_GC_MIN_BYTES && st->external_bytes > heap) {
-    st->external_bytes = 0;
-    lua_gc(L, LUA_GCCOLLECT);
+dlp_Tensor *dlp_view_new(lua_State *L, int idx, int ndim, const char *what) {
+  idx = lua_absindex(L, idx);
+  dlp_Tensor *v = dlp_tensor_push(L, ndim); /* first: this allocation may run finalizers */
+  const dlp_Tensor *t = lua_touserdata(L, idx);
+  dlp_live(L, t, what);
+  v->dl.data = t->dl.data;
+  v->dl.device = t->dl.device;
+  v->dl.dtype = t->dl.dtype;
+  v->dl.byte_offset = t->dl.byte_offset;
+  v->dtype = t->dtype;
+  v->flags = t->flags;
+  dlp_owner_retain(t->owner);
+  v->owner = t->owner;
+  return v;
+}
+
+void dlp_view_move(lua_State *L, dlp_Tensor *v, int64_t index, int64_t stride, const char *what) {
+  int64_t delta, offset;
+  if (dlp_numel(v) == 0) return;
+  if (!dlp_mul(index, stride, &delta) || !dlp_mul(delta, dlp_dtypes[v->dtype].itemsize, &delta)) goto overflow;
+  if (dlp_device_is_addressable(v->dl.device)) {
+    v->dl.data = (void *)(first_address(v) + (uintptr_t)delta); /* range-checked by dlp_tensor_seal */
+    v->dl.byte_offset = 0;
+    return;
   }
+  if (v->dl.byte_offset > INT64_MAX || !dlp_add((int64_t)v->dl.byte_offset, delta, &offset)) goto overflow;
+  if (offset < 0) {
+    dlp_tensor_release(v);
+    luaL_error(L, "%s: the view would start before the memory of an opaque device handle", what);
+  }
+  v->dl.byte_offset = (uint64_t)offset;
+  return;
+overflow:
+  dlp_tensor_release(v);
+  luaL_error(L, "%s: offset beyond 64 bits", what);
+}
+
+void dlp_tensor_seal(lua_State *L, dlp_Tensor *v, const char *what) {
+  dlp_Span span;
+  if (!dlp_span_of(v->dl.ndim, v->dl.shape, v->dl.strides, v->dtype, v->flags, &span)) {
+    dlp_tensor_release(v);
+    luaL_error(L, "%s: the result would have more than 2^63 elements or reach beyond 64-bit offsets", what);
+  }
+  if (span.numel == 0) return; /* reaches no memory */
+  uintptr_t first = first_address(v), below = (uintptr_t)0 - (uintptr_t)span.lo;
+  const dlp_Owner *o = v->owner;
+  int inside = first >= o->lo && first - o->lo >= below && first <= o->hi && o->hi - first >= (uintptr_t)span.hi;
+  /* packed sub-byte elements have no byte address: such tensors start where their memory does */
+  if (dlp_is_packed(v->dtype, v->flags)) inside = inside && first == o->lo;
+  if (!inside) {
+    dlp_tensor_release(v);
+    luaL_error(L, "%s: the result would reach outside the tensor's memory", what);
+  }
+}
+
+dlp_Tensor *dlp_tensor_alias(lua_State *L, int idx, DLDevice device, const char *what) {
+  const dlp_Tensor *t = lua_touserdata(L, idx);
+  dlp_Tensor *v = dlp_view_new(L, idx, t->dl.ndim, what);
+  memcpy(v->dims, t->dims, 2 * (size_t)t->dl.ndim * sizeof(int64_t));
+  v->dl.device = device;
+  return v;
+}
+
+/* Lua cannot see tensor memory. Memory new to this state (a block allocated here, a producer's
+ * tensor imported for the first time) makes the collector take a step as if that many bytes of
+ * Lua objects had been allocated, so that a loop making and dropping tensors paces the collector
+ * by its real memory use. Memory already known (an export of this module coming back, a view)
+ * costs nothing. No step is taken while the script has stopped the collector, and no full
+ * collection is ever forced: an exchange costs the same whatever the size of the Lua heap. */
+void dlp_gc_account(lua_State *L, size_t nbytes) {
+  size_t kb = nbytes / 1024;
+  if (kb == 0 || !lua_gc(L, LUA_GCISRUNNING, 0)) return;
+  lua_gc(L, LUA_GCSTEP, kb > INT_MAX ? INT_MAX : (int)kb);
 }
 
 int dlp_check_dim(lua_State *L, int arg, int ndim, int extra) {
@@ -111,104 +215,97 @@ int64_t dlp_check_index(lua_State *L, int arg, int64_t size) {
   return k - 1;
 }
 
-void dlp_check_shape(lua_State *L, int arg, int *ndim, int64_t *shape) {
-  lua_Integer n;
-  int64_t numel = 1;
-  luaL_checktype(L, arg, LUA_TTABLE);
-  n = luaL_len(L, arg);
-  if (n > DLP_MAX_NDIM)
-    luaL_argerror(L, arg, lua_pushfstring(L, "shape has %I dimensions (at most %d)", n, DLP_MAX_NDIM));
-  for (lua_Integer i = 1; i <= n; i++) {
-    int isint;
-    lua_Integer v;
-    lua_geti(L, arg, i);
-    v = lua_tointegerx(L, -1, &isint);
-    if (!isint || v < 0)
-      luaL_argerror(L, arg, lua_pushfstring(L, "shape[%I] must be a non-negative integer, got %s", i,
-                                            luaL_tolstring(L, -1, NULL)));
-    lua_pop(L, 1);
-    shape[i - 1] = v;
-    if (v != 0 && numel != 0 && __builtin_mul_overflow(numel, v, &numel))
-      luaL_argerror(L, arg, "shape has more elements than fit in 64 bits");
-    if (v == 0) numel = 0;
+/* What a value is, for messages: a number or string itself, else its type; runs no metamethod. */
+static const char *describe(lua_State *L, int idx) {
+  int type = lua_type(L, idx);
+  if (type == LUA_TNUMBER || type == LUA_TSTRING) {
+    lua_pushvalue(L, idx);
+    return lua_tostring(L, -1); /* converts the copy, not the value at idx */
   }
-  *ndim = (int)n;
+  return luaL_typename(L, idx);
 }
 
-dlp_Tensor *dlp_tensor_new(lua_State *L, int dtype, DLDevice device, int ndim, const int64_t *shape,
-                           int zeroed) {
+int dlp_check_integers(lua_State *L, int arg, int64_t *out, int max, int64_t min, const char *what) {
+  lua_Integer n;
+  luaL_checktype(L, arg, LUA_TTABLE);
+  n = luaL_len(L, arg);
+  if (n < 0 || n > max)
+    return luaL_argerror(L, arg, lua_pushfstring(L, "%s has a length of %I (0 to %d entries)", what, n, max));
+  for (lua_Integer i = 1; i <= n; i++) {
+    int isint;
+    lua_geti(L, arg, i);
+    lua_Integer v = lua_tointegerx(L, -1, &isint);
+    if (!isint || v < min)
+      luaL_argerror(L, arg, lua_pushfstring(L, "%s[%I] must be %s, got %s", what, i,
+                                            min == 0 ? "a non-negative integer" : min == -1 ? "a size or -1"
+                                                                                             : "an integer",
+                                            describe(L, -1)));
+    lua_pop(L, 1);
+    out[i - 1] = v;
+  }
+  return (int)n;
+}
+
+int dlp_check_shape(lua_State *L, int arg, int64_t *shape) {
+  int64_t numel;
+  int ndim = dlp_check_integers(L, arg, shape, DLP_MAX_NDIM, 0, "shape");
+  if (!dlp_numel_of(ndim, shape, &numel)) luaL_argerror(L, arg, "shape has more elements than fit in 64 bits");
+  return ndim;
+}
+
+dlp_Tensor *dlp_tensor_new(lua_State *L, int dtype, uint64_t flags, DLDevice device, int ndim,
+                           const int64_t *shape, int zeroed) {
   dlp_Tensor *t;
   dlp_Owner *o;
-  int64_t numel = 1;
-  size_t nbytes;
-  for (int i = 0; i < ndim; i++) numel *= shape[i]; /* shapes reaching here were checked for overflow */
-  if (numel > (int64_t)(SIZE_MAX / 16)) luaL_error(L, "tensor of %I elements is too large", (lua_Integer)numel);
+  int64_t numel, bytes;
+  if (!dlp_numel_of(ndim, shape, &numel)) luaL_error(L, "the shape has more elements than fit in 64 bits");
+  if (!dlp_bytes_of(dtype, numel, flags, &bytes) || (uint64_t)bytes > PTRDIFF_MAX / 2)
+    luaL_error(L, "%I elements of %s are too many bytes", (lua_Integer)numel, dlp_dtypes[dtype].name);
   if (device.device_type != kDLCPU && !dlp_device_is_cuda(device)) {
     dlp_push_device_name(L, device);
     luaL_error(L, "cannot allocate memory on device %s (only cpu and CUDA memory can be allocated)",
                lua_tostring(L, -1));
   }
-  nbytes = dlp_storage_bytes(dtype, numel, 0);
   t = dlp_tensor_push(L, ndim); /* first, so that a failure below leaves nothing behind */
   if (device.device_type == kDLCPU) {
-    o = dlp_owner_new_memory(nbytes, zeroed);
+    o = dlp_owner_new_memory((size_t)bytes, zeroed);
   } else {
-    void *memory = dlp_cuda_alloc(L, device, nbytes, zeroed);
-    o = dlp_owner_new_block(memory, device, nbytes);
+    void *memory = dlp_cuda_alloc(L, device, (size_t)bytes, zeroed);
+    o = dlp_owner_new_block(memory, device, (size_t)bytes);
     if (!o) dlp_cuda_free(device, memory);
   }
-  if (!o) luaL_error(L, "not enough memory for a tensor of %I bytes", (lua_Integer)nbytes);
+  if (!o) luaL_error(L, "not enough memory for a tensor of %I bytes", (lua_Integer)bytes);
   t->owner = o;
   t->dl.data = o->memory;
   t->dl.device = device;
   t->dl.dtype = dlp_dtype_to_dl(dtype);
   t->dtype = dtype;
+  t->flags = flags & DLP_FLAG_SUBBYTE_PADDED;
   memcpy(t->dl.shape, shape, (size_t)ndim * sizeof(int64_t));
   dlp_contiguous_strides(ndim, shape, t->dl.strides);
-  dlp_gc_account(L, nbytes);
+  dlp_gc_account(L, (size_t)bytes);
   return t;
-}
-
-dlp_Tensor *dlp_tensor_view(lua_State *L, const dlp_Tensor *t, int ndim) {
-  dlp_Tensor *v = dlp_tensor_push(L, ndim);
-  v->dl.data = t->dl.data;
-  v->dl.device = t->dl.device;
-  v->dl.dtype = t->dl.dtype;
-  v->dl.byte_offset = t->dl.byte_offset;
-  v->dtype = t->dtype;
-  v->flags = t->flags;
-  dlp_owner_retain(t->owner);
-  v->owner = t->owner;
-  return v;
-}
-
-dlp_Tensor *dlp_tensor_alias(lua_State *L, const dlp_Tensor *t, DLDevice device) {
-  dlp_Tensor *v = dlp_tensor_view(L, t, t->dl.ndim);
-  memcpy(v->dims, t->dims, 2 * (size_t)t->dl.ndim * sizeof(int64_t));
-  v->dl.device = device;
-  return v;
 }
 
 /* ---- creation ---- */
 
-/* The byte size of a shape (argument 1) of dtype must fit in memory sizes. */
-static void check_size(lua_State *L, int ndim, const int64_t *shape, int dtype) {
-  int64_t numel = 1;
-  for (int i = 0; i < ndim; i++) numel *= shape[i];
-  if (numel > (int64_t)(SIZE_MAX / 16) || (size_t)numel > PTRDIFF_MAX / dlp_dtypes[dtype].itemsize)
+/* The byte size of shape (argument 1) in dtype must fit: an argument error naming the caller. */
+static void check_bytes(lua_State *L, int ndim, const int64_t *shape, int dtype) {
+  int64_t numel, bytes;
+  dlp_numel_of(ndim, shape, &numel); /* fits: dlp_check_shape */
+  if (!dlp_bytes_of(dtype, numel, 0, &bytes) || (uint64_t)bytes > PTRDIFF_MAX / 2)
     luaL_argerror(L, 1, lua_pushfstring(L, "%I elements of %s are too many bytes", (lua_Integer)numel,
                                         dlp_dtypes[dtype].name));
 }
 
 static int create(lua_State *L, int zeroed) {
   int64_t shape[DLP_MAX_NDIM];
-  int ndim;
-  dlp_check_shape(L, 1, &ndim, shape);
+  int ndim = dlp_check_shape(L, 1, shape);
   int dtype = dlp_opt_dtype(L, 2, DLP_FLOAT32);
-  DLDevice cpu = {kDLCPU, 0};
-  DLDevice device = dlp_opt_device(L, 3, cpu);
-  check_size(L, ndim, shape, dtype);
-  dlp_tensor_new(L, dtype, device, ndim, shape, zeroed);
+  check_bytes(L, ndim, shape, dtype);
+  DLDevice device = {kDLCPU, 0};
+  if (!lua_isnoneornil(L, 3)) device = dlp_check_device(L, 3, 3, NULL);
+  dlp_tensor_new(L, dtype, 0, device, ndim, shape, zeroed);
   return 1;
 }
 
@@ -217,20 +314,19 @@ static int l_zeros(lua_State *L) { return create(L, 1); }
 
 static int l_full(lua_State *L) {
   int64_t shape[DLP_MAX_NDIM];
-  int ndim;
   unsigned char value[16];
-  DLDevice cpu = {kDLCPU, 0};
-  dlp_check_shape(L, 1, &ndim, shape);
+  DLDevice cpu = {kDLCPU, 0}, device = cpu;
+  int ndim = dlp_check_shape(L, 1, shape);
   luaL_checkany(L, 2);
   int dtype = dlp_opt_dtype(L, 3, DLP_FLOAT32);
-  DLDevice device = dlp_opt_device(L, 4, cpu);
+  if (!lua_isnoneornil(L, 4)) device = dlp_check_device(L, 4, 4, NULL);
   dlp_check_element(L, 2, dtype, value, "dlpack.full"); /* before allocating anything */
-  check_size(L, ndim, shape, dtype);
-  dlp_Tensor *t = dlp_tensor_new(L, dtype, device, ndim, shape, 0);
+  check_bytes(L, ndim, shape, dtype);
+  dlp_Tensor *t = dlp_tensor_new(L, dtype, 0, device, ndim, shape, 0);
   if (dlp_device_is_host(device)) {
     dlp_fill(L, t, 2, "dlpack.full");
   } else { /* fill on the host, then one copy to the device */
-    dlp_Tensor *staging = dlp_tensor_new(L, dtype, cpu, ndim, shape, 0);
+    dlp_Tensor *staging = dlp_tensor_new(L, dtype, 0, cpu, ndim, shape, 0);
     dlp_fill(L, staging, 2, "dlpack.full");
     dlp_cuda_copy(L, t, staging, NULL);
     lua_pop(L, 1);
@@ -238,13 +334,15 @@ static int l_full(lua_State *L) {
   return 1;
 }
 
-/* ---- element access ---- */
+/* ---- element access ----
+ * These run no Lua code between checking the tensor and touching its memory: indices and
+ * values are numbers read straight from the stack. */
 
 /* The address of element idx[0..ndim-1] (0-based, already checked). */
 static char *element_at(const dlp_Tensor *t, const int64_t *idx) {
-  int64_t off = 0;
-  for (int i = 0; i < t->dl.ndim; i++) off += idx[i] * t->dl.strides[i];
-  return dlp_first_element(t) + off * (int64_t)dlp_dtypes[t->dtype].itemsize;
+  int64_t off = 0; /* t has elements: within the span checked when t was made */
+  for (int i = 0; i < t->dl.ndim; i++) off += idx[i] * dlp_walk_stride(t, i);
+  return dlp_offset(dlp_first_element(t), off);
 }
 
 /* Indices at stack positions first..first+ndim-1 of t. */
@@ -272,7 +370,8 @@ static int l_set(lua_State *L) {
     return luaL_error(L, "set: expected %d indices and a value for a %d-d tensor, got %d arguments",
                       t->dl.ndim, t->dl.ndim, nargs);
   dlp_check_writable(L, t, "set");
-  dlp_check_element(L, nargs + 1, t->dtype, check_element(L, t, 2, "set"), "set");
+  char *p = check_element(L, t, 2, "set");
+  dlp_check_element(L, nargs + 1, t->dtype, p, "set");
   return 0;
 }
 
@@ -285,22 +384,17 @@ static int l_item(lua_State *L) {
   return 1;
 }
 
-/* t[i] on a 1-d tensor is the element; on an n-d tensor the view t:select(1, i). */
-static int index_integer(lua_State *L, dlp_Tensor *t) {
-  int64_t i;
-  if (t->dl.ndim == 0) return luaL_error(L, "cannot index a 0-d tensor (use t:item())");
-  i = dlp_check_index(L, 2, t->dl.shape[0]);
-  if (t->dl.ndim == 1) {
-    dlp_check_host(L, t, "index");
-    dlp_check_access(L, t->dtype);
-    dlp_push_element(L, t->dtype, element_at(t, &i));
-    return 1;
-  }
-  dlp_Tensor *v = dlp_tensor_view(L, t, t->dl.ndim - 1);
-  v->dl.byte_offset += (uint64_t)(i * t->dl.strides[0] * (int64_t)dlp_dtypes[t->dtype].itemsize);
+/* t[i] on an n-d tensor (n > 1): the view t:select(1, i), pushed. */
+static dlp_Tensor *push_row(lua_State *L, const dlp_Tensor *t, int64_t i, const char *what) {
+  if (dlp_is_packed(t->dtype, t->flags))
+    luaL_error(L, "%s: rows of packed %s tensors are not addressable (views of them are refused)", what,
+               dlp_dtypes[t->dtype].name);
+  dlp_Tensor *v = dlp_view_new(L, 1, t->dl.ndim - 1, what);
   memcpy(v->dl.shape, t->dl.shape + 1, (size_t)(t->dl.ndim - 1) * sizeof(int64_t));
   memcpy(v->dl.strides, t->dl.strides + 1, (size_t)(t->dl.ndim - 1) * sizeof(int64_t));
-  return 1;
+  dlp_view_move(L, v, i, t->dl.strides[0], what);
+  dlp_tensor_seal(L, v, what);
+  return v;
 }
 
 static int push_property(lua_State *L, dlp_Tensor *t, const char *k) {
@@ -315,20 +409,44 @@ static int push_property(lua_State *L, dlp_Tensor *t, const char *k) {
   else if (strcmp(k, "dtype") == 0) lua_pushstring(L, dlp_dtypes[t->dtype].name);
   else if (strcmp(k, "device") == 0) dlp_push_device_name(L, t->dl.device);
   else if (strcmp(k, "itemsize") == 0) lua_pushinteger(L, dlp_dtypes[t->dtype].itemsize);
-  else if (strcmp(k, "nbytes") == 0) lua_pushinteger(L, (lua_Integer)dlp_storage_bytes(t->dtype, dlp_numel(t), t->flags));
+  else if (strcmp(k, "nbytes") == 0) lua_pushinteger(L, dlp_nbytes(t));
   else if (strcmp(k, "byte_offset") == 0) lua_pushinteger(L, (lua_Integer)t->dl.byte_offset);
   else if (strcmp(k, "readonly") == 0) lua_pushboolean(L, (t->flags & DLP_FLAG_READ_ONLY) != 0);
   else return 0;
   return 1;
 }
 
-/* __index: integers index elements, strings name methods (upvalue 1) or properties. */
+/* The tensor at 1 for the metamethods. They can also be called directly, with anything at 1:
+ * that raises. */
+static dlp_Tensor *self_of(lua_State *L) {
+  return dlp_tensor_arg(L, 1);
+}
+
+/* The element t[i] of a live 1-d tensor the CPU can read, for an integer i in range; NULL when
+ * any of that does not hold (the caller then takes the path that says why). */
+static char *fast_element(lua_State *L, const dlp_Tensor *t) {
+  int isint;
+  lua_Integer i = lua_tointegerx(L, 2, &isint);
+  if (!isint || t->dl.ndim != 1 || !t->owner || !dlp_dtypes[t->dtype].access || !dlp_device_is_host(t->dl.device))
+    return NULL;
+  int64_t n = t->dl.shape[0]; /* only now: a 0-d tensor has no shape[0] */
+  if (i < 0) i += n + 1;
+  if (i < 1 || i > n) return NULL;
+  return dlp_offset(dlp_first_element(t), (i - 1) * t->dl.strides[0] * (int64_t)dlp_dtypes[t->dtype].itemsize);
+}
+
+/* __index: integers index elements, strings name methods (upvalue 2) or properties. */
 static int l_index(lua_State *L) {
-  dlp_Tensor *t = luaL_checkudata(L, 1, DLPACK_LUA_TENSOR_MT);
+  dlp_Tensor *t = self_of(L);
+  char *p;
+  if (lua_type(L, 2) == LUA_TNUMBER && (p = fast_element(L, t))) {
+    dlp_push_element(L, t->dtype, p);
+    return 1;
+  }
   if (lua_type(L, 2) == LUA_TSTRING) {
     const char *k = lua_tostring(L, 2);
     lua_pushvalue(L, 2);
-    if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
+    if (lua_rawget(L, lua_upvalueindex(2)) != LUA_TNIL) return 1;
     if (!t->owner) return luaL_error(L, "tensor was released (reading field '%s')", k);
     if (push_property(L, t, k)) return 1;
     lua_pushnil(L);
@@ -337,32 +455,48 @@ static int l_index(lua_State *L) {
   if (!t->owner) return luaL_error(L, "tensor was released");
   if (lua_type(L, 2) != LUA_TNUMBER)
     return luaL_error(L, "tensors are indexed with integers or field names, not %s", luaL_typename(L, 2));
-  return index_integer(L, t);
+  if (t->dl.ndim == 0) return luaL_error(L, "cannot index a 0-d tensor (use t:item())");
+  int64_t i = dlp_check_index(L, 2, t->dl.shape[0]);
+  if (t->dl.ndim > 1) {
+    push_row(L, t, i, "index");
+    return 1;
+  }
+  dlp_check_host(L, t, "index");
+  dlp_check_access(L, t->dtype);
+  dlp_push_element(L, t->dtype, element_at(t, &i));
+  return 1;
 }
 
 /* __newindex: t[i] = v sets an element (1-d) or fills/copies the sub-tensor t[i]. */
 static int l_newindex(lua_State *L) {
-  dlp_Tensor *t = dlp_tensor_check(L, 1);
+  dlp_Tensor *t = self_of(L);
+  char *p;
+  if (lua_type(L, 2) == LUA_TNUMBER && !(t->flags & DLP_FLAG_READ_ONLY) && (p = fast_element(L, t))) {
+    dlp_check_element(L, 3, t->dtype, p, "assignment"); /* runs no Lua code */
+    return 0;
+  }
+  if (!t->owner) return luaL_argerror(L, 1, "tensor was released");
   if (lua_type(L, 2) != LUA_TNUMBER)
-    return luaL_error(L, "cannot assign to field '%s' of a tensor", luaL_tolstring(L, 2, NULL));
+    return luaL_error(L, "cannot assign to field '%s' of a tensor", describe(L, 2));
   dlp_check_writable(L, t, "assignment");
   if (t->dl.ndim == 0) return luaL_error(L, "cannot index a 0-d tensor (use t:fill(v))");
+  int64_t i = dlp_check_index(L, 2, t->dl.shape[0]);
   if (t->dl.ndim == 1) {
-    int64_t i = dlp_check_index(L, 2, t->dl.shape[0]);
     dlp_check_host(L, t, "assignment");
-    dlp_check_element(L, 3, t->dtype, element_at(t, &i), "assignment");
+    p = element_at(t, &i);
+    dlp_check_element(L, 3, t->dtype, p, "assignment");
     return 0;
   }
   lua_settop(L, 3);
-  index_integer(L, t); /* the sub-view, at 4 */
-  dlp_Tensor *v = lua_touserdata(L, 4);
+  dlp_Tensor *row = push_row(L, t, i, "assignment"); /* at 4 */
   dlp_Tensor *src = dlp_tensor_test(L, 3);
   if (src) {
     if (!src->owner) return luaL_error(L, "assignment: the source tensor was released");
-    dlp_copy_into(L, v, src);
+    dlp_copy(L, row, src, NULL, "assignment");
   } else {
-    dlp_fill(L, v, 3, "assignment");
+    dlp_fill(L, row, 3, "assignment");
   }
+  dlp_tensor_release(row);
   return 0;
 }
 
@@ -375,13 +509,7 @@ static int l_len(lua_State *L) {
 
 /* One idempotent finaliser behind release(), __close and __gc. */
 static int l_release(lua_State *L) {
-  dlp_Tensor *t = luaL_checkudata(L, 1, DLPACK_LUA_TENSOR_MT);
-  if (t->owner) {
-    dlp_Owner *o = t->owner;
-    t->owner = NULL;
-    t->dl.data = NULL;
-    dlp_owner_release(o);
-  }
+  dlp_tensor_release(self_of(L));
   return 0;
 }
 
@@ -417,17 +545,20 @@ void dlp_tensor_register(lua_State *L, int module, int methods, int meta) {
   };
   static const luaL_Reg method_list[] = {
     {"get", l_get}, {"set", l_set}, {"item", l_item}, {"numel", l_numel}, {"size", l_size},
-    {"stride", l_stride}, {"is_contiguous", l_is_contiguous}, {"data_ptr", l_data_ptr},
-    {"release", l_release}, {NULL, NULL},
-  };
-  static const luaL_Reg metamethods[] = {
-    {"__newindex", l_newindex}, {"__len", l_len}, {"__gc", l_release}, {"__close", l_release},
+    {"stride", l_stride}, {"is_contiguous", l_is_contiguous}, {"data_ptr", l_data_ptr}, {"release", l_release},
     {NULL, NULL},
   };
+  static const luaL_Reg metamethods[] = {{"__len", l_len}, {"__gc", l_release}, {"__close", l_release}, {NULL, NULL}};
+  /* their second upvalue is the methods table */
+  static const luaL_Reg with_methods[] = {{"__index", l_index}, {"__newindex", l_newindex}, {NULL, NULL}};
+  lua_pushvalue(L, meta);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &metatable_key);
   dlp_register(L, module, functions);
   dlp_register(L, methods, method_list);
   dlp_register(L, meta, metamethods);
+  lua_pushvalue(L, meta);
+  lua_pushvalue(L, meta);
   lua_pushvalue(L, methods);
-  lua_pushcclosure(L, l_index, 1);
-  lua_setfield(L, meta, "__index");
+  luaL_setfuncs(L, with_methods, 2);
+  lua_pop(L, 1);
 }

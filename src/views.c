@@ -1,6 +1,8 @@
 /* Views: new shapes and strides over the same memory; nothing here copies elements
  * except reshape of a non-contiguous tensor. Views work on every device: they only
- * change metadata, and move the first element through byte_offset. */
+ * change metadata, and move the first element through dlp_view_move. Each method reads
+ * its arguments first, then makes the view (dlp_view_new checks the source is still
+ * live after allocating), computes with checked arithmetic, and seals it. */
 #include <string.h>
 
 #include "internal.h"
@@ -8,41 +10,28 @@
 /* Elements of packed sub-byte dtypes (fp4, fp6) have no byte address of their own. */
 static dlp_Tensor *check_viewable(lua_State *L, const char *what) {
   dlp_Tensor *t = dlp_tensor_check(L, 1);
-  if (dlp_dtype_is_subbyte(t->dtype) && !(t->flags & DLP_FLAG_SUBBYTE_PADDED))
+  if (dlp_is_packed(t->dtype, t->flags))
     luaL_error(L, "%s: views of packed %s tensors are not supported", what, dlp_dtypes[t->dtype].name);
   return t;
 }
 
-static void move_first(dlp_Tensor *v, int64_t elements) {
-  int64_t delta = elements * (int64_t)dlp_dtypes[v->dtype].itemsize;
-  v->dl.byte_offset = (uint64_t)((int64_t)v->dl.byte_offset + delta);
-}
-
-/* A view of t with the same dimensions, to be edited. */
-static dlp_Tensor *same_view(lua_State *L, const dlp_Tensor *t) {
-  return dlp_tensor_alias(L, t, t->dl.device);
+/* A view of the tensor at 1 with the same dimensions, to be edited. */
+static dlp_Tensor *same_view(lua_State *L, const dlp_Tensor *t, const char *what) {
+  return dlp_tensor_alias(L, 1, t->dl.device, what);
 }
 
 /* Read a shape table at arg where one entry may be -1, for `numel` elements. */
 static int infer_shape(lua_State *L, int arg, int64_t numel, int64_t *shape) {
-  int ndim = 0, unknown = -1;
+  int unknown = -1;
   int64_t known = 1;
-  luaL_checktype(L, arg, LUA_TTABLE);
-  lua_Integer n = luaL_len(L, arg);
-  if (n > DLP_MAX_NDIM) luaL_argerror(L, arg, "too many dimensions");
-  for (lua_Integer i = 1; i <= n; i++) {
-    int isint;
-    lua_geti(L, arg, i);
-    lua_Integer v = lua_tointegerx(L, -1, &isint);
-    lua_pop(L, 1);
-    if (!isint || v < -1) luaL_argerror(L, arg, lua_pushfstring(L, "shape[%I] must be a size or -1", i));
-    if (v == -1) {
+  int ndim = dlp_check_integers(L, arg, shape, DLP_MAX_NDIM, -1, "shape");
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] == -1) {
       if (unknown >= 0) luaL_argerror(L, arg, "only one dimension can be -1");
-      unknown = (int)(i - 1);
-    } else if (__builtin_mul_overflow(known, v, &known)) {
-      luaL_argerror(L, arg, "shape has too many elements");
+      unknown = i;
+    } else if (!dlp_mul(known, shape[i], &known)) {
+      luaL_argerror(L, arg, "shape has more elements than fit in 64 bits");
     }
-    shape[ndim++] = v;
   }
   if (unknown >= 0) {
     if (known == 0 || numel % known != 0)
@@ -56,10 +45,12 @@ static int infer_shape(lua_State *L, int arg, int64_t numel, int64_t *shape) {
   return ndim;
 }
 
-static void push_reshaped(lua_State *L, const dlp_Tensor *t, int ndim, const int64_t *shape) {
-  dlp_Tensor *v = dlp_tensor_view(L, t, ndim);
+/* A contiguous view of the tensor at idx with the given shape (same number of elements). */
+static void push_reshaped(lua_State *L, int idx, int ndim, const int64_t *shape, const char *what) {
+  dlp_Tensor *v = dlp_view_new(L, idx, ndim, what);
   memcpy(v->dl.shape, shape, (size_t)ndim * sizeof(int64_t));
   dlp_contiguous_strides(ndim, shape, v->dl.strides);
+  dlp_tensor_seal(L, v, what);
 }
 
 static int l_view(lua_State *L) {
@@ -68,7 +59,7 @@ static int l_view(lua_State *L) {
   int ndim = infer_shape(L, 2, dlp_numel(t), shape);
   if (!dlp_is_contiguous(t))
     return luaL_error(L, "view: the tensor is not contiguous (use reshape, or contiguous() first)");
-  push_reshaped(L, t, ndim, shape);
+  push_reshaped(L, 1, ndim, shape, "view");
   return 1;
 }
 
@@ -76,18 +67,21 @@ static int l_reshape(lua_State *L) {
   int64_t shape[DLP_MAX_NDIM];
   dlp_Tensor *t = check_viewable(L, "reshape");
   int ndim = infer_shape(L, 2, dlp_numel(t), shape);
+  int source = 1;
   if (!dlp_is_contiguous(t)) {
     dlp_check_host(L, t, "reshape");
-    t = dlp_clone(L, t, t->dtype, t->dl.device);
+    lua_settop(L, 2);
+    dlp_clone(L, 1, t->dtype, t->dl.device, NULL, "reshape");
+    source = 3;
   }
-  push_reshaped(L, t, ndim, shape);
+  push_reshaped(L, source, ndim, shape, "reshape");
   return 1;
 }
 
 static int l_transpose(lua_State *L) {
   dlp_Tensor *t = check_viewable(L, "transpose");
   int a = dlp_check_dim(L, 2, t->dl.ndim, 0), b = dlp_check_dim(L, 3, t->dl.ndim, 0);
-  dlp_Tensor *v = same_view(L, t);
+  dlp_Tensor *v = same_view(L, t, "transpose");
   v->dl.shape[a] = t->dl.shape[b];
   v->dl.shape[b] = t->dl.shape[a];
   v->dl.strides[a] = t->dl.strides[b];
@@ -96,24 +90,20 @@ static int l_transpose(lua_State *L) {
 }
 
 static int l_permute(lua_State *L) {
-  int seen[DLP_MAX_NDIM] = {0}, perm[DLP_MAX_NDIM];
+  int64_t perm[DLP_MAX_NDIM];
+  int seen[DLP_MAX_NDIM] = {0};
   dlp_Tensor *t = check_viewable(L, "permute");
-  luaL_checktype(L, 2, LUA_TTABLE);
-  if (luaL_len(L, 2) != t->dl.ndim)
-    return luaL_argerror(L, 2, lua_pushfstring(L, "expected %d dimensions", t->dl.ndim));
-  for (int i = 0; i < t->dl.ndim; i++) {
-    int isint;
-    lua_geti(L, 2, i + 1);
-    lua_Integer d = lua_tointegerx(L, -1, &isint);
-    lua_pop(L, 1);
-    if (d < 0) d += t->dl.ndim + 1;
-    if (!isint || d < 1 || d > t->dl.ndim)
-      return luaL_argerror(L, 2, lua_pushfstring(L, "entry %d is not a dimension of a %d-d tensor", i + 1, t->dl.ndim));
-    perm[i] = (int)d - 1;
-    if (seen[perm[i]]++) return luaL_argerror(L, 2, "not a permutation (a dimension repeats)");
+  int n = dlp_check_integers(L, 2, perm, DLP_MAX_NDIM, INT64_MIN, "permutation");
+  if (n != t->dl.ndim) return luaL_argerror(L, 2, lua_pushfstring(L, "expected %d dimensions", t->dl.ndim));
+  for (int i = 0; i < n; i++) {
+    int64_t d = perm[i] < 0 ? perm[i] + n + 1 : perm[i];
+    if (d < 1 || d > n)
+      return luaL_argerror(L, 2, lua_pushfstring(L, "entry %d is not a dimension of a %d-d tensor", i + 1, n));
+    perm[i] = d - 1;
+    if (seen[d - 1]++) return luaL_argerror(L, 2, "not a permutation (a dimension repeats)");
   }
-  dlp_Tensor *v = dlp_tensor_view(L, t, t->dl.ndim);
-  for (int i = 0; i < t->dl.ndim; i++) {
+  dlp_Tensor *v = dlp_view_new(L, 1, n, "permute");
+  for (int i = 0; i < n; i++) {
     v->dl.shape[i] = t->dl.shape[perm[i]];
     v->dl.strides[i] = t->dl.strides[perm[i]];
   }
@@ -126,12 +116,14 @@ static int l_narrow(lua_State *L) {
   int64_t size = t->dl.shape[d];
   lua_Integer start = luaL_checkinteger(L, 3), length = luaL_checkinteger(L, 4);
   if (start < 0) start += size + 1;
-  if (length < 0 || start < 1 || start > size + 1 || start - 1 + length > size)
+  /* start may be size + 1 when length is 0; written so that nothing can overflow */
+  if (length < 0 || start < 1 || start > size + 1 || length > size - (start - 1))
     return luaL_error(L, "narrow: start %I, length %I out of range for dimension %d of size %I",
                       luaL_checkinteger(L, 3), length, d + 1, (lua_Integer)size);
-  dlp_Tensor *v = same_view(L, t);
+  dlp_Tensor *v = same_view(L, t, "narrow");
   v->dl.shape[d] = length;
-  if (length > 0) move_first(v, (start - 1) * t->dl.strides[d]);
+  dlp_view_move(L, v, start - 1, t->dl.strides[d], "narrow");
+  dlp_tensor_seal(L, v, "narrow");
   return 1;
 }
 
@@ -139,13 +131,14 @@ static int l_select(lua_State *L) {
   dlp_Tensor *t = check_viewable(L, "select");
   int d = dlp_check_dim(L, 2, t->dl.ndim, 0);
   int64_t i = dlp_check_index(L, 3, t->dl.shape[d]);
-  dlp_Tensor *v = dlp_tensor_view(L, t, t->dl.ndim - 1);
+  dlp_Tensor *v = dlp_view_new(L, 1, t->dl.ndim - 1, "select");
   for (int k = 0, j = 0; k < t->dl.ndim; k++) {
     if (k == d) continue;
     v->dl.shape[j] = t->dl.shape[k];
     v->dl.strides[j++] = t->dl.strides[k];
   }
-  move_first(v, i * t->dl.strides[d]);
+  dlp_view_move(L, v, i, t->dl.strides[d], "select");
+  dlp_tensor_seal(L, v, "select");
   return 1;
 }
 
@@ -153,7 +146,7 @@ static int l_select(lua_State *L) {
 static int l_slice(lua_State *L) {
   dlp_Tensor *t = check_viewable(L, "slice");
   int d = dlp_check_dim(L, 2, t->dl.ndim, 0);
-  int64_t size = t->dl.shape[d], count;
+  int64_t size = t->dl.shape[d], count, stride = t->dl.strides[d];
   lua_Integer first = luaL_checkinteger(L, 3), last = luaL_checkinteger(L, 4);
   lua_Integer step = luaL_optinteger(L, 5, 1);
   if (step == 0) return luaL_argerror(L, 5, "step must not be 0");
@@ -169,12 +162,19 @@ static int l_slice(lua_State *L) {
     if (first < 1 || first > size || last < 1 || last > size)
       return luaL_error(L, "slice: bounds %I, %I out of range for size %I", luaL_checkinteger(L, 3),
                         luaL_checkinteger(L, 4), (lua_Integer)size);
-    count = (step > 0 ? last - first : first - last) / (step > 0 ? step : -step) + 1;
+    /* |last - first| < size; a step of any size (math.mininteger too) divides it safely */
+    int64_t distance = step > 0 ? last - first : first - last;
+    count = step > 0 ? distance / step + 1 : (step < -distance ? 1 : distance / -step + 1);
+    /* the new stride matters only when there are two elements or more (and t has elements: an
+     * empty tensor's strides may be anything) */
+    if (count > 1 && dlp_numel(t) > 0 && !dlp_mul(stride, step, &stride))
+      return luaL_error(L, "slice: step %I makes a stride beyond 64 bits", step);
   }
-  dlp_Tensor *v = same_view(L, t);
+  dlp_Tensor *v = same_view(L, t, "slice");
   v->dl.shape[d] = count;
-  v->dl.strides[d] = t->dl.strides[d] * step;
-  if (count > 0) move_first(v, (first - 1) * t->dl.strides[d]);
+  v->dl.strides[d] = stride;
+  dlp_view_move(L, v, first - 1, t->dl.strides[d], "slice");
+  dlp_tensor_seal(L, v, "slice");
   return 1;
 }
 
@@ -184,7 +184,7 @@ static int l_squeeze(lua_State *L) {
   int ndim = 0;
   for (int k = 0; k < t->dl.ndim; k++)
     if (!(t->dl.shape[k] == 1 && (only < 0 || only == k))) ndim++;
-  dlp_Tensor *v = dlp_tensor_view(L, t, ndim);
+  dlp_Tensor *v = dlp_view_new(L, 1, ndim, "squeeze");
   for (int k = 0, j = 0; k < t->dl.ndim; k++) {
     if (t->dl.shape[k] == 1 && (only < 0 || only == k)) continue;
     v->dl.shape[j] = t->dl.shape[k];
@@ -197,11 +197,14 @@ static int l_unsqueeze(lua_State *L) {
   dlp_Tensor *t = check_viewable(L, "unsqueeze");
   int d = dlp_check_dim(L, 2, t->dl.ndim, 1);
   if (t->dl.ndim >= DLP_MAX_NDIM) return luaL_error(L, "unsqueeze: already %d dimensions", DLP_MAX_NDIM);
-  dlp_Tensor *v = dlp_tensor_view(L, t, t->dl.ndim + 1);
+  dlp_Tensor *v = dlp_view_new(L, 1, t->dl.ndim + 1, "unsqueeze");
   for (int k = 0, j = 0; k <= t->dl.ndim; k++) {
     if (k == d) {
+      /* a size-1 dimension's stride says nothing; PyTorch's choice when it fits, else 1 */
+      int64_t stride = 1;
+      if (d < t->dl.ndim && !dlp_mul(t->dl.strides[d], t->dl.shape[d], &stride)) stride = 1;
       v->dl.shape[k] = 1;
-      v->dl.strides[k] = d < t->dl.ndim ? t->dl.strides[d] * t->dl.shape[d] : 1;
+      v->dl.strides[k] = stride;
     } else {
       v->dl.shape[k] = t->dl.shape[j];
       v->dl.strides[k] = t->dl.strides[j++];
@@ -212,38 +215,37 @@ static int l_unsqueeze(lua_State *L) {
 
 /* expand(shape): size-1 dimensions (and new leading ones) repeat with stride 0; -1 keeps a size. */
 static int l_expand(lua_State *L) {
+  int64_t want[DLP_MAX_NDIM], numel;
   dlp_Tensor *t = check_viewable(L, "expand");
-  luaL_checktype(L, 2, LUA_TTABLE);
-  lua_Integer n = luaL_len(L, 2);
-  if (n < t->dl.ndim || n > DLP_MAX_NDIM)
+  int ndim = dlp_check_integers(L, 2, want, DLP_MAX_NDIM, -1, "shape");
+  if (ndim < t->dl.ndim)
     return luaL_argerror(L, 2, lua_pushfstring(L, "expected %d to %d sizes", t->dl.ndim, DLP_MAX_NDIM));
-  int ndim = (int)n, lead = ndim - t->dl.ndim;
-  dlp_Tensor *v = dlp_tensor_view(L, t, ndim);
+  int lead = ndim - t->dl.ndim;
   for (int k = 0; k < ndim; k++) {
-    int isint;
-    lua_geti(L, 2, k + 1);
-    lua_Integer want = lua_tointegerx(L, -1, &isint);
-    lua_pop(L, 1);
     int64_t have = k < lead ? 1 : t->dl.shape[k - lead];
-    int64_t stride = k < lead ? 0 : t->dl.strides[k - lead];
-    if (!isint || want < -1 || (want == -1 && k < lead))
-      return luaL_argerror(L, 2, lua_pushfstring(L, "shape[%d] must be a size (or -1 for an existing one)", k + 1));
-    if (want == -1) want = have;
-    if (want != have) {
-      if (have != 1)
-        return luaL_argerror(L, 2, lua_pushfstring(L, "cannot expand dimension %d from %I to %I", k + 1,
-                                                   (lua_Integer)have, want));
-      stride = 0;
+    if (want[k] == -1) {
+      if (k < lead) return luaL_argerror(L, 2, lua_pushfstring(L, "shape[%d] is new and cannot be -1", k + 1));
+      want[k] = have;
     }
-    v->dl.shape[k] = want;
-    v->dl.strides[k] = stride;
+    if (want[k] != have && have != 1)
+      return luaL_argerror(L, 2, lua_pushfstring(L, "cannot expand dimension %d from %I to %I", k + 1,
+                                                 (lua_Integer)have, (lua_Integer)want[k]));
   }
+  if (!dlp_numel_of(ndim, want, &numel))
+    return luaL_argerror(L, 2, "the expanded tensor would have more elements than fit in 64 bits");
+  dlp_Tensor *v = dlp_view_new(L, 1, ndim, "expand");
+  for (int k = 0; k < ndim; k++) {
+    int64_t have = k < lead ? 1 : t->dl.shape[k - lead];
+    v->dl.shape[k] = want[k];
+    v->dl.strides[k] = want[k] != have || k < lead ? 0 : t->dl.strides[k - lead];
+  }
+  dlp_tensor_seal(L, v, "expand");
   return 1;
 }
 
 static int l_as_readonly(lua_State *L) {
   dlp_Tensor *t = dlp_tensor_check(L, 1);
-  dlp_Tensor *v = same_view(L, t);
+  dlp_Tensor *v = same_view(L, t, "as_readonly");
   v->flags |= DLP_FLAG_READ_ONLY;
   return 1;
 }

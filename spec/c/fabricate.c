@@ -9,7 +9,7 @@
  *
  *   fab.versioned(spec) / fab.legacy(spec) -> capsule, data address (integer)
  *   fab.raw_versioned(spec) / fab.raw_legacy(spec) -> light userdata, name
- *   fab.raw_producer(spec) -> object whose C __dlpack returns the raw form
+ *   fab.c_producer(spec) -> object whose C __dlpack makes a capsule through the registry table
  *   fab.deleted(), fab.live(), fab.double_deletes(), fab.tampered()
  *   fab.delete(ptr) -> true if ptr was a live fabricated tensor (now deleted)
  *   fab.reclaim() -> frees fabricated tensors that have a NULL deleter
@@ -21,7 +21,7 @@
  *   fab.post(p), fab.receive([seconds]) -> p or nil: a process-wide mailbox
  *
  * spec fields (all optional): major minor flags device_type device_id code bits
- * lanes ndim shape strides byte_offset data deleter legacy (raw_producer only).
+ * lanes ndim shape strides byte_offset data deleter legacy (c_producer only).
  * Defaults: version 1.3, flags 0, cpu:0, float32, shape {4}, row-major strides,
  * byte_offset 0, data 1, 2, 3, ... (float32/float64/integer dtypes; else zeros).
  * shape/strides/data = false give NULL; deleter = false gives a NULL deleter.
@@ -437,10 +437,12 @@ static int make_raw(lua_State *L, int versioned) {
 static int f_raw_versioned(lua_State *L) { return make_raw(L, 1); }
 static int f_raw_legacy(lua_State *L) { return make_raw(L, 0); }
 
-/* __dlpack of a raw producer: upvalue 1 is the spec. Records its calls in self. */
-static int raw_dlpack(lua_State *L) {
+/* __dlpack of a C producer that does not link the module: it makes its capsule through the
+ * registry function table, as API.md asks. Upvalue 1 is the spec. Records its calls in self. */
+static int c_dlpack(lua_State *L) {
+  const dlpack_lua_api *api = need_api(L);
   int legacy;
-  void *m;
+  void *m, *cap;
   if (lua_istable(L, 1)) {
     lua_Integer calls;
     lua_getfield(L, 1, "calls");
@@ -455,12 +457,16 @@ static int raw_dlpack(lua_State *L) {
   legacy = lua_toboolean(L, -1);
   lua_pop(L, 1);
   m = fab_build(L, lua_upvalueindex(1), !legacy);
-  lua_pushlightuserdata(L, m);
-  lua_pushstring(L, legacy ? "dltensor" : "dltensor_versioned");
-  return 2;
+  cap = api->capsule_new(m, !legacy);
+  if (cap == NULL) {
+    fab_release(m);
+    return luaL_error(L, "fabricate: capsule_new returned NULL");
+  }
+  lua_pushlightuserdata(L, cap);
+  return 1;
 }
 
-static int raw_dlpack_device(lua_State *L) {
+static int c_dlpack_device(lua_State *L) {
   if (lua_istable(L, 1)) {
     lua_Integer calls;
     lua_getfield(L, 1, "device_calls");
@@ -474,16 +480,16 @@ static int raw_dlpack_device(lua_State *L) {
   return 2;
 }
 
-static int f_raw_producer(lua_State *L) {
+static int f_c_producer(lua_State *L) {
   lua_settop(L, 1);
   spec_arg(L, 1);
   lua_newtable(L); /* 2: the producer */
   lua_newtable(L); /* 3: its metatable */
   lua_pushvalue(L, 1);
-  lua_pushcclosure(L, raw_dlpack, 1);
+  lua_pushcclosure(L, c_dlpack, 1);
   lua_setfield(L, 3, "__dlpack");
   lua_pushvalue(L, 1);
-  lua_pushcclosure(L, raw_dlpack_device, 1);
+  lua_pushcclosure(L, c_dlpack_device, 1);
   lua_setfield(L, 3, "__dlpack_device");
   lua_setmetatable(L, 2);
   return 1;
@@ -1039,7 +1045,7 @@ static const luaL_Reg fab_funcs[] = {
   {"legacy", f_legacy},
   {"raw_versioned", f_raw_versioned},
   {"raw_legacy", f_raw_legacy},
-  {"raw_producer", f_raw_producer},
+  {"c_producer", f_c_producer},
   {"deleted", f_deleted},
   {"live", f_live},
   {"double_deletes", f_double_deletes},

@@ -46,11 +46,11 @@ else
   fi
 fi
 
-# Streams exist before the driver is loaded (the default streams, Stream.wrap): a first CUDA
+# Streams exist before the driver is loaded (the default streams, unsafe.wrap_stream): a first CUDA
 # call made through one of them must load the driver, in a fresh process.
 first_call='local d = require "dlpack"
 d.cuda.legacy_stream:synchronize()
-assert(d.cuda.Stream.wrap(1, 1):query() == true)'
+assert(require("dlpack.unsafe").wrap_stream(1, 1):query() == true)'
 tests=$((tests + 1))
 if out=$("$LUA" -e "$first_call" 2>&1); then
   echo "ok - a stream method as the very first CUDA call loads the driver"

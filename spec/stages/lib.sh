@@ -80,6 +80,7 @@ describe_status() {
     86) echo ": AddressSanitizer report" ;;
     87) echo ": LeakSanitizer report" ;;
     88) echo ": UndefinedBehaviorSanitizer report" ;;
+    89) echo ": ThreadSanitizer report" ;;
     99) echo ": valgrind report" ;;
     13[0-9]|1[4-5][0-9]) echo ": killed by signal $(($1 - 128)) ($(kill -l $(($1 - 128)) 2>/dev/null))" ;;
   esac
@@ -100,9 +101,9 @@ run_busted() {
   # from a sanitizer, valgrind or a crash, and fails on its own line.
   if ((rc != 0 && (rc != 1 || BUSTED_FAILED == 0))); then
     echo "not ok - $label: the run ends cleanly (exit status $rc$(describe_status "$rc"))"
-    if grep -qE '==[0-9]+==ERROR:|runtime error:' "$err"; then
+    if grep -qE '==[0-9]+==ERROR:|runtime error:|WARNING: ThreadSanitizer' "$err"; then
       # A sanitizer report: from its first line on.
-      sed -n -E '/==[0-9]+==ERROR:|runtime error:/,$p' "$err" | head -n 150 | sed 's/^/# /'
+      sed -n -E '/==[0-9]+==ERROR:|runtime error:|WARNING: ThreadSanitizer/,$p' "$err" | head -n 150 | sed 's/^/# /'
     else
       as_comments "$err" 120
     fi
