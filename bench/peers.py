@@ -1,0 +1,99 @@
+"""NumPy and PyTorch times for the operations of bench/run.lua (make bench), in a process of
+their own. Prints one line per measurement: "<row key> numpy|torch <seconds per operation>".
+Whatever is not installed is left out; run.lua shows these times next to its rows."""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "build", "pydeps"))
+
+ROUNDS = 9
+
+
+def per_op(fn):
+    """Median over ROUNDS batches of the seconds one call of fn takes."""
+    n = 1
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        if time.perf_counter() - t0 >= 0.0025:
+            break
+        n *= 4
+    times = []
+    for _ in range(ROUNDS):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        times.append((time.perf_counter() - t0) / n)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def report(key, who, fn):
+    try:
+        print(f"{key} {who} {per_op(fn):.9g}", flush=True)
+    except Exception as e:  # an operation a library lacks: leave it out
+        print(f"# {key} {who}: {e}", file=sys.stderr)
+
+
+MIB16 = 16 * 1024 * 1024
+M = 2 * 1024 * 1024
+
+try:
+    import numpy as np
+except ImportError:
+    np = None
+
+if np is not None:
+    f32 = np.empty(MIB16 // 4, np.float32)
+    u8 = np.empty(MIB16, np.uint8)
+    s64, d32 = np.full(M, 1.25), np.empty(M, np.float32)
+    s32, d64 = np.full(M, 3, np.int32), np.empty(M)
+    src32, h16 = np.full(M, 1.5, np.float32), np.empty(M, np.float16)
+    sq, sq_dst = np.ones((2048, 2048), np.float32), np.empty((2048, 2048), np.float32)
+    cube = np.ones((64, 256, 256), np.float32)
+    m = np.full((1000, 1000), 2, np.float32)
+    bytes8 = b"\1" * (8 * 1000 * 1000)
+    small = np.zeros((3, 4), np.float32)
+    report("roundtrip_small", "numpy", lambda: np.from_dlpack(small))
+    report("fill_f32", "numpy", lambda: f32.fill(0))
+    report("fill_u8", "numpy", lambda: u8.fill(7))
+    report("convert_f64_f32", "numpy", lambda: np.copyto(d32, s64, casting="unsafe"))
+    report("convert_i32_f64", "numpy", lambda: np.copyto(d64, s32, casting="unsafe"))
+    report("convert_f32_f16", "numpy", lambda: np.copyto(h16, src32, casting="unsafe"))
+    report("transpose", "numpy", lambda: np.copyto(sq_dst, sq.T))
+    report("permute_clone", "numpy", lambda: np.ascontiguousarray(cube.transpose(2, 0, 1)))
+    report("clone", "numpy", lambda: f32.copy())
+    report("make_drop", "numpy", lambda: np.zeros(262144, np.float32))
+    report("frombytes", "numpy", lambda: np.frombuffer(bytes8, np.uint8).copy())
+    report("tobytes_strided", "numpy", lambda: m.T.tobytes())
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+if torch is not None:
+    torch.set_num_threads(1)  # the module's loops are single-threaded
+    f32 = torch.empty(MIB16 // 4, dtype=torch.float32)
+    u8 = torch.empty(MIB16, dtype=torch.uint8)
+    s64, d32 = torch.full((M,), 1.25, dtype=torch.float64), torch.empty(M, dtype=torch.float32)
+    s32, d64 = torch.full((M,), 3, dtype=torch.int32), torch.empty(M, dtype=torch.float64)
+    src32 = torch.full((M,), 1.5, dtype=torch.float32)
+    h16, b16 = torch.empty(M, dtype=torch.float16), torch.empty(M, dtype=torch.bfloat16)
+    sq, sq_dst = torch.ones((2048, 2048)), torch.empty((2048, 2048))
+    cube = torch.ones((64, 256, 256))
+    small = torch.zeros((3, 4))
+    from torch.utils import dlpack as tdl
+    report("roundtrip_small", "torch", lambda: tdl.from_dlpack(tdl.to_dlpack(small)))
+    report("fill_f32", "torch", lambda: f32.fill_(0))
+    report("fill_u8", "torch", lambda: u8.fill_(7))
+    report("convert_f64_f32", "torch", lambda: d32.copy_(s64))
+    report("convert_i32_f64", "torch", lambda: d64.copy_(s32))
+    report("convert_f32_f16", "torch", lambda: h16.copy_(src32))
+    report("convert_f32_bf16", "torch", lambda: b16.copy_(src32))
+    report("transpose", "torch", lambda: sq_dst.copy_(sq.t()))
+    report("permute_clone", "torch", lambda: cube.permute(2, 0, 1).contiguous())
+    report("clone", "torch", lambda: f32.clone())
+    report("make_drop", "torch", lambda: torch.zeros(262144))
