@@ -1,7 +1,7 @@
 -- dlpack.cuda on a machine without a CUDA driver (the normal run): every CUDA
 -- entry point answers with `false` or a clear error that names CUDA, never a
--- crash. The CUDA logic itself is specified against a fake driver in
--- spec/cuda/fake_driver.lua (stage 45) and on a real GPU in spec/gpu/.
+-- crash. The CUDA logic itself is specified by the CUDA suite, spec/cuda/suite.lua,
+-- run against a fake driver (stage 45) and on a real GPU (docs/gpu.md).
 local dlpack = require "dlpack"
 local unsafe = require "dlpack.unsafe"
 local support = require "support"
@@ -69,7 +69,7 @@ describe("dlpack.cuda without a driver", function()
 
   describe("when no driver is found", function()
     if available then
-      pending("a CUDA driver is available here: see spec/cuda/fake_driver.lua and spec/gpu/")
+      pending("a CUDA driver is available here: the CUDA suite covers it (spec/cuda/run.lua)")
       return
     end
 

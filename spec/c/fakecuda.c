@@ -27,8 +27,7 @@
  *              Frees must name the base of a live allocation of the right kind
  *              (else 1, INVALID_VALUE). Like the real driver, cuMemFree_v2 and
  *              cuMemFreeHost are synchronous: pending work of the device (all
- *              devices for pinned memory) runs first; stats().free_with_pending
- *              counts frees that found queued work touching the block.
+ *              devices for pinned memory) runs first.
  *   Streams    lazy FIFO queues. cuMemcpyAsync, cuMemsetD8Async,
  *              cuEventRecord and cuStreamWaitEvent only
  *              enqueue. Work runs only when forced: cuStreamSynchronize(s) runs
@@ -46,9 +45,9 @@
  *              synchronise either).
  *              Enqueuing needs a current context (else 201). As with the real
  *              driver, copies and waits may be issued to a stream of another
- *              device than the current context's (stats().foreign_stream_ops
- *              counts them), but an event can only be recorded on a stream of
- *              its own device (else 400, as cudaEventRecord fails).
+ *              device than the current context's, but an event can only be
+ *              recorded on a stream of its own device (else 400, as
+ *              cudaEventRecord fails).
  *   Host fns   run by the thread that forces the queue, with the fake's lock
  *              held. A driver call from inside one is an error (800,
  *              NOT_PERMITTED), as the real driver forbids it.
@@ -72,12 +71,10 @@
  *   fake.read(ptr, n) -> the n bytes of fake device memory now (no sync)
  *   fake.current_device() -> ordinal or nil; fake.set_current(ordinal or nil)
  *   fake.device_count(); fake.initialized()
- *   fake.calls(name) -> times the driver function was called; fake.reset_counts()
+ *   fake.calls(name) -> times the driver function was called
  *   fake.fail_next(name, code [, times]) the next call(s) of name return code
  *   fake.stream_info(stream [, device]) -> {kind =, device =, priority =, flags =,
  *       destroyed =, pending =} or nil
- *   fake.event_info(event) -> {device =, flags =, destroyed =, recorded =, completed =} or nil
- *   fake.stats() -> {free_with_pending =, executed =, foreign_stream_ops =}
  *   fake.pointer_device(ptr) -> cuPointerGetAttribute(DEVICE_ORDINAL) as the module would call it
  */
 #define _GNU_SOURCE
@@ -140,7 +137,7 @@ static int initialized, ndev;
 static unsigned long calls[F_COUNT];
 static int fail_code[F_COUNT];
 static unsigned fail_times[F_COUNT];
-static unsigned long errors, free_with_pending, executed, foreign_stream_ops;
+static unsigned long errors;
 static char errlog[LOGN][240];
 static unsigned long nlog;
 static _Thread_local int cur = -1;    /* current context's device, -1 for none */
@@ -335,7 +332,6 @@ static void enqueue(struct CUstream_st *s, Item *it) {
 static void run_to(struct CUstream_st *s, uint64_t seq);
 
 static void execute(Item *it) {
-  executed++;
   switch (it->op) {
   case OP_COPY:
     if (it->n) memmove(bytes_at(it->dst), bytes_at(it->src), it->n);
@@ -390,26 +386,6 @@ static size_t run_device(int device) {
       }
   }
   return n;
-}
-
-static int touches(const Item *it, const Alloc *a) {
-  uintptr_t lo = a->base, hi = a->base + a->size;
-  switch (it->op) {
-  case OP_COPY:
-    return (it->dst < hi && it->dst + it->n > lo) || (it->src < hi && it->src + it->n > lo);
-  case OP_SET:
-  case OP_WRITE:
-    return it->dst < hi && it->dst + it->n > lo;
-  default:
-    return 0;
-  }
-}
-
-static int pending_on(const Alloc *a) {
-  for (struct CUstream_st *s = all_streams; s; s = s->next_all)
-    for (Item *it = s->head; it; it = it->next)
-      if (touches(it, a)) return 1;
-  return 0;
 }
 
 /* ---- entry and exit of every driver function ---- */
@@ -477,9 +453,8 @@ static struct CUstream_st *resolve(CUstream h, int f, int enqueue_work, CUresult
     *rc = E_INVALID_CONTEXT;
     return NULL;
   }
-  /* Allowed by the driver (copies and stream waits may be issued to a stream of
-   * another device; kernel launches may not), so only counted. */
-  if (enqueue_work && cur != s->device) foreign_stream_ops++;
+  /* Copies and stream waits may be issued to a stream of another device than the current
+   * context's (the driver allows it; kernel launches may not): not a misuse. */
   return s;
 }
 
@@ -675,7 +650,6 @@ static CUresult free_alloc(int f, uintptr_t p, int host) {
     misuse("%s(%p): the block is %s memory", fnames[f], (void *)p, knames[a->kind]);
     return E_INVALID_VALUE;
   }
-  if (pending_on(a)) free_with_pending++;
   int device = a->device;
   run_device(host ? -1 : device); /* synchronous, as the real driver is */
   a = find_base(p);               /* the table may have moved */
@@ -1135,14 +1109,6 @@ static int l_calls(lua_State *L) {
   return 1;
 }
 
-static int l_reset_counts(lua_State *L) {
-  (void)L;
-  lock();
-  memset(calls, 0, sizeof calls);
-  unlock();
-  return 0;
-}
-
 static int l_fail_next(lua_State *L) {
   int f = fid(L, 1);
   int code = (int)luaL_checkinteger(L, 2);
@@ -1177,38 +1143,6 @@ static int l_stream_info(lua_State *L) {
   return 1;
 }
 
-static int l_event_info(lua_State *L) {
-  uintptr_t h = arg_ptr(L, 1);
-  lock();
-  struct CUevent_st *e = find_event(h);
-  struct CUevent_st copy = e ? *e : (struct CUevent_st){0};
-  int done = e ? event_done(e) : 0;
-  unlock();
-  if (!e) {
-    lua_pushnil(L);
-    return 1;
-  }
-  lua_createtable(L, 0, 5);
-  set_int(L, "device", copy.device);
-  set_int(L, "flags", copy.flags);
-  set_bool(L, "destroyed", copy.destroyed);
-  set_bool(L, "recorded", copy.recorded);
-  set_bool(L, "completed", copy.recorded && done);
-  return 1;
-}
-
-static int l_stats(lua_State *L) {
-  lock();
-  lua_Integer fwp = (lua_Integer)free_with_pending, ex = (lua_Integer)executed;
-  lua_Integer fso = (lua_Integer)foreign_stream_ops;
-  unlock();
-  lua_createtable(L, 0, 3);
-  set_int(L, "foreign_stream_ops", fso);
-  set_int(L, "free_with_pending", fwp);
-  set_int(L, "executed", ex);
-  return 1;
-}
-
 static int l_pointer_device(lua_State *L) {
   CUdeviceptr p = (CUdeviceptr)arg_ptr(L, 1);
   int ordinal = -1;
@@ -1238,11 +1172,8 @@ EXPORT int luaopen_fakecuda(lua_State *L) {
     {"device_count", l_device_count},
     {"initialized", l_initialized},
     {"calls", l_calls},
-    {"reset_counts", l_reset_counts},
     {"fail_next", l_fail_next},
     {"stream_info", l_stream_info},
-    {"event_info", l_event_info},
-    {"stats", l_stats},
     {"pointer_device", l_pointer_device},
     {NULL, NULL},
   };

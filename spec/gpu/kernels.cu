@@ -1,7 +1,8 @@
 /*
- * spec/gpu/kernels.cu: the Lua C module `gpu_kernels`, a few CUDA kernels the
- * GPU suite (spec/gpu/run.lua) and the interop test use to put long-running and
- * checkable work on streams the dlpack module made or wrapped.
+ * spec/gpu/kernels.cu: the Lua C module `gpu_kernels`, what the CUDA suite
+ * (spec/cuda/suite.lua, through spec/cuda/probe.lua) and the interop test use on
+ * a real GPU to put long-running and checkable work on streams the dlpack module
+ * made or wrapped, and to look at CUDA memory without the module.
  *
  *   nvcc -shared -Xcompiler -fPIC -arch=sm_90 -I/usr/include/lua5.4 -Isrc \
  *        -o build/gpu/gpu_kernels.so spec/gpu/kernels.cu
@@ -23,8 +24,18 @@
  *   stream_destroy(handle [, device])
  *   synchronize([device])                     cudaDeviceSynchronize
  *   now() -> seconds                          a monotonic wall clock (CLOCK_MONOTONIC)
+ *   write(stream, ptr, bytes, delay_ms [, device])
+ *                                             a delay_ms sleep, then bytes copied to ptr, on the stream
+ *                                             (device: default the one ptr belongs to)
+ *   pending(stream [, device]) -> boolean     the stream has unfinished work
+ *   read(ptr, n) -> string                    n bytes at ptr now, on a stream of its own (waits for no
+ *                                             other stream)
+ *   allocation(ptr) -> {kind =, device =}     kind "device", "host" or "managed"; nil for other memory
+ *   sync_all()                                every device synchronized; write's staging memory freed
  */
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <cuda_runtime.h>
@@ -150,6 +161,92 @@ static int l_now(lua_State *L) {
   return 1;
 }
 
+static cudaPointerAttributes attributes_of(lua_State *L, const void *p, const char *what) {
+  cudaPointerAttributes a;
+  check(L, cudaPointerGetAttributes(&a, p), what);
+  return a;
+}
+
+/* Pinned staging buffers of write(): freed by sync_all(), when no copy can still read them. */
+static void *staging[4096];
+static int staged;
+
+static int l_write(lua_State *L) {
+  cudaStream_t s = to_stream(L, 1);
+  void *p = opt_pointer(L, 2);
+  size_t n;
+  const char *bytes = luaL_checklstring(L, 3, &n);
+  double ms = luaL_checknumber(L, 4);
+  int device = lua_isnoneornil(L, 5) ? attributes_of(L, p, "write").device : (int)luaL_checkinteger(L, 5);
+  if (staged == (int)(sizeof staging / sizeof staging[0])) return luaL_error(L, "gpu_kernels.write: call sync_all()");
+  check(L, cudaSetDevice(device), "write");
+  void *host;
+  check(L, cudaMallocHost(&host, n ? n : 1), "write");
+  staging[staged++] = host;
+  memcpy(host, bytes, n);
+  sleep_kernel<<<1, 1, 0, s>>>((unsigned long long)(ms * 1e6));
+  launched(L, "write");
+  check(L, cudaMemcpyAsync(p, host, n, cudaMemcpyDefault, s), "write");
+  return 0;
+}
+
+static int l_pending(lua_State *L) {
+  cudaStream_t s = to_stream(L, 1);
+  use_device(L, 2, "pending");
+  cudaError_t rc = cudaStreamQuery(s);
+  if (rc == cudaErrorNotReady) {
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  check(L, rc, "pending");
+  lua_pushboolean(L, 0);
+  return 1;
+}
+
+static int l_read(lua_State *L) {
+  static cudaStream_t own[64]; /* per device: non-blocking, so it waits for no other stream */
+  const void *p = opt_pointer(L, 1);
+  lua_Integer n = luaL_checkinteger(L, 2);
+  luaL_argcheck(L, n >= 0, 2, "negative size");
+  int device = attributes_of(L, p, "read").device;
+  luaL_argcheck(L, device >= 0 && device < 64, 1, "not CUDA memory");
+  check(L, cudaSetDevice(device), "read");
+  if (!own[device]) check(L, cudaStreamCreateWithFlags(&own[device], cudaStreamNonBlocking), "read");
+  luaL_Buffer b;
+  char *out = luaL_buffinitsize(L, &b, (size_t)n);
+  check(L, cudaMemcpyAsync(out, p, (size_t)n, cudaMemcpyDefault, own[device]), "read");
+  check(L, cudaStreamSynchronize(own[device]), "read");
+  luaL_pushresultsize(&b, (size_t)n);
+  return 1;
+}
+
+static int l_allocation(lua_State *L) {
+  cudaPointerAttributes a = attributes_of(L, opt_pointer(L, 1), "allocation");
+  const char *kind = a.type == cudaMemoryTypeDevice ? "device" : a.type == cudaMemoryTypeHost ? "host"
+                   : a.type == cudaMemoryTypeManaged ? "managed" : NULL;
+  if (!kind) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_createtable(L, 0, 2);
+  lua_pushstring(L, kind);
+  lua_setfield(L, -2, "kind");
+  lua_pushinteger(L, a.device);
+  lua_setfield(L, -2, "device");
+  return 1;
+}
+
+static int l_sync_all(lua_State *L) {
+  int n = 0;
+  check(L, cudaGetDeviceCount(&n), "sync_all");
+  for (int d = 0; d < n; d++) {
+    check(L, cudaSetDevice(d), "sync_all");
+    check(L, cudaDeviceSynchronize(), "sync_all");
+  }
+  while (staged > 0) check(L, cudaFreeHost(staging[--staged]), "sync_all");
+  return 0;
+}
+
 extern "C" __attribute__((visibility("default"))) int luaopen_gpu_kernels(lua_State *L) {
   static const luaL_Reg functions[] = {
       {"sleep", l_sleep},
@@ -160,6 +257,11 @@ extern "C" __attribute__((visibility("default"))) int luaopen_gpu_kernels(lua_St
       {"stream_destroy", l_stream_destroy},
       {"synchronize", l_synchronize},
       {"now", l_now},
+      {"write", l_write},
+      {"pending", l_pending},
+      {"read", l_read},
+      {"allocation", l_allocation},
+      {"sync_all", l_sync_all},
       {NULL, NULL},
   };
   luaL_newlib(L, functions);

@@ -273,6 +273,7 @@ static int export_fn(lua_State *S) {
   if (luaL_loadstring(S, lua_tostring(S, -1)) != LUA_OK) return lua_error(S);
   lua_remove(S, -2);
   lua_call(S, 0, 1);
+  int tensor = lua_gettop(S);
   lua_createtable(S, 0, 4);
   lua_createtable(S, 2, 0);
   lua_pushinteger(S, r->versioned ? 1 : 0);
@@ -284,7 +285,17 @@ static int export_fn(lua_State *S) {
     lua_pushboolean(S, r->copy);
     lua_setfield(S, -2, "copy");
   }
-  if (r->has_stream) {
+  if (r->has_stream && r->stream > 2) {
+    /* a raw handle from Python: the safe API takes -1, 1, 2 and stream objects, so it is
+     * wrapped by dlpack.unsafe on the tensor's device, as a host does */
+    luaL_loadstring(S, "local t, h = ...\n"
+                       "local id = tonumber(t.device:match(':(%d+)$')) or 0\n"
+                       "return require('dlpack.unsafe').wrap_stream(h, id)");
+    lua_pushvalue(S, tensor);
+    lua_pushinteger(S, (lua_Integer)r->stream);
+    lua_call(S, 2, 1);
+    lua_setfield(S, -2, "stream");
+  } else if (r->has_stream) {
     lua_pushinteger(S, (lua_Integer)r->stream);
     lua_setfield(S, -2, "stream");
   }

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# spec/gpu/prepare.sh: get a Lua, build and run the GPU suite on a GPU machine that
-# has gcc, nvcc and python3 (with PyTorch and CuPy) but maybe no Lua. See docs/gpu.md.
+# spec/gpu/prepare.sh: build and run the GPU checks on a machine with an NVIDIA GPU,
+# its driver, gcc, nvcc and python3 (with PyTorch and CuPy for the interop). See docs/gpu.md.
 #
-#   bash spec/gpu/prepare.sh pack    HERE (a Debian/Ubuntu x86-64 machine with lua5.4 and
-#                                    liblua5.4-dev): copy Debian's lua5.4 binary, its shared
-#                                    library and headers into .gpu-lua/ (git-ignored through
-#                                    .git/info/exclude), to be named in the device tool's carry.
-#   bash spec/gpu/prepare.sh build   THERE: build the module (make all), build/peers if Python
-#                                    can be embedded, build/gpu/gpu_kernels.so (nvcc),
+#   bash spec/gpu/prepare.sh build   build the module (make all), build/peers if Python can be
+#                                    embedded, build/gpu/gpu_kernels.so (nvcc),
 #                                    build/gpu/libluapeer.so and build/bench_cuda.
-#   bash spec/gpu/prepare.sh run     THERE: build, then run spec/gpu/run.lua, spec/gpu/interop.py
-#                                    and build/bench_cuda; logs go to $OUT (or build/gpu/) as
-#                                    gpu-run.tap, gpu-interop.tap, gpu-bench.txt. Exit 1 if any failed.
+#   bash spec/gpu/prepare.sh run     build, then run the CUDA suite (spec/cuda/run.lua),
+#                                    spec/gpu/interop.py and build/bench_cuda; logs go to
+#                                    $DLPACK_GPU_LOGS (default build/gpu/) as gpu-machine.txt,
+#                                    gpu-suite.tap, gpu-interop.tap, gpu-bench.txt. Exit 1 if any failed.
 #   eval "$(bash spec/gpu/prepare.sh env)"   the paths, for running pieces by hand.
+#   bash spec/gpu/prepare.sh pack    on a Debian/Ubuntu x86-64 machine with lua5.4 and
+#                                    liblua5.4-dev: copy its lua5.4 binary, shared library and
+#                                    headers into .gpu-lua/ (git-ignored), for a GPU machine or
+#                                    container that has no Lua packages: copy the tree there.
 #
 # A system Lua (lua5.4 on PATH and /usr/include/lua5.4/lua.h) is used when there is one;
 # otherwise .gpu-lua/ (DLPACK_GPU_LUA=packed forces it). Variables: NVCC (default nvcc on PATH, else /usr/local/cuda/bin/nvcc),
@@ -37,11 +38,8 @@ pack() {
   for so in libreadline.so.8 libtinfo.so.6; do
     [[ -e /lib/$multiarch/$so ]] && cp -L "/lib/$multiarch/$so" "$PACK/lib/extra/"
   done
-  mkdir -p "$(git rev-parse --git-dir)/info"
-  grep -qxF '/.gpu-lua/' "$(git rev-parse --git-dir)/info/exclude" 2>/dev/null ||
-    echo '/.gpu-lua/' >>"$(git rev-parse --git-dir)/info/exclude"
   du -sh "$PACK"
-  echo "packed Debian's Lua $("$PACK/bin/lua5.4" -v 2>&1 | head -1) into .gpu-lua/ (carry it: [\".gpu-lua\"])"
+  echo "packed Debian's Lua $("$PACK/bin/lua5.4" -v 2>&1 | head -1) into .gpu-lua/"
 }
 
 # Paths for a system Lua or the packed one; sets LUA, LUA_INC, LUA_LIB, LD_LIBRARY_PATH.
@@ -56,7 +54,7 @@ setup_env() {
       export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$PACK/lib/extra"
     fi
   else
-    echo "prepare.sh: no Lua 5.4: neither lua5.4 with /usr/include/lua5.4 here nor .gpu-lua/ (run 'prepare.sh pack' on the machine you carry from)" >&2
+    echo "prepare.sh: no Lua 5.4: neither lua5.4 with /usr/include/lua5.4 here nor .gpu-lua/ (install lua5.4 and liblua5.4-dev, or run 'prepare.sh pack' on a machine that has them)" >&2
     return 1
   fi
   export LUA LUA_INC LUA_LIB
@@ -93,13 +91,13 @@ build() {
 
 run() {
   build || { echo "prepare.sh: the build failed" >&2; return 1; }
-  local out=${OUT:-$ROOT/build/gpu} rc=0
+  local out=${DLPACK_GPU_LOGS:-$ROOT/build/gpu} rc=0
   mkdir -p "$out"
   echo "== machine"
   { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
     "$LUA" -v 2>&1; "$PYTHON" --version 2>&1; "$NVCC" --version 2>&1 | tail -1; } | tee "$out/gpu-machine.txt"
-  echo "== spec/gpu/run.lua"
-  "$LUA" spec/gpu/run.lua 2>&1 | tee "$out/gpu-run.tap"
+  echo "== spec/cuda/run.lua"
+  "$LUA" spec/cuda/run.lua 2>&1 | tee "$out/gpu-suite.tap"
   ((PIPESTATUS[0] == 0)) || rc=1
   echo "== spec/gpu/interop.py"
   PYTHONUNBUFFERED=1 "$PYTHON" spec/gpu/interop.py 2>&1 | tee "$out/gpu-interop.tap"

@@ -270,6 +270,22 @@ typedef struct {
   int versioned;
 } export_out;
 
+/* Pushes the consumer's stream at index `stream` as the safe API takes it: nil, -1, 1 and 2
+ * as they are; a larger value is a raw handle from Python, which only dlpack.unsafe wraps
+ * (on the device of the tensor at index `tensor`), as a host does. */
+static void push_stream(lua_State *S, int tensor, int stream) {
+  if (!lua_isinteger(S, stream) || lua_tointeger(S, stream) <= 2) {
+    lua_pushvalue(S, stream);
+    return;
+  }
+  luaL_loadstring(S, "local t, h = ...\n"
+                     "local id = tonumber(t.device:match(':(%d+)$')) or 0\n"
+                     "return require('dlpack.unsafe').wrap_stream(h, id)");
+  lua_pushvalue(S, tensor);
+  lua_pushvalue(S, stream);
+  lua_call(S, 2, 1);
+}
+
 /* In protected mode: 1 tensor, 2 versioned, 3 copy (nil or boolean), 4 export_out,
  * 5 stream (nil or integer), 6 dl_device (nil or {type, id}). Without copy, stream
  * and dl_device it uses the C API (dlpack_lua_export_*); otherwise it goes through
@@ -290,7 +306,7 @@ static int export_tensor(lua_State *S) {
     lua_pushboolean(S, lua_toboolean(S, 3));
     lua_setfield(S, -2, "copy");
   }
-  lua_pushvalue(S, 5);
+  push_stream(S, 1, 5);
   lua_setfield(S, -2, "stream");
   lua_pushvalue(S, 6);
   lua_setfield(S, -2, "dl_device");

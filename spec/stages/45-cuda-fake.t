@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The CUDA logic of the module against the fake CUDA driver (spec/c/fakecuda.c,
-# built as build/fakecuda.so): spec/cuda/fake_driver.lua, run with
-# DLPACK_LUA_CUDA_DRIVER pointing at the fake, under the default collector and
-# under the incremental one; then under valgrind when it is installed
+# The CUDA suite (spec/cuda/suite.lua, run by spec/cuda/run.lua with plain Lua,
+# as on a GPU machine) against the fake CUDA driver (spec/c/fakecuda.c, built as
+# build/fakecuda.so, named by DLPACK_LUA_CUDA_DRIVER): with two devices under
+# the default collector and under the incremental one, with one device (the
+# tests that need two skip), then under valgrind when it is installed
 # (DLPACK_STAGE_NO_VALGRIND=1 skips that run). Needs no GPU.
 source "$(dirname "$0")/lib.sh"
 need_build
@@ -19,13 +20,16 @@ rm -f "$log"
 
 export DLPACK_LUA_CUDA_DRIVER="$ROOT/build/fakecuda.so"
 export FAKECUDA_DEVICES=2
-SPECS=spec/cuda/fake_driver.lua
+SUITE=spec/cuda/run.lua
 tests=0 failed=0
 
-run_busted cuda-fake "$LUA" "$BUSTED" -o TAP "$SPECS"
+run_busted cuda-fake "$LUA" "$SUITE"
 tests=$((tests + BUSTED_TESTS)) failed=$((failed + BUSTED_FAILED))
 
-DLPACK_SPEC_GC=incremental run_busted cuda-fake-incremental "$LUA" "$BUSTED" -o TAP "$SPECS"
+DLPACK_SPEC_GC=incremental run_busted cuda-fake-incremental "$LUA" "$SUITE"
+tests=$((tests + BUSTED_TESTS)) failed=$((failed + BUSTED_FAILED))
+
+FAKECUDA_DEVICES=1 run_busted cuda-fake-one-device "$LUA" "$SUITE"
 tests=$((tests + BUSTED_TESTS)) failed=$((failed + BUSTED_FAILED))
 
 if [[ -n ${DLPACK_STAGE_NO_VALGRIND:-} ]]; then
@@ -37,7 +41,7 @@ elif ! command -v valgrind >/dev/null; then
 else
   vlog=build/stages/valgrind-cuda-fake.log
   run_busted cuda-fake-valgrind valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
-    --show-leak-kinds=definite --num-callers=16 --log-file="$vlog" "$LUA" "$BUSTED" -o TAP "$SPECS"
+    --show-leak-kinds=definite --num-callers=16 --log-file="$vlog" "$LUA" "$SUITE"
   rc=$?
   tests=$((tests + BUSTED_TESTS)) failed=$((failed + BUSTED_FAILED))
   if ((rc != 0)) && [[ -s $vlog ]]; then

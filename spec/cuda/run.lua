@@ -1,0 +1,36 @@
+-- Runs the CUDA suite (spec/cuda/suite.lua) with plain Lua, no busted: prints
+-- TAP and ends with "# N passed, M failed, K skipped"; exits 0 only when nothing
+-- failed. From the repository root, after `make` (and `make gpu-build` on a GPU
+-- machine, for the kernels the hardware tests use):
+--   lua5.4 spec/cuda/run.lua
+-- The driver is the system's libcuda, or the library DLPACK_LUA_CUDA_DRIVER
+-- names (the fake driver, build/fakecuda.so). Without one it prints
+-- "1..0 # SKIP <reason>" and exits 0. Module paths: the in-tree lua/ and spec/,
+-- then $DLPACK_BUILD (default build/) and its gpu/ folder, come first.
+local root = (arg and arg[0] or ""):match("^(.*)/spec/cuda/[^/]*$") or "."
+local build = os.getenv("DLPACK_BUILD") or (root .. "/build")
+package.path = table.concat({root .. "/lua/?.lua", root .. "/lua/?/init.lua", root .. "/spec/cuda/?.lua",
+                             root .. "/spec/?.lua", package.path}, ";")
+package.cpath = table.concat({build .. "/?.so", build .. "/gpu/?.so", package.cpath}, ";")
+
+require "helper" -- DLPACK_SPEC_GC: the collector mode, as for the busted specs
+local harness = require "harness"
+harness.install()
+
+local loaded, dlpack = pcall(require, "dlpack")
+if not loaded then
+  print("Bail out! cannot load dlpack: " .. tostring(dlpack))
+  os.exit(1)
+end
+local available, why = dlpack.cuda.is_available()
+if not available then
+  print("1..0 # SKIP CUDA is not available: " .. tostring(why))
+  os.exit(0)
+end
+
+local probe = require "probe"
+print("TAP version 13")
+print(string.format("# dlpack %s, %s, %s driver, %d CUDA device(s)%s", dlpack._VERSION, _VERSION, probe.kind,
+                    dlpack.cuda.device_count(), probe.kernels and ", gpu_kernels loaded" or ""))
+dofile(root .. "/spec/cuda/suite.lua")
+os.exit(harness.run() == 0 and 0 or 1)
