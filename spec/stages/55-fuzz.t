@@ -5,7 +5,8 @@
 # foreign tensors (fabricate.so), one TAP line per seed. A seed fails on a
 # sanitizer report, a crash, a hang, a model violation or a wrong deleter
 # count; its diagnostics end with the command that reproduces it.
-# The whole stage stays under FUZZ_STAGE_BUDGET seconds (default 100).
+# The whole stage stays under FUZZ_STAGE_BUDGET seconds (default 100): seeds
+# left when it is spent are reported as skipped.
 source "$(dirname "$0")/lib.sh"
 command -v gcc >/dev/null || skip_all "gcc not found"
 LIBASAN=$(gcc -print-file-name=libasan.so)
@@ -82,8 +83,8 @@ fuzz_line "the safe API has no raw-pointer entry points (dlpack.cuda.Stream.wrap
 for seed in $SEEDS; do
   args=(--seed "$seed" --seeds 1 --steps "$STEPS" --corpus "$CORPUS" --skip-contract)
   if (($(date +%s) - start >= BUDGET)); then
-    tests=$((tests + 1)) failed=$((failed + 1))
-    echo "not ok - fuzz seed $seed: not run, the stage's ${BUDGET}s were spent (a slow machine or a slow seed)"
+    tests=$((tests + 1))
+    echo "ok - fuzz seed $seed # SKIP not run: the stage's ${BUDGET}s were spent (a slow machine; make fuzz runs them all)"
     continue
   fi
   if ! fuzz_line "fuzz seed $seed: $STEPS calls and $CORPUS malformed producers, no report, model and deleter counts hold" \
