@@ -44,7 +44,7 @@ static uint64_t round_bits(uint64_t a, int drop) {
   return kept + (rest > half || (rest == half && (kept & 1)));
 }
 
-uint16_t dlp_half_from_float(float f) {
+static inline uint16_t float16_from_float(float f) { /* round to nearest even */
   uint32_t x;
   memcpy(&x, &f, 4);
   uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
@@ -73,7 +73,7 @@ uint16_t dlp_half_from_double(double d) {
   return sign | (uint16_t)(round_bits(a, 42) - ((uint64_t)1008 << 10));
 }
 
-uint16_t dlp_bfloat_from_float(float f) {
+static inline uint16_t bfloat16_from_float(float f) {
   uint32_t x;
   memcpy(&x, &f, 4);
   if ((x & 0x7FFFFFFF) > 0x7F800000) return (uint16_t)(((x >> 16) & 0x8000) | 0x7FC0); /* NaN */
@@ -184,10 +184,8 @@ static inline float float32_from_int32(int32_t v) { return (float)v; } /* exact 
 static inline double float64_from_real(double v) { return v; }
 static inline double float64_from_complex(Complex v) { return v.re; }
 
-static inline uint16_t float16_from_float(float v) { return dlp_half_from_float(v); }
 static inline uint16_t float16_from_double(double v) { return dlp_half_from_double(v); }
 static inline uint16_t float16_from_complex(Complex v) { return dlp_half_from_double(v.re); }
-static inline uint16_t bfloat16_from_float(float v) { return dlp_bfloat_from_float(v); }
 static inline uint16_t bfloat16_from_double(double v) { return dlp_bfloat_from_double(v); }
 static inline uint16_t bfloat16_from_complex(Complex v) { return dlp_bfloat_from_double(v.re); }
 

@@ -168,7 +168,7 @@ static dlp_CudaStream *on_device(dlp_CudaStream *s, int device) {
   return s;
 }
 
-void dlp_cuda_stream_retain(dlp_CudaStream *s) {
+static void stream_retain(dlp_CudaStream *s) {
   if (!s->is_static) atomic_fetch_add(&s->refs, 1);
 }
 
@@ -199,7 +199,7 @@ static dlp_CudaStream *new_record(CUstream handle, int device, int owned) {
 
 void dlp_owner_set_stream(dlp_Owner *o, dlp_CudaStream *s) {
   dlp_CudaStream *old;
-  if (s) dlp_cuda_stream_retain(s);
+  if (s) stream_retain(s);
   pthread_mutex_lock(&driver.lock);
   old = atomic_load(&o->stream);
   atomic_store(&o->stream, s);
@@ -215,7 +215,7 @@ static dlp_CudaStream *owner_stream(dlp_Owner *o, DLDevice d) {
   pthread_mutex_lock(&driver.lock);
   s = atomic_load(&o->stream);
   if (!s && d.device_type == kDLCUDA) s = default_stream(CU_STREAM_LEGACY, device_of(d));
-  if (s) dlp_cuda_stream_retain(s);
+  if (s) stream_retain(s);
   pthread_mutex_unlock(&driver.lock);
   return s;
 }
@@ -503,7 +503,7 @@ dlp_CudaStream *dlp_cuda_check_stream(lua_State *L, int idx, DLDevice on, int df
   if (idx && (o = luaL_testudata(L, idx, STREAM_MT))) {
     if (!o->s) luaL_error(L, "%s: the stream was closed", what);
     holder->s = on_device(o->s, device);
-    dlp_cuda_stream_retain(holder->s);
+    stream_retain(holder->s);
     return holder->s;
   }
   if (idx) {

@@ -22,7 +22,7 @@ int dlp_device_is_valid(DLDevice d) {
   return !dlp_device_is_cuda(d) || d.device_id < DLP_MAX_CUDA_DEVICES;
 }
 
-const char *dlp_device_type_name(int64_t device_type) {
+static const char *device_type_name(int64_t device_type) {
   return dlp_device_is_valid_type(device_type) ? device_names[device_type] : "unknown";
 }
 
@@ -105,7 +105,7 @@ DLDevice dlp_check_device(lua_State *L, int idx, int arg, const char *field) {
 }
 
 void dlp_push_device_name(lua_State *L, DLDevice d) {
-  const char *name = dlp_device_type_name(d.device_type);
+  const char *name = device_type_name(d.device_type);
   if (has_no_id(d.device_type)) lua_pushstring(L, name);
   else lua_pushfstring(L, "%s:%d", name, (int)d.device_id);
 }

@@ -42,9 +42,6 @@
 
 /* ---- module.c: errors and per-state records ---- */
 
-/* Once per lua_State that opened the module: a registry entry whose finaliser (at lua_close)
- * hands back the capsules scripts left when the last state closes. */
-void dlp_state_open(lua_State *L);
 /* Add functions to the table at absolute index `table`, as closures whose first upvalue is the
  * tensor metatable (every C function of the module is one: see tensor.c). */
 void dlp_register(lua_State *L, int table, const luaL_Reg *functions);
@@ -109,7 +106,6 @@ typedef struct dlp_Scalar {
 
 /* Elements may sit at any address (producers need not align them): these load and store bytewise. */
 void dlp_load(int dtype, const void *p, dlp_Scalar *s);  /* element -> scalar */
-void dlp_store(int dtype, void *p, const dlp_Scalar *s); /* scalar -> element, C-like conversion */
 void dlp_push_element(lua_State *L, int dtype, const void *p);
 /* Convert the Lua value at idx to an element in out, strictly (integers must fit); raises naming
  * `what`. Runs no Lua code: it may be called between dlp_live and the write. */
@@ -126,9 +122,7 @@ dlp_RowFn dlp_row_function(int dst_dtype, int src_dtype);   /* NULL when they do
 void dlp_fill_row(char *d, int64_t dstep, const void *value, int64_t n, size_t itemsize);
 float dlp_half_to_float(uint16_t h);
 float dlp_bfloat_to_float(uint16_t h);
-uint16_t dlp_half_from_float(float f);      /* round to nearest even */
 uint16_t dlp_half_from_double(double d);
-uint16_t dlp_bfloat_from_float(float f);
 uint16_t dlp_bfloat_from_double(double d);
 
 /* ---- device.c ---- */
@@ -149,7 +143,6 @@ int dlp_device_is_cuda(DLDevice d);        /* cuda:N, cuda_host or cuda_managed 
 DLDevice dlp_check_device(lua_State *L, int idx, int arg, const char *field);
 int dlp_test_device_name(const char *s, DLDevice *out);    /* 1 when s names a valid device */
 void dlp_push_device_name(lua_State *L, DLDevice d);       /* canonical form */
-const char *dlp_device_type_name(int64_t device_type);
 void dlp_push_device_types(lua_State *L);                  /* the dlpack.device_type table */
 
 /* ---- owner.c: who frees the memory, shared by tensors, views and exports ---- */
@@ -315,7 +308,6 @@ void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStrea
  * are raw pointers and refused). Devices without streams take nil or -1 only. Pushes one value
  * that holds the stream while the caller keeps it on the stack. NULL means -1: no ordering. */
 dlp_CudaStream *dlp_cuda_check_stream(lua_State *L, int idx, DLDevice on, int dflt, const char *what);
-void dlp_cuda_stream_retain(dlp_CudaStream *s);
 void dlp_cuda_stream_release(dlp_CudaStream *s);            /* any thread */
 uintptr_t dlp_cuda_stream_handle(const dlp_CudaStream *s);  /* the DLPack integer for it */
 /* Make `consumer` wait for the pending work on o's memory (DLPack producer rule). */

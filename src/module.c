@@ -55,7 +55,7 @@ static int state_gc(lua_State *L) {
   return 0;
 }
 
-void dlp_state_open(lua_State *L) {
+static void state_open(lua_State *L) {
   if (lua_getfield(L, LUA_REGISTRYINDEX, STATE_KEY) == LUA_TUSERDATA) {
     lua_pop(L, 1);
     return;
@@ -105,7 +105,7 @@ DLPACK_LUA_API int luaopen_dlpack(lua_State *L) {
   dlp_protocol_register(L, module, methods, meta);
   dlp_cuda_register(L, module);
   dlp_hostapi_register(L);
-  dlp_state_open(L);
+  state_open(L);
   lua_pushvalue(L, methods);
   lua_setfield(L, module, "Tensor"); /* the methods, for extension from Lua */
   lua_pushliteral(L, DLPACK_LUA_VERSION);
@@ -133,6 +133,6 @@ DLPACK_LUA_API int luaopen_dlpack_core(lua_State *L) {
 DLPACK_LUA_API int luaopen_dlpack_unsafe(lua_State *L) {
   lua_newtable(L);
   dlp_unsafe_register(L, lua_gettop(L));
-  dlp_state_open(L);
+  state_open(L);
   return 1;
 }
