@@ -7,10 +7,15 @@ static int check_name(lua_State *L, int arg) {
   return luaL_checkoption(L, arg, NULL, names);
 }
 
-/* adopt(ptr, name) -> capsule owning the managed tensor at ptr */
+/* adopt(ptr, name) -> capsule owning the managed tensor at ptr (a light userdata or an
+ * integer address, for embedders such as Python's lupa that cannot make light userdata) */
 static int l_adopt(lua_State *L) {
   void *managed = lua_touserdata(L, 1);
-  if (lua_type(L, 1) != LUA_TLIGHTUSERDATA || !managed) luaL_argexpected(L, 0, 1, "non-NULL light userdata");
+  if (lua_type(L, 1) == LUA_TNUMBER && lua_isinteger(L, 1))
+    managed = (void *)(uintptr_t)lua_tointeger(L, 1);
+  else if (lua_type(L, 1) != LUA_TLIGHTUSERDATA)
+    managed = NULL;
+  if (!managed) luaL_argexpected(L, 0, 1, "non-NULL light userdata or integer address");
   int versioned = check_name(L, 2);
   void *capsule = dlp_capsule_new(managed, versioned, 1);
   if (!capsule) return luaL_error(L, "unsafe.adopt: too many unconsumed capsules");
@@ -27,9 +32,16 @@ static int l_take(lua_State *L) {
   return 2;
 }
 
+/* address(ptr) -> the integer address of a light userdata (0 for NULL) */
+static int l_address(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TLIGHTUSERDATA);
+  lua_pushinteger(L, (lua_Integer)(uintptr_t)lua_touserdata(L, 1));
+  return 1;
+}
+
 void dlp_unsafe_register(lua_State *L, int module) {
   static const luaL_Reg functions[] = {
-    {"adopt", l_adopt}, {"take", l_take}, {"wrap_stream", dlp_cuda_wrap_stream}, {NULL, NULL},
+    {"adopt", l_adopt}, {"take", l_take}, {"address", l_address}, {"wrap_stream", dlp_cuda_wrap_stream}, {NULL, NULL},
   };
   dlp_register(L, module, functions);
 }
