@@ -32,6 +32,8 @@ STATIC      = $(BUILD)/libdlpack_lua.a
 FABRICATE   = $(BUILD)/fabricate.so
 FAKECUDA    = $(BUILD)/fakecuda.so
 HOST        = $(BUILD)/host
+HOST_CPP    = $(BUILD)/host-cpp
+CXX        ?= c++
 PEERS       = $(BUILD)/peers
 
 export LUA_PATH  := $(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/spec/?.lua;;
@@ -78,6 +80,10 @@ $(FAKECUDA): spec/c/fakecuda.c src/cuda_driver.h
 
 $(HOST): examples/host.c $(STATIC)
 	$(CC) $(ALL_CFLAGS) -fvisibility=default -Isrc -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)
+
+# The same C API from C++ (examples/host.cpp): dlpack_lua.h gives Lua's functions C linkage.
+$(HOST_CPP): examples/host.cpp $(STATIC)
+	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror $(LUA_INC) -Isrc -pthread -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)
 
 PY_CFLAGS = $(shell $(PYTHON)-config --cflags 2>/dev/null | sed 's/-Werror[^ ]*//g')
 PY_LIBS   = $(shell $(PYTHON)-config --embed --ldflags 2>/dev/null)
