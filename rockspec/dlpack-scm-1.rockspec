@@ -1,6 +1,6 @@
 -- Build and install from a checkout, offline:
 --   luarocks --lua-version 5.4 make rockspec/dlpack-scm-1.rockspec
--- A source rock of the working tree, installable offline anywhere (docs/install.md):
+-- A source rock of the working tree, installable offline anywhere (README.md, "Install"):
 --   make rock     # build/rock/dlpack-scm-1.src.rock
 --   luarocks --lua-version 5.4 install build/rock/dlpack-scm-1.src.rock
 -- The build goes through the project's Makefile (`make install`), so the source
