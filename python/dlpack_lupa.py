@@ -5,7 +5,7 @@ module `dlpack` is a C module that needs the Lua C API from the process, so
 lupa's Lua must be loaded with its symbols global (`load_lupa` does that).
 Python's DLPack capsules are PyCapsules and the module's are light userdata;
 this file turns one into the other through `dlpack.unsafe` (integer
-addresses, never strings) and ctypes' PyCapsule functions:
+addresses: `unsafe.address`, `unsafe.pointer`; never strings) and ctypes' PyCapsule functions:
 
     import dlpack_lupa
     lupa = dlpack_lupa.load_lupa()            # lupa.lua54, symbols global
@@ -82,7 +82,7 @@ _LUA = """
 local dlpack = require "dlpack"
 local unsafe = require "dlpack.unsafe"
 local function adopt(address, name)
-  return dlpack.from_dlpack(unsafe.adopt(address, name))
+  return dlpack.from_dlpack(unsafe.adopt(unsafe.pointer(address), name))
 end
 local function export(t, major, minor, copy)
   local opts = {copy = copy}
