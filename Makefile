@@ -154,7 +154,7 @@ install: $(MODULE) $(STATIC)
 VERSION    := $(shell sed -n 's/^\#define DLPACK_LUA_VERSION "\(.*\)"/\1/p' src/dlpack_lua.h)
 LUA_PC     ?= $(shell for p in lua5.4 lua-5.4 lua54; do pkg-config --exists $$p 2>/dev/null && echo $$p && break; done)
 PC_FILE     = $(BUILD)/dlpack-lua.pc
-$(PC_FILE): src/dlpack_lua.h Makefile
+$(PC_FILE): src/dlpack_lua.h Makefile FORCE   # always: it holds PREFIX and the INST_*DIRs
 	@mkdir -p $(@D)
 	printf '%s\n' 'includedir=$(INST_INCDIR)' 'libdir=$(INST_ARCDIR)' '' 'Name: dlpack-lua' \
 	  'Description: DLPack tensors for Lua 5.4, the C API for hosts (static library)' \
@@ -162,6 +162,7 @@ $(PC_FILE): src/dlpack_lua.h Makefile
 	  $(if $(LUA_PC),'Requires: $(LUA_PC)') 'Cflags: -I$${includedir}' \
 	  'Libs: -L$${libdir} -ldlpack_lua -ldl -lm -pthread' >$@
 install: $(PC_FILE)
+FORCE:
 
 # A source rock of the working tree (tracked files as they are now), installable offline:
 #   make rock && luarocks --lua-version 5.4 install build/dist/dlpack-scm-1.src.rock
