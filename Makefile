@@ -154,9 +154,15 @@ install: $(MODULE) $(STATIC)
 VERSION    := $(shell sed -n 's/^\#define DLPACK_LUA_VERSION "\(.*\)"/\1/p' src/dlpack_lua.h)
 LUA_PC     ?= $(shell for p in lua5.4 lua-5.4 lua54; do pkg-config --exists $$p 2>/dev/null && echo $$p && break; done)
 PC_FILE     = $(BUILD)/dlpack-lua.pc
+# Paths relative to the .pc file (${pcfiledir}) where GNU realpath can say so, so that a binary
+# rock installed into another tree stays right; absolute otherwise.
 $(PC_FILE): src/dlpack_lua.h Makefile FORCE   # always: it holds PREFIX and the INST_*DIRs
 	@mkdir -p $(@D)
-	printf '%s\n' 'includedir=$(INST_INCDIR)' 'libdir=$(INST_ARCDIR)' '' 'Name: dlpack-lua' \
+	inc=$$(realpath -m --relative-to='$(INST_ARCDIR)/pkgconfig' '$(INST_INCDIR)' 2>/dev/null) \
+	  && inc='$${pcfiledir}/'"$$inc" || inc='$(INST_INCDIR)'; \
+	lib=$$(realpath -m --relative-to='$(INST_ARCDIR)/pkgconfig' '$(INST_ARCDIR)' 2>/dev/null) \
+	  && lib='$${pcfiledir}/'"$$lib" || lib='$(INST_ARCDIR)'; \
+	printf '%s\n' "includedir=$$inc" "libdir=$$lib" '' 'Name: dlpack-lua' \
 	  'Description: DLPack tensors for Lua 5.4, the C API for hosts (static library)' \
 	  'URL: https://github.com/dlpack-lua/dlpack-lua' 'Version: $(VERSION)' \
 	  $(if $(LUA_PC),'Requires: $(LUA_PC)') 'Cflags: -I$${includedir}' \

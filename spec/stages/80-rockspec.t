@@ -3,13 +3,13 @@
 # then a plain lua5.4 that sees only that tree loads the installed rock; then
 # `make rock` (a source rock of the working tree), `luarocks install` of it into a
 # fresh tree, offline, `require` from that tree, and a C host built with the
-# rock's pkg-config file (dlpack-lua.pc).
+# rock's pkg-config file (dlpack-lua.pc); then a binary rock of that tree in a third one.
 source "$(dirname "$0")/lib.sh"
 command -v luarocks >/dev/null || skip_all "luarocks not found (install luarocks)"
 ROCKSPEC=rockspec/dlpack-scm-1.rockspec
 TREE=$(mktemp -d) FRESH=$(mktemp -d)
 trap 'rm -rf "$TREE" "$FRESH"' EXIT
-echo "1..7"
+echo "1..8"
 
 rm -rf build/rock   # the rock builds from scratch, as from a clean clone
 log=$(mktemp)
@@ -85,5 +85,22 @@ if [[ -n $pcdir ]] && flags=$(PKG_CONFIG_PATH=$pcdir pkg-config --cflags --libs 
 else
   echo "not ok 7 - examples/host.c builds with pkg-config dlpack-lua from the rock and runs"
   as_comments "$log" 80
+fi
+
+# A binary rock packed from that tree, installed into a third one: it needs no compiler and its
+# pkg-config file (paths relative to itself) still finds the header and the library.
+THIRD=$(mktemp -d)
+trap 'rm -rf "$TREE" "$FRESH" "$THIRD"' EXIT
+pcdir3=$THIRD/lib/luarocks/rocks-5.4/dlpack/scm-1/static/pkgconfig
+if (cd "$THIRD" && luarocks --lua-version 5.4 pack dlpack --tree "$FRESH") >"$log" 2>&1 &&
+   luarocks --lua-version 5.4 install --tree "$THIRD" "$THIRD"/dlpack-scm-1.*.rock >>"$log" 2>&1 </dev/null &&
+   check "$LOADS" "$THIRD" >>"$log" 2>&1 &&
+   flags=$(PKG_CONFIG_PATH=$pcdir3 pkg-config --cflags --libs dlpack-lua 2>>"$log") &&
+   [[ $flags == *"$THIRD"* ]] &&
+   ${CC:-cc} -o "$THIRD/host" examples/host.c $flags >>"$log" 2>&1 && "$THIRD/host" >>"$log" 2>&1 </dev/null; then
+  echo "ok 8 - a binary rock (luarocks pack dlpack) installs into another tree, loads, and its pkg-config file builds a host"
+else
+  echo "not ok 8 - a binary rock (luarocks pack dlpack) installs into another tree, loads, and its pkg-config file builds a host"
+  as_comments "$log" 60
 fi
 rm -f "$log"
