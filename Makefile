@@ -32,12 +32,14 @@ STATIC      = $(BUILD)/libdlpack_lua.a
 FABRICATE   = $(BUILD)/fabricate.so
 FAKECUDA    = $(BUILD)/fakecuda.so
 HOST        = $(BUILD)/host
+HOST_CPP    = $(BUILD)/host-cpp
+CXX        ?= c++
 PEERS       = $(BUILD)/peers
 
 export LUA_PATH  := $(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/spec/?.lua;;
 export LUA_CPATH := $(CURDIR)/$(BUILD)/?.so;;
 
-.PHONY: all static test conformance demo install deps asan asan-build tsan-build valgrind lint bench clean gpu gpu-build \
+.PHONY: rock all static test conformance demo install deps asan asan-build tsan-build valgrind lint bench clean gpu gpu-build \
         fuzz fuzz-replay
 
 GEN_MODULE  = $(BUILD)/gen/dlpack/core.so
@@ -78,6 +80,10 @@ $(FAKECUDA): spec/c/fakecuda.c src/cuda_driver.h
 
 $(HOST): examples/host.c $(STATIC)
 	$(CC) $(ALL_CFLAGS) -fvisibility=default -Isrc -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)
+
+# The same C API from C++ (examples/host.cpp): dlpack_lua.h gives Lua's functions C linkage.
+$(HOST_CPP): examples/host.cpp $(STATIC)
+	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror $(LUA_INC) -Isrc -pthread -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)
 
 PY_CFLAGS = $(shell $(PYTHON)-config --cflags 2>/dev/null | sed 's/-Werror[^ ]*//g')
 PY_LIBS   = $(shell $(PYTHON)-config --embed --ldflags 2>/dev/null)
@@ -124,8 +130,10 @@ demo:
 test: deps all
 	@bash spec/run.sh
 
+# The API contract's conformance suite lives outside the repository (stage 20 uses the same path).
+DLPACK_CONFORMANCE ?= ../shared/conformance/run.lua
 conformance: all
-	@$(LUA) ../shared/conformance/run.lua
+	@$(LUA) $(DLPACK_CONFORMANCE)
 
 lint:
 	luacheck lua spec examples bench
@@ -137,6 +145,48 @@ install: $(MODULE) $(STATIC)
 	install -m 644 lua/dlpack/unsafe.lua $(DESTDIR)$(INST_LUADIR)/dlpack/unsafe.lua
 	install -m 644 src/dlpack_lua.h src/dlpack_abi.h $(DESTDIR)$(INST_INCDIR)/
 	install -m 644 $(STATIC) $(DESTDIR)$(INST_ARCDIR)/
+	install -d $(DESTDIR)$(INST_ARCDIR)/pkgconfig
+	install -m 644 $(PC_FILE) $(DESTDIR)$(INST_ARCDIR)/pkgconfig/dlpack-lua.pc
+
+# pkg-config file for hosts that link the static library:
+#   cc host.c $(pkg-config --cflags --libs dlpack-lua)
+# It requires Lua's own .pc when the build machine has one (Debian: lua5.4).
+VERSION    := $(shell sed -n 's/^\#define DLPACK_LUA_VERSION "\(.*\)"/\1/p' src/dlpack_lua.h)
+LUA_PC     ?= $(shell for p in lua5.4 lua-5.4 lua54; do pkg-config --exists $$p 2>/dev/null && echo $$p && break; done)
+PC_FILE     = $(BUILD)/dlpack-lua.pc
+# Paths relative to the .pc file (${pcfiledir}) where GNU realpath can say so, so that a binary
+# rock installed into another tree stays right; absolute otherwise.
+$(PC_FILE): src/dlpack_lua.h Makefile FORCE   # always: it holds PREFIX and the INST_*DIRs
+	@mkdir -p $(@D)
+	inc=$$(realpath -m --relative-to='$(INST_ARCDIR)/pkgconfig' '$(INST_INCDIR)' 2>/dev/null) \
+	  && inc='$${pcfiledir}/'"$$inc" || inc='$(INST_INCDIR)'; \
+	lib=$$(realpath -m --relative-to='$(INST_ARCDIR)/pkgconfig' '$(INST_ARCDIR)' 2>/dev/null) \
+	  && lib='$${pcfiledir}/'"$$lib" || lib='$(INST_ARCDIR)'; \
+	printf '%s\n' "includedir=$$inc" "libdir=$$lib" '' 'Name: dlpack-lua' \
+	  'Description: DLPack tensors for Lua 5.4, the C API for hosts (static library)' \
+	  'URL: https://github.com/dlpack-lua/dlpack-lua' 'Version: $(VERSION)' \
+	  $(if $(LUA_PC),'Requires: $(LUA_PC)') 'Cflags: -I$${includedir}' \
+	  'Libs: -L$${libdir} -ldlpack_lua -ldl -lm -pthread' >$@
+install: $(PC_FILE)
+FORCE:
+
+# A source rock of the working tree (tracked files as they are now), installable offline:
+#   make rock && luarocks --lua-version 5.4 install build/dist/dlpack-scm-1.src.rock
+# The tarball and a copy of the rockspec whose source.url points at it are packed together.
+ROCK_NAME   = dlpack-scm-1
+DIST        = $(BUILD)/dist
+rock:
+	@command -v luarocks >/dev/null || { echo "make rock: luarocks not found (install luarocks)" >&2; exit 1; }
+	rm -rf $(DIST) && mkdir -p $(DIST)/$(ROCK_NAME)
+	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then git ls-files -z; \
+	else find . \( -path ./build -o -path ./.git \) -prune -o -type f -print0; fi \
+	  | tar --null -T - -cf - | tar -xf - -C $(DIST)/$(ROCK_NAME)
+	tar -czf $(DIST)/$(ROCK_NAME).tar.gz -C $(DIST) $(ROCK_NAME)
+	sed 's|^  url = .*|  url = "file://$(abspath $(DIST))/$(ROCK_NAME).tar.gz",|' \
+	  rockspec/$(ROCK_NAME).rockspec >$(DIST)/$(ROCK_NAME).rockspec
+	cd $(DIST) && luarocks --lua-version 5.4 pack $(ROCK_NAME).rockspec
+	rm -rf $(DIST)/$(ROCK_NAME)
+	@echo "make rock: $(DIST)/$(ROCK_NAME).src.rock"
 
 # The module and test module built with AddressSanitizer and UBSan, in their own build folder.
 asan-build:

@@ -1,12 +1,16 @@
 -- Build and install from a checkout, offline:
 --   luarocks --lua-version 5.4 make rockspec/dlpack-scm-1.rockspec
+-- A source rock of the working tree, installable offline anywhere (README.md, "Install"):
+--   make rock     # build/rock/dlpack-scm-1.src.rock
+--   luarocks --lua-version 5.4 install build/rock/dlpack-scm-1.src.rock
 -- The build goes through the project's Makefile (`make install`), so the source
 -- list, compiler flags and optional CUDA headers are the same as `make all`.
 rockspec_format = "3.0"
 package = "dlpack"
 version = "scm-1"
 source = {
-  url = "git+https://example.invalid/dlpack-lua.git",
+  -- `make rock` packs the working tree instead (its copy of this file points at a tarball).
+  url = "git+https://github.com/dlpack-lua/dlpack-lua.git",
 }
 description = {
   summary = "DLPack tensors for Lua 5.4: zero-copy exchange with NumPy, PyTorch and C",
@@ -16,6 +20,7 @@ exchanges them with other libraries through the DLPack ABI (versioned and legacy
 managed tensors, capsules, the __dlpack__ protocol), with explicit lifetime
 control and a C API for host programs.
 ]],
+  homepage = "https://github.com/dlpack-lua/dlpack-lua",
   license = "MIT",
   labels = { "dlpack", "tensor", "ffi", "interop" },
 }

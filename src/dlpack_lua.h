@@ -17,12 +17,15 @@
 #define DLPACK_LUA_H
 
 #include <stdint.h>
-#include <lua.h>
 #include "dlpack_abi.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Inside the guard: upstream Lua's headers have none, so a C++ host that links a
+ * Lua built as C finds lua_* with C linkage (lua.hpp does the same). */
+#include <lua.h>
 
 #if defined(_WIN32)
 #define DLPACK_LUA_API __declspec(dllexport)

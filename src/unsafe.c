@@ -27,9 +27,22 @@ static int l_take(lua_State *L) {
   return 2;
 }
 
+/* address(ptr) -> the integer address of a light userdata (0 for NULL); pointer(address) -> the
+ * light userdata. For embedders that cannot pass light userdata, such as Python's lupa. */
+static int l_address(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TLIGHTUSERDATA);
+  lua_pushinteger(L, (lua_Integer)(uintptr_t)lua_touserdata(L, 1));
+  return 1;
+}
+
+static int l_pointer(lua_State *L) {
+  lua_pushlightuserdata(L, (void *)(uintptr_t)luaL_checkinteger(L, 1));
+  return 1;
+}
+
 void dlp_unsafe_register(lua_State *L, int module) {
   static const luaL_Reg functions[] = {
-    {"adopt", l_adopt}, {"take", l_take}, {"wrap_stream", dlp_cuda_wrap_stream}, {NULL, NULL},
+    {"adopt", l_adopt}, {"take", l_take}, {"address", l_address}, {"pointer", l_pointer}, {"wrap_stream", dlp_cuda_wrap_stream}, {NULL, NULL},
   };
   dlp_register(L, module, functions);
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # luacheck over the Lua sources (.luacheckrc), one TAP line per file or warning,
-# and a check that no build output is tracked by git. The C build itself is
+# the links of README.md and docs/ (spec/check_links.lua), and a check that no
+# build output is tracked by git. The C build itself is
 # warning-free because the Makefile compiles with -Werror.
 source "$(dirname "$0")/lib.sh"
 counts=$(mktemp)
@@ -23,7 +24,20 @@ else
   echo "ok - luacheck # SKIP luacheck not found (install lua-check)"
   tests=1
 fi
-rm -f "$counts"
+
+# The links of README.md and docs/ resolve inside the repository (files and #anchors).
+out=$(mktemp)
+"$LUA" spec/check_links.lua README.md docs/*.md >"$out" 2>&1 </dev/null
+rc=$?
+tap_filter "$counts" <"$out"
+read -r t f <"$counts"
+tests=$((tests + t)) failed=$((failed + f))
+if ((rc != 0 && f == 0)); then
+  tests=$((tests + 1)) failed=$((failed + 1))
+  echo "not ok - spec/check_links.lua exit status $rc"
+  as_comments "$out" 20
+fi
+rm -f "$out"
 
 tests=$((tests + 1))
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
@@ -38,5 +52,6 @@ if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
 else
   echo "ok - no build output is tracked by git # SKIP not a git work tree"
 fi
+rm -f "$counts"
 echo "1..$tests"
 ((failed == 0))

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # `luarocks make` of rockspec/dlpack-scm-1.rockspec into a temporary tree, offline,
-# then a plain lua5.4 that sees only that tree loads the installed rock.
+# then a plain lua5.4 that sees only that tree loads the installed rock; then
+# `make rock` (a source rock of the working tree), `luarocks install` of it into a
+# fresh tree, offline, `require` from that tree, and a C host built with the
+# rock's pkg-config file (dlpack-lua.pc); then a binary rock of that tree in a third one.
 source "$(dirname "$0")/lib.sh"
 command -v luarocks >/dev/null || skip_all "luarocks not found (install luarocks)"
 ROCKSPEC=rockspec/dlpack-scm-1.rockspec
-TREE=$(mktemp -d)
-trap 'rm -rf "$TREE"' EXIT
-echo "1..3"
+TREE=$(mktemp -d) FRESH=$(mktemp -d)
+trap 'rm -rf "$TREE" "$FRESH"' EXIT
+echo "1..8"
 
 rm -rf build/rock   # the rock builds from scratch, as from a clean clone
 log=$(mktemp)
@@ -19,12 +22,13 @@ fi
 
 check() {
   # Only the rock's tree: no in-tree paths, no system-wide defaults.
-  env LUA_PATH="$TREE/share/lua/5.4/?.lua;$TREE/share/lua/5.4/?/init.lua" \
-      LUA_CPATH="$TREE/lib/lua/5.4/?.so" \
+  local tree=${2:-$TREE}
+  env LUA_PATH="$tree/share/lua/5.4/?.lua;$tree/share/lua/5.4/?/init.lua" \
+      LUA_CPATH="$tree/lib/lua/5.4/?.so" \
       LUA_INIT= LUA_INIT_5_4= \
       "$LUA" -e "$1" </dev/null
 }
-if out=$(check '
+LOADS='
   local dlpack = require "dlpack"
   local unsafe = require "dlpack.unsafe"
   assert(type(unsafe) == "table", "dlpack.unsafe is a table")
@@ -35,7 +39,8 @@ if out=$(check '
   local t = dlpack.zeros({2, 3}, "int32")
   t:set(2, 3, 7)
   assert(t:numel() == 6 and t:get(2, 3) == 7 and t.dtype == "int32", "a tensor works")
-' 2>&1); then
+'
+if out=$(check "$LOADS" 2>&1); then
   echo "ok 2 - the installed rock loads: require \"dlpack\", \"dlpack.unsafe\", a tensor"
   printf '%s\n' "$out" | grep '^#'
 else
@@ -49,5 +54,53 @@ if [[ -n $prefix && -f $prefix/include/dlpack_lua.h && -f $prefix/static/libdlpa
 else
   echo "not ok 3 - the rock carries the C header and the static library for hosts"
   (cd "$TREE" && find . -type f) | as_comments - 40
+fi
+
+# A source rock of the working tree, installed into an empty tree with the network unused.
+rock=build/dist/dlpack-scm-1.src.rock
+if make -s rock >"$log" 2>&1 && [[ -f $rock ]]; then
+  echo "ok 4 - make rock packs $rock"
+else
+  echo "not ok 4 - make rock packs $rock"
+  as_comments "$log" 80
+fi
+if luarocks --lua-version 5.4 install --tree "$FRESH" "$rock" >"$log" 2>&1 </dev/null; then
+  echo "ok 5 - luarocks install $rock into an empty tree"
+else
+  echo "not ok 5 - luarocks install $rock into an empty tree"
+  as_comments "$log" 80
+fi
+if out=$(check "$LOADS" "$FRESH" 2>&1); then
+  echo "ok 6 - require \"dlpack\", \"dlpack.unsafe\" from the tree the source rock went into"
+else
+  echo "not ok 6 - require \"dlpack\", \"dlpack.unsafe\" from the tree the source rock went into"
+  printf '%s\n' "$out" | as_comments - 40
+fi
+
+# A C host built with nothing but the rock's header, static library and pkg-config file.
+pcdir=$(ls -d "$FRESH"/lib/luarocks/rocks-5.4/dlpack/scm-1/static/pkgconfig 2>/dev/null)
+if [[ -n $pcdir ]] && flags=$(PKG_CONFIG_PATH=$pcdir pkg-config --cflags --libs dlpack-lua 2>"$log") &&
+   ${CC:-cc} -o "$FRESH/host" examples/host.c $flags >>"$log" 2>&1 && "$FRESH/host" >>"$log" 2>&1 </dev/null; then
+  echo "ok 7 - examples/host.c builds with pkg-config dlpack-lua (\"$flags\") from the rock and runs"
+else
+  echo "not ok 7 - examples/host.c builds with pkg-config dlpack-lua from the rock and runs"
+  as_comments "$log" 80
+fi
+
+# A binary rock packed from that tree, installed into a third one: it needs no compiler and its
+# pkg-config file (paths relative to itself) still finds the header and the library.
+THIRD=$(mktemp -d)
+trap 'rm -rf "$TREE" "$FRESH" "$THIRD"' EXIT
+pcdir3=$THIRD/lib/luarocks/rocks-5.4/dlpack/scm-1/static/pkgconfig
+if (cd "$THIRD" && luarocks --lua-version 5.4 pack dlpack --tree "$FRESH") >"$log" 2>&1 &&
+   luarocks --lua-version 5.4 install --tree "$THIRD" "$THIRD"/dlpack-scm-1.*.rock >>"$log" 2>&1 </dev/null &&
+   check "$LOADS" "$THIRD" >>"$log" 2>&1 &&
+   flags=$(PKG_CONFIG_PATH=$pcdir3 pkg-config --cflags --libs dlpack-lua 2>>"$log") &&
+   [[ $flags == *"$THIRD"* ]] &&
+   ${CC:-cc} -o "$THIRD/host" examples/host.c $flags >>"$log" 2>&1 && "$THIRD/host" >>"$log" 2>&1 </dev/null; then
+  echo "ok 8 - a binary rock (luarocks pack dlpack) installs into another tree, loads, and its pkg-config file builds a host"
+else
+  echo "not ok 8 - a binary rock (luarocks pack dlpack) installs into another tree, loads, and its pkg-config file builds a host"
+  as_comments "$log" 60
 fi
 rm -f "$log"

@@ -1,0 +1,159 @@
+"""dlpack_lupa: DLPack tensors between Python and Lua run by lupa, no copy.
+
+lupa (https://pypi.org/project/lupa/) embeds a Lua runtime in Python. The Lua
+module `dlpack` is a C module that needs the Lua C API from the process, so
+lupa's Lua must be loaded with its symbols global (`load_lupa` does that).
+Python's DLPack capsules are PyCapsules and the module's are light userdata;
+this file turns one into the other through `dlpack.unsafe` (integer
+addresses: `unsafe.address`, `unsafe.pointer`; never strings) and ctypes' PyCapsule functions:
+
+    import dlpack_lupa
+    lupa = dlpack_lupa.load_lupa()            # lupa.lua54, symbols global
+    lua = lupa.LuaRuntime()
+    bridge = dlpack_lupa.Bridge(lua)          # require "dlpack" in that runtime
+    t = bridge.to_lua(numpy_array)            # a Lua tensor sharing the array's memory
+    a = numpy.from_dlpack(bridge.wrap(t))     # a NumPy array sharing the tensor's memory
+
+Both ways follow the Python DLPack protocol: a consumed PyCapsule is renamed
+`used_dltensor[_versioned]`, and an unconsumed one hands its tensor back (calls
+the deleter) when Python collects it. The bridge opens `dlpack.unsafe` in the
+runtime: use it with trusted Lua code only.
+"""
+import ctypes
+import importlib
+import importlib.util
+import os
+
+__all__ = ["load_lupa", "Bridge", "LuaTensor"]
+
+_VERSIONED, _LEGACY = b"dltensor_versioned", b"dltensor"
+_USED = {_VERSIONED: b"used_dltensor_versioned", _LEGACY: b"used_dltensor"}  # module-lifetime names
+_NAMES = {_VERSIONED: "dltensor_versioned", _LEGACY: "dltensor"}
+
+
+def load_lupa(version="lua54"):
+    """Import `lupa.<version>` with its Lua C API global, so that C modules load.
+
+    Works before or after lupa was imported: opening the extension again with
+    RTLD_GLOBAL makes its symbols global (Linux, macOS).
+    """
+    name = "lupa." + version
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        raise ImportError("no module named %r (pip install lupa)" % name)
+    ctypes.CDLL(spec.origin, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+    return importlib.import_module(name)
+
+
+# The CPython capsule functions. The destructor works on the raw PyObject* of a
+# capsule being freed, so it uses prototypes taking void* (no new references).
+_api = ctypes.pythonapi
+_IsValid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_IsValid", _api))
+_GetPointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_GetPointer", _api))
+_SetName = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_SetName", _api))
+_RawIsValid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_IsValid", _api))
+_RawGetPointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_GetPointer", _api))
+_Destructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_New = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, _Destructor)(("PyCapsule_New", _api))
+_Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+# Offset of `deleter` in DLManagedTensorVersioned (version, manager_ctx, deleter)
+# and in DLManagedTensor (a 48-byte DLTensor, manager_ctx, deleter), 64-bit ABI.
+_P = ctypes.sizeof(ctypes.c_void_p)
+_DELETER_AT = {_VERSIONED: 8 + _P, _LEGACY: 6 * 8 + _P}
+
+
+def _delete(managed, name):
+    fn = ctypes.c_void_p.from_address(managed + _DELETER_AT[name]).value
+    if fn:
+        _Deleter(fn)(managed)
+
+
+@_Destructor
+def _capsule_destructor(capsule):
+    # An unconsumed capsule keeps its original name: its tensor goes back to Lua's side.
+    for name in (_VERSIONED, _LEGACY):
+        if _RawIsValid(capsule, name):
+            _delete(_RawGetPointer(capsule, name), name)
+            return
+
+
+_LUA = """
+local dlpack = require "dlpack"
+local unsafe = require "dlpack.unsafe"
+local function adopt(address, name)
+  return dlpack.from_dlpack(unsafe.adopt(unsafe.pointer(address), name))
+end
+local function export(t, major, minor, copy)
+  local opts = {copy = copy}
+  if major then opts.max_version = {major, minor} end
+  local ptr, name = unsafe.take(dlpack.to_dlpack(t, opts))
+  return unsafe.address(ptr), name
+end
+local function device(t)
+  return getmetatable(t).__dlpack_device(t)
+end
+local function is_tensor(v)
+  return getmetatable(v) == getmetatable(dlpack.zeros({}))
+end
+return adopt, export, device, is_tensor
+"""
+
+
+class Bridge:
+    """Tensor exchange between Python and one lupa LuaRuntime that can `require "dlpack"`."""
+
+    def __init__(self, runtime):
+        self.runtime = runtime
+        self._adopt, self._export, self._device, self._is_tensor = runtime.execute(_LUA)
+
+    def to_lua(self, obj):
+        """A Lua tensor sharing memory with `obj`: a DLPack PyCapsule (consumed) or any
+        object with `__dlpack__` (NumPy, PyTorch, CuPy, JAX arrays). Versioned capsules
+        are asked for first, legacy ones from producers that do not know `max_version`."""
+        if hasattr(obj, "__dlpack__"):
+            try:
+                obj = obj.__dlpack__(max_version=(1, 3))
+            except TypeError:
+                obj = obj.__dlpack__()
+        for name in (_VERSIONED, _LEGACY):
+            if _IsValid(obj, name):
+                managed = _GetPointer(obj, name)
+                _SetName(obj, _USED[name])  # consumed, before anything can fail
+                return self._adopt(managed, _NAMES[name])
+        raise TypeError("not an unconsumed DLPack capsule nor a __dlpack__ producer: %r" % (obj,))
+
+    def to_capsule(self, tensor, max_version=(1, 3), copy=None):
+        """A new PyCapsule for a Lua tensor (or any Lua value with `__dlpack`), for consumers
+        that take capsules (`torch.utils.dlpack.from_dlpack`). `max_version=None` or a major
+        of 0 gives a legacy `dltensor`, else a `dltensor_versioned`."""
+        major, minor = (None, None) if max_version is None else max_version
+        if major == 0 or major is None:
+            major, minor = 0, 8
+        address, name = self._export(tensor, major, minor, copy)
+        return _New(address, name.encode(), _capsule_destructor)
+
+    def wrap(self, tensor):
+        """A Python producer (`__dlpack__`, `__dlpack_device__`) for a Lua tensor:
+        `numpy.from_dlpack(bridge.wrap(t))`, `torch.from_dlpack(bridge.wrap(t))`."""
+        return LuaTensor(self, tensor)
+
+    def is_tensor(self, value):
+        return bool(self._is_tensor(value))
+
+
+class LuaTensor:
+    """The Python DLPack protocol over a Lua tensor (CPU and host-accessible memory)."""
+
+    def __init__(self, bridge, tensor):
+        self.bridge, self.tensor = bridge, tensor
+
+    def __dlpack_device__(self):
+        return tuple(self.bridge._device(self.tensor))
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        if stream is not None and stream != -1 and self.__dlpack_device__()[0] == 1:
+            raise BufferError("a CPU tensor takes stream=None")
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError("dlpack_lupa: cannot move a Lua tensor to device %r" % (dl_device,))
+        return self.bridge.to_capsule(self.tensor, max_version=max_version, copy=copy)

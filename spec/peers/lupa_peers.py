@@ -1,0 +1,201 @@
+"""NumPy and PyTorch exchange tensors with Lua run by lupa, through python/dlpack_lupa.py.
+
+Run by spec/stages/40-peers.t with /usr/bin/python3 (lupa and NumPy >= 2 from
+build/pydeps). Prints TAP; a missing peer (lupa, numpy, torch) turns its tests
+into visible SKIPs.
+"""
+import gc
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path[:0] = [HERE, os.path.join(ROOT, "python"), os.path.join(ROOT, os.environ.get("DLPACK_PEERS_PYTHONPATH", "build/pydeps"))]
+
+import tap  # noqa: E402  (spec/peers/tap.py)
+from tap import group  # noqa: E402
+
+LUA_PATHS = ('package.path = "{0}/lua/?.lua;" .. package.path; package.cpath = "{0}/build/?.so;" .. package.cpath'
+             .format(ROOT))
+
+
+def _import_lupa():
+    import dlpack_lupa
+    return dlpack_lupa.load_lupa()
+
+
+def _import_numpy():
+    import numpy
+    if int(numpy.__version__.split(".")[0]) < 2:
+        raise ImportError("numpy %s < 2 (from %s)" % (numpy.__version__, numpy.__file__))
+    return numpy
+
+
+def _import_torch():
+    import torch
+    import torch.utils.dlpack  # noqa: F401
+    return torch
+
+
+peers = tap.import_peers(("lupa", _import_lupa), ("numpy", _import_numpy), ("torch", _import_torch))
+state = {}
+
+
+def open_lua():
+    import dlpack_lupa
+    lua = peers["lupa"][0].LuaRuntime()
+    lua.execute(LUA_PATHS)
+    state["lua"], state["bridge"] = lua, dlpack_lupa.Bridge(lua)
+
+
+def close_lua():
+    state.clear()
+    gc.collect()
+
+
+def lua(code):
+    """A Lua function from its body (arguments in `...`)."""
+    return state["lua"].eval("function(...) %s end" % code)
+
+
+def address(t):
+    return lua("return require('dlpack.unsafe').address((...):data_ptr())")(t)
+
+
+@group("lupa", "lupa",
+       ["without RTLD_GLOBAL, require \"dlpack\" fails naming an undefined Lua symbol",
+        "load_lupa(): require \"dlpack\" works in a LuaRuntime",
+        "a Lua tensor is seen from Python as a Lua object the bridge recognises"])
+def lupa_loading(t):
+    code = ("import sys; sys.path[:0] = %r; import lupa.lua54 as l; r = l.LuaRuntime(); r.execute(%r); "
+            "r.eval('require \"dlpack\"')" % (sys.path[1:3], LUA_PATHS))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    t.ok("without RTLD_GLOBAL, require \"dlpack\" fails naming an undefined Lua symbol",
+         proc.returncode != 0 and "undefined symbol: lua" in proc.stderr, proc.stderr[-600:])
+    t.eq("load_lupa(): require \"dlpack\" works in a LuaRuntime",
+         lua("return require('dlpack').zeros({2, 3}).shape[2]")(), 3)
+    b = state["bridge"]
+    t.ok("a Lua tensor is seen from Python as a Lua object the bridge recognises",
+         b.is_tensor(lua("return require('dlpack').zeros({1})")()) and not b.is_tensor(lua("return {}")()))
+
+
+@group("numpy → Lua (lupa)", ("lupa", "numpy"),
+       ["values, shape and dtype of float32, int64, uint8 and bool arrays",
+        "same address as the array",
+        "a write in Lua is seen by numpy",
+        "a transposed view keeps its strides",
+        "a read-only array gives a read-only tensor",
+        "a PyCapsule from __dlpack__ is consumed and renamed used_dltensor_versioned",
+        "the array is held while the Lua tensor lives, and let go once it is released"])
+def numpy_to_lua(t):
+    np, b = peers["numpy"][0], state["bridge"]
+    info = lua("""
+      local function flat(v, out)
+        if type(v) ~= "table" then out[#out + 1] = tostring(v) return out end
+        for _, x in ipairs(v) do flat(x, out) end
+        return out
+      end
+      local t = ...
+      return t.dtype .. " " .. table.concat(t.shape, "x") .. " " .. table.concat(flat(t:totable(), {}), ",")""")
+    cases = [np.arange(6, dtype=np.float32).reshape(2, 3), np.array([-5, 2**40], dtype=np.int64),
+             np.array([0, 255], dtype=np.uint8), np.array([True, False])]
+
+    def show(v):
+        return str(v).lower() if isinstance(v, bool) else repr(v)
+    t.eq("values, shape and dtype of float32, int64, uint8 and bool arrays", [info(b.to_lua(a)) for a in cases],
+         ["%s %s %s" % (a.dtype, "x".join(map(str, a.shape)), ",".join(show(v) for v in a.ravel().tolist()))
+          for a in cases])
+    a = np.arange(12, dtype=np.float64).reshape(3, 4)
+    x = b.to_lua(a)
+    t.eq("same address as the array", address(x), a.ctypes.data)
+    lua("local x = ...; x[2][3] = -1")(x)
+    t.eq("a write in Lua is seen by numpy", a[1, 2], -1.0)
+    v = b.to_lua(a.T)
+    t.eq("a transposed view keeps its strides", list(lua("return (...).strides")(v).values()), [1, 4])
+    r = np.arange(3)
+    r.flags.writeable = False
+    t.ok("a read-only array gives a read-only tensor", lua("return (...).readonly")(b.to_lua(r)) is True)
+    cap = np.arange(3).__dlpack__(max_version=(1, 3))
+    b.to_lua(cap)
+    t.ok("a PyCapsule from __dlpack__ is consumed and renamed used_dltensor_versioned",
+         "used_dltensor_versioned" in repr(cap), repr(cap))
+    h = np.arange(1000.0)
+    base = sys.getrefcount(h)
+    x = b.to_lua(h)
+    held = sys.getrefcount(h)
+    lua("(...):release()")(x)
+    gc.collect()
+    t.ok("the array is held while the Lua tensor lives, and let go once it is released",
+         held > base and sys.getrefcount(h) == base, "refcounts %d, %d, %d" % (base, held, sys.getrefcount(h)))
+
+
+@group("Lua → numpy (lupa)", ("lupa", "numpy"),
+       ["numpy.from_dlpack(bridge.wrap(t)): values, dtype, shared address",
+        "a write in numpy is seen by Lua",
+        "a read-only Lua tensor gives a read-only array",
+        "a dropped, unconsumed capsule hands the tensor back (deleter ran)"])
+def lua_to_numpy(t):
+    np, b = peers["numpy"][0], state["bridge"]
+    x = lua("return require('dlpack').tensor({{1, 2, 3}, {4, 5, 6}}, 'int32')")()
+    a = np.from_dlpack(b.wrap(x))
+    t.ok("numpy.from_dlpack(bridge.wrap(t)): values, dtype, shared address",
+         a.tolist() == [[1, 2, 3], [4, 5, 6]] and a.dtype == np.int32 and a.ctypes.data == address(x),
+         "got %r %r" % (a.dtype, a.tolist()))
+    a[1, 1] = 50
+    t.eq("a write in numpy is seen by Lua", lua("return (...):get(2, 2)")(x), 50)
+    ro = np.from_dlpack(b.wrap(lua("return (...):as_readonly()")(x)))
+    t.ok("a read-only Lua tensor gives a read-only array", not ro.flags.writeable)
+    h = np.arange(10.0)
+    base = sys.getrefcount(h)
+    y = b.to_lua(h)
+    cap = b.to_capsule(y)
+    lua("(...):release()")(y)
+    gc.collect()
+    held = sys.getrefcount(h)
+    del cap
+    gc.collect()
+    t.ok("a dropped, unconsumed capsule hands the tensor back (deleter ran)",
+         held > base and sys.getrefcount(h) == base, "refcounts %d, %d, %d" % (base, held, sys.getrefcount(h)))
+
+
+@group("torch ↔ Lua (lupa)", ("lupa", "torch"),
+       ["torch → Lua through __dlpack__: values and shared address",
+        "torch → Lua from torch.utils.dlpack.to_dlpack (a legacy capsule)",
+        "Lua → torch through torch.utils.dlpack.from_dlpack(bridge.wrap(t)): shared address",
+        "a write in torch is seen by Lua",
+        "Lua → torch from a legacy capsule (to_capsule(t, max_version=None))"])
+def torch_lua(t):
+    torch, b = peers["torch"][0], state["bridge"]
+    x = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    y = b.to_lua(x)
+    t.ok("torch → Lua through __dlpack__: values and shared address",
+         lua("return (...):get(2, 3)")(y) == 5.0 and address(y) == x.data_ptr())
+    z = b.to_lua(torch.utils.dlpack.to_dlpack(torch.ones(4, dtype=torch.int16)))
+    t.eq("torch → Lua from torch.utils.dlpack.to_dlpack (a legacy capsule)",
+         lua("local z = ...; return z.dtype .. ' ' .. z:get(4)")(z), "int16 1")
+    w = lua("return require('dlpack').tensor({1.5, 2.5})")()
+    tw = torch.utils.dlpack.from_dlpack(b.wrap(w))
+    t.ok("Lua → torch through torch.utils.dlpack.from_dlpack(bridge.wrap(t)): shared address",
+         tw.data_ptr() == address(w) and tw.dtype == torch.float64 and tw[1].item() == 2.5)
+    tw[0] = 9
+    t.eq("a write in torch is seen by Lua", lua("return (...)[1]")(w), 9.0)
+    tl = torch.utils.dlpack.from_dlpack(b.to_capsule(w, max_version=None))
+    t.eq("Lua → torch from a legacy capsule (to_capsule(t, max_version=None))", tl.tolist(), [9.0, 2.5])
+
+
+def main():
+    tap.plan()
+    lupa, reason = peers["lupa"]
+    if lupa:
+        import lupa as package
+        extra = ["lupa %s" % package.__version__]
+    else:
+        extra = ["lupa not importable (%s)" % reason]
+    tap.versions(lupa.LuaRuntime().lua_implementation if lupa else "Lua ?", peers, ("numpy", "torch"),
+                 "not importable", extra)
+    failures = tap.run_groups(peers, "not importable", open_lua, close_lua)
+    sys.exit(1 if failures else 0)
+
+
+main()
