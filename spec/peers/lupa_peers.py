@@ -1,4 +1,4 @@
-"""NumPy and PyTorch exchange tensors with Lua run by lupa, through python/dlpack_lupa.py.
+"""NumPy and PyTorch exchange tensors with Lua run by lupa, through examples/dlpack_lupa.py.
 
 Run by spec/stages/40-peers.t with /usr/bin/python3 (lupa and NumPy >= 2 from
 build/pydeps). Prints TAP; a missing peer (lupa, numpy, torch) turns its tests
@@ -11,7 +11,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path[:0] = [HERE, os.path.join(ROOT, "python"), os.path.join(ROOT, os.environ.get("DLPACK_PEERS_PYTHONPATH", "build/pydeps"))]
+sys.path[:0] = [HERE, os.path.join(ROOT, "examples"), os.path.join(ROOT, os.environ.get("DLPACK_PEERS_PYTHONPATH", "build/pydeps"))]
 
 import tap  # noqa: E402  (spec/peers/tap.py)
 from tap import group  # noqa: E402

@@ -2,7 +2,7 @@
 # spec/peers/peers.c: embeds CPython and Lua in one process and exchanges tensors
 # with PyTorch and NumPy (NumPy >= 2 from build/pydeps, put there by .ci/deps).
 # spec/peers/lupa_peers.py: the other way round, Python embedding Lua through lupa
-# (from build/pydeps) with python/dlpack_lupa.py, exchanging with NumPy and PyTorch.
+# (from build/pydeps) with examples/dlpack_lupa.py, exchanging with NumPy and PyTorch.
 # Both print TAP and skip visibly when a peer (torch, numpy, lupa) is missing.
 source "$(dirname "$0")/lib.sh"
 PY=${PYTHON:-/usr/bin/python3}
