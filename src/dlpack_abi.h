@@ -1,6 +1,6 @@
 /*
  * The DLPack C ABI, version 1.3, written from the published standard
- * (dmlc/dlpack include/dlpack/dlpack.h; see ../shared/DLPACK.md section 1).
+ * (dmlc/dlpack include/dlpack/dlpack.h, version 1.x).
  *
  * A system <dlpack/dlpack.h> of version 1.x is used instead when the build
  * defines DLPACK_LUA_SYSTEM_HEADER (the Makefile does so when it finds one).
