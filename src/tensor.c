@@ -427,7 +427,7 @@ static int l_arange(lua_State *L) {
     v[k] = arg[k] ? (double)lua_tonumber(L, arg[k]) : k == 2;
     if (!isfinite(v[k]))
       return luaL_argerror(L, arg[k], lua_pushfstring(L, "%s must be a finite number, got %s", names[k],
-                                                      lua_tostring(L, arg[k])));
+                                                      isnan(v[k]) ? "nan" : v[k] > 0 ? "inf" : "-inf"));
   }
   if (v[2] == 0) return luaL_argerror(L, arg[2], "step must not be 0");
   double c = ceil((v[1] - v[0]) / v[2]); /* the difference may overflow to an infinity */
