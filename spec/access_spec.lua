@@ -146,6 +146,176 @@ describe("queries", function()
   it("# raises on a 0-d tensor", function()
     raises(function() return #dlpack.zeros({}) end)
   end)
+
+  it("dim gives the number of dimensions, and raises on a released tensor", function()
+    assert.are.equal(3, t:dim())
+    assert.are.equal(2, t[1]:dim())
+    assert.are.equal(0, dlpack.zeros({}):dim())
+    assert.are.equal(1, dlpack.zeros({0}):dim())
+    assert.are.equal(64, dlpack.zeros({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+      1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+      1, 1, 1, 1, 1, 1, 1, 1}):dim())
+    local r = dlpack.zeros({2})
+    r:release()
+    raises(function() return r:dim() end, "released")
+    raises(function() return t.dim(42) end)
+    raises(function() return t.dim({}) end)
+  end)
+end)
+
+describe("unknown fields", function()
+  local t = dlpack.zeros({2, 3})
+
+  it("raise an error naming the field", function()
+    support.raises_plain(function() return t.shpae end, "'shpae'")
+    support.raises_plain(function() return t.Shape end, "'Shape'")
+    support.raises_plain(function() return t.nosuch end, "no field")
+    raises(function() return t[""] end, "no field")
+    raises(function() return t["1"] end, "no field")
+    raises(function() return t._x end, "no field")
+  end)
+
+  it("leave names starting with __ free: they read as nil, for protocol probes", function()
+    assert.is_nil(t.__dlpack_device__)
+    assert.is_nil(t.__name)
+    assert.is_nil(t.__nosuch)
+    assert.is_nil(t.__)
+  end)
+
+  it("do not change methods, properties, or methods added to dlpack.Tensor", function()
+    assert.are.same({2, 3}, t.shape)
+    assert.are.equal("function", type(t.numel))
+    assert.are.equal("function", type(t.__dlpack))
+    dlpack.Tensor.double_numel = function(self) return 2 * self:numel() end
+    assert.are.equal(12, t:double_numel())
+    dlpack.Tensor.double_numel = nil
+    raises(function() return t.double_numel end, "double_numel")
+  end)
+
+  it("on a released tensor raise released", function()
+    local r = dlpack.zeros({2})
+    r:release()
+    raises(function() return r.shpae end, "released")
+    raises(function() return r.__nosuch end, "released")
+  end)
+end)
+
+describe("iteration", function()
+  local function collect(iter, ...)
+    local keys, values = {}, {}
+    for k, v in iter(...) do keys[#keys + 1] = k; values[#values + 1] = v end
+    return keys, values
+  end
+
+  for _, iter in ipairs({ipairs, pairs}) do
+    local name = iter == ipairs and "ipairs" or "pairs"
+
+    it(name .. " walks the elements of a 1-d tensor and stops after the last", function()
+      local keys, values = collect(iter, dlpack.tensor({10, 20, 30}, "int32"))
+      assert.are.same({1, 2, 3}, keys)
+      assert.are.same({10, 20, 30}, values)
+      keys, values = collect(iter, dlpack.tensor({true, false}))
+      assert.are.same({1, 2}, keys)
+      assert.are.same({true, false}, values)
+      keys, values = collect(iter, dlpack.tensor({1, 2, 3, 4, 5, 6}, "float32"):slice(1, -1, 1, -2))
+      assert.are.same({1, 2, 3}, keys)
+      assert.are.same({6.0, 4.0, 2.0}, values)
+    end)
+
+    it(name .. " walks the rows of an n-d tensor as views", function()
+      local t = dlpack.tensor({{1, 2}, {3, 4}, {5, 6}})
+      local keys, rows = collect(iter, t)
+      assert.are.same({1, 2, 3}, keys)
+      for i, row in ipairs(rows) do
+        assert.are.same({2}, row.shape)
+        assert.are.same(t[i]:totable(), row:totable())
+      end
+      rows[2][1] = 30
+      assert.are.equal(30, t:get(2, 1))
+      local _, cols = collect(iter, t:transpose(1, 2))
+      assert.are.same({{1, 30, 5}, {2, 4, 6}}, {cols[1]:totable(), cols[2]:totable()})
+    end)
+
+    it(name .. " yields nothing for an empty tensor", function()
+      assert.are.same({}, (collect(iter, dlpack.zeros({0}))))
+      assert.are.same({}, (collect(iter, dlpack.zeros({0, 3}))))
+      assert.are.equal(3, #(collect(iter, dlpack.zeros({3, 0}))))
+    end)
+
+    it(name .. " raises on a 0-d tensor", function()
+      raises(function() collect(iter, dlpack.tensor(5)) end, "0%-d")
+    end)
+
+    it(name .. " raises on a released tensor, also when released during the walk", function()
+      local t = dlpack.tensor({1, 2, 3})
+      t:release()
+      raises(function() collect(iter, t) end, "released")
+      local u = dlpack.tensor({{1, 2}, {3, 4}})
+      raises(function() for i in iter(u) do if i == 1 then u:release() end end end, "released")
+    end)
+
+    it(name .. " raises on dtypes without element access, naming the dtype", function()
+      raises(function() collect(iter, dlpack.zeros({2}, "complex64")) end, "complex64")
+      assert.are.equal(2, #(collect(iter, dlpack.zeros({2, 2}, "complex64"))))
+    end)
+  end
+
+  it("t[n + 1] written in a script still raises; only ipairs' own lookups see the end", function()
+    local t = dlpack.tensor({10, 20, 30})
+    raises(function() return t[4] end, "out of range")
+    raises(function() return t[#t + 1] end, "out of range")
+    raises(function() return t[0] end, "out of range")
+    raises(function() return t[5] end, "out of range")
+    raises(function() return t[-4] end, "out of range")
+    raises(function() return dlpack.zeros({2, 2})[3] end, "out of range")
+    raises(function() return rawequal(getmetatable(t).__index(t, 4), nil) end, "out of range")
+    -- ipairs' iterator called by hand: the end is nil, every other index raises
+    local f = ipairs(t)
+    assert.are.same({3, 30}, {f(t, 2)})
+    assert.is_nil(f(t, 3))
+    raises(function() return f(t, 4) end, "out of range")
+    raises(function() return f(t, -1) end, "out of range")
+    raises(function() return f(t, math.maxinteger) end, "out of range")
+    raises(function() return f(t, math.mininteger) end, "out of range")
+  end)
+
+  it("ipairs ends a tensor held in a table field or a coroutine the same way", function()
+    local holder = {t = dlpack.tensor({1, 2})}
+    local n = 0
+    for _ in ipairs(holder.t) do n = n + 1 end
+    assert.are.equal(2, n)
+    local co = coroutine.wrap(function()
+      for _, v in ipairs(holder.t) do coroutine.yield(v) end
+      return "done"
+    end)
+    assert.are.same({1, 2, "done"}, {co(), co(), co()})
+  end)
+
+  it("pairs' iterator refuses hostile control values and states", function()
+    local t = dlpack.tensor({10, 20, 30})
+    local f, s, k = pairs(t)
+    assert.are.equal(t, s)
+    assert.are.equal(0, k)
+    assert.are.same({1, 10}, {f(t, 0)})
+    assert.is_nil(f(t, 3))
+    raises(function() return f(t, 4) end, "out of range")
+    raises(function() return f(t, -1) end, "out of range")
+    raises(function() return f(t, math.maxinteger) end, "out of range")
+    raises(function() return f(t, math.mininteger) end, "out of range")
+    raises(function() return f(t, 1.5) end)
+    raises(function() return f(t, 0 / 0) end)
+    raises(function() return f(t, "x") end)
+    raises(function() return f(t, nil) end)
+    raises(function() return f({}, 0) end)
+    raises(function() return f(42, 0) end)
+    raises(function() return f(dlpack.tensor(1), 0) end, "0%-d")
+    local mt = getmetatable(t)
+    raises(function() return mt.__pairs({}) end)
+    raises(function() return mt.__pairs(dlpack.tensor(1)) end, "0%-d")
+    -- the iterator works for any tensor given as the state
+    local u = dlpack.tensor({{7, 8}})
+    assert.are.same({7, 8}, select(2, f(u, 0)):totable())
+  end)
 end)
 
 describe("indexing", function()

@@ -1,4 +1,4 @@
--- Creating tensors: empty, zeros, full, tensor, frombytes.
+-- Creating tensors: empty, zeros, ones, full, arange, tensor, frombytes.
 local dlpack = require "dlpack"
 local support = require "support"
 
@@ -132,6 +132,165 @@ describe("full", function()
     raises(function() dlpack.full({2}, "abc", "float32") end)
     raises(function() dlpack.full({2}, {}, "float32") end)
   end)
+
+  it("says 'an int8' and 'a uint8' in its messages, by the first sound of the dtype name", function()
+    local want = {int8 = "an int8 element", int64 = "an int64 element", uint8 = "a uint8 element",
+                  uint64 = "a uint64 element", float32 = "a float32 element", bfloat16 = "a bfloat16 element",
+                  bool = "a bool element"}
+    for dtype, text in pairs(want) do
+      local msg = support.raises_plain(function() dlpack.full({2}, "x", dtype) end, text)
+      assert.is_falsy(msg:find("a int", 1, true) or msg:find("an uint", 1, true), msg)
+    end
+  end)
+end)
+
+describe("ones", function()
+  it("fills every accessible dtype with one (true for bool)", function()
+    for _, dtype in ipairs(ACCESSIBLE) do
+      local t = dlpack.ones({3, 2}, dtype)
+      assert.are.equal(dtype, t.dtype)
+      assert.are.same({3, 2}, t.shape)
+      for _, v in ipairs(all_elements(t)) do assert.are.equal(one(dtype), v, dtype) end
+    end
+  end)
+
+  it("defaults to float32 on the cpu, like zeros", function()
+    local t = dlpack.ones({2})
+    assert.are.equal("float32", t.dtype)
+    assert.are.equal("cpu", t.device)
+    assert.are.same({1.0, 1.0}, t:totable())
+    assert.are.equal("cpu", dlpack.ones({2}, "int8", "cpu").device)
+    assert.are.equal(1.0, dlpack.ones({}):item())
+    assert.are.same({0, 3}, dlpack.ones({0, 3}).shape)
+  end)
+
+  it("raises on an unknown dtype or device, and on dtypes without element access", function()
+    raises(function() dlpack.ones({2}, "word") end, "word")
+    raises(function() dlpack.ones({2}, "float32", "tpu:0") end, "tpu")
+    raises(function() dlpack.ones({2}, "float32", "vulkan:0") end, "vulkan")
+    raises(function() dlpack.ones({2}, "complex64") end, "complex64")
+    raises(function() dlpack.ones({2}, 5) end)
+  end)
+end)
+
+describe("arange", function()
+  local function values(t) return t:totable() end
+
+  it("counts from 0 to stop - 1, as int64, with one argument", function()
+    local t = dlpack.arange(5)
+    assert.are.equal("int64", t.dtype)
+    assert.are.same({0, 1, 2, 3, 4}, values(t))
+    assert.are.same({0}, dlpack.arange(0).shape)
+    assert.are.same({0}, dlpack.arange(-3).shape)
+  end)
+
+  it("takes start, stop and step, strictly before stop, as NumPy does", function()
+    assert.are.same({2, 3, 4}, values(dlpack.arange(2, 5)))
+    assert.are.same({1, 4, 7}, values(dlpack.arange(1, 10, 3)))
+    assert.are.same({1, 4, 7}, values(dlpack.arange(1, 8, 3)))
+    assert.are.same({10, 7, 4, 1}, values(dlpack.arange(10, 0, -3)))
+    assert.are.same({-1, -2}, values(dlpack.arange(-1, -3, -1)))
+    assert.are.same({0}, dlpack.arange(5, 2).shape)
+    assert.are.same({0}, dlpack.arange(2, 5, -1).shape)
+    assert.are.same({0}, dlpack.arange(3, 3).shape)
+  end)
+
+  it("gives float64 when any number is a float", function()
+    local t = dlpack.arange(1, 2, 0.25)
+    assert.are.equal("float64", t.dtype)
+    assert.are.same({1.0, 1.25, 1.5, 1.75}, values(t))
+    assert.are.equal("float64", dlpack.arange(5.0).dtype)
+    assert.are.same({0.0, 1.0, 2.0}, values(dlpack.arange(3.0)))
+    assert.are.equal(10, dlpack.arange(0, 1, 0.1):numel())         -- ceil((1 - 0) / 0.1)
+    assert.are.equal(3, dlpack.arange(0, 1.1, 0.5):numel())
+    assert.are.same({0.5, -0.5}, values(dlpack.arange(0.5, -1, -1)))
+    assert.are.same({0}, dlpack.arange(0.5, 0.25).shape)
+  end)
+
+  it("takes a dtype after the numbers", function()
+    local t = dlpack.arange(4, "float32")
+    assert.are.equal("float32", t.dtype)
+    assert.are.same({0.0, 1.0, 2.0, 3.0}, values(t))
+    assert.are.same({1, 3}, values(dlpack.arange(1, 5, 2, "int8")))
+    assert.are.same({0.0, 0.5}, values(dlpack.arange(0, 1, 0.5, "float16")))
+    assert.are.same({0, 1, 2}, values(dlpack.arange(0.0, 3.0, "uint8")))   -- integral floats
+    assert.are.same({0, 3, 6, 9}, values(dlpack.arange(0, 10, 3, "float64")))
+    assert.are.equal("float64", dlpack.arange(0, 10, 3, "float64").dtype)
+    for _, dtype in ipairs(support.NUMERIC) do
+      assert.are.equal(3, dlpack.arange(3, dtype):numel(), dtype)
+    end
+  end)
+
+  it("raises on a step of 0", function()
+    raises(function() dlpack.arange(0, 5, 0) end, "step")
+    raises(function() dlpack.arange(0, 5, 0.0) end, "step")
+    raises(function() dlpack.arange(0, 5, -0.0) end, "step")
+  end)
+
+  it("raises on NaN and infinities, naming the argument", function()
+    support.raises_plain(function() dlpack.arange(0 / 0) end, "stop must be a finite number, got nan")
+    support.raises_plain(function() dlpack.arange(-(0 / 0)) end, "got nan")
+    support.raises_plain(function() dlpack.arange(0, -math.huge) end, "stop must be a finite number, got -inf")
+    raises(function() dlpack.arange(math.huge) end, "stop.*finite")
+    raises(function() dlpack.arange(-math.huge, 0) end, "start.*finite")
+    raises(function() dlpack.arange(0, 1, 0 / 0) end, "step.*finite")
+    raises(function() dlpack.arange(0, 1, math.huge) end, "step.*finite")
+  end)
+
+  it("raises on counts that do not fit, never allocating them", function()
+    raises(function() dlpack.arange(math.mininteger, math.maxinteger) end, "2%^63")
+    raises(function() dlpack.arange(math.maxinteger, math.mininteger, -1) end, "2%^63")
+    raises(function() dlpack.arange(-1e300, 1e300) end, "2%^63")
+    raises(function() dlpack.arange(-1e308, 1e308, 1e-300) end, "2%^63")
+    raises(function() dlpack.arange(0, 1, 1e-300) end, "2%^63")
+    raises(function() dlpack.arange(1e18) end, "too many bytes")
+    raises(function() dlpack.arange(0, math.maxinteger, 2) end, "too many bytes")
+    raises(function() dlpack.arange(1 << 62, "int8") end)
+  end)
+
+  it("reaches the ends of int64 without overflowing", function()
+    local M, m = math.maxinteger, math.mininteger
+    assert.are.same({M - 2, M - 1}, values(dlpack.arange(M - 2, M)))
+    assert.are.same({m, m + 1}, values(dlpack.arange(m, m + 2)))
+    assert.are.same({M, M - 1}, values(dlpack.arange(M, M - 2, -1)))
+    assert.are.same({m + 2, m + 1}, values(dlpack.arange(m + 2, m, -1)))
+    assert.are.same({m, m + (1 << 62), 0, 1 << 62}, values(dlpack.arange(m, M, 1 << 62)))
+    assert.are.same({0}, dlpack.arange(m, M, 1 << 63).shape)            -- 1 << 63 is math.mininteger: a negative step
+    assert.are.same({M, -1}, values(dlpack.arange(M, m, m)))
+    assert.are.same({m, -1, M - 1}, values(dlpack.arange(m, M, M)))
+    assert.are.same({M, 0, m + 1}, values(dlpack.arange(M, m, m + 1)))
+  end)
+
+  it("raises when the values do not fit the dtype", function()
+    raises(function() dlpack.arange(0, 300, 1, "uint8") end, "out of range")
+    raises(function() dlpack.arange(-1, 3, "uint32") end, "out of range")
+    raises(function() dlpack.arange(120, 130, 1, "int8") end, "out of range")
+    raises(function() dlpack.arange(0, -2, -1, "uint64") end, "out of range")
+    assert.are.same({127}, values(dlpack.arange(127, 128, "int8")))
+  end)
+
+  it("raises on fractional numbers for an integer dtype, naming the argument", function()
+    raises(function() dlpack.arange(0.5, 3, "int32") end, "start")
+    raises(function() dlpack.arange(3.5, "int64") end, "stop")
+    raises(function() dlpack.arange(0, 3, 0.5, "int16") end, "step")
+    raises(function() dlpack.arange(0, 2 ^ 63, "int64") end, "stop")
+  end)
+
+  it("raises on arguments of the wrong type or number", function()
+    raises(function() dlpack.arange() end, "number expected")
+    raises(function() dlpack.arange("5") end, "number expected")
+    raises(function() dlpack.arange({}) end, "number expected")
+    raises(function() dlpack.arange(setmetatable({}, {__index = function() error("ran") end})) end,
+      "number expected")
+    raises(function() dlpack.arange(1, 2, 3, 4) end, "dtype")
+    raises(function() dlpack.arange(1, nil, 3) end, "unexpected")
+    raises(function() dlpack.arange(1, "int32", 3) end, "unexpected")
+    raises(function() dlpack.arange(5, "word") end, "word")
+    raises(function() dlpack.arange(5, {}) end)
+    raises(function() dlpack.arange(2, "bool") end, "bool")
+    raises(function() dlpack.arange(2, "complex64") end, "complex64")
+    raises(function() dlpack.arange(2, "float8_e4m3fn") end, "float8_e4m3fn")
+  end)
 end)
 
 describe("tensor", function()
@@ -264,6 +423,20 @@ describe("frombytes", function()
   it("raises on an unknown dtype", function()
     raises(function() dlpack.frombytes("abcd", "word") end, "word")
   end)
+
+  it("says in words what does not match", function()
+    local msg = support.raises_plain(function() dlpack.frombytes("abc", "int32") end,
+      "the string has 3 bytes, not a whole number of int32 elements (4 bytes each)")
+    assert.is_truthy(msg:find("multiple of 4", 1, true), msg)
+    support.raises_plain(function() dlpack.frombytes("abc", "int32", {2, 2}) end,
+      "the shape {2, 2} holds 4 int32 elements (16 bytes), but the string has 3 bytes")
+    support.raises_plain(function() dlpack.frombytes("abc", "int32", {}) end,
+      "the shape {} holds 1 int32 element (4 bytes)")
+    support.raises_plain(function() dlpack.frombytes("abc", "int8", {math.maxinteger}) end,
+      "but the string has 3 bytes")
+    support.raises_plain(function() dlpack.frombytes("abc", "int32", {math.maxinteger}) end,
+      "more bytes than fit in 64 bits")
+  end)
 end)
 
 describe("bad shapes", function()
@@ -271,6 +444,7 @@ describe("bad shapes", function()
     empty = function(shape) return dlpack.empty(shape) end,
     zeros = function(shape) return dlpack.zeros(shape) end,
     full = function(shape) return dlpack.full(shape, 1) end,
+    ones = function(shape) return dlpack.ones(shape) end,
   }
 
   for name, make in pairs(makers) do
@@ -301,6 +475,7 @@ describe("bad shapes", function()
     raises(function() dlpack.empty({1 << 40, 1 << 40}, "float64") end, "empty")
     raises(function() dlpack.empty({math.maxinteger}, "int64") end, "empty")
     raises(function() dlpack.zeros({math.maxinteger // 2, 4}, "uint8") end, "zeros")
+    raises(function() dlpack.ones({math.maxinteger // 2, 4}, "int16") end, "ones")
   end)
 end)
 

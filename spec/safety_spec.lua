@@ -282,6 +282,8 @@ describe("Lua code in the middle of a call cannot free what the call uses", func
     {"from_dlpack", "function(t) return dlpack.from_dlpack(t, {copy = true}) end"},
     {"to_dlpack", "function(t) return dlpack.release_capsule(dlpack.to_dlpack(t, {copy = true})) end"},
     {"fill", "function(t) return t:fill(1) end"},
+    {"ipairs (rows)", "function(t) for _, row in ipairs(t) do local _ = row[1] end end"},
+    {"pairs (rows)", "function(t) for _, row in pairs(t) do local _ = row[1] end end"},
   }
   for _, case in ipairs(cases) do
     it("survives finalizers that release the tensor during " .. case[1], function()

@@ -27,6 +27,68 @@ describe("tostring", function()
     contains(s, "nan"); contains(s, "inf")
   end)
 
+  it("shows every NaN as nan, never -nan, and the infinities as inf and -inf", function()
+    local nan = 0 / 0
+    for _, dtype in ipairs({"float16", "bfloat16", "float32", "float64"}) do
+      local s = tostring(dlpack.tensor({nan, -nan, math.huge, -math.huge}, dtype))
+      assert.is_truthy(s:find("{nan, nan, inf, -inf}", 1, true), s)
+    end
+    local z = tostring(dlpack.tensor(-nan))
+    assert.is_truthy(z:find("(nan,", 1, true), z)
+    assert.is_falsy(z:find("-nan", 1, true), z)
+    local c = tostring(dlpack.frombytes(string.pack("dd", -nan, -math.huge), "complex128"))
+    assert.is_truthy(c:find("{nan-infi}", 1, true), c)
+  end)
+
+  it("wraps long rows at 80 columns, continuing under the first element", function()
+    local s = tostring(dlpack.tensor((function() local t = {} for i = 1, 100 do t[i] = i * 1000 end return t end)()))
+    local lines = {}
+    for line in s:gmatch("[^\n]+") do lines[#lines + 1] = line end
+    assert.is_true(#lines > 3, s)
+    for i, line in ipairs(lines) do
+      assert.is_true(#line <= 80, "line " .. i .. " has " .. #line .. " columns:\n" .. s)
+      if i > 1 and i < #lines then
+        assert.is_truthy(line:find("^               %d"), "line " .. i .. " is not indented by 15:\n" .. s)
+      end
+    end
+    assert.is_truthy(lines[1]:find("^dlpack%.Tensor%({1000, 2000, "), s)
+    -- every value is there, in order, each once
+    local seen = {}
+    for v in s:match("%b{}"):gmatch("%d+") do seen[#seen + 1] = tonumber(v) end
+    assert.are.equal(100, #seen, s)
+    for i = 1, 100 do assert.are.equal(i * 1000, seen[i]) end
+  end)
+
+  it("wraps the rows of an n-d tensor under their own brace, and the shape under the first", function()
+    local s = tostring(dlpack.zeros({2, 30}, "float32"))
+    local lines = {}
+    for line in s:gmatch("[^\n]+") do lines[#lines + 1] = line end
+    for i, line in ipairs(lines) do assert.is_true(#line <= 80, "line " .. i .. ":\n" .. s) end
+    assert.is_truthy(lines[2]:find("^                0%.0"), s)            -- inside the first row: 16 spaces
+    assert.is_truthy(s:find("\n               {0%.0, "), s)            -- the second row: 15 spaces
+    assert.is_truthy(lines[#lines]:find("}}, shape={2, 30}, dtype=float32, device=cpu)", 1, true), s)
+  end)
+
+  it("puts the shape, dtype and device on a line of their own when they do not fit", function()
+    assert.are.equal("dlpack.Tensor({0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0},\n" ..
+                     "              shape={8}, dtype=float32, device=cpu)", tostring(dlpack.arange(8, "float32")))
+    local s = tostring(dlpack.tensor((function() local t = {} for i = 1, 100 do t[i] = i * 1000 end return t end)()))
+    assert.is_truthy(s:find("\n              shape={100}, dtype=int64, device=cpu)", 1, true), s)
+  end)
+
+  it("keeps a short tensor on one line", function()
+    assert.are.equal("dlpack.Tensor({1, 2, 3}, shape={3}, dtype=int64, device=cpu)",
+      tostring(dlpack.tensor({1, 2, 3})))
+    assert.are.equal("dlpack.Tensor({{1, 2},\n               {3, 4}}, shape={2, 2}, dtype=int64, device=cpu)",
+      tostring(dlpack.tensor({{1, 2}, {3, 4}})))
+  end)
+
+  it("wraps a summary's rows too", function()
+    local s = tostring(dlpack.full({3000}, 123456.5, "float64"))
+    for line in s:gmatch("[^\n]+") do assert.is_true(#line <= 80, s) end
+    assert.is_truthy(s:find("...", 1, true), s)
+  end)
+
   it("shows booleans", function()
     local s = tostring(dlpack.tensor({true, false}))
     contains(s, "true"); contains(s, "false")

@@ -184,6 +184,11 @@ static const uint64_t uint_max[] = {
   [DLP_UINT8] = UINT8_MAX, [DLP_UINT16] = UINT16_MAX, [DLP_UINT32] = UINT32_MAX, [DLP_UINT64] = UINT64_MAX,
 };
 
+/* The article for a dtype name, by its first sound: "an int8", "a uint8", "a float32". */
+static const char *article(const char *name) {
+  return name[0] == 'i' ? "an" : "a";
+}
+
 void dlp_check_element(lua_State *L, int idx, int dtype, void *out, const char *what) {
   dlp_Scalar s;
   const char *name = dlp_dtypes[dtype].name;
@@ -198,7 +203,8 @@ void dlp_check_element(lua_State *L, int idx, int dtype, void *out, const char *
     lua_Integer v;
     int isnum;
     if (lua_type(L, idx) != LUA_TNUMBER)
-      luaL_error(L, "%s: a %s element takes an integer, got %s", what, name, luaL_typename(L, idx));
+      luaL_error(L, "%s: %s %s element takes an integer, got %s", what, article(name), name,
+                 luaL_typename(L, idx));
     v = lua_tointegerx(L, idx, &isnum);
     if (!isnum)
       luaL_error(L, "%s: %s is not an integer (dtype %s)", what, lua_tostring(L, idx), name);
@@ -218,7 +224,7 @@ void dlp_check_element(lua_State *L, int idx, int dtype, void *out, const char *
     }
   } else {
     if (lua_type(L, idx) != LUA_TNUMBER)
-      luaL_error(L, "%s: a %s element takes a number, got %s", what, name, luaL_typename(L, idx));
+      luaL_error(L, "%s: %s %s element takes a number, got %s", what, article(name), name, luaL_typename(L, idx));
     s.kind = DLP_S_FLOAT;
     s.re = (double)lua_tonumber(L, idx);
   }

@@ -1,4 +1,5 @@
 /* Tensors to and from Lua values: tensor{...}, totable, tobytes, frombytes, tostring. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -148,28 +149,45 @@ static int l_tobytes(lua_State *L) {
   return 1;
 }
 
+/* "{2, 3}", pushed */
+static const char *push_shape(lua_State *L, int ndim, const int64_t *shape) {
+  luaL_Buffer b;
+  char buf[32];
+  luaL_buffinit(L, &b);
+  luaL_addchar(&b, '{');
+  for (int i = 0; i < ndim; i++) {
+    snprintf(buf, sizeof buf, i ? ", %lld" : "%lld", (long long)shape[i]);
+    luaL_addstring(&b, buf);
+  }
+  luaL_addchar(&b, '}');
+  luaL_pushresult(&b);
+  return lua_tostring(L, -1);
+}
+
 static int l_frombytes(lua_State *L) {
   size_t len;
   const char *s = luaL_checklstring(L, 1, &len);
   int dtype = dlp_check_dtype(L, 2);
   int64_t shape[DLP_MAX_NDIM], numel, bytes;
   int ndim = 1, bits = dlp_dtypes[dtype].bits;
+  const char *name = dlp_dtypes[dtype].name;
   DLDevice cpu = {kDLCPU, 0};
   if ((uint64_t)len > INT64_MAX / 2) return luaL_argerror(L, 1, "string too long");
   if (lua_isnoneornil(L, 3)) {
     shape[0] = (int64_t)len / bits * 8 + (int64_t)len % bits * 8 / bits; /* floor(len * 8 / bits) */
+    /* only whole-byte dtypes can leave bytes over: 4- and 6-bit elements fill any string */
     if (dlp_bytes_of(dtype, shape[0], 0, &bytes) && bytes != (int64_t)len)
-      return luaL_error(L, "dlpack.frombytes: %I bytes are not a whole number of %s elements (%s each)",
-                        (lua_Integer)len, dlp_dtypes[dtype].name,
-                        bits % 8 ? (bits == 4 ? "half a byte" : "6 bits") : lua_pushfstring(L, "%d bytes", bits / 8));
+      return luaL_error(L, "dlpack.frombytes: the string has %I bytes, not a whole number of %s elements (%d "
+                        "bytes each): its length must be a multiple of %d", (lua_Integer)len, name, bits / 8, bits / 8);
   } else {
     ndim = dlp_check_shape(L, 3, shape);
   }
-  if (!dlp_numel_of(ndim, shape, &numel) || !dlp_bytes_of(dtype, numel, 0, &bytes) || bytes != (int64_t)len)
-    return luaL_error(L, "dlpack.frombytes: the shape needs %s of %s, the string has %I bytes",
-                      dlp_numel_of(ndim, shape, &numel) ? lua_pushfstring(L, "%I elements", (lua_Integer)numel)
-                                                         : "more elements than fit in 64 bits",
-                      dlp_dtypes[dtype].name, (lua_Integer)len);
+  dlp_numel_of(ndim, shape, &numel); /* fits: counted from len, or dlp_check_shape */
+  if (!dlp_bytes_of(dtype, numel, 0, &bytes) || bytes != (int64_t)len)
+    return luaL_error(L, "dlpack.frombytes: the shape %s holds %I %s element%s (%s), but the string has %I bytes", push_shape(L, ndim, shape), (lua_Integer)numel, name, numel == 1 ? "" : "s",
+                      dlp_bytes_of(dtype, numel, 0, &bytes) ? lua_pushfstring(L, "%I bytes", (lua_Integer)bytes)
+                                                            : "more bytes than fit in 64 bits",
+                      (lua_Integer)len);
   dlp_Tensor *t = dlp_tensor_new(L, dtype, 0, cpu, ndim, shape, 0);
   if (len) memcpy(dlp_first_element(t), s, len); /* s is an argument: anchored */
   return 1;
@@ -181,33 +199,35 @@ static int l_frombytes(lua_State *L) {
 #define EDGE_ITEMS 3
 #define MAX_SHOWN 1000         /* elements and rows shown at most, whatever the dimensions */
 
-static void add_element(luaL_Buffer *b, int dtype, const char *p) {
-  char buf[64];
-  dlp_Scalar s;
-  dlp_load(dtype, p, &s);
-  if (dtype == DLP_BOOL) luaL_addstring(b, s.i ? "true" : "false");
-  else if (s.kind == DLP_S_INT) snprintf(buf, sizeof buf, "%lld", (long long)s.i), luaL_addstring(b, buf);
-  else if (s.kind == DLP_S_UINT) snprintf(buf, sizeof buf, "%llu", (unsigned long long)s.u), luaL_addstring(b, buf);
+#define LINE_WIDTH 80           /* lines of elements wrap before this many columns */
+
+/* A float as %.6g, but NaN as "nan" and the infinities as "inf" and "-inf" whatever the C
+ * library prints (glibc gives "-nan" for the NaN that 0/0 makes); sign: "+" before positives. */
+static void format_float(char *buf, size_t size, double x, int sign) {
+  if (isnan(x)) snprintf(buf, size, "%snan", sign ? "+" : "");
+  else if (isinf(x)) snprintf(buf, size, "%sinf", x < 0 ? "-" : sign ? "+" : "");
   else {
-    snprintf(buf, sizeof buf, "%.6g", s.re);
-    if (!strpbrk(buf, ".eni")) strcat(buf, ".0"); /* show floats as floats, as Lua does */
-    luaL_addstring(b, buf);
-    if (s.kind == DLP_S_COMPLEX) {
-      snprintf(buf, sizeof buf, "%+.6gi", s.im);
-      luaL_addstring(b, buf);
-    }
+    snprintf(buf, size, sign ? "%+.6g" : "%.6g", x);
+    if (!sign && !strpbrk(buf, ".e")) strcat(buf, ".0"); /* show floats as floats, as Lua does */
   }
 }
 
-/* ", " between numbers; ",\n" and indentation between rows */
-static void add_separator(luaL_Buffer *b, int last_dim, int column) {
-  luaL_addchar(b, ',');
-  if (last_dim) {
-    luaL_addchar(b, ' ');
-    return;
+/* One element as text into buf (at least 96 bytes); returns its length. */
+static size_t format_element(char *buf, int dtype, const char *p) {
+  dlp_Scalar s;
+  dlp_load(dtype, p, &s);
+  if (dtype == DLP_BOOL) strcpy(buf, s.i ? "true" : "false");
+  else if (s.kind == DLP_S_INT) snprintf(buf, 48, "%lld", (long long)s.i);
+  else if (s.kind == DLP_S_UINT) snprintf(buf, 48, "%llu", (unsigned long long)s.u);
+  else {
+    format_float(buf, 48, s.re, 0);
+    if (s.kind == DLP_S_COMPLEX) {
+      size_t n = strlen(buf);
+      format_float(buf + n, 47, s.im, 1);
+      strcat(buf, "i");
+    }
   }
-  luaL_addchar(b, '\n');
-  for (int k = 0; k < column; k++) luaL_addchar(b, ' ');
+  return strlen(buf);
 }
 
 typedef struct Printer {
@@ -215,27 +235,59 @@ typedef struct Printer {
   const dlp_Tensor *t;
   int summarise, indent;
   int budget; /* elements and rows left to show */
+  int column; /* of the next character on the current line */
 } Printer;
+
+static void add_text(Printer *pr, const char *s, size_t n) {
+  luaL_addlstring(pr->b, s, n);
+  pr->column += (int)n;
+}
+
+/* A new line, indented to `column`. */
+static void add_newline(Printer *pr, int column) {
+  luaL_addchar(pr->b, '\n');
+  for (int k = 0; k < column; k++) luaL_addchar(pr->b, ' ');
+  pr->column = column;
+}
+
+/* What goes before an item (an element, a row or "...") of n characters: nothing before the
+ * first; ", " between elements, or ",\n" when the next would not fit on the line with the comma
+ * or brace after it; ",\n" between rows. New lines are indented to `column`. */
+static void separate(Printer *pr, int *first, int last_dim, int column, size_t n) {
+  if (*first) {
+    *first = 0;
+    return;
+  }
+  add_text(pr, ",", 1);
+  if (!last_dim || pr->column + 1 + (int)n + 1 > LINE_WIDTH) add_newline(pr, column);
+  else add_text(pr, " ", 1);
+}
 
 static void add_nested(Printer *pr, int dim, const char *p) {
   const dlp_Tensor *t = pr->t;
   int64_t n = t->dl.shape[dim];
   int64_t step = dlp_walk_stride(t, dim);
-  int last_dim = dim + 1 == t->dl.ndim;
-  luaL_addchar(pr->b, '{');
+  int last_dim = dim + 1 == t->dl.ndim, column = pr->indent + dim + 1, first = 1;
+  char buf[96];
+  add_text(pr, "{", 1);
   for (int64_t i = 0; i < n; i++) {
     if (pr->budget <= 0 || (pr->summarise && n > 2 * EDGE_ITEMS && i == EDGE_ITEMS)) {
-      luaL_addstring(pr->b, "...");
+      separate(pr, &first, last_dim, column, 3);
+      add_text(pr, "...", 3);
       if (pr->budget <= 0) break;
-      add_separator(pr->b, last_dim, pr->indent + dim + 1);
       i = n - EDGE_ITEMS;
     }
     pr->budget--;
-    if (last_dim) add_element(pr->b, t->dtype, dlp_offset(p, i * step));
-    else add_nested(pr, dim + 1, dlp_offset(p, i * step));
-    if (i + 1 < n) add_separator(pr->b, last_dim, pr->indent + dim + 1);
+    if (last_dim) {
+      size_t len = format_element(buf, t->dtype, dlp_offset(p, i * step));
+      separate(pr, &first, last_dim, column, len);
+      add_text(pr, buf, len);
+    } else {
+      separate(pr, &first, last_dim, column, 0);
+      add_nested(pr, dim + 1, dlp_offset(p, i * step));
+    }
   }
-  luaL_addchar(pr->b, '}');
+  add_text(pr, "}", 1);
 }
 
 /* More than SUMMARY_THRESHOLD elements, or rows (an empty {10^6, 0} has a million rows). */
@@ -249,36 +301,46 @@ static int is_large(const dlp_Tensor *t) {
 static int l_tostring(lua_State *L) {
   static const char prefix[] = "dlpack.Tensor(";
   dlp_Tensor *t = dlp_tensor_arg(L, 1);
-  luaL_Buffer b;
+  luaL_Buffer b, m;
+  char buf[96];
   if (!t->owner) {
     lua_pushstring(L, "dlpack.Tensor(released)");
     return 1;
   }
   lua_settop(L, 1);
   dlp_Tensor *held = dlp_tensor_alias(L, 1, t->dl.device, "tostring"); /* at 2: it allocates as it reads */
+  /* the shape, dtype and device, at 3 */
+  luaL_buffinit(L, &m);
+  luaL_addstring(&m, "shape={");
+  for (int i = 0; i < held->dl.ndim; i++) {
+    snprintf(buf, sizeof buf, i ? ", %lld" : "%lld", (long long)held->dl.shape[i]);
+    luaL_addstring(&m, buf);
+  }
+  luaL_addstring(&m, "}, dtype=");
+  luaL_addstring(&m, dlp_dtypes[held->dtype].name);
+  luaL_addstring(&m, ", device=");
+  dlp_push_device_name(L, held->dl.device);
+  luaL_addvalue(&m);
+  if (held->flags & DLP_FLAG_READ_ONLY) luaL_addstring(&m, ", readonly");
+  luaL_addchar(&m, ')');
+  luaL_pushresult(&m);
   luaL_buffinit(L, &b);
-  luaL_addstring(&b, prefix);
+  Printer pr = {&b, held, is_large(held), (int)sizeof prefix - 1, MAX_SHOWN, 0};
+  add_text(&pr, prefix, sizeof prefix - 1);
   if (!dlp_device_is_host(held->dl.device) || held->dtype > DLP_COMPLEX128) {
-    luaL_addstring(&b, "<elements not shown>");
+    add_text(&pr, "<elements not shown>", 20);
   } else if (held->dl.ndim == 0) {
-    add_element(&b, held->dtype, dlp_first_element(held));
+    size_t len = format_element(buf, held->dtype, dlp_first_element(held));
+    add_text(&pr, buf, len);
   } else {
-    Printer pr = {&b, held, is_large(held), (int)sizeof prefix - 1, MAX_SHOWN};
     add_nested(&pr, 0, dlp_first_element(held));
   }
-  luaL_addstring(&b, ", shape={");
-  for (int i = 0; i < held->dl.ndim; i++) {
-    char buf[32];
-    snprintf(buf, sizeof buf, i ? ", %lld" : "%lld", (long long)held->dl.shape[i]);
-    luaL_addstring(&b, buf);
-  }
-  luaL_addstring(&b, "}, dtype=");
-  luaL_addstring(&b, dlp_dtypes[held->dtype].name);
-  luaL_addstring(&b, ", device=");
-  dlp_push_device_name(L, held->dl.device);
+  /* on the same line when it fits, else on a new one under the first element */
+  add_text(&pr, ",", 1);
+  if (pr.column + 1 + (int)lua_rawlen(L, 3) > LINE_WIDTH) add_newline(&pr, pr.indent);
+  else add_text(&pr, " ", 1);
+  lua_pushvalue(L, 3);
   luaL_addvalue(&b);
-  if (held->flags & DLP_FLAG_READ_ONLY) luaL_addstring(&b, ", readonly");
-  luaL_addchar(&b, ')');
   luaL_pushresult(&b);
   dlp_tensor_release(held);
   return 1;

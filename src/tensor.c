@@ -1,7 +1,10 @@
 /* Tensors: the userdata, creation, properties, element access and release. */
 #include <limits.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#include <lualib.h>
 
 #include "internal.h"
 
@@ -312,24 +315,130 @@ static int create(lua_State *L, int zeroed) {
 static int l_empty(lua_State *L) { return create(L, 0); }
 static int l_zeros(lua_State *L) { return create(L, 1); }
 
-static int l_full(lua_State *L) {
+/* A new tensor of the shape at 1, dtype at dtype_arg and device after it, every element the value
+ * at `value` (0: one, as true for bool). */
+static int create_filled(lua_State *L, int value, int dtype_arg, const char *what) {
   int64_t shape[DLP_MAX_NDIM];
-  unsigned char value[16];
+  unsigned char element[16];
   DLDevice cpu = {kDLCPU, 0}, device = cpu;
   int ndim = dlp_check_shape(L, 1, shape);
-  luaL_checkany(L, 2);
-  int dtype = dlp_opt_dtype(L, 3, DLP_FLOAT32);
-  if (!lua_isnoneornil(L, 4)) device = dlp_check_device(L, 4, 4, NULL);
-  dlp_check_element(L, 2, dtype, value, "dlpack.full"); /* before allocating anything */
+  if (value) luaL_checkany(L, value);
+  int dtype = dlp_opt_dtype(L, dtype_arg, DLP_FLOAT32);
+  if (!lua_isnoneornil(L, dtype_arg + 1)) device = dlp_check_device(L, dtype_arg + 1, dtype_arg + 1, NULL);
+  if (!value) {
+    lua_settop(L, dtype_arg + 1);
+    if (dtype == DLP_BOOL) lua_pushboolean(L, 1);
+    else lua_pushinteger(L, 1);
+    value = lua_gettop(L);
+  }
+  dlp_check_element(L, value, dtype, element, what); /* before allocating anything */
   check_bytes(L, ndim, shape, dtype);
   dlp_Tensor *t = dlp_tensor_new(L, dtype, 0, device, ndim, shape, 0);
   if (dlp_device_is_host(device)) {
-    dlp_fill(L, t, 2, "dlpack.full");
+    dlp_fill(L, t, value, what);
   } else { /* fill on the host, then one copy to the device */
     dlp_Tensor *staging = dlp_tensor_new(L, dtype, 0, cpu, ndim, shape, 0);
-    dlp_fill(L, staging, 2, "dlpack.full");
+    dlp_fill(L, staging, value, what);
     dlp_cuda_copy(L, t, staging, NULL);
     lua_pop(L, 1);
+  }
+  return 1;
+}
+
+static int l_full(lua_State *L) { return create_filled(L, 2, 3, "dlpack.full"); }
+static int l_ones(lua_State *L) { return create_filled(L, 0, 2, "dlpack.ones"); }
+
+/* dlpack.arange([start,] stop [, step] [, dtype]), as NumPy's: start, start + step, ... strictly
+ * before stop, ceil((stop - start) / step) elements (none when that is not positive). The
+ * numbers are int64 when all are integers, float64 otherwise, unless a dtype is given. */
+
+/* The elements of an integer range, or -1 when there are 2^63 or more. */
+static int64_t integer_count(int64_t start, int64_t stop, int64_t step) {
+  uint64_t span, by, n;
+  if (step > 0 ? stop <= start : stop >= start) return 0;
+  /* the distance and the step as unsigned magnitudes: both fit in 64 bits */
+  span = step > 0 ? (uint64_t)stop - (uint64_t)start : (uint64_t)start - (uint64_t)stop;
+  by = step > 0 ? (uint64_t)step : (uint64_t)0 - (uint64_t)step;
+  n = span / by + (span % by != 0);
+  return n > INT64_MAX ? -1 : (int64_t)n;
+}
+
+static dlp_Tensor *new_range(lua_State *L, int dtype, const int64_t *shape) {
+  int64_t bytes;
+  DLDevice cpu = {kDLCPU, 0};
+  if (!dlp_bytes_of(dtype, shape[0], 0, &bytes) || (uint64_t)bytes > PTRDIFF_MAX / 2)
+    luaL_error(L, "dlpack.arange: %I elements of %s are too many bytes", (lua_Integer)shape[0], dlp_dtypes[dtype].name);
+  return dlp_tensor_new(L, dtype, 0, cpu, 1, shape, 0);
+}
+
+static int l_arange(lua_State *L) {
+  static const char *const names[] = {"start", "stop", "step"};
+  int top = lua_gettop(L), n = 0, all_integers = 1, arg[3];
+  int64_t count, shape[1];
+  while (n < 3 && n < top && lua_type(L, n + 1) == LUA_TNUMBER) all_integers &= lua_isinteger(L, ++n);
+  if (n == 0) return luaL_typeerror(L, 1, "number");
+  if (lua_type(L, n + 1) == LUA_TNUMBER)
+    return luaL_argerror(L, n + 1, "a dtype name expected (arange takes at most start, stop and step)");
+  for (int k = n + 2; k <= top; k++)
+    if (!lua_isnil(L, k)) return luaL_argerror(L, k, "unexpected argument (arange takes start, stop, step and a dtype)");
+  int dtype = dlp_opt_dtype(L, n + 1, all_integers ? DLP_INT64 : DLP_FLOAT64);
+  const char *name = dlp_dtypes[dtype].name;
+  if (dtype == DLP_BOOL) return luaL_argerror(L, n + 1, "arange of bool is not supported");
+  dlp_check_access(L, dtype);
+  int integer_dtype = dtype >= DLP_INT8 && dtype <= DLP_UINT64;
+  /* arg[k]: the stack index of start, stop and step (0: the default, 0 or 1) */
+  arg[0] = n == 1 ? 0 : 1;
+  arg[1] = n == 1 ? 1 : 2;
+  arg[2] = n == 3 ? 3 : 0;
+  if (integer_dtype || all_integers) {
+    int64_t v[3];
+    for (int k = 0; k < 3; k++) {
+      int isint = 1;
+      v[k] = arg[k] ? lua_tointegerx(L, arg[k], &isint) : k == 2;
+      if (!isint)
+        return luaL_argerror(L, arg[k], lua_pushfstring(L, "%s must be an integer for dtype %s, got %s", names[k],
+                                                        name, lua_tostring(L, arg[k])));
+    }
+    if (v[2] == 0) return luaL_argerror(L, arg[2], "step must not be 0");
+    if ((count = integer_count(v[0], v[1], v[2])) < 0)
+      return luaL_error(L, "dlpack.arange: the range has 2^63 elements or more");
+    /* the values run monotonically from the first to the last, both within [start, stop) */
+    int64_t last = (int64_t)((uint64_t)v[0] + (uint64_t)(count ? count - 1 : 0) * (uint64_t)v[2]);
+    if (integer_dtype && count > 0) {
+      unsigned char scratch[8];
+      lua_pushinteger(L, v[0]);
+      lua_pushinteger(L, last);
+      dlp_check_element(L, -2, dtype, scratch, "dlpack.arange"); /* raises when out of range */
+      dlp_check_element(L, -1, dtype, scratch, "dlpack.arange");
+      lua_pop(L, 2);
+    }
+    shape[0] = count;
+    dlp_Tensor *t = new_range(L, dtype, shape);
+    char *p = dlp_first_element(t);
+    dlp_Scalar s = {DLP_S_INT, 0, 0, 0, 0};
+    for (int64_t i = 0; i < count; i++, p += dlp_dtypes[dtype].itemsize) {
+      s.i = (int64_t)((uint64_t)v[0] + (uint64_t)i * (uint64_t)v[2]); /* in range: see last */
+      dlp_store(dtype, p, &s);
+    }
+    return 1;
+  }
+  double v[3];
+  for (int k = 0; k < 3; k++) {
+    v[k] = arg[k] ? (double)lua_tonumber(L, arg[k]) : k == 2;
+    if (!isfinite(v[k]))
+      return luaL_argerror(L, arg[k], lua_pushfstring(L, "%s must be a finite number, got %s", names[k],
+                                                      isnan(v[k]) ? "nan" : v[k] > 0 ? "inf" : "-inf"));
+  }
+  if (v[2] == 0) return luaL_argerror(L, arg[2], "step must not be 0");
+  double c = ceil((v[1] - v[0]) / v[2]); /* the difference may overflow to an infinity */
+  if (!(c < 0x1p63)) return luaL_error(L, "dlpack.arange: the range has 2^63 elements or more");
+  shape[0] = count = c > 0 ? (int64_t)c : 0;
+  dlp_Tensor *t = new_range(L, dtype, shape);
+  char *p = dlp_first_element(t);
+  dlp_Scalar s = {DLP_S_FLOAT, 0, 0, 0, 0};
+  for (int64_t i = 0; i < count; i++, p += dlp_dtypes[dtype].itemsize) {
+    s.re = v[0] + (double)i * v[2];
+    dlp_store(dtype, p, &s);
   }
   return 1;
 }
@@ -435,6 +544,75 @@ static char *fast_element(lua_State *L, const dlp_Tensor *t) {
   return dlp_offset(dlp_first_element(t), (i - 1) * t->dl.strides[0] * (int64_t)dlp_dtypes[t->dtype].itemsize);
 }
 
+/* t[i] (0-based, in range) of a live tensor at 1 with dimensions: an element of a 1-d tensor, a
+ * view of a row of an n-d one; pushed. */
+static int push_item(lua_State *L, const dlp_Tensor *t, int64_t i, const char *what) {
+  if (t->dl.ndim > 1) {
+    push_row(L, t, i, what);
+    return 1;
+  }
+  dlp_check_host(L, t, what);
+  dlp_check_access(L, t->dtype);
+  dlp_push_element(L, t->dtype, element_at(t, &i));
+  return 1;
+}
+
+/* ---- iteration ----
+ * Lua 5.4's ipairs has no metamethod: its iterator reads t[1], t[2], ... through __index and
+ * stops at the first nil. So __index answers nil for t[n + 1] when, and only when, the function
+ * that asked is that iterator (upvalue 3 of __index); t[n + 1] written in a script still raises.
+ * pairs(t) goes through __pairs, whose iterator gives the same keys and values. */
+
+/* The iterator function ipairs returns, found in a private state so that no script can change
+ * what is found (nil when it cannot be made). Its address is the same in every state. */
+static void push_ipairs_iterator(lua_State *L) {
+  lua_CFunction f = NULL;
+  lua_State *P = luaL_newstate();
+  if (P) {
+    lua_pushcfunction(P, luaopen_base);
+    if (lua_pcall(P, 0, 0, 0) == LUA_OK && lua_getglobal(P, "ipairs") == LUA_TFUNCTION) {
+      lua_newtable(P);
+      if (lua_pcall(P, 1, 1, 0) == LUA_OK) f = lua_tocfunction(P, -1);
+    }
+    lua_close(P);
+  }
+  if (f) lua_pushcfunction(L, f);
+  else lua_pushnil(L);
+}
+
+/* Whether the function that called the running metamethod is ipairs' iterator. */
+static int called_by_ipairs(lua_State *L) {
+  lua_Debug ar;
+  int same;
+  if (lua_isnil(L, lua_upvalueindex(3)) || !lua_getstack(L, 1, &ar) || !lua_getinfo(L, "f", &ar)) return 0;
+  same = lua_rawequal(L, -1, lua_upvalueindex(3));
+  lua_pop(L, 1);
+  return same;
+}
+
+/* The iterator of pairs(t): (t, i) -> i + 1, t[i + 1], for i from 0 to n - 1; nil at i = n. */
+static int l_pairs_next(lua_State *L) {
+  dlp_Tensor *t = dlp_tensor_check(L, 1);
+  lua_Integer i = luaL_checkinteger(L, 2);
+  if (t->dl.ndim == 0) return luaL_error(L, "cannot iterate over a 0-d tensor (use t:item())");
+  if (i < 0 || i > t->dl.shape[0])
+    return luaL_argerror(L, 2, lua_pushfstring(L, "key %I out of range (size %I)", i, (lua_Integer)t->dl.shape[0]));
+  if (i == t->dl.shape[0]) return lua_pushnil(L), 1;
+  lua_settop(L, 1);
+  lua_pushinteger(L, i + 1);
+  return 1 + push_item(L, t, i, "pairs");
+}
+
+/* __pairs: the iterator (upvalue 2), the tensor, 0 */
+static int l_pairs(lua_State *L) {
+  dlp_Tensor *t = dlp_tensor_check(L, 1);
+  if (t->dl.ndim == 0) return luaL_error(L, "cannot iterate over a 0-d tensor (use t:item())");
+  lua_pushvalue(L, lua_upvalueindex(2));
+  lua_pushvalue(L, 1);
+  lua_pushinteger(L, 0);
+  return 3;
+}
+
 /* __index: integers index elements, strings name methods (upvalue 2) or properties. */
 static int l_index(lua_State *L) {
   dlp_Tensor *t = self_of(L);
@@ -449,22 +627,20 @@ static int l_index(lua_State *L) {
     if (lua_rawget(L, lua_upvalueindex(2)) != LUA_TNIL) return 1;
     if (!t->owner) return luaL_error(L, "tensor was released (reading field '%s')", k);
     if (push_property(L, t, k)) return 1;
-    lua_pushnil(L);
-    return 1;
+    /* "__" names stay free for protocols that probe values for optional fields */
+    if (k[0] == '_' && k[1] == '_') return lua_pushnil(L), 1;
+    return luaL_error(L, "a tensor has no field or method '%s'", k);
   }
   if (!t->owner) return luaL_error(L, "tensor was released");
   if (lua_type(L, 2) != LUA_TNUMBER)
     return luaL_error(L, "tensors are indexed with integers or field names, not %s", luaL_typename(L, 2));
-  if (t->dl.ndim == 0) return luaL_error(L, "cannot index a 0-d tensor (use t:item())");
-  int64_t i = dlp_check_index(L, 2, t->dl.shape[0]);
-  if (t->dl.ndim > 1) {
-    push_row(L, t, i, "index");
-    return 1;
-  }
-  dlp_check_host(L, t, "index");
-  dlp_check_access(L, t->dtype);
-  dlp_push_element(L, t->dtype, element_at(t, &i));
-  return 1;
+  if (t->dl.ndim == 0)
+    return luaL_error(L, called_by_ipairs(L) ? "cannot iterate over a 0-d tensor (use t:item())"
+                                             : "cannot index a 0-d tensor (use t:item())");
+  int isint;
+  lua_Integer k = lua_tointegerx(L, 2, &isint);
+  if (isint && k > 0 && k - 1 == t->dl.shape[0] && called_by_ipairs(L)) return lua_pushnil(L), 1; /* the end */
+  return push_item(L, t, dlp_check_index(L, 2, t->dl.shape[0]), "index");
 }
 
 /* __newindex: t[i] = v sets an element (1-d) or fills/copies the sub-tensor t[i]. */
@@ -513,6 +689,11 @@ static int l_release(lua_State *L) {
   return 0;
 }
 
+static int l_dim(lua_State *L) {
+  lua_pushinteger(L, dlp_tensor_check(L, 1)->dl.ndim);
+  return 1;
+}
+
 static int l_numel(lua_State *L) {
   lua_pushinteger(L, dlp_numel(dlp_tensor_check(L, 1)));
   return 1;
@@ -541,15 +722,16 @@ static int l_data_ptr(lua_State *L) {
 
 void dlp_tensor_register(lua_State *L, int module, int methods, int meta) {
   static const luaL_Reg functions[] = {
-    {"empty", l_empty}, {"zeros", l_zeros}, {"full", l_full}, {NULL, NULL},
+    {"empty", l_empty}, {"zeros", l_zeros}, {"ones", l_ones}, {"full", l_full}, {"arange", l_arange},
+    {NULL, NULL},
   };
   static const luaL_Reg method_list[] = {
-    {"get", l_get}, {"set", l_set}, {"item", l_item}, {"numel", l_numel}, {"size", l_size},
+    {"get", l_get}, {"set", l_set}, {"item", l_item}, {"dim", l_dim}, {"numel", l_numel}, {"size", l_size},
     {"stride", l_stride}, {"is_contiguous", l_is_contiguous}, {"data_ptr", l_data_ptr}, {"release", l_release},
     {NULL, NULL},
   };
   static const luaL_Reg metamethods[] = {{"__len", l_len}, {"__gc", l_release}, {"__close", l_release}, {NULL, NULL}};
-  /* their second upvalue is the methods table */
+  /* their second upvalue is the methods table, the third ipairs' iterator */
   static const luaL_Reg with_methods[] = {{"__index", l_index}, {"__newindex", l_newindex}, {NULL, NULL}};
   lua_pushvalue(L, meta);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &metatable_key);
@@ -559,6 +741,13 @@ void dlp_tensor_register(lua_State *L, int module, int methods, int meta) {
   lua_pushvalue(L, meta);
   lua_pushvalue(L, meta);
   lua_pushvalue(L, methods);
-  luaL_setfuncs(L, with_methods, 2);
+  push_ipairs_iterator(L);
+  luaL_setfuncs(L, with_methods, 3);
+  /* __pairs: its second upvalue is its iterator */
+  lua_pushvalue(L, meta);
+  lua_pushvalue(L, meta);
+  lua_pushcclosure(L, l_pairs_next, 1);
+  lua_pushcclosure(L, l_pairs, 2);
+  lua_setfield(L, -2, "__pairs");
   lua_pop(L, 1);
 }
