@@ -137,7 +137,7 @@ static int64_t clamp_i64(int64_t v, int64_t lo, int64_t hi) {
 
 #define STORE(type, p, value) do { type v_ = (type)(value); memcpy((p), &v_, sizeof v_); } while (0)
 
-static void store_scalar(int dtype, void *p, const dlp_Scalar *s) {
+void dlp_store(int dtype, void *p, const dlp_Scalar *s) {
   int is_float = s->kind == DLP_S_FLOAT || s->kind == DLP_S_COMPLEX;
   double d = is_float ? s->re : s->kind == DLP_S_UINT ? (double)s->u : (double)s->i;
   /* Integers wrap as in C; floats are truncated and saturate at the target's limits. */
@@ -228,5 +228,5 @@ void dlp_check_element(lua_State *L, int idx, int dtype, void *out, const char *
     s.kind = DLP_S_FLOAT;
     s.re = (double)lua_tonumber(L, idx);
   }
-  store_scalar(dtype, out, &s);
+  dlp_store(dtype, out, &s);
 }

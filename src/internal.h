@@ -106,6 +106,7 @@ typedef struct dlp_Scalar {
 
 /* Elements may sit at any address (producers need not align them): these load and store bytewise. */
 void dlp_load(int dtype, const void *p, dlp_Scalar *s);  /* element -> scalar */
+void dlp_store(int dtype, void *p, const dlp_Scalar *s); /* scalar -> element, C-like conversion */
 void dlp_push_element(lua_State *L, int dtype, const void *p);
 /* Convert the Lua value at idx to an element in out, strictly (integers must fit); raises naming
  * `what`. Runs no Lua code: it may be called between dlp_live and the write. */
