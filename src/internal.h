@@ -273,7 +273,7 @@ enum { DLP_OPT_DTYPE = 1, DLP_OPT_DEVICE = 2, DLP_OPT_COPY = 4, DLP_OPT_STREAM =
  * call it before touching memory. */
 void dlp_read_options(lua_State *L, int arg, unsigned allowed, dlp_Options *o);
 
-/* ---- format.c ---- */
+/* ---- values.c: Lua values <-> tensors ---- */
 void dlp_format_register(lua_State *L, int module, int methods, int meta);
 
 /* ---- capsule.c ---- */

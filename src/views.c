@@ -118,8 +118,8 @@ static int l_narrow(lua_State *L) {
   if (start < 0) start += size + 1;
   /* start may be size + 1 when length is 0; written so that nothing can overflow */
   if (length < 0 || start < 1 || start > size + 1 || length > size - (start - 1))
-    return luaL_error(L, "narrow: start %I, length %I out of range for dimension %d of size %I",
-                      luaL_checkinteger(L, 3), length, d + 1, (lua_Integer)size);
+    return luaL_argerror(L, 3, lua_pushfstring(L, "start %I, length %I out of range for dimension %d of size %I",
+                                              luaL_checkinteger(L, 3), length, d + 1, (lua_Integer)size));
   dlp_Tensor *v = same_view(L, t, "narrow");
   v->dl.shape[d] = length;
   dlp_view_move(L, v, start - 1, t->dl.strides[d], "narrow");
@@ -155,20 +155,20 @@ static int l_slice(lua_State *L) {
   if (step > 0 ? first > last : first < last) {
     /* empty: bounds may sit one past either end, as string.sub allows */
     if (first < 0 || first > size + 1 || last < 0 || last > size + 1)
-      return luaL_error(L, "slice: bounds %I, %I out of range for size %I", luaL_checkinteger(L, 3),
-                        luaL_checkinteger(L, 4), (lua_Integer)size);
+      return luaL_argerror(L, 3, lua_pushfstring(L, "bounds %I, %I out of range for size %I", luaL_checkinteger(L, 3),
+                                                luaL_checkinteger(L, 4), (lua_Integer)size));
     count = 0;
   } else {
     if (first < 1 || first > size || last < 1 || last > size)
-      return luaL_error(L, "slice: bounds %I, %I out of range for size %I", luaL_checkinteger(L, 3),
-                        luaL_checkinteger(L, 4), (lua_Integer)size);
+      return luaL_argerror(L, 3, lua_pushfstring(L, "bounds %I, %I out of range for size %I", luaL_checkinteger(L, 3),
+                                                luaL_checkinteger(L, 4), (lua_Integer)size));
     /* |last - first| < size; a step of any size (math.mininteger too) divides it safely */
     int64_t distance = step > 0 ? last - first : first - last;
     count = step > 0 ? distance / step + 1 : (step < -distance ? 1 : distance / -step + 1);
     /* the new stride matters only when there are two elements or more (and t has elements: an
      * empty tensor's strides may be anything) */
     if (count > 1 && dlp_numel(t) > 0 && !dlp_mul(stride, step, &stride))
-      return luaL_error(L, "slice: step %I makes a stride beyond 64 bits", step);
+      return luaL_argerror(L, 5, lua_pushfstring(L, "step %I makes a stride beyond 64 bits", step));
   }
   dlp_Tensor *v = same_view(L, t, "slice");
   v->dl.shape[d] = count;

@@ -1,4 +1,4 @@
-/* Tensors to and from Lua values: tensor{...}, totable, tobytes, frombytes, tostring. */
+/* Lua values <-> tensors: dlpack.tensor{...} (tables), totable, tobytes, frombytes, tostring. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -177,17 +177,20 @@ static int l_frombytes(lua_State *L) {
     shape[0] = (int64_t)len / bits * 8 + (int64_t)len % bits * 8 / bits; /* floor(len * 8 / bits) */
     /* only whole-byte dtypes can leave bytes over: 4- and 6-bit elements fill any string */
     if (dlp_bytes_of(dtype, shape[0], 0, &bytes) && bytes != (int64_t)len)
-      return luaL_error(L, "dlpack.frombytes: the string has %I bytes, not a whole number of %s elements (%d "
-                        "bytes each): its length must be a multiple of %d", (lua_Integer)len, name, bits / 8, bits / 8);
+      return luaL_argerror(L, 1, lua_pushfstring(L, "the string has %I bytes, not a whole number of %s elements (%d "
+                                                "bytes each): its length must be a multiple of %d",
+                                                (lua_Integer)len, name, bits / 8, bits / 8));
   } else {
     ndim = dlp_check_shape(L, 3, shape);
   }
   dlp_numel_of(ndim, shape, &numel); /* fits: counted from len, or dlp_check_shape */
   if (!dlp_bytes_of(dtype, numel, 0, &bytes) || bytes != (int64_t)len)
-    return luaL_error(L, "dlpack.frombytes: the shape %s holds %I %s element%s (%s), but the string has %I bytes", push_shape(L, ndim, shape), (lua_Integer)numel, name, numel == 1 ? "" : "s",
-                      dlp_bytes_of(dtype, numel, 0, &bytes) ? lua_pushfstring(L, "%I bytes", (lua_Integer)bytes)
-                                                            : "more bytes than fit in 64 bits",
-                      (lua_Integer)len);
+    return luaL_argerror(L, 1, lua_pushfstring(L, "the shape %s holds %I %s element%s (%s), but the string has %I bytes",
+                                              push_shape(L, ndim, shape), (lua_Integer)numel, name, numel == 1 ? "" : "s",
+                                              dlp_bytes_of(dtype, numel, 0, &bytes)
+                                                  ? lua_pushfstring(L, "%I bytes", (lua_Integer)bytes)
+                                                  : "more bytes than fit in 64 bits",
+                                              (lua_Integer)len));
   dlp_Tensor *t = dlp_tensor_new(L, dtype, 0, cpu, ndim, shape, 0);
   if (len) memcpy(dlp_first_element(t), s, len); /* s is an argument: anchored */
   return 1;

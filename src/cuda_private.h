@@ -1,0 +1,63 @@
+/* What the two CUDA files share: cuda.c (the driver, contexts, stream records, memory and
+ * copies) and stream.c (the dlpack.cuda table with its Stream and Event objects). Not
+ * installed; the rest of the module sees CUDA through internal.h only. */
+#ifndef DLPACK_LUA_CUDA_PRIVATE_H
+#define DLPACK_LUA_CUDA_PRIVATE_H
+
+#include <pthread.h>
+
+#include "cuda_driver.h"
+#include "internal.h"
+
+#define MAX_DEVICES DLP_MAX_CUDA_DEVICES
+
+/* The driver, loaded once per process (dlp_cuda_ready). */
+typedef struct dlp_CudaState {
+  pthread_once_t once;
+  int available;
+  int device_count;
+  char reason[256];
+  dlp_CudaDriver fn;
+  pthread_mutex_t lock; /* contexts, owner streams and pending host releases */
+  CUcontext contexts[MAX_DEVICES];
+} dlp_CudaState;
+extern dlp_CudaState dlp_cuda;
+
+int dlp_cuda_ready(void);                                 /* loads the driver the first time */
+void dlp_cuda_require(lua_State *L, const char *what);    /* raises when CUDA is not available */
+void dlp_cuda_check(lua_State *L, CUresult rc, const char *what); /* raises on a CUDA error */
+int dlp_cuda_check_device(lua_State *L, lua_Integer id, const char *what);
+
+/* The device whose context serves memory on d (pinned and managed memory: device 0). */
+static inline int dlp_cuda_device_of(DLDevice d) {
+  return d.device_type == kDLCUDA ? d.device_id : 0;
+}
+
+/* dlp_cuda_enter makes device's primary context current, remembering the caller's, which
+ * dlp_cuda_leave restores. */
+typedef struct dlp_CudaScope {
+  CUcontext saved;
+  int changed;
+} dlp_CudaScope;
+CUresult dlp_cuda_enter(int device, dlp_CudaScope *scope);
+void dlp_cuda_leave(dlp_CudaScope *scope);
+
+/* A stream record, reference-counted: held by stream objects and by the memory whose last
+ * work was issued on the stream. */
+struct dlp_CudaStream {
+  atomic_long refs;
+  CUstream handle;
+  int device;
+  int owned;    /* created here: destroyed with the last reference */
+  int is_static;
+};
+dlp_CudaStream *dlp_cuda_new_record(CUstream handle, int device, int owned); /* NULL: no memory */
+dlp_CudaStream *dlp_cuda_default_stream(CUstream handle, int device);     /* handle 1 or 2 */
+dlp_CudaStream *dlp_cuda_on_device(dlp_CudaStream *s, int device);
+void dlp_cuda_stream_retain(dlp_CudaStream *s);
+/* waiter waits for everything issued on producer so far (nothing when producer is NULL). */
+CUresult dlp_cuda_make_wait(const dlp_CudaStream *waiter, const dlp_CudaStream *producer);
+/* Release what finished asynchronous copies held; with wait, wait for all of them first. */
+void dlp_cuda_drain_pending(int wait);
+
+#endif
