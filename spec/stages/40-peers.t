@@ -7,42 +7,18 @@
 source "$(dirname "$0")/lib.sh"
 PY=${PYTHON:-/usr/bin/python3}
 export PYTHONPATH="$ROOT/build/pydeps${PYTHONPATH:+:$PYTHONPATH}"
-counts=$(mktemp) log=$(mktemp)
-tests=0 failed=0
-
-# `run_tap LABEL CMD...`: the command's TAP, renumbered; a bad exit adds a failing line.
-run_tap() {
-  local label=$1 rc t f; shift
-  "$@" </dev/null | tap_filter "$counts"
-  rc=${PIPESTATUS[0]}
-  read -r t f <"$counts"
-  tests=$((tests + t)) failed=$((failed + f))
-  if ((rc != 0 && f == 0)) || ((t == 0)); then
-    tests=$((tests + 1)) failed=$((failed + 1))
-    echo "not ok - $label ends cleanly (exit status $rc$(describe_status "$rc"), $t tests)"
-  fi
-}
 
 if ! "$PY-config" --embed --ldflags >/dev/null 2>&1; then
-  tests=$((tests + 1))
   echo "ok - CPython embedded in a C host # SKIP cannot embed CPython: $PY-config missing (install python3-dev)"
 elif ! echo '#include <Python.h>' | gcc $("$PY-config" --includes) -x c -E - >/dev/null 2>&1; then
-  tests=$((tests + 1))
   echo "ok - CPython embedded in a C host # SKIP cannot embed CPython: Python.h not found (install python3-dev)"
-elif make -s build/peers >"$log" 2>&1; then
-  run_tap build/peers ./build/peers
 else
-  tests=$((tests + 1)) failed=$((failed + 1))
-  echo "not ok - make build/peers"
-  as_comments "$log" 80
+  build build/peers && run_tap build/peers ./build/peers
 fi
 
 if [[ -x $PY ]]; then
   run_tap "python3 spec/peers/lupa_peers.py" "$PY" spec/peers/lupa_peers.py
 else
-  tests=$((tests + 1))
   echo "ok - lupa peers # SKIP $PY not found"
 fi
-rm -f "$counts" "$log"
-echo "1..$tests"
-((failed == 0))
+exit 0

@@ -6,14 +6,7 @@ command -v gcc >/dev/null || skip_all "gcc not found"
 LIBASAN=$(gcc -print-file-name=libasan.so)
 [[ -f $LIBASAN ]] || skip_all "gcc's libasan.so not found (install libasan8)"
 
-log=$(mktemp)
-if ! make -s asan-build >"$log" 2>&1; then
-  echo "1..1"
-  echo "not ok 1 - make asan"
-  as_comments "$log" 80
-  exit 1
-fi
-rm -f "$log"
+build_or_exit asan-build
 
 # Lua unloads C modules (dlclose) when the state closes, before LeakSanitizer
 # runs at exit; a leak's stack would then show "<unknown module>" instead of our
@@ -33,6 +26,4 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:exitcode=88"
 export LUA_CPATH="$ROOT/build/asan/?.so;;"
 
 LD_PRELOAD="$LIBASAN $ROOT/$SHIM" \
-  run_busted asan "$LUA" "$BUSTED" -o TAP --cpath="$ROOT/build/asan/?.so"
-echo "1..$BUSTED_TESTS"
-((BUSTED_FAILED == 0))
+  run_tap asan "$LUA" "$BUSTED" -o TAP --cpath="$ROOT/build/asan/?.so"

@@ -8,17 +8,8 @@ command -v gcc >/dev/null || skip_all "gcc not found"
 LIBTSAN=$(gcc -print-file-name=libtsan.so)
 [[ -f $LIBTSAN ]] || skip_all "gcc's libtsan.so not found (install libtsan2)"
 
-log=$(mktemp)
-if ! make -s tsan-build >"$log" 2>&1; then
-  echo "1..1"
-  echo "not ok 1 - make tsan-build"
-  as_comments "$log" 80
-  exit 1
-fi
-rm -f "$log"
+build_or_exit tsan-build
 
 export TSAN_OPTIONS="halt_on_error=1:exitcode=89:second_deadlock_stack=1"
 export LUA_CPATH="$ROOT/build/tsan/?.so;;"
-LD_PRELOAD="$LIBTSAN" run_busted tsan "$LUA" "$BUSTED" -o TAP --cpath="$ROOT/build/tsan/?.so" spec/threads_spec.lua
-echo "1..$BUSTED_TESTS"
-((BUSTED_FAILED == 0))
+LD_PRELOAD="$LIBTSAN" run_tap tsan "$LUA" "$BUSTED" -o TAP --cpath="$ROOT/build/tsan/?.so" spec/threads_spec.lua
