@@ -6,9 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <lua.h>
-#include <lauxlib.h>
-
+#include "compat.h" /* <lua.h> and <lauxlib.h>, for every Lua from 5.1 on */
 #include "dlpack_lua.h"
 
 /*

@@ -193,7 +193,7 @@ dlp_Tensor *dlp_tensor_alias(lua_State *L, int idx, DLDevice device, const char 
  * collection is ever forced: an exchange costs the same whatever the size of the Lua heap. */
 void dlp_gc_account(lua_State *L, size_t nbytes) {
   size_t kb = nbytes / 1024;
-  if (kb == 0 || !lua_gc(L, LUA_GCISRUNNING, 0)) return;
+  if (kb == 0 || !dlp_gc_running(L)) return;
   lua_gc(L, LUA_GCSTEP, kb > INT_MAX ? INT_MAX : (int)kb);
 }
 
