@@ -24,9 +24,9 @@ end
 -- An integer of `bits` bits (signed or not) from the 64-bit integer v, wrapped as C does.
 local function wrap(v, bits, signed)
   if bits == 64 then return v end
-  local m = 1 << bits
-  v = v & (m - 1)
-  if signed and v >= m >> 1 then v = v - m end
+  local m = math.floor(2 ^ bits) -- an integer where Lua has them
+  v = v % m
+  if signed and v >= math.floor(m / 2) then v = v - m end
   return v
 end
 
@@ -41,7 +41,8 @@ local function saturate(v, dtype)
     return math.tointeger(v >= 0 and math.floor(v) or math.ceil(v))
   end
   local lo, hi
-  if SIGNED[dtype] then lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1 else lo, hi = 0, (1 << bits) - 1 end
+  if SIGNED[dtype] then lo, hi = -math.floor(2 ^ (bits - 1)), math.floor(2 ^ (bits - 1)) - 1
+  else lo, hi = 0, math.floor(2 ^ bits) - 1 end
   if dtype == "int64" then
     if v >= 2 ^ 63 then return math.maxinteger end
     if v < -2 ^ 63 then return math.mininteger end
@@ -74,8 +75,8 @@ local function values_for(s)
   if s == "bool" then return {true, false, true, true, false, false} end
   if IS_INT[s] then
     local bits = BITS[s]
-    local hi = bits == 64 and math.maxinteger or (SIGNED[s] and (1 << (bits - 1)) - 1 or (1 << bits) - 1)
-    local lo = SIGNED[s] and (bits == 64 and math.mininteger or -(1 << (bits - 1))) or 0
+    local hi = bits == 64 and math.maxinteger or (SIGNED[s] and math.floor(2 ^ (bits - 1)) - 1 or math.floor(2 ^ bits) - 1)
+    local lo = SIGNED[s] and (bits == 64 and math.mininteger or -math.floor(2 ^ (bits - 1))) or 0
     return {0, 1, hi, lo, 100, SIGNED[s] and -3 or 3}
   end
   return {round_to(s, 0.5), round_to(s, -1.75), round_to(s, 300.25), round_to(s, -70000.0),

@@ -189,7 +189,7 @@ describe("copy", function()
     expect_numbers(dlpack.zeros({1}, "uint32"):copy(vec({-1}, "int64")), {4294967295}, "int64 -> uint32")
     expect_numbers(dlpack.zeros({1}, "int16"):copy(vec({65535}, "uint16")), {-1}, "uint16 -> int16")
     expect_numbers(dlpack.zeros({1}, "int8"):copy(vec({255}, "uint8")), {-1}, "uint8 -> int8")
-    expect_numbers(dlpack.zeros({1}, "int32"):copy(vec({(1 << 40) + 5}, "int64")), {5}, "int64 -> int32")
+    expect_numbers(dlpack.zeros({1}, "int32"):copy(vec({2 ^ 40 + 5}, "int64")), {5}, "int64 -> int32")
     expect_numbers(dlpack.zeros({1}, "uint8"):copy(vec({-2}, "int8")), {254}, "int8 -> uint8")
   end)
 

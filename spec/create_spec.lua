@@ -242,7 +242,7 @@ describe("frombytes", function()
       if dtype ~= "bool" then
         local t = dlpack.frombytes(bytes, dtype)
         assert.are.equal(dtype, t.dtype)
-        assert.are.same({#bytes // size}, t.shape, dtype)
+        assert.are.same({math.floor(#bytes / size)}, t.shape, dtype)
         assert.are.equal(bytes, t:tobytes(), dtype)
       end
     end
@@ -298,9 +298,9 @@ describe("bad shapes", function()
   end
 
   it("raises on a shape whose byte size overflows, naming the function", function()
-    raises(function() dlpack.empty({1 << 40, 1 << 40}, "float64") end, "empty")
+    raises(function() dlpack.empty({2 ^ 40, 2 ^ 40}, "float64") end, "empty")
     raises(function() dlpack.empty({math.maxinteger}, "int64") end, "empty")
-    raises(function() dlpack.zeros({math.maxinteger // 2, 4}, "uint8") end, "zeros")
+    raises(function() dlpack.zeros({2 ^ 62, 4}, "uint8") end, "zeros")
   end)
 end)
 

@@ -59,6 +59,43 @@ function support.is_nan(x) return x ~= x end
 -- float32 values packed native-endian, as raw bytes
 function support.f32(...) return string.pack(string.rep("f", select("#", ...)), ...) end
 
+-- What differs between the Lua versions the specs run on (README.md, "Lua versions").
+support.LUA54 = _VERSION == "Lua 5.4"
+support.INTEGERS = math.type(1) == "integer" and math.type(2 ^ 53) == "float" -- 5.3 and 5.4
+support.LUAJIT = type(rawget(_G, "jit")) == "table"
+
+-- The interpreter running the specs (busted's arg[-1] and below), and the build folder the
+-- module came from (build/ for Lua 5.4, build/<lua>/ for the others).
+support.LUA = "lua5.4"
+for i = -1, -10, -1 do
+  if not (arg and arg[i]) then break end
+  support.LUA = arg[i]
+end
+support.BUILD = (package.searchpath("dlpack.core", package.cpath) or "build/dlpack/core.so"):gsub("/dlpack/core%.so$", "")
+
+-- The collector mode under which finalizers run almost all the time ("incremental" with a
+-- tiny pause), as code for a chunk: 5.4 names the mode, earlier versions set the parameters.
+support.EAGER_GC = support.LUA54 and 'collectgarbage("incremental", 1, 1000)'
+  or 'collectgarbage("setpause", 1); collectgarbage("setstepmul", 1000)'
+
+-- An object whose finalizer is fn, as code for a chunk: tables take __gc from 5.2 on; on 5.1
+-- and LuaJIT only userdata does (newproxy).
+support.ON_GC = [[
+  local function on_gc(fn)
+    if newproxy then
+      local p = newproxy(true)
+      getmetatable(p).__gc = fn
+      return p
+    end
+    return setmetatable({}, {__gc = fn})
+  end
+]]
+support.on_gc = (loadstring or load)(support.ON_GC .. " return on_gc")() -- luacheck: ignore 113
+
+-- `local x <close>` is Lua 5.4 syntax: its specs live in spec/close54.lua, which a spec file
+-- requires only there; elsewhere it shows this as a pending spec.
+support.NO_CLOSE = "`local x <close>` is Lua 5.4 syntax, not in " .. _VERSION .. " (t:release() works everywhere)"
+
 -- Runs fn and returns how many deleters of tensors fabricated by spec/c/fabricate.c
 -- ran meanwhile (fabricate is loaded only by the specs that call this).
 function support.deletes(fn)
