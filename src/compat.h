@@ -29,10 +29,11 @@
 #define luaL_argexpected(L, cond, arg, tname) ((void)((cond) || luaL_typeerror((L), (arg), (tname))))
 #endif
 
-/* Whether the script let the collector run. PUC Lua 5.1 cannot say (and a step would restart a
- * stopped collector there), so the module paces the collector only where it can ask. */
+/* Whether the script let the collector run. PUC Lua 5.1 cannot say: the module paces the
+ * collector there anyway (a loop of tensors would otherwise grow without bound), which restarts
+ * a collector the script stopped. */
 #if LUA_VERSION_NUM == 501 && !defined(LUAJIT_VERSION)
-#define dlp_gc_running(L) ((void)(L), 0)
+#define dlp_gc_running(L) ((void)(L), 1)
 #else
 #define dlp_gc_running(L) lua_gc((L), LUA_GCISRUNNING, 0)
 #endif
