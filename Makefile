@@ -175,7 +175,8 @@ fuzz:
 fuzz-replay:
 	@bash spec/fuzz/asan.sh --seed $(SEED) --seeds 1 --steps $(STEPS) --corpus $(CORPUS) --verbose $(FUZZ_WITHOUT)
 
-bench: all $(BENCH_BASE) $(BENCH_CUDA)
+# The CUDA bench embeds Lua 5.4; under other Luas (make bench LUA=luajit) it is left out.
+bench: all $(BENCH_BASE) $(if $(filter lua5.4,$(LUA_NAME)),$(BENCH_CUDA))
 	$(LUA) bench/run.lua
 
 clean:

@@ -6,6 +6,8 @@
 -- float16/bfloat16/float32 the rounding of a single element written through t[i] = v.
 local dlpack = require "dlpack"
 local support = require "support"
+-- Specs of integer subtypes and of the int64 range (Lua 5.3+): pending elsewhere, with why.
+local it_int = support.INTEGERS and it or function(name) pending(name .. ": " .. support.NO_INTEGERS) end
 
 local NUMERIC, ACCESSIBLE, IS_INT = support.NUMERIC, support.ACCESSIBLE, support.IS_INT
 
@@ -75,7 +77,8 @@ local function values_for(s)
   if s == "bool" then return {true, false, true, true, false, false} end
   if IS_INT[s] then
     local bits = BITS[s]
-    local hi = bits == 64 and math.maxinteger or (SIGNED[s] and math.floor(2 ^ (bits - 1)) - 1 or math.floor(2 ^ bits) - 1)
+    local hi = bits == 64 and math.maxinteger
+      or (SIGNED[s] and math.floor(2 ^ (bits - 1)) - 1 or math.floor(2 ^ bits) - 1)
     local lo = SIGNED[s] and (bits == 64 and math.mininteger or -math.floor(2 ^ (bits - 1))) or 0
     return {0, 1, hi, lo, 100, SIGNED[s] and -3 or 3}
   end
@@ -108,7 +111,9 @@ end
 describe("conversions in bulk", function()
   for _, s in ipairs(ACCESSIBLE) do
     for _, d in ipairs(ACCESSIBLE) do
-      it("agree with the element rules from " .. s .. " to " .. d .. ", contiguous and strided", function()
+      -- the element rules' model needs the whole int64 range where a 64-bit integer is involved
+      local it_for = (BITS[s] == 64 and IS_INT[s] or BITS[d] == 64 and IS_INT[d]) and it_int or it
+      it_for("agree with the element rules from " .. s .. " to " .. d .. ", contiguous and strided", function()
         local vals = values_for(s)
         local n = #vals
         local src = dlpack.tensor(vals, s)

@@ -1,6 +1,8 @@
 -- Creating tensors: empty, zeros, full, tensor, frombytes.
 local dlpack = require "dlpack"
 local support = require "support"
+-- Specs of integer subtypes and of the int64 range (Lua 5.3+): pending elsewhere, with why.
+local it_int = support.INTEGERS and it or function(name) pending(name .. ": " .. support.NO_INTEGERS) end
 
 local ALL = support.DTYPES
 -- dtypes with element access, and their item sizes
@@ -143,7 +145,7 @@ describe("tensor", function()
     assert.are.equal("integer", math.type(t[2][3]))
   end)
 
-  it("infers float64 when any element is a float", function()
+  it_int("infers float64 when any element is a float", function()
     assert.are.equal("float64", dlpack.tensor({1, 2.5}).dtype)
     assert.are.equal("float64", dlpack.tensor({1.0, 2.0}).dtype)
     assert.are.equal("float64", dlpack.tensor({{1, 2}, {3, 0.5}}).dtype)

@@ -270,7 +270,11 @@ describe("memory", function()
     assert.is_true(grown < 300, string.format("resident memory grew by %.0f MiB", grown))
   end)
 
-  it("respects a collector the script stopped: no step, no finalizer, no collection", function()
+  -- PUC Lua 5.1 cannot tell the module whether the script stopped the collector (README)
+  local it_asks = (_VERSION ~= "Lua 5.1" or support.LUAJIT) and it or function(name)
+    pending(name .. ": Lua 5.1 cannot say whether the collector runs; the module's steps restart it")
+  end
+  it_asks("respects a collector the script stopped: no step, no finalizer, no collection", function()
     local ran = 0
     collectgarbage()
     collectgarbage("stop")
@@ -281,11 +285,9 @@ describe("memory", function()
       u:release()
       t:release()
     end
-    -- Lua 5.1 cannot say whether the collector runs (the module takes no step there at all)
-    local asked, running = pcall(collectgarbage, "isrunning")
-    local ran_stopped = ran
+    local running, ran_stopped = collectgarbage("isrunning"), ran
     collectgarbage("restart")
-    if asked then assert.is_false(running, "the module restarted the collector") end
+    assert.is_false(running, "the module restarted the collector")
     assert.are.equal(0, ran_stopped, "a finalizer ran while the collector was stopped")
     collectgarbage()
     assert.are.equal(1, ran)

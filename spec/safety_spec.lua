@@ -7,6 +7,8 @@
 local dlpack = require "dlpack"
 local fab = require "fabricate"
 local support = require "support"
+-- Specs of integer subtypes and of the int64 range (Lua 5.3+): pending elsewhere, with why.
+local it_int = support.INTEGERS and it or function(name) pending(name .. ": " .. support.NO_INTEGERS) end
 
 local raises, raises_plain = support.raises, support.raises_plain
 local deletes, f32 = support.deletes, support.f32
@@ -119,7 +121,7 @@ describe("sizes and offsets are checked for overflow", function()
     raises(function() t:narrow(1, 1, -1) end, "out of range")
   end)
 
-  it("refuses expand to more elements than fit in 64 bits", function()
+  it_int("refuses expand to more elements than fit in 64 bits", function()
     local one = dlpack.zeros({1, 1, 1})
     raises(function() one:expand({2 ^ 31, 2 ^ 31, 2 ^ 31}) end, "64 bits")
     raises(function() one:expand({math.maxinteger, 2, 1}) end, "64 bits")
@@ -156,7 +158,7 @@ describe("sizes and offsets are checked for overflow", function()
     raises(function() dlpack.tensor(row) end, "64 bits")
   end)
 
-  it("refuses shapes, views and reshapes whose element count overflows", function()
+  it_int("refuses shapes, views and reshapes whose element count overflows", function()
     raises(function() dlpack.zeros({2 ^ 32, 2 ^ 32}) end, "64 bits")
     raises(function() dlpack.empty({2 ^ 62}, "float64") end, "too many bytes")
     raises(function() t:view({2 ^ 32, 2 ^ 32, 0, -1}) end)
@@ -218,7 +220,7 @@ describe("packed sub-byte tensors are never addressed by the byte", function()
     end
   end)
 
-  it("copies between padded and packed layouts element by element", function()
+  it_int("copies between padded and packed layouts element by element", function()
     local packed = dlpack.frombytes("\x21\x43\x65\x87", "float4_e2m1fn") -- elements 1, 2, ..., 8
     local padded = dlpack.from_dlpack((fab.versioned {code = 17, bits = 4, shape = {8}, flags = 4,
                                                      data = "\0\0\0\0\0\0\0\0"}))
@@ -386,7 +388,7 @@ describe("elements are read and written wherever a producer puts them", function
     e:release()
   end)
 
-  it("converts NaN, infinities and huge floats to integers without undefined behaviour", function()
+  it_int("converts NaN, infinities and huge floats to integers without undefined behaviour", function()
     local f = dlpack.tensor({0 / 0, 1 / 0, -1 / 0, 1e300, -1e300, 3.9}, "float64")
     assert.are.same({0, 127, -128, 127, -128, 3}, f:to("int8"):totable())
     assert.are.same({0, math.maxinteger, math.mininteger, math.maxinteger, math.mininteger, 3},

@@ -71,7 +71,8 @@ for i = -1, -10, -1 do
   if not (arg and arg[i]) then break end
   support.LUA = arg[i]
 end
-support.BUILD = (package.searchpath("dlpack.core", package.cpath) or "build/dlpack/core.so"):gsub("/dlpack/core%.so$", "")
+support.BUILD = (package.searchpath("dlpack.core", package.cpath) or "build/dlpack/core.so")
+  :gsub("/dlpack/core%.so$", "")
 
 -- The collector mode under which finalizers run almost all the time ("incremental" with a
 -- tiny pause), as code for a chunk: 5.4 names the mode, earlier versions set the parameters.
@@ -91,6 +92,9 @@ support.ON_GC = [[
   end
 ]]
 support.on_gc = (loadstring or load)(support.ON_GC .. " return on_gc")() -- luacheck: ignore 113
+
+support.NO_INTEGERS = "needs integer subtypes and the whole int64 range (Lua 5.3+); in " .. _VERSION ..
+  " numbers are doubles, exact to 2^53"
 
 -- `local x <close>` is Lua 5.4 syntax: its specs live in spec/close54.lua, which a spec file
 -- requires only there; elsewhere it shows this as a pending spec.

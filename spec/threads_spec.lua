@@ -7,6 +7,8 @@ local dlpack = require "dlpack"
 local unsafe = require "dlpack.unsafe"
 local fab = require "fabricate"
 local support = require "support"
+-- Specs of integer subtypes and of the int64 range (Lua 5.3+): pending elsewhere, with why.
+local it_int = support.INTEGERS and it or function(name) pending(name .. ": " .. support.NO_INTEGERS) end
 
 local f32 = support.f32
 local deletes = support.deletes
@@ -70,7 +72,7 @@ describe("threads and states", function()
     assert.are.equal(string.pack("ddd", 1.25, 2.25, 3.25), r[2].value)
   end)
 
-  it("consumes here a capsule made by a lua_State that has closed since", function()
+  it_int("consumes here a capsule made by a lua_State that has closed since", function()
     -- the thread's state imports a fabricated tensor, exports it and closes with the capsule
     -- unconsumed: capsules are not tied to their state, so this (still open) state consumes it
     local r
@@ -98,7 +100,7 @@ describe("threads and states", function()
     assert.is_truthy(tostring(err):find("consumed", 1, true), tostring(err))
   end)
 
-  it("keeps capsules made through the C API after the state that made them closes", function()
+  it_int("keeps capsules made through the C API after the state that made them closes", function()
     local r = fab.run_threads([[
       require "dlpack"
       local fab = require "fabricate"
