@@ -287,9 +287,11 @@ describe("Lua code in the middle of a call cannot free what the call uses", func
     {"to_dlpack", "function(t) return dlpack.release_capsule(dlpack.to_dlpack(t, {copy = true})) end"},
     {"fill", "function(t) return t:fill(1) end"},
   }
+  -- Lua 5.2's collector runs finalizers inside these calls less often: more rounds there
+  local rounds = _VERSION == "Lua 5.2" and 1500 or 300
   for _, case in ipairs(cases) do
     it("survives finalizers that release the tensor during " .. case[1], function()
-      local fired = release_during(source, case[2], 300)
+      local fired = release_during(source, case[2], rounds)
       assert.is_true(fired > 0, "no finalizer ran inside the call")
     end)
   end
@@ -297,7 +299,7 @@ describe("Lua code in the middle of a call cannot free what the call uses", func
   it("survives finalizers that release the source of a view being made", function()
     local fired = release_during("function() return dlpack.zeros({4, 4}) end", [[function(t)
       for i = 1, 4 do local _ = t[i]:narrow(1, 1, 2):transpose(1, 1) end
-    end]], 300)
+    end]], rounds)
     assert.is_true(fired > 0, "no finalizer ran inside the call")
   end)
 end)

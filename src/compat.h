@@ -32,10 +32,10 @@
 /* Whether the script let the collector run. PUC Lua 5.1 cannot say: the module paces the
  * collector there anyway (a loop of tensors would otherwise grow without bound), which restarts
  * a collector the script stopped. */
-#if LUA_VERSION_NUM == 501 && !defined(LUAJIT_VERSION)
-#define dlp_gc_running(L) ((void)(L), 1)
-#else
+#ifdef LUA_GCISRUNNING /* 5.2 and later, LuaJIT */
 #define dlp_gc_running(L) lua_gc((L), LUA_GCISRUNNING, 0)
+#else
+#define dlp_gc_running(L) ((void)(L), 1)
 #endif
 
 /* ---- numbers without integers (5.1, LuaJIT, 5.2): every number is a double ---- */
@@ -71,6 +71,18 @@ static inline int dlp_compat_isinteger(lua_State *L, int idx) {
 }
 #undef lua_isinteger
 #define lua_isinteger dlp_compat_isinteger
+
+/* A length from __len: 5.2's luaL_len returns an int, lua-compat-5.3's casts out-of-range doubles. */
+static inline lua_Integer dlp_compat_len(lua_State *L, int idx) {
+  int ok;
+  lua_len(L, idx);
+  lua_Integer n = dlp_compat_tointegerx(L, -1, &ok);
+  lua_pop(L, 1);
+  if (!ok) luaL_error(L, "object length is not an integer");
+  return n;
+}
+#undef luaL_len
+#define luaL_len dlp_compat_len
 
 /* luaL_checkinteger truncates 1.5 to 1 before 5.3: refuse it as 5.3 does. */
 static inline lua_Integer dlp_compat_checkinteger(lua_State *L, int arg) {
