@@ -79,19 +79,34 @@ support.BUILD = (package.searchpath("dlpack.core", package.cpath) or "build/dlpa
 support.EAGER_GC = support.LUA54 and 'collectgarbage("incremental", 1, 1000)'
   or 'collectgarbage("setpause", 1); collectgarbage("setstepmul", 1000)'
 
--- An object whose finalizer is fn, as code for a chunk: tables take __gc from 5.2 on; on 5.1
--- and LuaJIT only userdata does (newproxy).
-support.ON_GC = [[
-  local function on_gc(fn)
-    if newproxy then
-      local p = newproxy(true)
-      getmetatable(p).__gc = fn
-      return p
-    end
-    return setmetatable({}, {__gc = fn})
+-- An object whose finalizer is fn: tables take __gc from 5.2 on; on 5.1 and LuaJIT only
+-- userdata does (newproxy).
+function support.on_gc(fn)
+  local newproxy = rawget(_G, "newproxy")
+  if newproxy then
+    local p = newproxy(true)
+    getmetatable(p).__gc = fn
+    return p
   end
-]]
-support.on_gc = (loadstring or load)(support.ON_GC .. " return on_gc")() -- luacheck: ignore 113
+  return setmetatable({}, {__gc = fn})
+end
+
+-- For chunks that run in a fresh state: on 5.1 and LuaJIT, a local setmetatable that gives
+-- `setmetatable({}, {__gc = fn})` its finalizer (as a userdata); elsewhere nothing.
+support.GC_SETMETATABLE = rawget(_G, "newproxy") and [[
+  local setmetatable = function(t, mt)
+    if not mt.__gc then return setmetatable(t, mt) end
+    local p = newproxy(true)
+    getmetatable(p).__gc = mt.__gc
+    return p
+  end
+]] or ""
+
+-- The largest and smallest int64 values a number of this Lua holds: math.maxinteger and
+-- math.mininteger where Lua has integers, else the doubles nearest them (2^63 - 1024, -2^63),
+-- for the specs of hostile sizes and indices.
+support.MAXINT = support.INTEGERS and math.maxinteger or 2 ^ 63 - 1024
+support.MININT = support.INTEGERS and math.mininteger or -2 ^ 63
 
 support.NO_INTEGERS = "needs integer subtypes and the whole int64 range (Lua 5.3+); in " .. _VERSION ..
   " numbers are doubles, exact to 2^53"
