@@ -41,6 +41,8 @@ describe("module identity", function()
   it("keeps raw-pointer functions out of the safe module", function()
     assert.is_nil(dlpack.adopt)
     assert.is_nil(dlpack.take)
+    assert.is_nil(dlpack.wrap)
+    assert.are.equal("function", type(require("dlpack.unsafe").wrap))
   end)
 end)
 
