@@ -6,3 +6,8 @@ exclude_files = { "build/**", ".whl/**", "spec/.tmp/**" }
 files["spec/**/*_spec.lua"] = { std = "+busted" }
 files["spec/helper.lua"] = { std = "+busted" }
 files[".busted"] = { std = "lua54" }
+
+-- The LÖVE engine test (spec/love, stage 85) runs under LÖVE's LuaJIT.
+files["spec/love/**/*.lua"] = { std = "luajit", globals = { "love" } }
+-- LuaJIT-only modules and the Lua 5.1 fallbacks read these where they exist.
+files["lua/dlpack/ffi.lua"] = { std = "luajit" }

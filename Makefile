@@ -1,8 +1,17 @@
-# dlpack for Lua 5.4. `make demo`, `make test`; see README.md.
+# dlpack for Lua 5.1 to 5.4 and LuaJIT. `make demo`, `make test`; see README.md.
+# `make LUA=lua5.1` (lua5.2, lua5.3, luajit) builds for that Lua into build/<LUA>/; the
+# default, Lua 5.4, builds into build/.
 
 LUA        ?= lua5.4
-LUA_INC    ?= $(shell pkg-config --cflags lua5.4 2>/dev/null || echo -I/usr/include/lua5.4)
-LUA_LIB    ?= $(shell pkg-config --libs lua5.4 2>/dev/null || echo -llua5.4)
+LUA_NAME    = $(notdir $(LUA))
+# The pkg-config name, include folder and module version of each Lua.
+LUA_PC      = $(if $(filter luajit,$(LUA_NAME)),luajit,$(LUA_NAME))
+LUA_VERSION = $(if $(filter luajit,$(LUA_NAME)),5.1,$(patsubst lua%,%,$(LUA_NAME)))
+LUA_INCDIR  = $(if $(filter luajit,$(LUA_NAME)),/usr/include/luajit-2.1,/usr/include/$(LUA_NAME))
+LUA_INC    ?= $(shell pkg-config --cflags $(LUA_PC) 2>/dev/null || echo -I$(LUA_INCDIR))
+LUA_LIB    ?= $(shell pkg-config --libs $(LUA_PC) 2>/dev/null || echo -l$(LUA_PC))
+# lua-compat-5.3's header (src/compat.h) for 5.1, 5.2 and LuaJIT, searched after the Lua headers.
+COMPAT53_INC = $(if $(filter 5.1 5.2,$(LUA_VERSION)),-idirafter /usr/include/lua$(LUA_VERSION))
 PYTHON     ?= /usr/bin/python3
 CC         ?= cc
 CFLAGS     ?= -O2 -g
@@ -13,17 +22,16 @@ SYSTEM_DLPACK := $(shell printf '\043include <dlpack/dlpack.h>\n\043if DLPACK_MA
 # The CUDA toolkit's headers are used when present; the driver is always found at run time.
 CUDA_HOME  ?= /usr/local/cuda
 CUDA_FLAGS := $(shell test -f $(CUDA_HOME)/include/cuda.h && echo -DDLPACK_LUA_HAVE_CUDA_H -I$(CUDA_HOME)/include)
-ALL_CFLAGS  = -std=c11 -fPIC -fvisibility=hidden -pthread $(WARNINGS) $(LUA_INC) $(SYSTEM_DLPACK) $(CUDA_FLAGS) $(CFLAGS)
+ALL_CFLAGS  = -std=c11 -fPIC -fvisibility=hidden -pthread $(WARNINGS) $(LUA_INC) $(COMPAT53_INC) $(SYSTEM_DLPACK) $(CUDA_FLAGS) $(CFLAGS)
 LDLIBS      = -pthread -ldl -lm
 
 PREFIX     ?= /usr/local
-LUA_VERSION = 5.4
 INST_LIBDIR ?= $(PREFIX)/lib/lua/$(LUA_VERSION)
 INST_LUADIR ?= $(PREFIX)/share/lua/$(LUA_VERSION)
 INST_INCDIR ?= $(PREFIX)/include
 INST_ARCDIR ?= $(PREFIX)/lib
 
-BUILD      ?= build
+BUILD      ?= $(if $(filter lua5.4,$(LUA_NAME)),build,build/$(LUA_NAME))
 SOURCES     = $(wildcard src/*.c)
 OBJECTS     = $(SOURCES:src/%.c=$(BUILD)/obj/%.o)
 HEADERS     = $(wildcard src/*.h)
@@ -142,7 +150,7 @@ install: $(MODULE) $(STATIC)
 	install -d $(DESTDIR)$(INST_LIBDIR)/dlpack $(DESTDIR)$(INST_LUADIR)/dlpack $(DESTDIR)$(INST_INCDIR) $(DESTDIR)$(INST_ARCDIR)
 	install -m 755 $(MODULE) $(DESTDIR)$(INST_LIBDIR)/dlpack/core.so
 	install -m 644 lua/dlpack.lua $(DESTDIR)$(INST_LUADIR)/dlpack.lua
-	install -m 644 lua/dlpack/unsafe.lua $(DESTDIR)$(INST_LUADIR)/dlpack/unsafe.lua
+	install -m 644 lua/dlpack/unsafe.lua lua/dlpack/ffi.lua $(DESTDIR)$(INST_LUADIR)/dlpack/
 	install -m 644 src/dlpack_lua.h src/dlpack_abi.h $(DESTDIR)$(INST_INCDIR)/
 	install -m 644 $(STATIC) $(DESTDIR)$(INST_ARCDIR)/
 	install -d $(DESTDIR)$(INST_ARCDIR)/pkgconfig
@@ -217,7 +225,8 @@ fuzz:
 fuzz-replay:
 	@bash spec/fuzz/asan.sh --seed $(SEED) --seeds 1 --steps $(STEPS) --corpus $(CORPUS) --verbose $(FUZZ_WITHOUT)
 
-bench: all $(BENCH_BASE) $(BENCH_CUDA)
+# The CUDA bench embeds Lua 5.4; under other Luas (make bench LUA=luajit) it is left out.
+bench: all $(BENCH_BASE) $(if $(filter lua5.4,$(LUA_NAME)),$(BENCH_CUDA))
 	$(LUA) bench/run.lua
 
 clean:

@@ -11,8 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include <lauxlib.h>
-#include <lua.h>
+#include "compat.h"
 
 #include "dlpack_lua.h"
 

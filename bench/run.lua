@@ -212,6 +212,36 @@ row("tobytes_strided", "t:transpose(1, 2):tobytes() 1000^2 float32", 2,
     function(n) for _ = 1, n do local _ = m_t:tobytes() end end,
     function(n) for _ = 1, n do local _ = m:tobytes() end end, "contiguous tobytes")
 
+-- ---- LuaJIT: element loops through dlpack.ffi.pointer (make bench LUA=luajit) ----
+
+if rawget(_G, "jit") then
+  local ffi = require "ffi"
+  local dlffi = require "dlpack.ffi"
+  local count = 1000000
+  local ft = dlpack.full({count}, 1, "float64")
+  local p, strides = dlffi.pointer(ft)
+  local step = strides[1]
+  local buf = ffi.new("double[?]", count)
+  for i = 0, count - 1 do buf[i] = 1 end
+  local sink = 0
+  row("ffi_loop", "sum through dlpack.ffi.pointer(t), 10^6 float64 (LuaJIT)", 1.2,
+      function(n)
+        for _ = 1, n do
+          local s = 0
+          for i = 0, count - 1 do s = s + p[i * step] end
+          sink = sink + s
+        end
+      end,
+      function(n)
+        for _ = 1, n do
+          local s = 0
+          for i = 0, count - 1 do s = s + buf[i] end
+          sink = sink + s
+        end
+      end, "the same loop over ffi.new")
+  assert(sink > 0)
+end
+
 print(string.format("%d of %d rows met their goal", met, #rows))
 
 -- CUDA (bench/cuda.c, built as build/bench_cuda by `make bench`): copy bandwidth from pinned

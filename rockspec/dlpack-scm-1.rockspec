@@ -1,5 +1,5 @@
 -- Build and install from a checkout, offline:
---   luarocks --lua-version 5.4 make rockspec/dlpack-scm-1.rockspec
+--   luarocks --lua-version 5.4 make rockspec/dlpack-scm-1.rockspec   (or 5.1, 5.2, 5.3)
 -- A source rock of the working tree, installable offline anywhere (README.md, "Install"):
 --   make rock     # build/rock/dlpack-scm-1.src.rock
 --   luarocks --lua-version 5.4 install build/rock/dlpack-scm-1.src.rock
@@ -13,9 +13,9 @@ source = {
   url = "git+https://github.com/dlpack-lua/dlpack-lua.git",
 }
 description = {
-  summary = "DLPack tensors for Lua 5.4: zero-copy exchange with NumPy, PyTorch and C",
+  summary = "DLPack tensors for Lua 5.1 to 5.4 and LuaJIT: zero-copy exchange with NumPy, PyTorch and C",
   detailed = [[
-A C module for Lua 5.4 that creates, views and copies strided tensors and
+A C module for Lua 5.1 to 5.4 and LuaJIT that creates, views and copies strided tensors and
 exchanges them with other libraries through the DLPack ABI (versioned and legacy
 managed tensors, capsules, the __dlpack__ protocol), with explicit lifetime
 control and a C API for host programs.
@@ -25,7 +25,7 @@ control and a C API for host programs.
   labels = { "dlpack", "tensor", "ffi", "interop" },
 }
 dependencies = {
-  "lua >= 5.4, < 5.5",
+  "lua >= 5.1, < 5.5",
 }
 build = {
   type = "make",
@@ -38,7 +38,7 @@ build = {
     -- must not stop a user's install.
     WARNINGS = "-Wall -Wextra",
     LUA_INC = "-I$(LUA_INCDIR)",
-    BUILD = "build/rock",
+    BUILD = "build/rock$(LUA_INCDIR)", -- one build folder per Lua (build/rock/usr/include/lua5.3)
     INST_LIBDIR = "$(LIBDIR)",
     INST_LUADIR = "$(LUADIR)",
     INST_INCDIR = "$(PREFIX)/include",

@@ -6,6 +6,8 @@
 -- float16/bfloat16/float32 the rounding of a single element written through t[i] = v.
 local dlpack = require "dlpack"
 local support = require "support"
+-- Specs of integer subtypes and of the int64 range (Lua 5.3+): pending elsewhere, with why.
+local it_int = support.INTEGERS and it or function(name) pending(name .. ": " .. support.NO_INTEGERS) end
 
 local NUMERIC, ACCESSIBLE, IS_INT = support.NUMERIC, support.ACCESSIBLE, support.IS_INT
 
@@ -24,9 +26,9 @@ end
 -- An integer of `bits` bits (signed or not) from the 64-bit integer v, wrapped as C does.
 local function wrap(v, bits, signed)
   if bits == 64 then return v end
-  local m = 1 << bits
-  v = v & (m - 1)
-  if signed and v >= m >> 1 then v = v - m end
+  local m = math.floor(2 ^ bits) -- an integer where Lua has them
+  v = v % m
+  if signed and v >= math.floor(m / 2) then v = v - m end
   return v
 end
 
@@ -41,7 +43,8 @@ local function saturate(v, dtype)
     return math.tointeger(v >= 0 and math.floor(v) or math.ceil(v))
   end
   local lo, hi
-  if SIGNED[dtype] then lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1 else lo, hi = 0, (1 << bits) - 1 end
+  if SIGNED[dtype] then lo, hi = -math.floor(2 ^ (bits - 1)), math.floor(2 ^ (bits - 1)) - 1
+  else lo, hi = 0, math.floor(2 ^ bits) - 1 end
   if dtype == "int64" then
     if v >= 2 ^ 63 then return math.maxinteger end
     if v < -2 ^ 63 then return math.mininteger end
@@ -74,8 +77,9 @@ local function values_for(s)
   if s == "bool" then return {true, false, true, true, false, false} end
   if IS_INT[s] then
     local bits = BITS[s]
-    local hi = bits == 64 and math.maxinteger or (SIGNED[s] and (1 << (bits - 1)) - 1 or (1 << bits) - 1)
-    local lo = SIGNED[s] and (bits == 64 and math.mininteger or -(1 << (bits - 1))) or 0
+    local hi = bits == 64 and math.maxinteger
+      or (SIGNED[s] and math.floor(2 ^ (bits - 1)) - 1 or math.floor(2 ^ bits) - 1)
+    local lo = SIGNED[s] and (bits == 64 and math.mininteger or -math.floor(2 ^ (bits - 1))) or 0
     return {0, 1, hi, lo, 100, SIGNED[s] and -3 or 3}
   end
   return {round_to(s, 0.5), round_to(s, -1.75), round_to(s, 300.25), round_to(s, -70000.0),
@@ -107,7 +111,9 @@ end
 describe("conversions in bulk", function()
   for _, s in ipairs(ACCESSIBLE) do
     for _, d in ipairs(ACCESSIBLE) do
-      it("agree with the element rules from " .. s .. " to " .. d .. ", contiguous and strided", function()
+      -- the element rules' model needs the whole int64 range where a 64-bit integer is involved
+      local it_for = (BITS[s] == 64 and IS_INT[s] or BITS[d] == 64 and IS_INT[d]) and it_int or it
+      it_for("agree with the element rules from " .. s .. " to " .. d .. ", contiguous and strided", function()
         local vals = values_for(s)
         local n = #vals
         local src = dlpack.tensor(vals, s)

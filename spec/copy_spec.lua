@@ -1,6 +1,8 @@
 -- Copies and conversion: clone, contiguous, copy, to, fill, totable, tobytes, frombytes.
 local dlpack = require "dlpack"
 local support = require "support"
+-- Specs of integer subtypes and of the int64 range (Lua 5.3+): pending elsewhere, with why.
+local it_int = support.INTEGERS and it or function(name) pending(name .. ": " .. support.NO_INTEGERS) end
 
 local raises = support.raises
 
@@ -124,7 +126,7 @@ describe("copy", function()
     raises(function() dlpack.zeros({2}):copy(nil) end)
   end)
 
-  it("converts between every pair of numeric dtypes", function()
+  it_int("converts between every pair of numeric dtypes", function()
     for _, from in ipairs(NUMERIC) do
       for _, to in ipairs(NUMERIC) do
         local values = {0, 1, 2, 100, 127}
@@ -136,7 +138,7 @@ describe("copy", function()
     end
   end)
 
-  it("converts between bool and every numeric dtype", function()
+  it_int("converts between bool and every numeric dtype", function()
     for _, d in ipairs(NUMERIC) do
       local b = dlpack.zeros({3}, "bool"):copy(vec({0, 1, 0}, d))
       assert.are.same({false, true, false}, b:totable(), d .. " -> bool")
@@ -163,7 +165,7 @@ describe("copy", function()
     expect_numbers(dlpack.zeros({2}, "int8"):copy(h), {1, -1}, "float16 -> int8")
   end)
 
-  it("saturates floats at the limits of the integer dtype", function()
+  it_int("saturates floats at the limits of the integer dtype", function()
     local f = vec({300, -300, 1e30, -1e30, math.huge, -math.huge}, "float64")
     expect_numbers(dlpack.zeros({6}, "int8"):copy(f), {127, -128, 127, -128, 127, -128}, "-> int8")
     expect_numbers(dlpack.zeros({6}, "uint8"):copy(f), {255, 0, 255, 0, 255, 0}, "-> uint8")
@@ -189,7 +191,7 @@ describe("copy", function()
     expect_numbers(dlpack.zeros({1}, "uint32"):copy(vec({-1}, "int64")), {4294967295}, "int64 -> uint32")
     expect_numbers(dlpack.zeros({1}, "int16"):copy(vec({65535}, "uint16")), {-1}, "uint16 -> int16")
     expect_numbers(dlpack.zeros({1}, "int8"):copy(vec({255}, "uint8")), {-1}, "uint8 -> int8")
-    expect_numbers(dlpack.zeros({1}, "int32"):copy(vec({(1 << 40) + 5}, "int64")), {5}, "int64 -> int32")
+    expect_numbers(dlpack.zeros({1}, "int32"):copy(vec({2 ^ 40 + 5}, "int64")), {5}, "int64 -> int32")
     expect_numbers(dlpack.zeros({1}, "uint8"):copy(vec({-2}, "int8")), {254}, "int8 -> uint8")
   end)
 
@@ -389,7 +391,7 @@ describe("totable", function()
     assert.are.equal(true, dlpack.tensor(true):totable())
   end)
 
-  it("gives integers for integer dtypes, floats for float dtypes, booleans for bool", function()
+  it_int("gives integers for integer dtypes, floats for float dtypes, booleans for bool", function()
     for _, d in ipairs(INTS) do
       assert.are.equal("integer", math.type(dlpack.zeros({1}, d):totable()[1]), d)
     end

@@ -1,6 +1,8 @@
 -- Creating tensors: empty, zeros, ones, full, arange, tensor, frombytes.
 local dlpack = require "dlpack"
 local support = require "support"
+-- Specs of integer subtypes and of the int64 range (Lua 5.3+): pending elsewhere, with why.
+local it_int = support.INTEGERS and it or function(name) pending(name .. ": " .. support.NO_INTEGERS) end
 
 local ALL = support.DTYPES
 -- dtypes with element access, and their item sizes
@@ -302,7 +304,7 @@ describe("tensor", function()
     assert.are.equal("integer", math.type(t[2][3]))
   end)
 
-  it("infers float64 when any element is a float", function()
+  it_int("infers float64 when any element is a float", function()
     assert.are.equal("float64", dlpack.tensor({1, 2.5}).dtype)
     assert.are.equal("float64", dlpack.tensor({1.0, 2.0}).dtype)
     assert.are.equal("float64", dlpack.tensor({{1, 2}, {3, 0.5}}).dtype)
@@ -401,7 +403,7 @@ describe("frombytes", function()
       if dtype ~= "bool" then
         local t = dlpack.frombytes(bytes, dtype)
         assert.are.equal(dtype, t.dtype)
-        assert.are.same({#bytes // size}, t.shape, dtype)
+        assert.are.same({math.floor(#bytes / size)}, t.shape, dtype)
         assert.are.equal(bytes, t:tobytes(), dtype)
       end
     end
@@ -472,10 +474,10 @@ describe("bad shapes", function()
   end
 
   it("raises on a shape whose byte size overflows, naming the function", function()
-    raises(function() dlpack.empty({1 << 40, 1 << 40}, "float64") end, "empty")
-    raises(function() dlpack.empty({math.maxinteger}, "int64") end, "empty")
-    raises(function() dlpack.zeros({math.maxinteger // 2, 4}, "uint8") end, "zeros")
-    raises(function() dlpack.ones({math.maxinteger // 2, 4}, "int16") end, "ones")
+    raises(function() dlpack.empty({2 ^ 40, 2 ^ 40}, "float64") end, "empty")
+    raises(function() dlpack.empty({2 ^ 62}, "int64") end, "empty")
+    raises(function() dlpack.zeros({2 ^ 62, 4}, "uint8") end, "zeros")
+    raises(function() dlpack.ones({2 ^ 62, 4}, "int16") end, "ones")
   end)
 end)
 

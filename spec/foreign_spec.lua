@@ -168,23 +168,23 @@ describe("foreign tensors", function()
         end)
 
         it("refuses element counts that overflow int64", function()
-          refuses({ shape = { 1 << 40, 1 << 40 } }, form, { "overflow", "size", "large", "shape" })
-          refuses({ shape = { 1 << 62, 4 }, strides = { 4, 1 } }, form,
+          refuses({ shape = { 2 ^ 40, 2 ^ 40 } }, form, { "overflow", "size", "large", "shape" })
+          refuses({ shape = { 2 ^ 62, 4 }, strides = { 4, 1 } }, form,
                   { "overflow", "size", "large", "shape" })
         end)
 
         it("refuses byte sizes that overflow int64", function()
           -- 2^61 float64 elements fit an int64 count but not an int64 byte size
-          refuses({ shape = { 1 << 61 }, strides = { 1 }, code = 2, bits = 64 }, form,
+          refuses({ shape = { 2 ^ 61 }, strides = { 1 }, code = 2, bits = 64 }, form,
                   { "overflow", "size", "large", "shape", "stride" })
         end)
 
         it("refuses strides whose extent overflows", function()
           local words = { "overflow", "stride", "large", "size" }
-          refuses({ shape = { 3 }, strides = { 1 << 62 } }, form, words)
-          refuses({ shape = { 3 }, strides = { -(1 << 62) } }, form, words)
-          refuses({ shape = { 2, 2 }, strides = { 1 << 62, 1 << 62 } }, form, words)
-          refuses({ shape = { 2 }, strides = { 1 << 61 }, code = 2, bits = 64 }, form, words)
+          refuses({ shape = { 3 }, strides = { 2 ^ 62 } }, form, words)
+          refuses({ shape = { 3 }, strides = { -2 ^ 62 } }, form, words)
+          refuses({ shape = { 2, 2 }, strides = { 2 ^ 62, 2 ^ 62 } }, form, words)
+          refuses({ shape = { 2 }, strides = { 2 ^ 61 }, code = 2, bits = 64 }, form, words)
           refuses({ shape = { 2 }, strides = { math.mininteger } }, form, words)
         end)
       end)
@@ -484,13 +484,11 @@ describe("foreign tensors", function()
       raises(function() return dlpack.to_dlpack(t) end, "released")
     end)
 
-    it("calls the deleter once through <close>", function()
-      local n = deletes(function()
-        local t <close> = import({}, "legacy")
-        assert.are.same({ 1, 2, 3, 4 }, t:totable())
-      end)
-      assert.are.equal(1, n)
-    end)
+    if support.LUA54 then
+      require("close54").foreign(it, import)
+    else
+      pending("calls the deleter once through <close>: " .. support.NO_CLOSE)
+    end
 
     it("calls the deleter once when the collector finds the tensor", function()
       local n = deletes(function()
@@ -655,7 +653,7 @@ describe("foreign tensors", function()
         if form == "versioned" then
           assert.are.equal(1, info.major)
           assert.are.equal(dlpack.DLPACK_VERSION.minor, info.minor)
-          assert.are.equal(0, info.flags & 1)
+          assert.are.equal(0, info.flags % 2)
         end
       end
     end)
@@ -663,7 +661,7 @@ describe("foreign tensors", function()
     it("calls the deleter once when a refusal happens half-way through an import", function()
       -- valid version, device and dtype; bad strides at the very end
       local n = deletes(function()
-        local p = fab.c_producer { shape = { 2, 3 }, strides = { 3, 1 << 62 } }
+        local p = fab.c_producer { shape = { 2, 3 }, strides = { 3, 2 ^ 62 } }
         raises(function() dlpack.from_dlpack(p) end, MARK)
       end)
       assert.are.equal(1, n)

@@ -14,3 +14,8 @@ elseif mode == "generational" then
 elseif mode and mode ~= "" then
   error("DLPACK_SPEC_GC must be 'incremental' or 'generational', not '" .. mode .. "'")
 end
+
+-- Lua 5.1, 5.2 and LuaJIT: the 5.3 standard library (string.pack, table.unpack, math.type,
+-- math.tointeger, ...) from lua-compat-5.3 (Debian lua-compat53), for the specs only. Its
+-- math.maxinteger there is 2^53, the largest integer a double holds exactly.
+if not math.type then require "compat53" end

@@ -152,45 +152,11 @@ describe("views outlive their base", function()
   end)
 end)
 
-describe("<close>", function()
-  it("releases the tensor at the end of the block", function()
-    local w
-    do
-      local c <close> = dlpack.zeros({2})
-      c[1] = 1
-      w = c
-    end
-    raises(function() return w[1] end, "released")
-  end)
-
-  it("releases the tensor when the block raises", function()
-    local w
-    local ok = pcall(function()
-      local c <close> = dlpack.zeros({2})
-      w = c
-      error("boom")
-    end)
-    assert.is_false(ok)
-    raises(function() return w[1] end, "released")
-  end)
-
-  it("leaves views made in the block alive", function()
-    local v
-    do
-      local c <close> = dlpack.tensor({1, 2, 3})
-      v = c:narrow(1, 2, 2)
-    end
-    full_collect()
-    assert.are.same({2, 3}, v:totable())
-  end)
-
-  it("can close a tensor that was already released", function()
-    do
-      local c <close> = dlpack.zeros({2})
-      c:release()
-    end
-  end)
-end)
+if support.LUA54 then
+  describe("<close>", function() require("close54").lifetime(it, full_collect) end)
+else
+  pending("<close>: " .. support.NO_CLOSE)
+end
 
 describe("capsules outlive the tensor they came from", function()
   it("for a versioned capsule", function()
@@ -304,11 +270,15 @@ describe("memory", function()
     assert.is_true(grown < 300, string.format("resident memory grew by %.0f MiB", grown))
   end)
 
-  it("respects a collector the script stopped: no step, no finalizer, no collection", function()
+  -- PUC Lua 5.1 cannot tell the module whether the script stopped the collector (README)
+  local it_asks = (_VERSION ~= "Lua 5.1" or support.LUAJIT) and it or function(name)
+    pending(name .. ": Lua 5.1 cannot say whether the collector runs; the module's steps restart it")
+  end
+  it_asks("respects a collector the script stopped: no step, no finalizer, no collection", function()
     local ran = 0
     collectgarbage()
     collectgarbage("stop")
-    setmetatable({}, {__gc = function() ran = ran + 1 end}) -- garbage the collector must not see
+    support.on_gc(function() ran = ran + 1 end) -- garbage the collector must not see
     for _ = 1, 64 do
       local t = dlpack.zeros({1024, 1024}, "float32") -- 4 MiB each, 256 MiB in all
       local u = dlpack.from_dlpack(dlpack.to_dlpack(t, {copy = true}))
@@ -326,16 +296,16 @@ describe("memory", function()
   it("takes no collector step for memory it already knows (an export of its own coming back)", function()
     local big = dlpack.zeros({4 * 1024 * 1024}, "float32") -- 16 MiB
     local steps = 0
-    local function sentinel() setmetatable({}, {__gc = function() steps = steps + 1; sentinel() end}) end
+    local function sentinel() support.on_gc(function() steps = steps + 1; sentinel() end) end
     collectgarbage()
-    collectgarbage("generational")
+    pcall(collectgarbage, "generational") -- Lua 5.4 (and 5.2); the others have one mode
     sentinel()
     local before = steps
     for _ = 1, 200 do -- 3.2 GB worth of round trips, each allocating one small userdata
       dlpack.from_dlpack(dlpack.to_dlpack(big)):release()
     end
     local during = steps - before
-    collectgarbage("incremental")
+    pcall(collectgarbage, "incremental")
     -- charged like fresh memory, 200 steps of 16 MiB would have collected many times
     assert.is_true(during <= 2, string.format("%d collections during the round trips", during))
     big:release()

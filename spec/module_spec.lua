@@ -43,6 +43,8 @@ describe("module identity", function()
     assert.is_nil(dlpack.take)
     assert.is_nil(dlpack.pointer)
     assert.is_nil(dlpack.address)
+    assert.is_nil(dlpack.wrap)
+    assert.are.equal("function", type(require("dlpack.unsafe").wrap))
   end)
 end)
 

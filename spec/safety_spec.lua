@@ -7,6 +7,9 @@
 local dlpack = require "dlpack"
 local fab = require "fabricate"
 local support = require "support"
+-- Specs of integer subtypes and of the int64 range (Lua 5.3+): pending elsewhere, with why.
+local it_int = support.INTEGERS and it or function(name) pending(name .. ": " .. support.NO_INTEGERS) end
+local MAXINT, MININT = support.MAXINT, support.MININT
 
 local raises, raises_plain = support.raises, support.raises_plain
 local deletes, f32 = support.deletes, support.f32
@@ -26,9 +29,11 @@ end
 local function release_during(make, call, rounds)
   local chunk = string.format([[
     dlpack = require "dlpack"
+    local load = loadstring or load
     local make, call = load(%q)(), load(%q)()
     local current, inside, fired = nil, false, 0
-    collectgarbage("incremental", 1, 1000)
+    %s
+    %s
     local function arm()
       setmetatable({}, {__gc = function()
         if inside then fired = fired + 1 end
@@ -48,7 +53,7 @@ local function release_during(make, call, rounds)
     current = nil
     collectgarbage()
     return fired
-  ]], "return " .. make, "return " .. call, rounds)
+  ]], "return " .. make, "return " .. call, support.EAGER_GC, support.GC_SETMETATABLE, rounds)
   local r = fab.run_threads(chunk, 1)[1]
   assert.is_true(r.ok, tostring(r.value))
   return r.value
@@ -97,7 +102,7 @@ describe("the safe API accepts no raw pointer", function()
 
   it("refuses integer stream handles, which are raw pointers", function()
     local t = dlpack.zeros({2})
-    for _, s in ipairs({12345, 3, math.maxinteger, -2, 0}) do
+    for _, s in ipairs({12345, 3, MAXINT, -2, 0}) do
       raises(function() dlpack.to_dlpack(t, {stream = s}) end, "stream")
       raises(function() dlpack.from_dlpack(t, {stream = s}) end, "stream")
       raises(function() t:to({dtype = "float64", stream = s}) end, "stream")
@@ -111,37 +116,37 @@ describe("sizes and offsets are checked for overflow", function()
   local t = dlpack.tensor({1, 2, 3, 4}, "int32")
 
   it("refuses narrow lengths that would wrap past the end", function()
-    raises(function() t:narrow(1, 2, math.maxinteger) end, "out of range")
-    raises(function() t:narrow(1, 4, math.maxinteger - 2) end, "out of range")
-    raises(function() t:narrow(1, math.mininteger, 1) end, "out of range")
+    raises(function() t:narrow(1, 2, MAXINT) end, "out of range")
+    raises(function() t:narrow(1, 4, MAXINT - 2) end, "out of range")
+    raises(function() t:narrow(1, MININT, 1) end, "out of range")
     raises(function() t:narrow(1, 1, -1) end, "out of range")
   end)
 
   it("refuses expand to more elements than fit in 64 bits", function()
     local one = dlpack.zeros({1, 1, 1})
-    raises(function() one:expand({2 ^ 31 | 0, 2 ^ 31 | 0, 2 ^ 31 | 0}) end, "64 bits")
-    raises(function() one:expand({math.maxinteger, 2, 1}) end, "64 bits")
+    raises(function() one:expand({2 ^ 31, 2 ^ 31, 2 ^ 31}) end, "64 bits")
+    raises(function() one:expand({MAXINT, 2, 1}) end, "64 bits")
     -- large but representable: fine, and its memory is still the one element
-    local e = one:expand({2 ^ 20 | 0, 2 ^ 20 | 0, 2 ^ 20 | 0})
+    local e = one:expand({2 ^ 20, 2 ^ 20, 2 ^ 20})
     assert.are.same({0, 0, 0}, e.strides)
     assert.are.equal(0.0, e[-1][-1][-1])
     assert.are.equal(16, #e:narrow(1, 1, 2):narrow(2, 1, 2):narrow(3, 2, 1):tobytes())
   end)
 
   it("slices with extreme steps without overflow", function()
-    assert.are.same({1}, t:slice(1, 1, 4, math.maxinteger):totable())
-    assert.are.same({4}, t:slice(1, 4, 1, math.mininteger):totable())
+    assert.are.same({1}, t:slice(1, 1, 4, MAXINT):totable())
+    assert.are.same({4}, t:slice(1, 4, 1, MININT):totable())
     assert.are.same({4, 1}, t:slice(1, 4, 1, -3):totable())
-    assert.are.same({}, t:slice(1, 1, 4, math.mininteger):totable())
+    assert.are.same({}, t:slice(1, 1, 4, MININT):totable())
     assert.are.same({}, t:slice(1, 5, 4):totable())
-    raises(function() t:slice(1, math.mininteger, math.maxinteger) end, "out of range")
+    raises(function() t:slice(1, MININT, MAXINT) end, "out of range")
     raises(function() t:slice(1, 1, 4, 0) end, "step")
   end)
 
   it("refuses frombytes shapes whose bit count overflows for sub-byte dtypes", function()
     for _, dtype in ipairs({"float4_e2m1fn", "float6_e2m3fn", "int8", "float64"}) do
-      raises(function() dlpack.frombytes("abcd", dtype, {2 ^ 62 | 0}) end, "elements")
-      raises(function() dlpack.frombytes("abcd", dtype, {2 ^ 61 | 0, 4}) end, "64 bits")
+      raises(function() dlpack.frombytes("abcd", dtype, {2 ^ 62}) end, "elements")
+      raises(function() dlpack.frombytes("abcd", dtype, {2 ^ 61, 4}) end, "64 bits")
     end
     -- and still takes what fits
     assert.are.equal(8, dlpack.frombytes("abcd", "float4_e2m1fn"):numel())
@@ -155,22 +160,22 @@ describe("sizes and offsets are checked for overflow", function()
   end)
 
   it("refuses shapes, views and reshapes whose element count overflows", function()
-    raises(function() dlpack.zeros({2 ^ 32 | 0, 2 ^ 32 | 0}) end, "64 bits")
-    raises(function() dlpack.empty({2 ^ 62 | 0}, "float64") end, "too many bytes")
-    raises(function() t:view({2 ^ 32 | 0, 2 ^ 32 | 0, 0, -1}) end)
-    raises(function() t:view({math.maxinteger, 2}) end, "64 bits")
-    raises(function() t:reshape({-1, 2 ^ 62 | 0, 4}) end)
+    raises(function() dlpack.zeros({2 ^ 32, 2 ^ 32}) end, "64 bits")
+    raises(function() dlpack.empty({2 ^ 62}, "float64") end, "too many bytes")
+    raises(function() t:view({2 ^ 32, 2 ^ 32, 0, -1}) end)
+    raises(function() t:view({MAXINT, 2}) end, "64 bits")
+    raises(function() t:reshape({-1, 2 ^ 62, 4}) end)
   end)
 
   it("refuses producers whose strides or offsets overflow or wrap the address space", function()
     local specs = {
-      {shape = {2, 3}, strides = {3, 1 << 62}},
-      {shape = {2, 3}, strides = {math.mininteger, 1}},
-      {shape = {3}, strides = {math.mininteger}},
-      {shape = {2}, strides = {-(1 << 62)}},
+      {shape = {2, 3}, strides = {3, 2 ^ 62}},
+      {shape = {2, 3}, strides = {MININT, 1}},
+      {shape = {3}, strides = {MININT}},
+      {shape = {2}, strides = {-2 ^ 62}},
       {shape = {4}, byte_offset = -1},
-      {shape = {4}, byte_offset = math.mininteger},
-      {shape = {1 << 40, 1 << 40}, strides = {1, 1}},
+      {shape = {4}, byte_offset = MININT},
+      {shape = {2 ^ 40, 2 ^ 40}, strides = {1, 1}},
     }
     for i, spec in ipairs(specs) do
       local n = deletes(function()
@@ -185,7 +190,7 @@ describe("lengths are never negative", function()
   local t = dlpack.zeros({2, 3})
 
   it("refuses shape, permutation and size tables whose __len is negative or too large", function()
-    for _, n in ipairs({-1, math.mininteger, 65, math.maxinteger}) do
+    for _, n in ipairs({-1, MININT, 65, MAXINT}) do
       local bad = lying_length(n)
       raises(function() dlpack.zeros(bad) end, "entries")
       raises(function() dlpack.empty(bad) end, "entries")
@@ -216,7 +221,7 @@ describe("packed sub-byte tensors are never addressed by the byte", function()
     end
   end)
 
-  it("copies between padded and packed layouts element by element", function()
+  it_int("copies between padded and packed layouts element by element", function()
     local packed = dlpack.frombytes("\x21\x43\x65\x87", "float4_e2m1fn") -- elements 1, 2, ..., 8
     local padded = dlpack.from_dlpack((fab.versioned {code = 17, bits = 4, shape = {8}, flags = 4,
                                                      data = "\0\0\0\0\0\0\0\0"}))
@@ -285,25 +290,37 @@ describe("Lua code in the middle of a call cannot free what the call uses", func
     {"ipairs (rows)", "function(t) for _, row in ipairs(t) do local _ = row[1] end end"},
     {"pairs (rows)", "function(t) for _, row in pairs(t) do local _ = row[1] end end"},
   }
+  -- That the attack happened (a finalizer ran inside the call) is checked per call under Lua 5.4.
+  -- Other collectors run finalizers at other points, and whether one lands inside a given call
+  -- in 300 rounds varies there (LuaJIT: about 7 of the 17 calls): each call must still survive,
+  -- and finalizers must have run inside some of them.
+  local fired_in, ran = 0, 0
+  local function attacked(fired)
+    ran = ran + 1
+    if fired > 0 then fired_in = fired_in + 1 end
+    if support.LUA54 then assert.is_true(fired > 0, "no finalizer ran inside the call") end
+  end
   for _, case in ipairs(cases) do
     it("survives finalizers that release the tensor during " .. case[1], function()
-      local fired = release_during(source, case[2], 300)
-      assert.is_true(fired > 0, "no finalizer ran inside the call")
+      attacked(release_during(source, case[2], 300))
     end)
   end
 
   it("survives finalizers that release the source of a view being made", function()
-    local fired = release_during("function() return dlpack.zeros({4, 4}) end", [[function(t)
+    attacked(release_during("function() return dlpack.zeros({4, 4}) end", [[function(t)
       for i = 1, 4 do local _ = t[i]:narrow(1, 1, 2):transpose(1, 1) end
-    end]], 300)
-    assert.is_true(fired > 0, "no finalizer ran inside the call")
+    end]], 300))
+  end)
+
+  it("had finalizers run inside those calls", function()
+    assert.is_true(fired_in > 0, string.format("inside %d of %d calls", fired_in, ran))
   end)
 end)
 
 describe("numbers from scripts and producers are checked before use", function()
   it("refuses device ids a producer's __dlpack_device names", function()
     local inner = dlpack.zeros({2})
-    for _, answer in ipairs({{2, 1000}, {2, 64}, {2, -1}, {2, 2 ^ 40 | 0}, {13, 99}, {99, 0}, {0, 0}, {-7, 0},
+    for _, answer in ipairs({{2, 1000}, {2, 64}, {2, -1}, {2, 2 ^ 40}, {13, 99}, {99, 0}, {0, 0}, {-7, 0},
                              {2.5, 0}, {"x", 0}, {0 / 0, 0}}) do
       local p = setmetatable({}, {
         __dlpack_device = function() return answer[1], answer[2] end,
@@ -315,7 +332,7 @@ describe("numbers from scripts and producers are checked before use", function()
 
   it("refuses dl_device tables and device strings out of range", function()
     local t = dlpack.zeros({2})
-    for _, d in ipairs({{2, 64}, {2, -1}, {2, 2 ^ 31 | 0}, {2, math.maxinteger}, {99, 0}, {0, 0}}) do
+    for _, d in ipairs({{2, 64}, {2, -1}, {2, 2 ^ 31}, {2, MAXINT}, {99, 0}, {0, 0}}) do
       raises_plain(function() dlpack.to_dlpack(t, {dl_device = d}) end, MARK)
       raises_plain(function() dlpack.from_dlpack(t, {device = d}) end, MARK)
     end
@@ -327,8 +344,8 @@ describe("numbers from scripts and producers are checked before use", function()
 end)
 
 describe("a consumed capsule stays consumed for the life of the process", function()
-  local gen = "build/gen/?.so"
-  local f = io.open("build/gen/dlpack/core.so")
+  local gen = support.BUILD .. "/gen/?.so"
+  local f = io.open(support.BUILD .. "/gen/dlpack/core.so")
   if not f then
     pending("build/gen/dlpack/core.so (the module built with 2-bit capsule generations) is not built")
     return
@@ -353,7 +370,7 @@ describe("a consumed capsule stays consumed for the life of the process", functi
       end
       print("ok")
     ]]
-    local cmd = string.format("LUA_CPATH='%s;;' lua5.4 -e %q 2>&1", gen, script)
+    local cmd = string.format("LUA_CPATH='%s;;' %s -e %q 2>&1", gen, support.LUA, script)
     local p = assert(io.popen(cmd))
     local out = p:read("a")
     p:close()
@@ -386,10 +403,10 @@ describe("elements are read and written wherever a producer puts them", function
     e:release()
   end)
 
-  it("converts NaN, infinities and huge floats to integers without undefined behaviour", function()
+  it_int("converts NaN, infinities and huge floats to integers without undefined behaviour", function()
     local f = dlpack.tensor({0 / 0, 1 / 0, -1 / 0, 1e300, -1e300, 3.9}, "float64")
     assert.are.same({0, 127, -128, 127, -128, 3}, f:to("int8"):totable())
-    assert.are.same({0, math.maxinteger, math.mininteger, math.maxinteger, math.mininteger, 3},
+    assert.are.same({0, MAXINT, MININT, MAXINT, MININT, 3},
                     f:to("int64"):totable())
     assert.are.same({0, 255, 0, 255, 0, 3}, f:to("uint8"):totable())
   end)

@@ -59,6 +59,62 @@ function support.is_nan(x) return x ~= x end
 -- float32 values packed native-endian, as raw bytes
 function support.f32(...) return string.pack(string.rep("f", select("#", ...)), ...) end
 
+-- What differs between the Lua versions the specs run on (README.md, "Lua versions").
+support.LUA54 = _VERSION == "Lua 5.4"
+support.INTEGERS = math.type(1) == "integer" and math.type(2 ^ 53) == "float" -- 5.3 and 5.4
+support.LUAJIT = type(rawget(_G, "jit")) == "table"
+
+-- The interpreter running the specs (busted's arg[-1] and below), and the build folder the
+-- module came from (build/ for Lua 5.4, build/<lua>/ for the others).
+support.LUA = "lua5.4"
+for i = -1, -10, -1 do
+  if not (arg and arg[i]) then break end
+  support.LUA = arg[i]
+end
+support.BUILD = (package.searchpath("dlpack.core", package.cpath) or "build/dlpack/core.so")
+  :gsub("/dlpack/core%.so$", "")
+
+-- The collector mode under which finalizers run almost all the time ("incremental" with a
+-- tiny pause), as code for a chunk: 5.4 names the mode, earlier versions set the parameters.
+support.EAGER_GC = support.LUA54 and 'collectgarbage("incremental", 1, 1000)'
+  or 'collectgarbage("setpause", 1); collectgarbage("setstepmul", 1000)'
+
+-- An object whose finalizer is fn: tables take __gc from 5.2 on; on 5.1 and LuaJIT only
+-- userdata does (newproxy).
+function support.on_gc(fn)
+  local newproxy = rawget(_G, "newproxy")
+  if newproxy then
+    local p = newproxy(true)
+    getmetatable(p).__gc = fn
+    return p
+  end
+  return setmetatable({}, {__gc = fn})
+end
+
+-- For chunks that run in a fresh state: on 5.1 and LuaJIT, a local setmetatable that gives
+-- `setmetatable({}, {__gc = fn})` its finalizer (as a userdata); elsewhere nothing.
+support.GC_SETMETATABLE = rawget(_G, "newproxy") and [[
+  local setmetatable = function(t, mt)
+    if not mt.__gc then return setmetatable(t, mt) end
+    local p = newproxy(true)
+    getmetatable(p).__gc = mt.__gc
+    return p
+  end
+]] or ""
+
+-- The largest and smallest int64 values a number of this Lua holds: math.maxinteger and
+-- math.mininteger where Lua has integers, else the doubles nearest them (2^63 - 1024, -2^63),
+-- for the specs of hostile sizes and indices.
+support.MAXINT = support.INTEGERS and math.maxinteger or 2 ^ 63 - 1024
+support.MININT = support.INTEGERS and math.mininteger or -2 ^ 63
+
+support.NO_INTEGERS = "needs integer subtypes and the whole int64 range (Lua 5.3+); in " .. _VERSION ..
+  " numbers are doubles, exact to 2^53"
+
+-- `local x <close>` is Lua 5.4 syntax: its specs live in spec/close54.lua, which a spec file
+-- requires only there; elsewhere it shows this as a pending spec.
+support.NO_CLOSE = "`local x <close>` is Lua 5.4 syntax, not in " .. _VERSION .. " (t:release() works everywhere)"
+
 -- Runs fn and returns how many deleters of tensors fabricated by spec/c/fabricate.c
 -- ran meanwhile (fabricate is loaded only by the specs that call this).
 function support.deletes(fn)

@@ -78,7 +78,8 @@ describe("threads and states", function()
       r = fab.run_threads([[
         local dlpack = require "dlpack"
         local fab = require "fabricate"
-        local t = dlpack.from_dlpack((fab.versioned { data = string.pack("ffff", 1, 2, 3, 4) }))
+        local pack = string.pack or require("compat53.string").pack -- Lua 5.1, 5.2, LuaJIT
+        local t = dlpack.from_dlpack((fab.versioned { data = pack("ffff", 1, 2, 3, 4) }))
         local cap = dlpack.to_dlpack(t:transpose(1, 1))
         t:release()
         return cap
@@ -102,7 +103,8 @@ describe("threads and states", function()
     local r = fab.run_threads([[
       require "dlpack"
       local fab = require "fabricate"
-      return (fab.versioned { data = string.pack("ffff", 9, 8, 7, 6) })
+      local pack = string.pack or require("compat53.string").pack -- Lua 5.1, 5.2, LuaJIT
+      return (fab.versioned { data = pack("ffff", 9, 8, 7, 6) })
     ]], 1)
     all_ok(r)
     local cap = r[1].value

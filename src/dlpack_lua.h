@@ -64,9 +64,11 @@ DLPACK_LUA_API const DLTensor *dlpack_lua_check_tensor(lua_State *L, int idx, ui
 /* As dlpack_lua_check_tensor, but returns NULL for anything that is not a live tensor; flags may be NULL. */
 DLPACK_LUA_API const DLTensor *dlpack_lua_test_tensor(lua_State *L, int idx, uint64_t *flags);
 
-/* Export the tensor at idx as a new owned versioned managed tensor (flags carry READ_ONLY); raises on error. */
+/* Export the tensor at idx as a new owned versioned managed tensor (flags carry READ_ONLY); raises on error,
+ * also (a dlpack.BufferError) for memory a Lua value owns (dlpack.unsafe.wrap), which cannot outlive L. */
 DLPACK_LUA_API DLManagedTensorVersioned *dlpack_lua_export_versioned(lua_State *L, int idx);
-/* Export the tensor at idx as a new owned legacy managed tensor; raises for read-only tensors. */
+/* Export the tensor at idx as a new owned legacy managed tensor; raises for read-only tensors and, as above,
+ * for memory a Lua value owns. */
 DLPACK_LUA_API DLManagedTensor *dlpack_lua_export_legacy(lua_State *L, int idx);
 
 /* Make a capsule (a light userdata) owning a managed tensor; versioned is 1 for DLManagedTensorVersioned. No lua_State needed. */

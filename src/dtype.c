@@ -1,5 +1,6 @@
 /* Element types: names, DLPack codes, and element conversion to and from Lua values. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "internal.h"
@@ -168,6 +169,17 @@ void dlp_push_element(lua_State *L, int dtype, const void *p) {
   dlp_check_access(L, dtype);
   dlp_load(dtype, p, &s);
   if (dtype == DLP_BOOL) lua_pushboolean(L, s.i != 0);
+#if !DLP_LUA_INTEGERS
+  /* every Lua number is a double: an integer beyond 2^53 would come back changed */
+  else if ((s.kind == DLP_S_INT && (s.i > (int64_t)DLP_EXACT_INTEGER || s.i < -(int64_t)DLP_EXACT_INTEGER)) ||
+           (s.kind == DLP_S_UINT && s.u > (uint64_t)DLP_EXACT_INTEGER)) {
+    char digits[24];
+    if (s.kind == DLP_S_INT) snprintf(digits, sizeof digits, "%lld", (long long)s.i);
+    else snprintf(digits, sizeof digits, "%llu", (unsigned long long)s.u);
+    luaL_error(L, "%s element %s is beyond 2^53, the integers a Lua number holds exactly in %s",
+               dlp_dtypes[dtype].name, digits, LUA_VERSION);
+  }
+#endif
   else if (s.kind == DLP_S_INT) lua_pushinteger(L, (lua_Integer)s.i);
   /* uint64 beyond 2^63 wraps to a negative Lua integer, as math.ult and string.format("%u") expect */
   else if (s.kind == DLP_S_UINT) lua_pushinteger(L, (lua_Integer)s.u);

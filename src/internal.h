@@ -6,9 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <lua.h>
-#include <lauxlib.h>
-
+#include "compat.h" /* <lua.h> and <lauxlib.h>, for every Lua from 5.1 on */
 #include "dlpack_lua.h"
 
 /*
@@ -159,6 +157,9 @@ struct dlp_Owner {
   int versioned;
   size_t nbytes;  /* memory held */
   unsigned char mapped; /* memory came from mmap (cpu) */
+  /* memory a Lua value owns (dlpack.unsafe.wrap): nothing to free, every tensor on it keeps that
+   * value alive (dlp_keep), and it never leaves its lua_State (exports copy it) */
+  unsigned char lua_owned;
   uintptr_t lo, hi; /* the addresses [lo, hi) that tensors on this memory may reach */
   /* CUDA: the stream the last work on this memory was issued on (NULL: the legacy default stream) */
   _Atomic(dlp_CudaStream *) stream;
@@ -230,6 +231,11 @@ int64_t dlp_check_index(lua_State *L, int arg, int64_t size);   /* 1-based, nega
 int dlp_check_integers(lua_State *L, int arg, int64_t *out, int max, int64_t min, const char *what);
 /* A shape (non-negative sizes whose product fits in int64) from the table at arg. */
 int dlp_check_shape(lua_State *L, int arg, int64_t *shape);
+/* Keep the value at `value` alive as long as the tensor userdata at `tensor` lives (a weak-keyed
+ * registry table); dlp_keep_copy gives the tensor at `to` what the one at `from` keeps. Both can
+ * allocate: call them before taking memory. */
+void dlp_keep(lua_State *L, int tensor, int value);
+void dlp_keep_copy(lua_State *L, int from, int to);
 /* Tell the collector about memory new to this state (an allocation point: may run finalizers). */
 void dlp_gc_account(lua_State *L, size_t nbytes);
 /* Each subsystem adds its functions to the module table, the tensor methods and the

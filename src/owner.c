@@ -49,6 +49,7 @@ static dlp_Owner *new_owner(void *memory, DLDevice device, void *managed, int ve
   o->versioned = versioned;
   o->nbytes = nbytes;
   o->mapped = 0;
+  o->lua_owned = 0;
   o->lo = lo;
   o->hi = hi;
   atomic_init(&o->stream, NULL);

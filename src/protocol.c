@@ -49,9 +49,19 @@ static void fill_dltensor(DLTensor *out, const dlp_Tensor *t, int64_t *dims) {
   out->strides = dims + t->dl.ndim;
 }
 
+/* Memory a Lua value owns (dlpack.unsafe.wrap) is freed when that value is collected, at the
+ * latest by lua_close, while a consumer may call an export's deleter later or on another thread:
+ * it is never exported as it is (to_dlpack and __dlpack copy it; the C API refuses). */
+static void check_exportable(lua_State *L, const dlp_Tensor *t) {
+  if (t->owner->lua_owned)
+    dlp_buffer_error(L, "export: the memory is owned by a Lua value (dlpack.unsafe.wrap) and cannot outlive "
+                        "its lua_State; export a copy (copy = true)");
+}
+
 /* Both run no Lua code: t is checked live, then referenced. */
 DLManagedTensorVersioned *dlp_export_versioned(lua_State *L, dlp_Tensor *t, uint64_t extra_flags) {
   dlp_live(L, t, "export");
+  check_exportable(L, t);
   ExportVersioned *e = malloc(sizeof *e + 2 * (size_t)t->dl.ndim * sizeof(int64_t));
   if (!e) luaL_error(L, "not enough memory to export a tensor");
   e->managed.version.major = DLPACK_MAJOR_VERSION;
@@ -68,6 +78,7 @@ DLManagedTensorVersioned *dlp_export_versioned(lua_State *L, dlp_Tensor *t, uint
 
 DLManagedTensor *dlp_export_legacy(lua_State *L, dlp_Tensor *t) {
   dlp_live(L, t, "export");
+  check_exportable(L, t);
   if (t->flags & DLP_FLAG_READ_ONLY)
     dlp_buffer_error(L, "cannot export a read-only tensor as a legacy DLManagedTensor, which cannot say "
                         "read-only (ask for max_version >= {1, 0}, or copy = true)");
@@ -253,8 +264,12 @@ static dlp_Tensor *prepare_export(lua_State *L, dlp_Tensor *t, const dlp_Options
   DLDevice target = o->has_device ? o->device : t->dl.device;
   int same = dlp_device_equal(target, t->dl.device);
   int relabel = !same && target.device_type == kDLCPU && dlp_device_is_host(t->dl.device);
+  int lua_owned = t->owner && t->owner->lua_owned; /* options may have run code that released t */
   *copied = 0;
-  if ((!same && !relabel) || o->copy == 1) {
+  if (lua_owned && o->copy == 0)
+    dlp_buffer_error(L, "%s: the memory is owned by a Lua value (dlpack.unsafe.wrap) and leaves its lua_State "
+                        "only as a copy, and copy = false", what);
+  if ((!same && !relabel) || o->copy == 1 || lua_owned) {
     dlp_push_device_name(L, t->dl.device);
     dlp_push_device_name(L, target);
     if (!copyable(t->dl.device) || !copyable(target))

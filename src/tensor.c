@@ -129,6 +129,7 @@ dlp_Tensor *dlp_view_new(lua_State *L, int idx, int ndim, const char *what) {
   idx = lua_absindex(L, idx);
   dlp_Tensor *v = dlp_tensor_push(L, ndim); /* first: this allocation may run finalizers */
   const dlp_Tensor *t = lua_touserdata(L, idx);
+  if (t->owner && t->owner->lua_owned) dlp_keep_copy(L, idx, -1);
   dlp_live(L, t, what);
   v->dl.data = t->dl.data;
   v->dl.device = t->dl.device;
@@ -188,6 +189,43 @@ dlp_Tensor *dlp_tensor_alias(lua_State *L, int idx, DLDevice device, const char 
   return v;
 }
 
+/* The registry table, weak in its keys (tensors), that holds the Lua owners of wrapped memory:
+ * a value stays alive while any tensor on its memory does (on 5.2 and later an ephemeron table
+ * also keeps it through those tensors' finalizers). */
+static const char keep_key = 0;
+
+static void push_keep_table(lua_State *L) {
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &keep_key) != LUA_TNIL) return;
+  lua_pop(L, 1);
+  lua_newtable(L);
+  lua_createtable(L, 0, 1);
+  lua_pushliteral(L, "k");
+  lua_setfield(L, -2, "__mode");
+  lua_setmetatable(L, -2);
+  lua_pushvalue(L, -1);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &keep_key);
+}
+
+void dlp_keep(lua_State *L, int tensor, int value) {
+  tensor = lua_absindex(L, tensor);
+  value = lua_absindex(L, value);
+  push_keep_table(L);
+  lua_pushvalue(L, tensor);
+  lua_pushvalue(L, value);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
+void dlp_keep_copy(lua_State *L, int from, int to) {
+  from = lua_absindex(L, from);
+  to = lua_absindex(L, to);
+  push_keep_table(L);
+  lua_pushvalue(L, from);
+  lua_rawget(L, -2);
+  dlp_keep(L, to, -1);
+  lua_pop(L, 2);
+}
+
 /* Lua cannot see tensor memory. Memory new to this state (a block allocated here, a producer's
  * tensor imported for the first time) makes the collector take a step as if that many bytes of
  * Lua objects had been allocated, so that a loop making and dropping tensors paces the collector
@@ -196,7 +234,7 @@ dlp_Tensor *dlp_tensor_alias(lua_State *L, int idx, DLDevice device, const char 
  * collection is ever forced: an exchange costs the same whatever the size of the Lua heap. */
 void dlp_gc_account(lua_State *L, size_t nbytes) {
   size_t kb = nbytes / 1024;
-  if (kb == 0 || !lua_gc(L, LUA_GCISRUNNING, 0)) return;
+  if (kb == 0 || !dlp_gc_running(L)) return;
   lua_gc(L, LUA_GCSTEP, kb > INT_MAX ? INT_MAX : (int)kb);
 }
 

@@ -1,5 +1,7 @@
 /* dlpack.unsafe: raw pointers in and out. Everything here trusts its caller; a host that
  * runs untrusted scripts does not open it (the rest of the module accepts no raw pointer). */
+#include <string.h>
+
 #include "internal.h"
 
 static int check_name(lua_State *L, int arg) {
@@ -40,9 +42,62 @@ static int l_pointer(lua_State *L) {
   return 1;
 }
 
+/* wrap(ptr, shape, dtype [, strides], owner) -> a cpu tensor on memory the Lua value `owner`
+ * owns, with no copy. ptr is light userdata or an integer address (lua/dlpack/unsafe.lua turns
+ * LuaJIT FFI pointers into one); strides count elements (row-major when absent). Every tensor on
+ * the memory keeps owner alive; exports copy it (see check_exportable in protocol.c). */
+static int l_wrap(lua_State *L) {
+  int64_t shape[DLP_MAX_NDIM], strides[DLP_MAX_NDIM];
+  dlp_Span span;
+  void *p;
+  int owner = lua_gettop(L) >= 5 ? 5 : 4;
+  if (lua_type(L, 1) == LUA_TLIGHTUSERDATA) {
+    p = lua_touserdata(L, 1);
+  } else {
+    int isint;
+    lua_Integer address = lua_tointegerx(L, 1, &isint);
+    luaL_argexpected(L, isint, 1, "light userdata or an integer address");
+    p = (void *)(uintptr_t)address;
+  }
+  int ndim = dlp_check_shape(L, 2, shape);
+  int dtype = dlp_check_dtype(L, 3);
+  if (owner == 5 && !lua_isnil(L, 4)) {
+    if (dlp_check_integers(L, 4, strides, DLP_MAX_NDIM, INT64_MIN, "strides") != ndim)
+      return luaL_argerror(L, 4, "strides must have one entry per dimension");
+  } else {
+    dlp_contiguous_strides(ndim, shape, strides);
+  }
+  luaL_checkany(L, owner);
+  if (!dlp_span_of(ndim, shape, strides, dtype, 0, &span))
+    return luaL_error(L, "unsafe.wrap: the layout reaches beyond 64-bit offsets");
+  if (span.numel > 0 && !p) return luaL_argerror(L, 1, "NULL pointer for a non-empty tensor");
+  dlp_Tensor *t = dlp_tensor_push(L, ndim);
+  dlp_keep(L, -1, owner);
+  uintptr_t first = (uintptr_t)p;
+  dlp_Owner *o = dlp_owner_new_managed(NULL, 0, (size_t)(span.hi - span.lo), first + (uintptr_t)span.lo,
+                                       first + (uintptr_t)span.hi);
+  if (!o) return luaL_error(L, "unsafe.wrap: not enough memory");
+  o->lua_owned = 1;
+  t->owner = o;
+  t->dl.data = p;
+  t->dl.device.device_type = kDLCPU;
+  t->dl.dtype = dlp_dtype_to_dl(dtype);
+  t->dtype = dtype;
+  memcpy(t->dl.shape, shape, (size_t)ndim * sizeof(int64_t));
+  memcpy(t->dl.strides, strides, (size_t)ndim * sizeof(int64_t));
+  dlp_tensor_seal(L, t, "unsafe.wrap");
+  return 1;
+}
+
 void dlp_unsafe_register(lua_State *L, int module) {
   static const luaL_Reg functions[] = {
-    {"adopt", l_adopt}, {"take", l_take}, {"address", l_address}, {"pointer", l_pointer}, {"wrap_stream", dlp_cuda_wrap_stream}, {NULL, NULL},
+    {"adopt", l_adopt},
+    {"take", l_take},
+    {"address", l_address},
+    {"pointer", l_pointer},
+    {"wrap", l_wrap},
+    {"wrap_stream", dlp_cuda_wrap_stream},
+    {NULL, NULL},
   };
   dlp_register(L, module, functions);
 }

@@ -1,8 +1,32 @@
---- dlpack.unsafe: raw managed-tensor pointers (for LuaJIT FFI and C glue).
+--- dlpack.unsafe: raw pointers in and out (for LuaJIT FFI, engines' buffers and C glue).
 -- Kept out of `dlpack` so that a host running untrusted scripts can leave it out.
 -- The functions live in the same C library as `dlpack.core`, so both share one
 -- capsule table; this file only opens that library's second entry point.
 require "dlpack"
-local path = assert(package.searchpath("dlpack.core", package.cpath))
+
+-- package.searchpath is 5.2+ (LuaJIT has it); Lua 5.1 gets the same search here.
+local function searchpath(name, path)
+  if package.searchpath then return package.searchpath(name, path) end
+  local file = name:gsub("%.", "/")
+  for template in path:gmatch("[^;]+") do
+    local candidate = template:gsub("%?", file)
+    local f = io.open(candidate, "rb")
+    if f then f:close(); return candidate end
+  end
+end
+
+local path = assert(searchpath("dlpack.core", package.cpath))
 local open = assert(package.loadlib(path, "luaopen_dlpack_unsafe"))
-return open()
+local unsafe = open()
+
+-- LuaJIT: wrap also takes an FFI pointer or array (cdata), as the address it points to.
+local has_ffi, ffi = pcall(require, "ffi")
+if has_ffi then
+  local wrap = unsafe.wrap
+  unsafe.wrap = function(ptr, ...)
+    if type(ptr) == "cdata" then ptr = tonumber(ffi.cast("uintptr_t", ptr)) end
+    return wrap(ptr, ...)
+  end
+end
+
+return unsafe

@@ -35,8 +35,7 @@
 #include <string.h>
 #include <time.h>
 
-#include <lua.h>
-#include <lauxlib.h>
+#include "compat.h"
 #include <lualib.h>
 
 #include "dlpack_lua.h"

@@ -92,8 +92,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <lauxlib.h>
-#include <lua.h>
+#include "compat.h"
 
 /* ---- result codes ---- */
 enum {

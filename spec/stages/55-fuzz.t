@@ -67,7 +67,7 @@ last_calls() {
   rm -f "$out"
 }
 
-fuzz_line "the safe API has no raw-pointer entry points (dlpack.cuda.Stream.wrap, adopt, take, wrap_stream)" \
+fuzz_line "the safe API has no raw-pointer entry points (dlpack.cuda.Stream.wrap, adopt, take, wrap, wrap_stream)" \
   --contract-only
 
 for seed in $SEEDS; do

@@ -1,0 +1,93 @@
+-- dlpack.unsafe.wrap: memory a Lua value owns, as a tensor with no copy (README, "Lua versions").
+local dlpack = require "dlpack"
+local unsafe = require "dlpack.unsafe"
+local support = require "support"
+
+local raises = support.raises
+
+local function full_collect()
+  collectgarbage()
+  collectgarbage()
+end
+
+-- An owner whose collection is counted: the memory of `base` plus a finalizer.
+local function owner_of(base, counter)
+  return { base = base, sentinel = support.on_gc(function() counter.n = counter.n + 1 end) }
+end
+
+describe("unsafe.wrap", function()
+  it("shares the memory, with shape, dtype and element strides", function()
+    local base = dlpack.tensor({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, "int32")
+    local t = unsafe.wrap(base:data_ptr(), {3, 4}, "int32", base)
+    assert.are.same({3, 4}, t.shape)
+    assert.are.equal(6, t[2][3])
+    t[1][1] = 42
+    assert.are.equal(42, base[1])
+    local s = unsafe.wrap(base:data_ptr(), {4, 3}, "int32", {1, 4}, base) -- column-major
+    assert.are.equal(4, s[1][2])
+    assert.are.same({1, 4}, s.strides)
+  end)
+
+  it("keeps the owner alive while the tensor or any view lives", function()
+    local counter = {n = 0}
+    local base = dlpack.zeros({16}, "uint8")
+    local t = unsafe.wrap(base:data_ptr(), {4, 4}, "uint8", owner_of(base, counter))
+    local v = t:transpose(1, 2)[2]
+    t, base = nil, nil -- luacheck: ignore 311
+    full_collect()
+    assert.are.equal(0, counter.n, "the owner was collected while a view lives")
+    v[1] = 7
+    assert.are.equal(7, v[1])
+    v = nil -- luacheck: ignore 311
+    full_collect()
+    full_collect()
+    assert.are.equal(1, counter.n, "the owner was not collected after the last view")
+  end)
+
+  it("exports a copy: the memory never leaves its lua_State", function()
+    local base = dlpack.tensor({1, 2, 3}, "float64")
+    local t = unsafe.wrap(base:data_ptr(), {3}, "float64", base)
+    local cap = dlpack.to_dlpack(t)
+    local back = dlpack.from_dlpack(cap)
+    assert.are.same({1, 2, 3}, back:totable())
+    assert.are_not.equal(base:data_ptr(), back:data_ptr())
+    local err = raises(function() dlpack.to_dlpack(t, {copy = false}) end, "owned by a lua value")
+    assert.is_true(dlpack.is_buffer_error(err))
+    -- sharing inside the state stays free
+    assert.are.equal(base:data_ptr(), dlpack.from_dlpack(t):data_ptr())
+  end)
+
+  it("refuses layouts beyond 64 bits, NULL pointers and a missing owner", function()
+    local base = dlpack.zeros({4})
+    raises(function() unsafe.wrap(base:data_ptr(), {4}, "float32") end)
+    raises(function() unsafe.wrap(base:data_ptr(), {2, 2}, "float32", {2 ^ 62, 1}, base) end, "64")
+    raises(function() unsafe.wrap(0, {4}, "float32", base) end, "null")
+    raises(function() unsafe.wrap("x", {4}, "float32", base) end, "integer address")
+  end)
+end)
+
+describe("unsafe.wrap and dlpack.ffi under LuaJIT", function()
+  if not support.LUAJIT then
+    pending("LuaJIT only: FFI pointers and typed element pointers (this is " .. _VERSION .. ")")
+    return
+  end
+  local ffi = require "ffi"
+  local dlffi = require "dlpack.ffi"
+
+  it("wraps an FFI buffer that owns its memory", function()
+    local buf = ffi.new("float[?]", 6)
+    for i = 0, 5 do buf[i] = i end
+    local t = unsafe.wrap(buf, {2, 3}, "float32", buf)
+    assert.are.equal(5, t[2][3])
+    t[1][2] = 9
+    assert.are.equal(9, buf[1])
+  end)
+
+  it("gives a typed pointer and element strides that keep the tensor alive", function()
+    local p, strides = dlffi.pointer(dlpack.tensor({{1, 2, 3}, {4, 5, 6}}, "int16"):transpose(1, 2))
+    full_collect()
+    assert.are.same({1, 3}, strides)
+    assert.is_true(ffi.istype("int16_t *", p))
+    assert.are.equal(5, p[1 * strides[1] + 1 * strides[2]])
+  end)
+end)
