@@ -243,31 +243,28 @@ static inline Complex complex_from_complex(Complex v) { return v; }
       for (int64_t i = 0; i < n; i++) store_##d(dp + i * dstep, load_##s(sp + i * sstep));      \
     }                                                                                           \
   }
-/* Expand KERNEL for every pair: the outer list fixes the source, the inner one the destination. */
-#define FOR_DESTINATIONS(S, s, ssz)                                                              \
-  KERNEL(S, s, ssz, BOOL, bool, 1) KERNEL(S, s, ssz, INT8, int8, 1) KERNEL(S, s, ssz, INT16, int16, 2) \
-  KERNEL(S, s, ssz, INT32, int32, 4) KERNEL(S, s, ssz, INT64, int64, 8)                          \
-  KERNEL(S, s, ssz, UINT8, uint8, 1) KERNEL(S, s, ssz, UINT16, uint16, 2)                        \
-  KERNEL(S, s, ssz, UINT32, uint32, 4) KERNEL(S, s, ssz, UINT64, uint64, 8)                      \
-  KERNEL(S, s, ssz, FLOAT16, float16, 2) KERNEL(S, s, ssz, BFLOAT16, bfloat16, 2)                \
-  KERNEL(S, s, ssz, FLOAT32, float32, 4) KERNEL(S, s, ssz, FLOAT64, float64, 8)                  \
-  KERNEL(S, s, ssz, COMPLEX64, complex64, 8) KERNEL(S, s, ssz, COMPLEX128, complex128, 16)
-CONVERTIBLE(FOR_DESTINATIONS)
-#undef FOR_DESTINATIONS
+/* The same dtypes again, with a source bound: a macro cannot expand inside its own expansion, so
+ * the pairs need a second list. KERNELS_FROM defines a source's kernels, ENTRIES_FROM its row of
+ * the table. */
+#define EACH_DESTINATION(X, S, s, ssz)                                                           \
+  X(S, s, ssz, BOOL, bool, 1) X(S, s, ssz, INT8, int8, 1) X(S, s, ssz, INT16, int16, 2)          \
+  X(S, s, ssz, INT32, int32, 4) X(S, s, ssz, INT64, int64, 8)                                    \
+  X(S, s, ssz, UINT8, uint8, 1) X(S, s, ssz, UINT16, uint16, 2)                                  \
+  X(S, s, ssz, UINT32, uint32, 4) X(S, s, ssz, UINT64, uint64, 8)                                \
+  X(S, s, ssz, FLOAT16, float16, 2) X(S, s, ssz, BFLOAT16, bfloat16, 2)                          \
+  X(S, s, ssz, FLOAT32, float32, 4) X(S, s, ssz, FLOAT64, float64, 8)                            \
+  X(S, s, ssz, COMPLEX64, complex64, 8) X(S, s, ssz, COMPLEX128, complex128, 16)
+#define KERNELS_FROM(S, s, ssz) EACH_DESTINATION(KERNEL, S, s, ssz)
+CONVERTIBLE(KERNELS_FROM)
+#undef KERNELS_FROM
 #undef KERNEL
 
 #define ENTRY(S, s, ssz, D, d, dsz) [DLP_##S][DLP_##D] = convert_##s##_##d,
-#define ROW_OF_ENTRIES(S, s, ssz)                                                                \
-  ENTRY(S, s, ssz, BOOL, bool, 1) ENTRY(S, s, ssz, INT8, int8, 1) ENTRY(S, s, ssz, INT16, int16, 2) \
-  ENTRY(S, s, ssz, INT32, int32, 4) ENTRY(S, s, ssz, INT64, int64, 8)                            \
-  ENTRY(S, s, ssz, UINT8, uint8, 1) ENTRY(S, s, ssz, UINT16, uint16, 2)                          \
-  ENTRY(S, s, ssz, UINT32, uint32, 4) ENTRY(S, s, ssz, UINT64, uint64, 8)                        \
-  ENTRY(S, s, ssz, FLOAT16, float16, 2) ENTRY(S, s, ssz, BFLOAT16, bfloat16, 2)                  \
-  ENTRY(S, s, ssz, FLOAT32, float32, 4) ENTRY(S, s, ssz, FLOAT64, float64, 8)                    \
-  ENTRY(S, s, ssz, COMPLEX64, complex64, 8) ENTRY(S, s, ssz, COMPLEX128, complex128, 16)
-static const dlp_RowFn converters[DLP_COMPLEX128 + 1][DLP_COMPLEX128 + 1] = {CONVERTIBLE(ROW_OF_ENTRIES)};
-#undef ROW_OF_ENTRIES
+#define ENTRIES_FROM(S, s, ssz) EACH_DESTINATION(ENTRY, S, s, ssz)
+static const dlp_RowFn converters[DLP_COMPLEX128 + 1][DLP_COMPLEX128 + 1] = {CONVERTIBLE(ENTRIES_FROM)};
+#undef ENTRIES_FROM
 #undef ENTRY
+#undef EACH_DESTINATION
 
 /* ---- same-type moves and fills ---- */
 

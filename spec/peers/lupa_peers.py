@@ -25,20 +25,7 @@ def _import_lupa():
     return dlpack_lupa.load_lupa()
 
 
-def _import_numpy():
-    import numpy
-    if int(numpy.__version__.split(".")[0]) < 2:
-        raise ImportError("numpy %s < 2 (from %s)" % (numpy.__version__, numpy.__file__))
-    return numpy
-
-
-def _import_torch():
-    import torch
-    import torch.utils.dlpack  # noqa: F401
-    return torch
-
-
-peers = tap.import_peers(("lupa", _import_lupa), ("numpy", _import_numpy), ("torch", _import_torch))
+peers = tap.import_peers(("lupa", _import_lupa), ("numpy", tap.import_numpy), ("torch", tap.import_torch))
 state = {}
 
 

@@ -24,20 +24,7 @@ failures = 0  # copied from tap after the run, read by peers.c
 
 # ---- peers -------------------------------------------------------------------
 
-def _import_numpy():
-    import numpy
-    if int(numpy.__version__.split(".")[0]) < 2:
-        raise ImportError("numpy %s < 2 (from %s)" % (numpy.__version__, numpy.__file__))
-    return numpy
-
-
-def _import_torch():
-    import torch
-    import torch.utils.dlpack  # noqa: F401
-    return torch
-
-
-peers = tap.import_peers(("numpy", _import_numpy), ("torch", _import_torch))  # name -> (module or None, reason)
+peers = tap.import_peers(("numpy", tap.import_numpy), ("torch", tap.import_torch))  # name -> (module or None, reason)
 
 
 class LuaTensor:

@@ -29,6 +29,20 @@ def comment(text):
 
 # ---- peers -------------------------------------------------------------------
 
+def import_numpy():
+    """NumPy 2 or later (Debian's 1.x is not a DLPack 1.x peer)."""
+    import numpy
+    if int(numpy.__version__.split(".")[0]) < 2:
+        raise ImportError("numpy %s < 2 (from %s)" % (numpy.__version__, numpy.__file__))
+    return numpy
+
+
+def import_torch():
+    import torch
+    import torch.utils.dlpack  # noqa: F401
+    return torch
+
+
 def import_peers(*importers):
     """(name, importer) pairs -> {name: (module or None, reason)}; importing never raises."""
     peers = {}
