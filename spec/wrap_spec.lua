@@ -57,6 +57,18 @@ describe("unsafe.wrap", function()
     assert.are.equal(base:data_ptr(), dlpack.from_dlpack(t):data_ptr())
   end)
 
+  it("is refused by the C API's exports, which cannot copy", function()
+    local fab = require "fabricate"
+    local base = dlpack.tensor({1, 2, 3}, "float64")
+    local t = unsafe.wrap(base:data_ptr(), {3}, "float64", base)
+    for _, form in ipairs({"versioned", "legacy"}) do
+      local err = raises(function() fab.c_export(t, form) end, "owned by a lua value")
+      assert.is_true(dlpack.is_buffer_error(err), form)
+    end
+    assert.are.equal(0, fab.c_export(base, "legacy")) -- the same call on the owner's own tensor exports
+    assert.are.same({1, 2, 3}, t:totable(), "t is untouched")
+  end)
+
   it("refuses layouts beyond 64 bits, NULL pointers and a missing owner", function()
     local base = dlpack.zeros({4})
     raises(function() unsafe.wrap(base:data_ptr(), {4}, "float32") end)

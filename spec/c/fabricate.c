@@ -17,6 +17,8 @@
  *   fab.consume(cap) -> api->capsule_consume result code [, ptr, name]
  *   fab.race_consume(cap, n) -> successes, "consumed" answers, other answers
  *   fab.export_and_close([form]) -> true, values, info
+ *   fab.c_export(t [, form]) -> the flags of t exported through the C API (api->export_versioned,
+ *       or api->export_legacy: 0), whose deleter it then calls; the C API's errors propagate
  *   fab.run_threads(code, n [, cap]) -> { {ok =, value =}, ... }
  *   fab.post(p), fab.receive([seconds]) -> p or nil: a process-wide mailbox
  *
@@ -803,6 +805,21 @@ static int export_in_state(lua_State *L2) {
   return 1;
 }
 
+static int f_c_export(lua_State *L) {
+  static const char *const forms[] = {"versioned", "legacy", NULL};
+  const dlpack_lua_api *api = need_api(L);
+  if (luaL_checkoption(L, 2, "versioned", forms) == 1) {
+    DLManagedTensor *m = api->export_legacy(L, 1);
+    if (m->deleter) m->deleter(m);
+    lua_pushinteger(L, 0);
+  } else {
+    DLManagedTensorVersioned *m = api->export_versioned(L, 1);
+    lua_pushinteger(L, (lua_Integer)m->flags);
+    if (m->deleter) m->deleter(m);
+  }
+  return 1;
+}
+
 static int f_export_and_close(lua_State *L) {
   static const char *const forms[] = {"versioned", "legacy", NULL};
   int legacy = luaL_checkoption(L, 1, "versioned", forms);
@@ -1057,6 +1074,7 @@ static const luaL_Reg fab_funcs[] = {
   {"consume", f_consume},
   {"race_consume", f_race_consume},
   {"export_and_close", f_export_and_close},
+  {"c_export", f_c_export},
   {"run_threads", f_run_threads},
   {"post", f_post},
   {"receive", f_receive},
