@@ -349,6 +349,15 @@ static void new_class(lua_State *L, const char *mt, const luaL_Reg *methods, lua
   lua_pop(L, 1);
 }
 
+/* A table that constructs when called: Class(...) runs fn(Class, ...). */
+static void push_constructor(lua_State *L, lua_CFunction fn) {
+  lua_newtable(L);
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, fn);
+  lua_setfield(L, -2, "__call");
+  lua_setmetatable(L, -2);
+}
+
 void dlp_cuda_register(lua_State *L, int module) {
   static const luaL_Reg functions[] = {{"is_available", l_is_available}, {"device_count", l_device_count}, {NULL, NULL}};
   static const luaL_Reg stream_methods[] = {
@@ -363,17 +372,9 @@ void dlp_cuda_register(lua_State *L, int module) {
   new_class(L, EVENT_MT, event_methods, NULL, l_event_close, NULL);
   luaL_newlib(L, functions);
   /* Stream(...) and Event(...) construct (foreign handles: dlpack.unsafe.wrap_stream) */
-  lua_newtable(L);
-  lua_createtable(L, 0, 1);
-  lua_pushcfunction(L, l_stream_new);
-  lua_setfield(L, -2, "__call");
-  lua_setmetatable(L, -2);
+  push_constructor(L, l_stream_new);
   lua_setfield(L, -2, "Stream");
-  lua_newtable(L);
-  lua_createtable(L, 0, 1);
-  lua_pushcfunction(L, l_event_new);
-  lua_setfield(L, -2, "__call");
-  lua_setmetatable(L, -2);
+  push_constructor(L, l_event_new);
   lua_setfield(L, -2, "Event");
   push_static_stream(L, dlp_cuda_default_stream(CU_STREAM_LEGACY, 0));
   lua_setfield(L, -2, "legacy_stream");
