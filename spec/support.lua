@@ -63,6 +63,11 @@ function support.f32(...) return string.pack(string.rep("f", select("#", ...)), 
 support.LUA54 = _VERSION == "Lua 5.4"
 support.INTEGERS = math.type(1) == "integer" and math.type(2 ^ 53) == "float" -- 5.3 and 5.4
 support.LUAJIT = type(rawget(_G, "jit")) == "table"
+-- ipairs and pairs over userdata: Lua 5.2 asks __ipairs and __pairs, 5.3 and 5.4 __index and
+-- __pairs; 5.1 and LuaJIT take tables only.
+support.ITERATION = not support.LUAJIT and _VERSION ~= "Lua 5.1"
+support.NO_ITERATION = "ipairs and pairs take only tables in " .. (support.LUAJIT and "LuaJIT" or _VERSION) ..
+  " (iterate with for i = 1, #t)"
 
 -- The interpreter running the specs (busted's arg[-1] and below), and the build folder the
 -- module came from (build/ for Lua 5.4, build/<lua>/ for the others).

@@ -599,7 +599,8 @@ static int push_item(lua_State *L, const dlp_Tensor *t, int64_t i, const char *w
  * Lua 5.4's ipairs has no metamethod: its iterator reads t[1], t[2], ... through __index and
  * stops at the first nil. So __index answers nil for t[n + 1] when, and only when, the function
  * that asked is that iterator (upvalue 3 of __index); t[n + 1] written in a script still raises.
- * pairs(t) goes through __pairs, whose iterator gives the same keys and values. */
+ * pairs(t) goes through __pairs, whose iterator gives the same keys and values (and so does
+ * __ipairs, which Lua 5.2's ipairs asks instead of __index). */
 
 /* The iterator function ipairs returns, found in a private state so that no script can change
  * what is found (nil when it cannot be made). Its address is the same in every state. */
@@ -786,6 +787,9 @@ void dlp_tensor_register(lua_State *L, int module, int methods, int meta) {
   lua_pushvalue(L, meta);
   lua_pushcclosure(L, l_pairs_next, 1);
   lua_pushcclosure(L, l_pairs, 2);
+  /* Lua 5.2's ipairs (and 5.3's, built with LUA_COMPAT_IPAIRS) asks __ipairs: the same walk */
+  lua_pushvalue(L, -1);
+  lua_setfield(L, -3, "__ipairs");
   lua_setfield(L, -2, "__pairs");
   lua_pop(L, 1);
 }
