@@ -66,6 +66,8 @@ support.LUAJIT = type(rawget(_G, "jit")) == "table"
 -- ipairs and pairs over userdata: Lua 5.2 asks __ipairs and __pairs, 5.3 and 5.4 __index and
 -- __pairs; 5.1 and LuaJIT take tables only.
 support.ITERATION = not support.LUAJIT and _VERSION ~= "Lua 5.1"
+-- Weak-keyed tables are ephemerons from 5.2 on (not in 5.1 and LuaJIT).
+support.EPHEMERONS = not support.LUAJIT and _VERSION ~= "Lua 5.1"
 support.NO_ITERATION = "ipairs and pairs take only tables in " .. (support.LUAJIT and "LuaJIT" or _VERSION) ..
   " (iterate with for i = 1, #t)"
 

@@ -57,6 +57,42 @@ describe("unsafe.wrap", function()
     assert.are.equal(base:data_ptr(), dlpack.from_dlpack(t):data_ptr())
   end)
 
+  -- the guard needs ephemeron tables (5.2 and later): README, "Memory a Lua value owns"
+  local it_ephemeron = support.EPHEMERONS and it or function(name)
+    pending(name .. ": weak tables are not ephemerons in " .. (support.LUAJIT and "LuaJIT" or _VERSION))
+  end
+  it_ephemeron("releases every tensor on the memory before the owner's finalizer can free it", function()
+    -- a script's finalizer that runs in the same cycle as the owner's, before it, keeps a view
+    local kept
+    do
+      local base = dlpack.zeros({64}, "uint8") -- the owner: its finalizer frees the memory
+      local t = unsafe.wrap(base:data_ptr(), {64}, "uint8", base)
+      base = nil -- luacheck: ignore 311
+      support.on_gc(function() kept = {t:narrow(1, 1, 8), t} end)
+    end
+    full_collect()
+    full_collect()
+    assert.is_truthy(kept, "the script's finalizer ran")
+    raises(function() return kept[1][1] end, "released")
+    raises(function() kept[1][1] = 42 end, "released")
+    raises(function() return kept[2]:clone() end, "released")
+  end)
+
+  it("keeps every wrap of one owner valid while the owner lives", function()
+    local base = dlpack.tensor({1, 2, 3, 4}, "int32")
+    local a = unsafe.wrap(base:data_ptr(), {4}, "int32", base)
+    local b = unsafe.wrap(base:data_ptr(), {2, 2}, "int32", base)
+    a = nil -- luacheck: ignore 311
+    full_collect()
+    full_collect()
+    assert.are.same({{1, 2}, {3, 4}}, b:totable())
+    for _ = 1, 50 do unsafe.wrap(base:data_ptr(), {4}, "int32", base) end
+    full_collect()
+    assert.are.same({{1, 2}, {3, 4}}, b:totable())
+    -- an owner without finalizers (a string) needs no guard
+    assert.are.equal(1, unsafe.wrap(base:data_ptr(), {4}, "int32", "a string owner")[1])
+  end)
+
   it("is refused by the C API's exports, which cannot copy", function()
     local fab = require "fabricate"
     local base = dlpack.tensor({1, 2, 3}, "float64")

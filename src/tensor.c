@@ -194,16 +194,26 @@ dlp_Tensor *dlp_tensor_alias(lua_State *L, int idx, DLDevice device, const char 
  * also keeps it through those tensors' finalizers). */
 static const char keep_key = 0;
 
-static void push_keep_table(lua_State *L) {
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &keep_key) != LUA_TNIL) return;
+/* The registry value at key, made by make() the first time. */
+static void push_registry_table(lua_State *L, const char *key, void (*make)(lua_State *L)) {
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, key) != LUA_TNIL) return;
   lua_pop(L, 1);
+  make(L);
+  lua_pushvalue(L, -1);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, key);
+}
+
+/* A table weak in its keys. */
+static void make_weak_keyed(lua_State *L) {
   lua_newtable(L);
   lua_createtable(L, 0, 1);
   lua_pushliteral(L, "k");
   lua_setfield(L, -2, "__mode");
   lua_setmetatable(L, -2);
-  lua_pushvalue(L, -1);
-  lua_rawsetp(L, LUA_REGISTRYINDEX, &keep_key);
+}
+
+static void push_keep_table(lua_State *L) {
+  push_registry_table(L, &keep_key, make_weak_keyed);
 }
 
 void dlp_keep(lua_State *L, int tensor, int value) {
@@ -223,6 +233,66 @@ void dlp_keep_copy(lua_State *L, int from, int to) {
   lua_pushvalue(L, from);
   lua_rawget(L, -2);
   dlp_keep(L, to, -1);
+  lua_pop(L, 2);
+}
+
+/* Wrapped memory is freed by its Lua owner's finalizer, and a script's finalizer that runs in
+ * the same cycle, before the owner's, can make views of it that outlive the owner. So each
+ * wrap also makes a guard: a userdata that holds the dlp_Owner and is reachable only through
+ * the owner (guards[owner] is a list of them, the table weak in its keys). A guard is newer
+ * than its owner, so Lua finalizes it first (finalizers run in the reverse order objects were
+ * marked): it releases every tensor on that dlp_Owner, and whatever the script kept then says
+ * "released" before the owner frees the memory. A call in progress finds its tensor released
+ * (dlp_live) after the allocation that ran the finalizers. */
+typedef struct Guard {
+  dlp_Owner *owner;
+} Guard;
+
+static const char guards_key = 0, guard_mt_key = 0;
+
+static int guard_gc(lua_State *L) {
+  Guard *g = lua_touserdata(L, 1);
+  if (!g->owner) return 0;
+  push_keep_table(L);
+  lua_pushnil(L);
+  while (lua_next(L, -2)) {
+    dlp_Tensor *t = lua_touserdata(L, -2);
+    if (t && t->owner == g->owner) dlp_tensor_release(t);
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  dlp_owner_release(g->owner);
+  g->owner = NULL;
+  return 0;
+}
+
+static void make_guard_metatable(lua_State *L) {
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, guard_gc);
+  lua_setfield(L, -2, "__gc");
+}
+
+void dlp_keep_guard(lua_State *L, int owner, dlp_Owner *o) {
+  int type = lua_type(L, owner);
+  /* only tables, full userdata and (LuaJIT) cdata have finalizers that could free the memory */
+  if (type != LUA_TTABLE && type != LUA_TUSERDATA && type <= LUA_TTHREAD) return;
+  owner = lua_absindex(L, owner);
+  push_registry_table(L, &guards_key, make_weak_keyed);
+  lua_pushvalue(L, owner);
+  if (lua_rawget(L, -2) != LUA_TTABLE) { /* the owner's list of guards */
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, owner);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, -4);
+  }
+  Guard *g = lua_newuserdatauv(L, sizeof *g, 0);
+  g->owner = NULL;
+  push_registry_table(L, &guard_mt_key, make_guard_metatable);
+  lua_setmetatable(L, -2);
+  lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
+  dlp_owner_retain(o);
+  g->owner = o; /* only now: nothing above can raise with the reference taken */
   lua_pop(L, 2);
 }
 
