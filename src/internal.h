@@ -236,9 +236,9 @@ int dlp_check_shape(lua_State *L, int arg, int64_t *shape);
  * allocate: call them before taking memory. */
 void dlp_keep(lua_State *L, int tensor, int value);
 void dlp_keep_copy(lua_State *L, int from, int to);
-/* Guards o against its Lua owner (at index owner) being finalized while tensors on it live: the
- * tensors are released just before (see tensor.c). */
-void dlp_keep_guard(lua_State *L, int owner, dlp_Owner *o);
+/* Guards the tensors kept for the Lua owner at index owner against its finalizer: they are
+ * released just before it runs (Lua 5.2 and later; see tensor.c). */
+void dlp_keep_guard(lua_State *L, int owner);
 /* Tell the collector about memory new to this state (an allocation point: may run finalizers). */
 void dlp_gc_account(lua_State *L, size_t nbytes);
 /* Each subsystem adds its functions to the module table, the tensor methods and the

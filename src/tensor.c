@@ -237,32 +237,26 @@ void dlp_keep_copy(lua_State *L, int from, int to) {
 }
 
 /* Wrapped memory is freed by its Lua owner's finalizer, and a script's finalizer that runs in
- * the same cycle, before the owner's, can make views of it that outlive the owner. So each
- * wrap also makes a guard: a userdata that holds the dlp_Owner and is reachable only through
- * the owner (guards[owner] is a list of them, the table weak in its keys). A guard is newer
- * than its owner, so Lua finalizes it first (finalizers run in the reverse order objects were
- * marked): it releases every tensor on that dlp_Owner, and whatever the script kept then says
- * "released" before the owner frees the memory. A call in progress finds its tensor released
- * (dlp_live) after the allocation that ran the finalizers. */
-typedef struct Guard {
-  dlp_Owner *owner;
-} Guard;
-
+ * the same cycle, before the owner's, could make views of it that outlive the owner. So an
+ * owner of wrapped memory gets a guard: a table {owner} with a finalizer, reachable only
+ * through the owner (guards[owner], an ephemeron table). The guard is newer than its owner, so
+ * Lua finalizes it first (finalizers run in the reverse order objects were marked): it
+ * releases every tensor kept for that owner, and whatever a script kept then says "released"
+ * before the owner frees the memory. A call in progress finds its tensor released (dlp_live)
+ * after the allocation that ran the finalizers. Lua 5.1 and LuaJIT have neither ephemerons
+ * nor finalizers on tables: no guard there (README, "Memory a Lua value owns"). */
+#if LUA_VERSION_NUM >= 502
 static const char guards_key = 0, guard_mt_key = 0;
 
 static int guard_gc(lua_State *L) {
-  Guard *g = lua_touserdata(L, 1);
-  if (!g->owner) return 0;
+  lua_rawgeti(L, 1, 1); /* the owner */
   push_keep_table(L);
   lua_pushnil(L);
   while (lua_next(L, -2)) {
     dlp_Tensor *t = lua_touserdata(L, -2);
-    if (t && t->owner == g->owner) dlp_tensor_release(t);
+    if (t && lua_rawequal(L, -1, -4)) dlp_tensor_release(t);
     lua_pop(L, 1);
   }
-  lua_pop(L, 1);
-  dlp_owner_release(g->owner);
-  g->owner = NULL;
   return 0;
 }
 
@@ -272,29 +266,31 @@ static void make_guard_metatable(lua_State *L) {
   lua_setfield(L, -2, "__gc");
 }
 
-void dlp_keep_guard(lua_State *L, int owner, dlp_Owner *o) {
+void dlp_keep_guard(lua_State *L, int owner) {
   int type = lua_type(L, owner);
-  /* only tables, full userdata and (LuaJIT) cdata have finalizers that could free the memory */
-  if (type != LUA_TTABLE && type != LUA_TUSERDATA && type <= LUA_TTHREAD) return;
+  /* only tables and full userdata have finalizers that could free the memory */
+  if (type != LUA_TTABLE && type != LUA_TUSERDATA) return;
   owner = lua_absindex(L, owner);
   push_registry_table(L, &guards_key, make_weak_keyed);
   lua_pushvalue(L, owner);
-  if (lua_rawget(L, -2) != LUA_TTABLE) { /* the owner's list of guards */
+  if (lua_rawget(L, -2) == LUA_TNIL) {
     lua_pop(L, 1);
-    lua_newtable(L);
+    lua_createtable(L, 1, 0);
+    lua_pushvalue(L, owner);
+    lua_rawseti(L, -2, 1);
+    push_registry_table(L, &guard_mt_key, make_guard_metatable);
+    lua_setmetatable(L, -2);
     lua_pushvalue(L, owner);
     lua_pushvalue(L, -2);
-    lua_rawset(L, -4);
+    lua_rawset(L, -4); /* guards[owner] = guard */
   }
-  Guard *g = lua_newuserdatauv(L, sizeof *g, 0);
-  g->owner = NULL;
-  push_registry_table(L, &guard_mt_key, make_guard_metatable);
-  lua_setmetatable(L, -2);
-  lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
-  dlp_owner_retain(o);
-  g->owner = o; /* only now: nothing above can raise with the reference taken */
   lua_pop(L, 2);
 }
+#else
+void dlp_keep_guard(lua_State *L, int owner) {
+  (void)L, (void)owner;
+}
+#endif
 
 /* Lua cannot see tensor memory. Memory new to this state (a block allocated here, a producer's
  * tensor imported for the first time) makes the collector take a step as if that many bytes of

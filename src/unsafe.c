@@ -86,7 +86,7 @@ static int l_wrap(lua_State *L) {
   memcpy(t->dl.shape, shape, (size_t)ndim * sizeof(int64_t));
   memcpy(t->dl.strides, strides, (size_t)ndim * sizeof(int64_t));
   dlp_tensor_seal(L, t, "unsafe.wrap");
-  dlp_keep_guard(L, owner, o);
+  dlp_keep_guard(L, owner);
   return 1;
 }
 
