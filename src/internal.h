@@ -236,6 +236,10 @@ int dlp_check_shape(lua_State *L, int arg, int64_t *shape);
  * allocate: call them before taking memory. */
 void dlp_keep(lua_State *L, int tensor, int value);
 void dlp_keep_copy(lua_State *L, int from, int to);
+/* What getmetatable gives for the module's userdata (tensors, streams, events): a read-only view
+ * of the metatable at `meta` (its fields read through, writes raise). A script that could write
+ * the metatable could remove __gc, and every object, made before or after, would leak. */
+void dlp_push_metatable_view(lua_State *L, int meta);
 /* Tell the collector about memory new to this state (an allocation point: may run finalizers). */
 void dlp_gc_account(lua_State *L, size_t nbytes);
 /* Each subsystem adds its functions to the module table, the tensor methods and the

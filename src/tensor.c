@@ -759,14 +759,14 @@ static int l_data_ptr(lua_State *L) {
   return 1;
 }
 
-/* __newindex of what getmetatable(t) gives */
+/* __newindex of a metatable view; upvalue 1 is the metatable */
 static int l_metatable_readonly(lua_State *L) {
-  return luaL_error(L, "the tensor metatable is read-only (extend tensors through dlpack.Tensor)");
+  lua_getfield(L, lua_upvalueindex(1), "__name");
+  return luaL_error(L, "the metatable of %s objects is read-only", lua_tostring(L, -1));
 }
 
-/* getmetatable(t) gives a read-only view of the metatable: a script that could write it could
- * remove __gc, and every tensor, made before or after, would then never free its memory. */
-static void push_metatable_view(lua_State *L, int meta) {
+void dlp_push_metatable_view(lua_State *L, int meta) {
+  meta = lua_absindex(L, meta);
   lua_newtable(L);
   lua_createtable(L, 0, 3);
   lua_pushvalue(L, meta);
@@ -812,6 +812,6 @@ void dlp_tensor_register(lua_State *L, int module, int methods, int meta) {
   lua_setfield(L, -3, "__ipairs");
   lua_setfield(L, -2, "__pairs");
   lua_pop(L, 1);
-  push_metatable_view(L, meta);
+  dlp_push_metatable_view(L, meta);
   lua_setfield(L, meta, "__metatable");
 }
