@@ -239,6 +239,10 @@ void dlp_keep_copy(lua_State *L, int from, int to);
 /* Guards the tensors kept for the Lua owner at index owner against its finalizer: they are
  * released just before it runs (Lua 5.2 and later; see tensor.c). */
 void dlp_keep_guard(lua_State *L, int owner);
+/* What getmetatable gives for the module's userdata (tensors, streams, events): a read-only view
+ * of the metatable at `meta` (its fields read through, writes raise). A script that could write
+ * the metatable could remove __gc, and every object, made before or after, would leak. */
+void dlp_push_metatable_view(lua_State *L, int meta);
 /* Tell the collector about memory new to this state (an allocation point: may run finalizers). */
 void dlp_gc_account(lua_State *L, size_t nbytes);
 /* Each subsystem adds its functions to the module table, the tensor methods and the

@@ -346,6 +346,8 @@ static void new_class(lua_State *L, const char *mt, const luaL_Reg *methods, lua
     lua_pushcfunction(L, tostring);
     lua_setfield(L, -2, "__tostring");
   }
+  dlp_push_metatable_view(L, -1);
+  lua_setfield(L, -2, "__metatable");
   lua_pop(L, 1);
 }
 

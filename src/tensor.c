@@ -825,6 +825,26 @@ static int l_data_ptr(lua_State *L) {
   return 1;
 }
 
+/* __newindex of a metatable view; upvalue 1 is the metatable */
+static int l_metatable_readonly(lua_State *L) {
+  lua_getfield(L, lua_upvalueindex(1), "__name");
+  return luaL_error(L, "the metatable of %s objects is read-only", lua_tostring(L, -1));
+}
+
+void dlp_push_metatable_view(lua_State *L, int meta) {
+  meta = lua_absindex(L, meta);
+  lua_newtable(L);
+  lua_createtable(L, 0, 3);
+  lua_pushvalue(L, meta);
+  lua_setfield(L, -2, "__index");
+  lua_pushvalue(L, meta);
+  lua_pushcclosure(L, l_metatable_readonly, 1);
+  lua_setfield(L, -2, "__newindex");
+  lua_pushboolean(L, 0);
+  lua_setfield(L, -2, "__metatable");
+  lua_setmetatable(L, -2);
+}
+
 void dlp_tensor_register(lua_State *L, int module, int methods, int meta) {
   static const luaL_Reg functions[] = {
     {"empty", l_empty}, {"zeros", l_zeros}, {"ones", l_ones}, {"full", l_full}, {"arange", l_arange},
@@ -858,4 +878,6 @@ void dlp_tensor_register(lua_State *L, int module, int methods, int meta) {
   lua_setfield(L, -3, "__ipairs");
   lua_setfield(L, -2, "__pairs");
   lua_pop(L, 1);
+  dlp_push_metatable_view(L, meta);
+  lua_setfield(L, meta, "__metatable");
 }
