@@ -176,7 +176,7 @@ $(PC_FILE): src/dlpack_lua.h Makefile FORCE   # always: it holds PREFIX and the 
 	lib=$$(realpath -m --relative-to='$(INST_ARCDIR)/pkgconfig' '$(INST_ARCDIR)' 2>/dev/null) \
 	  && lib='$${pcfiledir}/'"$$lib" || lib='$(INST_ARCDIR)'; \
 	printf '%s\n' "includedir=$$inc" "libdir=$$lib" '' 'Name: dlpack-lua' \
-	  'Description: DLPack tensors for Lua 5.4, the C API for hosts (static library)' \
+	  'Description: DLPack tensors for Lua, the C API for hosts (static library)' \
 	  'URL: https://github.com/dlpack-lua/dlpack-lua' 'Version: $(VERSION)' \
 	  $(if $(LUA_PC),'Requires: $(LUA_PC)') 'Cflags: -I$${includedir}' \
 	  'Libs: -L$${libdir} -ldlpack_lua -ldl -lm -pthread' >$@

@@ -37,6 +37,7 @@ build = {
     -- The project's own warnings without -Werror: a newer compiler's new warning
     -- must not stop a user's install.
     WARNINGS = "-Wall -Wextra",
+    LUA = "$(LUA)", -- the interpreter's name picks the pkg-config name and the compat headers
     LUA_INC = "-I$(LUA_INCDIR)",
     BUILD = "build/rock$(LUA_INCDIR)", -- one build folder per Lua (build/rock/usr/include/lua5.3)
     INST_LIBDIR = "$(LIBDIR)",

@@ -3,7 +3,9 @@
 # then a plain lua5.4 that sees only that tree loads the installed rock; then
 # `make rock` (a source rock of the working tree), `luarocks install` of it into a
 # fresh tree, offline, `require` from that tree, and a C host built with the
-# rock's pkg-config file (dlpack-lua.pc); then a binary rock of that tree in a third one.
+# rock's pkg-config file (dlpack-lua.pc); then a binary rock of that tree in a third one;
+# last, `luarocks --lua-version 5.1 make` and 5.3 into trees of their own, loaded by lua5.1
+# and lua5.3 (skipped where that Lua is not installed).
 source "$(dirname "$0")/lib.sh"
 command -v luarocks >/dev/null || skip_all "luarocks not found (install luarocks)"
 ROCKSPEC=rockspec/dlpack-scm-1.rockspec
@@ -102,4 +104,33 @@ else
   echo "not ok 8 - a binary rock (luarocks pack dlpack) installs into another tree, loads, and its pkg-config file builds a host"
   as_comments "$log" 60
 fi
+
+# The same rockspec for other Luas (`lua >= 5.1`): each builds into a tree of its own, whose
+# pkg-config file requires that Lua.
+OTHER_LOADS='
+  local dlpack, unsafe = require "dlpack", require "dlpack.unsafe"
+  assert(type(unsafe.wrap) == "function", "dlpack.unsafe loads")
+  local t = dlpack.zeros({2, 3}, "int32")
+  t:set(2, 3, 7)
+  assert(t:numel() == 6 and t:get(2, 3) == 7 and t.dtype == "int32", "a tensor works")
+'
+
+for v in 5.1 5.3; do
+  name="luarocks --lua-version $v make $ROCKSPEC, then require \"dlpack\" from lua$v"
+  if ! command -v "lua$v" >/dev/null || [[ ! -d /usr/include/lua$v ]]; then
+    echo "ok - $name # SKIP lua$v or its headers not installed"
+    continue
+  fi
+  tree=$(mktemp -d)
+  if luarocks --lua-version "$v" make --deps-mode=none --tree "$tree" "$ROCKSPEC" >"$log" 2>&1 </dev/null &&
+     env LUA_PATH="$tree/share/lua/$v/?.lua;$tree/share/lua/$v/?/init.lua" LUA_CPATH="$tree/lib/lua/$v/?.so" \
+       LUA_INIT= "lua$v" -e "$OTHER_LOADS" >>"$log" 2>&1 </dev/null &&
+     grep -q "Requires: lua$v" "$tree"/lib/luarocks/rocks-$v/dlpack/scm-1/static/pkgconfig/dlpack-lua.pc; then
+    echo "ok - $name"
+  else
+    echo "not ok - $name"
+    as_comments "$log" 60
+  fi
+  rm -rf "$tree"
+done
 rm -f "$log"
