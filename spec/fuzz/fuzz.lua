@@ -202,6 +202,13 @@ function S:put(t, name, slot, rootid)
   self.pool[slot] = { t = t, name = name, root = rootid or name }
 end
 
+-- Stores t as put does when it has at most 4096 elements (the pool stays cheap to walk);
+-- releases it otherwise.
+function S:put_small(t, name, slot, rootid)
+  local ok, n = pcall(T.numel, t)
+  if ok and n <= 4096 then self:put(t, name, slot, rootid) else pcall(T.release, t) end
+end
+
 function S:put_cap(c, name, slot, known)
   local old = self.caps[slot]
   if old and old.cap then pcall(dlpack.release_capsule, old.cap) end
@@ -786,8 +793,7 @@ op("create", 5, function(S_)
         if not model.same_table(got, want) then S_:fail("created values differ from the fill value") end
       end
     end
-    local nok, n = pcall(T.numel, t)
-    if nok and n <= 4096 then S_:put(t, name, slot) else pcall(T.release, t) end
+    S_:put_small(t, name, slot)
   elseif valid and not S_.disturbed then
     S_:valid_raised(t)
   end
@@ -861,8 +867,7 @@ op("tensor", 4, function(S_)
         if not model.same_table(got, value) then S_:fail("dlpack.tensor: values differ from the input") end
       end
     end
-    local nok, n = pcall(T.numel, t)
-    if nok and n <= 4096 then S_:put(t, name, slot) else pcall(T.release, t) end
+    S_:put_small(t, name, slot)
   elseif valid and not S_.disturbed then
     S_:valid_raised(t)
   end
@@ -966,8 +971,7 @@ local function view_common(S_, name, build)
           tostring(inf.readonly))
       end
     end
-    local nok, n = pcall(T.numel, res)
-    if nok and n <= 4096 then S_:put(res, vname, slot, e and e.root) else pcall(T.release, res) end
+    S_:put_small(res, vname, slot, e and e.root)
   elseif valid then
     S_:valid_raised(res)
   end
@@ -1843,9 +1847,7 @@ op("from_dlpack", 8, function(S_)
         S_:fail("from_dlpack(producer of " .. pinfo.src.name .. ") did not share memory")
       end
     end
-    local nok, n = pcall(T.numel, res)
-    if nok and n <= 4096 then S_:put(res, name, slot, e and e.root or (pinfo and pinfo.src.root)) else
-      pcall(T.release, res) end
+    S_:put_small(res, name, slot, e and e.root or (pinfo and pinfo.src.root))
   else
     if ce and known == "consumed" and ov and not msg_has(res, "consumed") and not S_.disturbed then
       S_:fail("import of a consumed capsule: the message lacks 'consumed': " .. tostring(res))
