@@ -20,9 +20,10 @@ static dlp_Tensor *test_tensor(lua_State *L, int idx) {
 }
 
 static dlp_Tensor *check_tensor(lua_State *L, int idx) {
-  dlp_Tensor *t = test_tensor(L, idx);
-  if (!t) luaL_typeerror(L, idx, DLPACK_LUA_TENSOR_MT);
-  if (!t->owner) luaL_argerror(L, idx, "tensor was released");
+  idx = lua_absindex(L, idx);
+  dlp_push_metatable(L);
+  dlp_Tensor *t = dlp_tensor_check_with(L, idx, -1);
+  lua_pop(L, 1);
   return t;
 }
 

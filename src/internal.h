@@ -192,6 +192,7 @@ dlp_Tensor *dlp_tensor_test(lua_State *L, int idx);         /* NULL unless a ten
 dlp_Tensor *dlp_tensor_test_with(lua_State *L, int idx, int metatable);
 dlp_Tensor *dlp_tensor_arg(lua_State *L, int idx);          /* a tensor (live or not), else raises */
 dlp_Tensor *dlp_tensor_check(lua_State *L, int idx);        /* a live tensor, else raises */
+dlp_Tensor *dlp_tensor_check_with(lua_State *L, int idx, int metatable);
 /* Raises "<what>: ... released" unless t is live; call it after the last call that can run Lua
  * code and before touching t's memory. */
 void dlp_live(lua_State *L, const dlp_Tensor *t, const char *what);

@@ -54,10 +54,15 @@ dlp_Tensor *dlp_tensor_arg(lua_State *L, int idx) {
   return t;
 }
 
-dlp_Tensor *dlp_tensor_check(lua_State *L, int idx) {
-  dlp_Tensor *t = dlp_tensor_arg(L, idx);
+dlp_Tensor *dlp_tensor_check_with(lua_State *L, int idx, int metatable) {
+  dlp_Tensor *t = dlp_tensor_test_with(L, idx, metatable);
+  if (!t) luaL_typeerror(L, idx, DLPACK_LUA_TENSOR_MT);
   if (!t->owner) luaL_argerror(L, idx, "tensor was released");
   return t;
+}
+
+dlp_Tensor *dlp_tensor_check(lua_State *L, int idx) {
+  return dlp_tensor_check_with(L, idx, METATABLE);
 }
 
 void dlp_live(lua_State *L, const dlp_Tensor *t, const char *what) {
