@@ -39,6 +39,16 @@ check("the module loads under " .. jit.version .. " (" .. _VERSION .. ")", funct
   expect(package.searchpath("dlpack.core", package.cpath):find("build/luajit", 1, true), "not the LuaJIT build")
 end)
 
+-- every channel of every pixel of tensor v is what LÖVE's getPixel reads from img
+local function expect_pixels(v)
+  for y = 0, H - 1 do
+    for x = 0, W - 1 do
+      local p = pixel(img, x, y)
+      for c = 1, 4 do expect(v[y + 1][x + 1][c] == p[c], ("pixel %d,%d channel %d"):format(x, y, c)) end
+    end
+  end
+end
+
 check("an ImageData is an H x W x 4 uint8 tensor with no copy", function()
   img = love.image.newImageData(W, H, "rgba8")
   img:mapPixel(function(x, y) return x / 255, y / 255, (x + y) / 255, 1 end)
@@ -46,12 +56,7 @@ check("an ImageData is an H x W x 4 uint8 tensor with no copy", function()
   expect(t.dtype == "uint8" and t.shape[1] == H and t.shape[2] == W and t.shape[3] == 4, "shape")
   expect(tonumber(require("ffi").cast("uintptr_t", img:getFFIPointer())) ==
          tonumber(require("ffi").cast("uintptr_t", t:data_ptr())), "the tensor is not on the ImageData's pixels")
-  for y = 0, H - 1 do
-    for x = 0, W - 1 do
-      local p = pixel(img, x, y)
-      for c = 1, 4 do expect(t[y + 1][x + 1][c] == p[c], ("pixel %d,%d channel %d"):format(x, y, c)) end
-    end
-  end
+  expect_pixels(t)
 end)
 
 check("a channel swap through views shows in getPixel", function()
@@ -82,12 +87,7 @@ check("export and re-import through a capsule give the pixels getPixel reads", f
   local cap = dlpack.to_dlpack(t) -- a copy: the pixels belong to the ImageData (README)
   local u = dlpack.from_dlpack(cap)
   expect(dlpack.capsule_info(cap).consumed, "the capsule was not consumed")
-  for y = 0, H - 1 do
-    for x = 0, W - 1 do
-      local p = pixel(img, x, y)
-      for c = 1, 4 do expect(u[y + 1][x + 1][c] == p[c], ("pixel %d,%d channel %d"):format(x, y, c)) end
-    end
-  end
+  expect_pixels(u)
   local ok, err = pcall(dlpack.to_dlpack, t, {copy = false})
   expect(not ok and dlpack.is_buffer_error(err), "copy = false must raise a BufferError")
 end)
