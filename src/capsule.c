@@ -9,11 +9,13 @@
  * would wrap is retired for good, so no handle is ever issued twice: a
  * process can make 2^47 capsules in all (2^20 slots of 2^27 generations).
  *
- * Light userdata has no finaliser. Capsules are not tied to the lua_State that
- * made them (another state or thread may consume them after it closed), so
- * what scripts leave unconsumed is handed back to its producers when the last
- * lua_State that opened the module closes. Capsules made by C hosts are the
- * host's and are never handed back. */
+ * Light userdata has no finaliser. Capsules that scripts make (to_dlpack) are
+ * not tied to the lua_State that made them (another state or thread may
+ * consume them after it closed), so what scripts leave unconsumed is handed
+ * back to its producers when the last lua_State that opened the module closes.
+ * A capsule a C producer makes for a script (dlpack_lua_push_capsule) belongs
+ * to that script's state and goes back when it closes. Capsules made by C
+ * hosts for themselves (dlpack_lua_capsule_new) are never handed back. */
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +52,7 @@
 
 typedef struct Slot {
   void *managed;   /* while live */
-  int from_lua;    /* made by a script, so handed back when the last state closes */
+  uint64_t holder; /* who gets it back unconsumed: DLP_CAPSULE_HOST, _SCRIPT or a state id */
   size_t next_free;
   uint32_t gen;    /* of the live or next capsule; GEN_MASK + 1 once the slot is retired */
   unsigned char live;
@@ -93,7 +95,7 @@ static int decode(void *p, size_t *index, uint32_t *gen, int *versioned) {
   return *index < slot_count;
 }
 
-void *dlp_capsule_new(void *managed, int versioned, int from_lua) {
+void *dlp_capsule_new(void *managed, int versioned, uint64_t holder) {
   size_t i;
   Slot *s;
   lock_table();
@@ -112,7 +114,7 @@ void *dlp_capsule_new(void *managed, int versioned, int from_lua) {
   }
   s = slot_at(i);
   s->managed = managed;
-  s->from_lua = from_lua;
+  s->holder = holder;
   s->live = 1;
   s->versioned = (unsigned char)(versioned != 0);
   void *handle = encode(i, s->gen, versioned);
@@ -184,17 +186,18 @@ void dlp_capsule_state_opened(void) {
   unlock_table();
 }
 
-/* When the last state closes, no script can consume what scripts left: hand it back. */
-void dlp_capsule_state_closed(void) {
+/* A state closed: what was made for it goes back, and what scripts left when it was the last
+ * one (no script can consume those any more). */
+void dlp_capsule_state_closed(uint64_t state) {
   size_t i = 0;
   lock_table();
   open_states--;
   for (;;) {
     void *managed = NULL;
     int versioned = 0;
-    for (; i < slot_count && open_states == 0; i++) {
+    for (; i < slot_count; i++) {
       Slot *s = slot_at(i);
-      if (s->live && s->from_lua) {
+      if (s->live && (s->holder == state || (s->holder == DLP_CAPSULE_SCRIPT && open_states == 0))) {
         managed = s->managed;
         versioned = s->versioned;
         retire(i);
@@ -206,6 +209,20 @@ void dlp_capsule_state_closed(void) {
     dlp_managed_delete(managed, versioned); /* outside the lock: a deleter may make capsules */
     lock_table();
   }
+}
+
+void dlp_capsule_push_for_state(lua_State *L, void *managed, int versioned, const char *what) {
+  dlp_State *st;
+  void *capsule = NULL;
+  if (!managed) luaL_error(L, "%s: the managed tensor is NULL", what);
+  st = dlp_state(L);
+  if (st && !st->closing) capsule = dlp_capsule_new(managed, versioned, st->id);
+  if (!capsule) {
+    dlp_managed_delete(managed, versioned);
+    luaL_error(L, "%s: %s", what, !st ? "the dlpack module is not open in this lua_State"
+                                  : st->closing ? "this lua_State is closing" : "too many unconsumed capsules");
+  }
+  lua_pushlightuserdata(L, capsule);
 }
 
 /* ---- the Lua side ---- */

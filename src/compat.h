@@ -32,10 +32,15 @@
 /* Whether the script let the collector run. PUC Lua 5.1 cannot say: the module paces the
  * collector there anyway (a loop of tensors would otherwise grow without bound), which restarts
  * a collector the script stopped. */
+/* dlp_gc_runs_normally: whether the collector runs and no finalizer is running (5.2 and later
+ * and LuaJIT stop it while a finalizer runs, and 5.4's lua_gc answers -1 then). PUC Lua 5.1
+ * cannot say either: there the answer is always "maybe not" (0). */
 #ifdef LUA_GCISRUNNING /* 5.2 and later, LuaJIT */
 #define dlp_gc_running(L) lua_gc((L), LUA_GCISRUNNING, 0)
+#define dlp_gc_runs_normally(L) (lua_gc((L), LUA_GCISRUNNING, 0) == 1)
 #else
 #define dlp_gc_running(L) ((void)(L), 1)
+#define dlp_gc_runs_normally(L) ((void)(L), 0)
 #endif
 
 /* ---- numbers without integers (5.1, LuaJIT, 5.2): every number is a double ---- */

@@ -51,8 +51,10 @@ extern "C" {
 DLPACK_LUA_API int luaopen_dlpack(lua_State *L);
 /* Same table; the name `require "dlpack.core"` looks for. */
 DLPACK_LUA_API int luaopen_dlpack_core(lua_State *L);
-/* Open `dlpack.unsafe` (raw pointers); hosts that run untrusted scripts leave it out. */
-DLPACK_LUA_API int luaopen_dlpack_unsafe(lua_State *L);
+/* Open `dlpack.unsafe` (raw pointers): luaL_requiref(L, "dlpack.unsafe", dlpack_lua_open_unsafe, 0).
+ * Not named luaopen_*, so that `require` alone never reaches it; hosts that run untrusted scripts
+ * leave it out. */
+DLPACK_LUA_API int dlpack_lua_open_unsafe(lua_State *L);
 
 /* Push a versioned managed tensor as a tensor, taking ownership; raises (after calling its deleter) if invalid. */
 DLPACK_LUA_API void dlpack_lua_push_versioned(lua_State *L, DLManagedTensorVersioned *managed);
@@ -71,7 +73,13 @@ DLPACK_LUA_API DLManagedTensorVersioned *dlpack_lua_export_versioned(lua_State *
  * for memory a Lua value owns. */
 DLPACK_LUA_API DLManagedTensor *dlpack_lua_export_legacy(lua_State *L, int idx);
 
-/* Make a capsule (a light userdata) owning a managed tensor; versioned is 1 for DLManagedTensorVersioned. No lua_State needed. */
+/* Push a capsule owning a managed tensor, for the script running in L (what a C producer's __dlpack returns); it is
+ * handed back (deleter called) when L closes if nobody consumed it. Takes ownership; raises (after calling the deleter)
+ * when the module is not open in L, L is closing, or too many capsules are unconsumed. versioned: 1 for
+ * DLManagedTensorVersioned. */
+DLPACK_LUA_API void dlpack_lua_push_capsule(lua_State *L, void *managed, int versioned);
+/* Make a capsule (a light userdata) owning a managed tensor, for the host itself (passing a tensor between states or
+ * threads): never handed back, the host consumes it. NULL when too many are unconsumed. No lua_State needed. */
 DLPACK_LUA_API void *dlpack_lua_capsule_new(void *managed, int versioned);
 /* Consume a capsule: on DLPACK_LUA_OK *managed and *versioned are set and the caller owns the tensor. Any thread. */
 DLPACK_LUA_API int dlpack_lua_capsule_consume(void *capsule, void **managed, int *versioned);
@@ -83,8 +91,9 @@ DLPACK_LUA_API void dlpack_lua_push_stream(lua_State *L, void *stream, int devic
 
 /* The registry key of the function table below (a light userdata to a static struct). */
 #define DLPACK_LUA_API_KEY "dlpack.api"
-/* Version of the function table; new fields are only ever appended (2 added the stream functions). */
-#define DLPACK_LUA_API_VERSION 2
+/* Version of the function table; new fields are only ever appended (2 added the stream functions,
+ * 3 push_capsule). */
+#define DLPACK_LUA_API_VERSION 3
 
 typedef struct dlpack_lua_api {
   int version; /* DLPACK_LUA_API_VERSION of the module that filled it */
@@ -99,6 +108,8 @@ typedef struct dlpack_lua_api {
   /* version >= 2 */
   void *(*check_stream)(lua_State *L, int idx);
   void (*push_stream)(lua_State *L, void *stream, int device);
+  /* version >= 3 */
+  void (*push_capsule)(lua_State *L, void *managed, int versioned);
 } dlpack_lua_api;
 
 /* Fetch the table from the registry of L (NULL if dlpack was not opened in L). */

@@ -49,7 +49,11 @@ DLPACK_LUA_API DLManagedTensor *dlpack_lua_export_legacy(lua_State *L, int idx) 
 }
 
 DLPACK_LUA_API void *dlpack_lua_capsule_new(void *managed, int versioned) {
-  return dlp_capsule_new(managed, versioned, 0);
+  return dlp_capsule_new(managed, versioned, DLP_CAPSULE_HOST);
+}
+
+DLPACK_LUA_API void dlpack_lua_push_capsule(lua_State *L, void *managed, int versioned) {
+  dlp_capsule_push_for_state(L, managed, versioned, "dlpack_lua_push_capsule");
 }
 
 DLPACK_LUA_API int dlpack_lua_capsule_consume(void *capsule, void **managed, int *versioned) {
@@ -79,6 +83,7 @@ static const dlpack_lua_api api = {
   dlpack_lua_capsule_consume,
   dlpack_lua_check_stream,
   dlpack_lua_push_stream,
+  dlpack_lua_push_capsule,
 };
 
 void dlp_hostapi_register(lua_State *L) {

@@ -47,6 +47,33 @@ void dlp_register(lua_State *L, int table, const luaL_Reg *functions);
 /* Raise an error marked DLPACK_LUA_BUFFER_ERROR: "cannot be exchanged as asked". */
 int dlp_buffer_error(lua_State *L, const char *fmt, ...);
 
+/* Objects that hold memory or driver resources (tensors, stream and event objects) and that
+ * the module's cleanup at lua_close may have to release itself: see dlp_state_for_new. */
+typedef struct dlp_Tracked dlp_Tracked;
+struct dlp_Tracked {
+  dlp_Tracked *next, **pprev; /* pprev is NULL while not tracked */
+  void (*close)(dlp_Tracked *self);
+};
+void dlp_untrack(dlp_Tracked *node); /* idempotent */
+
+/* The module's record of a lua_State (its main thread and coroutines share it). */
+typedef struct dlp_State {
+  uint64_t id;          /* unique in the process, never 0 */
+  int closing;          /* the module's cleanup at lua_close has run */
+  dlp_Tracked *tracked; /* objects its cleanup releases */
+} dlp_State;
+
+/* The record of L; NULL when the module was never opened in L. */
+dlp_State *dlp_state(lua_State *L);
+/* Call before making a tensor, capsule, stream or event (`kind` names it: "a tensor"). Lua runs
+ * no finalizer for objects made during lua_close (5.1 to 5.4), and finalizers made before
+ * `require "dlpack"` run after the module's cleanup. So: after that cleanup this raises; and
+ * while the collector does not run normally (inside a finalizer, lua_close included, or
+ * stopped by the script; always on Lua 5.1) it returns the record, and the caller passes the
+ * new object to dlp_track so that the cleanup releases it if nothing else does. Else NULL. */
+dlp_State *dlp_state_for_new(lua_State *L, const char *kind);
+void dlp_track(dlp_State *st, dlp_Tracked *node, void (*close)(dlp_Tracked *self));
+
 /* ---- layout.c: checked arithmetic (each returns 0 on overflow and writes nothing useful) ---- */
 
 int dlp_add(int64_t a, int64_t b, int64_t *out);
@@ -178,6 +205,7 @@ void dlp_managed_delete(void *managed, int versioned);      /* calls a producer'
 typedef struct dlp_Tensor {
   DLTensor dl;      /* shape and strides point into dims[]; never changed after creation */
   dlp_Owner *owner; /* NULL once released */
+  dlp_Tracked track; /* see dlp_state_for_new */
   uint64_t flags;   /* DLPack flag bits: READ_ONLY, IS_SUBBYTE_TYPE_PADDED */
   int dtype;        /* dlp_Dtype */
   int64_t dims[];   /* shape[ndim] then strides[ndim] */
@@ -291,11 +319,21 @@ void dlp_read_options(lua_State *L, int arg, unsigned allowed, dlp_Options *o);
 void dlp_format_register(lua_State *L, int module, int methods, int meta);
 
 /* ---- capsule.c ---- */
-void *dlp_capsule_new(void *managed, int versioned, int from_lua);
+/* Who gets an unconsumed capsule back: nobody (a host's: DLP_CAPSULE_HOST), the producers of the
+ * capsules scripts made when the last state closes (DLP_CAPSULE_SCRIPT), or the producer when
+ * the state with that dlp_State id closes (a C producer's capsule for a script). */
+#define DLP_CAPSULE_HOST 0
+#define DLP_CAPSULE_SCRIPT UINT64_MAX
+void *dlp_capsule_new(void *managed, int versioned, uint64_t holder);
 int dlp_capsule_consume(void *capsule, void **managed, int *versioned);
 int dlp_capsule_state(void *p, int *versioned, int *consumed);
 void dlp_capsule_state_opened(void);
-void dlp_capsule_state_closed(void);                       /* the last one hands back script capsules */
+/* The state with id `state` closed: its capsules go back, and the script capsules too when it
+ * was the last one open. */
+void dlp_capsule_state_closed(uint64_t state);
+/* Push a capsule for managed that is handed back when L closes unless consumed first (the C
+ * API's push_capsule); takes ownership: the deleter runs once if this raises. */
+void dlp_capsule_push_for_state(lua_State *L, void *managed, int versioned, const char *what);
 void *dlp_capsule_take(lua_State *L, int arg, int *versioned, const char *what); /* consume or raise */
 /* look(managed, versioned) for a live capsule, called under the table's lock (so the tensor
  * cannot be consumed and freed meanwhile); -1 when it is not one. */

@@ -1,4 +1,5 @@
-/* The module entry points: luaopen_dlpack (= luaopen_dlpack_core) and luaopen_dlpack_unsafe. */
+/* The module entry points (luaopen_dlpack = luaopen_dlpack_core, and dlpack_lua_open_unsafe), and
+ * the per-state record with the cleanup the module does at lua_close. */
 #define _GNU_SOURCE /* dladdr, RTLD_NODELETE */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -46,27 +47,69 @@ void dlp_register(lua_State *L, int table, const luaL_Reg *functions) {
   lua_pop(L, 1);
 }
 
-#define STATE_KEY "dlpack.state"
+/* ---- the per-state record, and what the module's cleanup at lua_close does ---- */
 
+static const char state_key = 0;
+static atomic_uint_fast64_t last_state_id;
+
+dlp_State *dlp_state(lua_State *L) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &state_key);
+  dlp_State *st = lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  return st;
+}
+
+void dlp_untrack(dlp_Tracked *node) {
+  if (!node->pprev) return;
+  *node->pprev = node->next;
+  if (node->next) node->next->pprev = node->pprev;
+  node->pprev = NULL;
+  node->next = NULL;
+}
+
+void dlp_track(dlp_State *st, dlp_Tracked *node, void (*close)(dlp_Tracked *self)) {
+  node->close = close;
+  node->next = st->tracked;
+  if (node->next) node->next->pprev = &node->next;
+  node->pprev = &st->tracked;
+  st->tracked = node;
+}
+
+dlp_State *dlp_state_for_new(lua_State *L, const char *kind) {
+  if (dlp_gc_runs_normally(L)) return NULL; /* no finalizer is running: nothing to watch */
+  dlp_State *st = dlp_state(L);
+  if (st && st->closing)
+    luaL_error(L, "cannot make %s: this lua_State is closing (lua_close ran the dlpack module's cleanup, "
+                  "and what finalizers make after it would never be released)", kind);
+  return st;
+}
+
+/* Runs at lua_close (the record is in the registry until then). Finalizers made before the
+ * module run after this; see dlp_state_for_new. */
 static int state_gc(lua_State *L) {
-  (void)L;
+  dlp_State *st = lua_touserdata(L, 1);
+  st->closing = 1; /* first: nothing released below can make more */
+  while (st->tracked) {
+    dlp_Tracked *node = st->tracked;
+    dlp_untrack(node);
+    node->close(node);
+  }
   dlp_cuda_settle();
-  dlp_capsule_state_closed();
+  dlp_capsule_state_closed(st->id);
   return 0;
 }
 
 static void state_open(lua_State *L) {
-  if (lua_getfield(L, LUA_REGISTRYINDEX, STATE_KEY) == LUA_TUSERDATA) {
-    lua_pop(L, 1);
-    return;
-  }
-  lua_pop(L, 1);
-  lua_newuserdatauv(L, 1, 0);
+  if (dlp_state(L)) return;
+  dlp_State *st = lua_newuserdatauv(L, sizeof *st, 0);
+  st->id = atomic_fetch_add(&last_state_id, 1) + 1;
+  st->closing = 0;
+  st->tracked = NULL;
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, state_gc);
   lua_setfield(L, -2, "__gc");
   lua_setmetatable(L, -2);
-  lua_setfield(L, LUA_REGISTRYINDEX, STATE_KEY);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &state_key);
   dlp_capsule_state_opened(); /* after the finaliser is in place, so it always balances */
 }
 
@@ -130,7 +173,11 @@ DLPACK_LUA_API int luaopen_dlpack_core(lua_State *L) {
   return luaopen_dlpack(L);
 }
 
-DLPACK_LUA_API int luaopen_dlpack_unsafe(lua_State *L) {
+/* Not a luaopen_ name on purpose: `require` only ever calls luaopen_* functions, whatever a
+ * script does to package.cpath, package.searchers or package.loaded, so no script that can
+ * only call `require` reaches it. A host opens it through C, or lua/dlpack/unsafe.lua through
+ * package.loadlib, which a sandbox removes (README, "Safety"). */
+DLPACK_LUA_API int dlpack_lua_open_unsafe(lua_State *L) {
   lua_newtable(L);
   dlp_unsafe_register(L, lua_gettop(L));
   state_open(L);

@@ -295,12 +295,13 @@ static int export_capsule(lua_State *L, int python_defaults, const char *what) {
   void *managed, *capsule;
   dlp_Tensor *t = dlp_tensor_check(L, 1);
   dlp_read_options(L, 2, DLP_OPT_DEVICE | DLP_OPT_COPY | DLP_OPT_STREAM | DLP_OPT_MAX_VERSION, &o);
+  dlp_state_for_new(L, "a capsule"); /* capsules are not tracked: they go back when states close */
   int legacy = o.max_major < 0 ? python_defaults : o.max_major == 0;
   dlp_CudaStream *consumer = dlp_cuda_check_stream(L, o.stream, t->dl.device, 1, what);
   dlp_Tensor *e = prepare_export(L, t, &o, consumer, &copied, what);
   if (legacy) managed = dlp_export_legacy(L, e);
   else managed = dlp_export_versioned(L, e, copied ? DLP_FLAG_IS_COPIED : 0);
-  capsule = dlp_capsule_new(managed, !legacy, 1);
+  capsule = dlp_capsule_new(managed, !legacy, DLP_CAPSULE_SCRIPT);
   if (!capsule) {
     dlp_managed_delete(managed, !legacy);
     return luaL_error(L, "%s: too many unconsumed capsules", what);

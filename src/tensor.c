@@ -19,9 +19,14 @@ void dlp_push_metatable(lua_State *L) {
   lua_rawgetp(L, LUA_REGISTRYINDEX, &metatable_key);
 }
 
+static void close_tracked_tensor(dlp_Tracked *node) {
+  dlp_tensor_release((dlp_Tensor *)((char *)node - offsetof(dlp_Tensor, track)));
+}
+
 dlp_Tensor *dlp_tensor_push_with(lua_State *L, int ndim, int metatable) {
   size_t size = sizeof(dlp_Tensor) + 2 * (size_t)ndim * sizeof(int64_t);
   metatable = lua_absindex(L, metatable);
+  dlp_State *st = dlp_state_for_new(L, "a tensor");
   dlp_Tensor *t = lua_newuserdatauv(L, size, 0);
   memset(t, 0, size);
   t->dl.ndim = ndim;
@@ -29,6 +34,7 @@ dlp_Tensor *dlp_tensor_push_with(lua_State *L, int ndim, int metatable) {
   t->dl.strides = t->dims + ndim;
   lua_pushvalue(L, metatable);
   lua_setmetatable(L, -2);
+  if (st) dlp_track(st, &t->track, close_tracked_tensor);
   return t;
 }
 
@@ -71,6 +77,7 @@ void dlp_live(lua_State *L, const dlp_Tensor *t, const char *what) {
 
 void dlp_tensor_release(dlp_Tensor *t) {
   dlp_Owner *o = t->owner;
+  dlp_untrack(&t->track);
   if (o) {
     t->owner = NULL;
     dlp_owner_release(o);

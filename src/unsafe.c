@@ -14,7 +14,8 @@ static int l_adopt(lua_State *L) {
   void *managed = lua_touserdata(L, 1);
   if (lua_type(L, 1) != LUA_TLIGHTUSERDATA || !managed) luaL_argexpected(L, 0, 1, "non-NULL light userdata");
   int versioned = check_name(L, 2);
-  void *capsule = dlp_capsule_new(managed, versioned, 1);
+  dlp_state_for_new(L, "a capsule");
+  void *capsule = dlp_capsule_new(managed, versioned, DLP_CAPSULE_SCRIPT);
   if (!capsule) return luaL_error(L, "unsafe.adopt: too many unconsumed capsules");
   lua_pushlightuserdata(L, capsule);
   return 1;

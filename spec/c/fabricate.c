@@ -10,6 +10,7 @@
  *   fab.versioned(spec) / fab.legacy(spec) -> capsule, data address (integer)
  *   fab.raw_versioned(spec) / fab.raw_legacy(spec) -> light userdata, name
  *   fab.c_producer(spec) -> object whose C __dlpack makes a capsule through the registry table
+ *       (push_capsule: handed back when the state closes if the script drops it)
  *   fab.deleted(), fab.live(), fab.double_deletes(), fab.tampered()
  *   fab.delete(ptr) -> true if ptr was a live fabricated tensor (now deleted)
  *   fab.reclaim() -> frees fabricated tensors that have a NULL deleter
@@ -21,6 +22,7 @@
  *       or api->export_legacy: 0), whose deleter it then calls; the C API's errors propagate
  *   fab.run_threads(code, n [, cap]) -> { {ok =, value =}, ... }
  *   fab.post(p), fab.receive([seconds]) -> p or nil: a process-wide mailbox
+ *   fab.note(s), fab.notes() -> the strings noted since the last call (also from finalizers at lua_close)
  *
  * spec fields (all optional): major minor flags device_type device_id code bits
  * lanes ndim shape strides byte_offset data deleter legacy (c_producer only).
@@ -458,12 +460,16 @@ static int c_dlpack(lua_State *L) {
   legacy = lua_toboolean(L, -1);
   lua_pop(L, 1);
   m = fab_build(L, lua_upvalueindex(1), !legacy);
-  cap = api->capsule_new(m, !legacy);
-  if (cap == NULL) {
-    fab_release(m);
-    return luaL_error(L, "fabricate: capsule_new returned NULL");
+  if (api->version < 3) {
+    cap = api->capsule_new(m, !legacy);
+    if (cap == NULL) {
+      fab_release(m);
+      return luaL_error(L, "fabricate: capsule_new returned NULL");
+    }
+    lua_pushlightuserdata(L, cap);
+    return 1;
   }
-  lua_pushlightuserdata(L, cap);
+  api->push_capsule(L, m, !legacy); /* handed back when L closes if the script drops it */
   return 1;
 }
 
@@ -481,6 +487,7 @@ static int c_dlpack_device(lua_State *L) {
   return 2;
 }
 
+/* What a test producer's __dlpack makes: the capsule form a C producer uses (push_capsule). */
 static int f_c_producer(lua_State *L) {
   lua_settop(L, 1);
   spec_arg(L, 1);
@@ -1055,8 +1062,49 @@ static int f_receive(lua_State *L) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* Notes: strings a chunk leaves for the test, also from finalizers that run during lua_close */
+
+#define FAB_NOTES 256
+static pthread_mutex_t g_notes_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *g_notes[FAB_NOTES];
+static int g_notes_n;
+
+static int f_note(lua_State *L) {
+  size_t len;
+  const char *s = luaL_checklstring(L, 1, &len);
+  char *copy = malloc(len + 1);
+  if (!copy) return luaL_error(L, "fabricate: out of memory");
+  memcpy(copy, s, len + 1);
+  pthread_mutex_lock(&g_notes_lock);
+  if (g_notes_n < FAB_NOTES) g_notes[g_notes_n++] = copy;
+  else free(copy);
+  pthread_mutex_unlock(&g_notes_lock);
+  return 0;
+}
+
+/* -> the notes left since the last call, in order; clears them */
+static int f_notes(lua_State *L) {
+  char *notes[FAB_NOTES];
+  int n;
+  pthread_mutex_lock(&g_notes_lock);
+  n = g_notes_n;
+  memcpy(notes, g_notes, (size_t)n * sizeof notes[0]);
+  g_notes_n = 0;
+  pthread_mutex_unlock(&g_notes_lock);
+  lua_createtable(L, n, 0);
+  for (int i = 0; i < n; i++) {
+    lua_pushstring(L, notes[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  for (int i = 0; i < n; i++) free(notes[i]);
+  return 1;
+}
+
+/* ------------------------------------------------------------------------ */
 
 static const luaL_Reg fab_funcs[] = {
+  {"note", f_note},
+  {"notes", f_notes},
   {"versioned", f_versioned},
   {"legacy", f_legacy},
   {"raw_versioned", f_raw_versioned},
