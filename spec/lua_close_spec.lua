@@ -95,9 +95,10 @@ describe("finalizers that run during lua_close", function()
       local notes = counting(2, function()
         in_fresh_state([[
           local fab = require "fabricate"
-          local d, producer
+          local d, unsafe, producer
           keep = setmetatable({}, {__gc = function()
             local tries = {
+              stream = function() return unsafe.wrap_stream(12345) end,
               zeros = function() return d.zeros({4}) end,
               tensor = function() return d.tensor({1, 2}) end,
               full = function() return d.full({3}, 7, "int8") end,
@@ -109,16 +110,17 @@ describe("finalizers that run during lua_close", function()
               end,
               c_producer = function() return getmetatable(producer).__dlpack(producer) end,
             }
-            for _, name in ipairs({"zeros", "tensor", "full", "import", "c_producer"}) do
+            for _, name in ipairs({"zeros", "tensor", "full", "import", "c_producer", "stream"}) do
               local ok, err = pcall(tries[name])
               fab.note(name .. ": " .. (ok and "made" or tostring(err)))
             end
           end})
           d = require "dlpack"
+          unsafe = require "dlpack.unsafe"
           producer = fab.c_producer({shape = {2}})
         ]])
       end)
-      assert.are.equal(5, #notes, table.concat(notes, "\n"))
+      assert.are.equal(6, #notes, table.concat(notes, "\n"))
       for _, note in ipairs(notes) do
         assert.is_truthy(note:find("this lua_State is closing", 1, true), note)
       end
@@ -140,6 +142,7 @@ describe("finalizers that run during lua_close", function()
             d.zeros({1000}),
             base:narrow(1, 2, 2),
             d.from_dlpack(producer_capsule()),
+            require("dlpack.unsafe").wrap_stream(12345),
           }
           fab.note("made " .. #made)
         end})

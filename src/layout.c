@@ -13,9 +13,12 @@ int dlp_mul(int64_t a, int64_t b, int64_t *out) {
 
 int dlp_numel_of(int ndim, const int64_t *shape, int64_t *numel) {
   int64_t n = 1;
-  for (int i = 0; i < ndim; i++) {
-    if (shape[i] < 0 || !dlp_mul(n, shape[i], &n)) return 0;
-  }
+  for (int i = 0; i < ndim; i++)
+    if (shape[i] < 0) return 0;
+  for (int i = 0; i < ndim; i++)
+    if (shape[i] == 0) return *numel = 0, 1; /* empty, whatever the other sizes: {2^62, 4, 0} too */
+  for (int i = 0; i < ndim; i++)
+    if (!dlp_mul(n, shape[i], &n)) return 0;
   *numel = n;
   return 1;
 }

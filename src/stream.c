@@ -11,12 +11,28 @@
 
 typedef struct StreamObject {
   dlp_CudaStream *s; /* NULL once closed */
+  dlp_Tracked track; /* see dlp_state_for_new */
 } StreamObject;
 
+static void close_stream_object(StreamObject *o) {
+  dlp_untrack(&o->track);
+  if (o->s && !o->s->is_static) { /* the default streams own nothing: closing them does nothing */
+    dlp_CudaStream *s = o->s;
+    o->s = NULL;
+    dlp_cuda_stream_release(s);
+  }
+}
+
+static void close_tracked_stream(dlp_Tracked *node) {
+  close_stream_object((StreamObject *)((char *)node - offsetof(StreamObject, track)));
+}
+
 static StreamObject *push_stream_object(lua_State *L) {
+  dlp_State *st = dlp_state_for_new(L, "a stream");
   StreamObject *o = lua_newuserdatauv(L, sizeof *o, 0);
-  o->s = NULL;
+  memset(o, 0, sizeof *o);
   luaL_setmetatable(L, STREAM_MT);
+  if (st) dlp_track(st, &o->track, close_tracked_stream);
   return o;
 }
 
@@ -122,12 +138,7 @@ static int stream_index(lua_State *L) {
 }
 
 static int l_stream_close(lua_State *L) {
-  StreamObject *o = luaL_checkudata(L, 1, STREAM_MT);
-  if (o->s && !o->s->is_static) { /* the default streams own nothing: closing them does nothing */
-    dlp_CudaStream *s = o->s;
-    o->s = NULL;
-    dlp_cuda_stream_release(s);
-  }
+  close_stream_object(luaL_checkudata(L, 1, STREAM_MT));
   return 0;
 }
 
@@ -162,7 +173,22 @@ static int l_stream_query(lua_State *L) {
 typedef struct EventObject {
   CUevent ev; /* NULL once closed */
   int device;
+  dlp_Tracked track; /* see dlp_state_for_new */
 } EventObject;
+
+static void close_event_object(EventObject *e) {
+  dlp_untrack(&e->track);
+  if (e->ev) {
+    dlp_CudaScope scope;
+    if (dlp_cuda_enter(e->device, &scope) == CUDA_SUCCESS) dlp_cuda.fn.cuEventDestroy_v2(e->ev);
+    dlp_cuda_leave(&scope);
+    e->ev = NULL;
+  }
+}
+
+static void close_tracked_event(dlp_Tracked *node) {
+  close_event_object((EventObject *)((char *)node - offsetof(EventObject, track)));
+}
 
 static EventObject *check_event(lua_State *L, int idx) {
   EventObject *e = luaL_checkudata(L, idx, EVENT_MT);
@@ -171,12 +197,14 @@ static EventObject *check_event(lua_State *L, int idx) {
 }
 
 static EventObject *new_event(lua_State *L, int device, int timing) {
+  dlp_State *st = dlp_state_for_new(L, "an event");
   EventObject *e = lua_newuserdatauv(L, sizeof *e, 0);
   dlp_CudaScope scope;
   CUresult rc;
-  e->ev = NULL;
+  memset(e, 0, sizeof *e);
   e->device = device;
   luaL_setmetatable(L, EVENT_MT);
+  if (st) dlp_track(st, &e->track, close_tracked_event);
   rc = dlp_cuda_enter(device, &scope);
   if (rc == CUDA_SUCCESS) rc = dlp_cuda.fn.cuEventCreate(&e->ev, timing ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING);
   dlp_cuda_leave(&scope);
@@ -257,13 +285,7 @@ static int l_event_elapsed(lua_State *L) {
 }
 
 static int l_event_close(lua_State *L) {
-  EventObject *e = luaL_checkudata(L, 1, EVENT_MT);
-  if (e->ev) {
-    dlp_CudaScope scope;
-    if (dlp_cuda_enter(e->device, &scope) == CUDA_SUCCESS) dlp_cuda.fn.cuEventDestroy_v2(e->ev);
-    dlp_cuda_leave(&scope);
-    e->ev = NULL;
-  }
+  close_event_object(luaL_checkudata(L, 1, EVENT_MT));
   return 0;
 }
 

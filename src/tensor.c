@@ -86,6 +86,8 @@ void dlp_tensor_release(dlp_Tensor *t) {
 
 int64_t dlp_numel(const dlp_Tensor *t) {
   int64_t n = 1;
+  for (int i = 0; i < t->dl.ndim; i++)
+    if (t->dl.shape[i] == 0) return 0; /* before multiplying: {2^62, 4, 0} is empty */
   for (int i = 0; i < t->dl.ndim; i++) n *= t->dl.shape[i]; /* fits: checked when t was made */
   return n;
 }
@@ -655,7 +657,7 @@ static char *fast_element(lua_State *L, const dlp_Tensor *t) {
   if (!isint || t->dl.ndim != 1 || !t->owner || !dlp_dtypes[t->dtype].access || !dlp_device_is_host(t->dl.device))
     return NULL;
   int64_t n = t->dl.shape[0]; /* only now: a 0-d tensor has no shape[0] */
-  if (i < 0) i += n + 1;
+  if (i < 0) i = n + (i + 1); /* n + 1 could overflow: n may be 2^63 - 1 in an empty tensor */
   if (i < 1 || i > n) return NULL;
   return dlp_offset(dlp_first_element(t), (i - 1) * t->dl.strides[0] * (int64_t)dlp_dtypes[t->dtype].itemsize);
 }

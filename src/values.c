@@ -1,4 +1,5 @@
 /* Lua values <-> tensors: dlpack.tensor{...} (tables), totable, tobytes, frombytes, tostring. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -118,6 +119,11 @@ static int l_totable(lua_State *L) {
   dlp_Tensor *t = dlp_tensor_check(L, 1);
   dlp_check_host(L, t, "totable");
   dlp_check_access(L, t->dtype);
+  /* an empty tensor may have a size of 2^63 - 1 in front of its 0: refused, not walked for ever */
+  for (int i = 0; i < t->dl.ndim && t->dl.shape[i] > 0; i++)
+    if (t->dl.shape[i] > INT_MAX)
+      return luaL_error(L, "totable: dimension %d has %I entries, more than a Lua table holds", i + 1,
+                        (lua_Integer)t->dl.shape[i]);
   lua_settop(L, 1);
   dlp_Tensor *held = dlp_tensor_alias(L, 1, t->dl.device, "totable"); /* at 2 */
   if (held->dl.ndim == 0) dlp_push_element(L, held->dtype, dlp_first_element(held));

@@ -115,9 +115,10 @@ static int l_narrow(lua_State *L) {
   int d = dlp_check_dim(L, 2, t->dl.ndim, 0);
   int64_t size = t->dl.shape[d];
   lua_Integer start = luaL_checkinteger(L, 3), length = luaL_checkinteger(L, 4);
-  if (start < 0) start += size + 1;
-  /* start may be size + 1 when length is 0; written so that nothing can overflow */
-  if (length < 0 || start < 1 || start > size + 1 || length > size - (start - 1))
+  /* start may be size + 1 when length is 0; size may be 2^63 - 1 (when another size is 0), so
+   * size + 1 is never formed */
+  if (start < 0) start = size + (start + 1);
+  if (length < 0 || start < 1 || start - 1 > size || length > size - (start - 1))
     return luaL_argerror(L, 3, lua_pushfstring(L, "start %I, length %I out of range for dimension %d of size %I",
                                               luaL_checkinteger(L, 3), length, d + 1, (lua_Integer)size));
   dlp_Tensor *v = same_view(L, t, "narrow");
@@ -150,11 +151,12 @@ static int l_slice(lua_State *L) {
   lua_Integer first = luaL_checkinteger(L, 3), last = luaL_checkinteger(L, 4);
   lua_Integer step = luaL_optinteger(L, 5, 1);
   if (step == 0) return luaL_argerror(L, 5, "step must not be 0");
-  if (first < 0) first += size + 1;
-  if (last < 0) last += size + 1;
+  /* size may be 2^63 - 1 (when another size is 0): size + 1 is never formed */
+  if (first < 0) first = size + (first + 1);
+  if (last < 0) last = size + (last + 1);
   if (step > 0 ? first > last : first < last) {
     /* empty: bounds may sit one past either end, as string.sub allows */
-    if (first < 0 || first > size + 1 || last < 0 || last > size + 1)
+    if (first < 0 || first - 1 > size || last < 0 || last - 1 > size)
       return luaL_argerror(L, 3, lua_pushfstring(L, "bounds %I, %I out of range for size %I", luaL_checkinteger(L, 3),
                                                 luaL_checkinteger(L, 4), (lua_Integer)size));
     count = 0;
