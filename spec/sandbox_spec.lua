@@ -92,7 +92,8 @@ local ATTACKER = [[
       package.cpath, package.path = cpath, ""
       for i = #searchers, 1, -1 do searchers[i] = nil end
       for i, k in ipairs(order) do searchers[i] = saved.searchers[k] end
-      for _, name in ipairs(NAMES) do try("searchers {" .. table.concat(order, ",") .. "}, cpath '" .. cpath .. "'", name) end
+      local how = "searchers {" .. table.concat(order, ",") .. "}, cpath '" .. cpath .. "'"
+      for _, name in ipairs(NAMES) do try(how, name) end
     end
   end
   restore()

@@ -342,7 +342,10 @@ void dlp_fill(lua_State *L, dlp_Tensor *t, int idx, const char *what) {
   dlp_check_element(L, idx, t->dtype, value, what); /* runs no Lua code */
   dlp_live(L, t, what);
   byte_strides(t, strides);
-  if (!simplify(&w, t->dl.ndim, t->dl.shape, strides, strides)) return;
+  /* a dimension of stride 0 repeats one element: fill it once (an expanded tensor may have 2^63 - 1) */
+  int64_t shape[DLP_MAX_NDIM];
+  for (int i = 0; i < t->dl.ndim; i++) shape[i] = strides[i] == 0 && t->dl.shape[i] > 0 ? 1 : t->dl.shape[i];
+  if (!simplify(&w, t->dl.ndim, shape, strides, strides)) return;
   size_t itemsize = dlp_dtypes[t->dtype].itemsize;
   Job job = {NULL, value, itemsize, 0};
   run(&w, &job, dlp_first_element(t), dlp_first_element(t), itemsize, itemsize);

@@ -1130,8 +1130,12 @@ static const luaL_Reg fab_funcs[] = {
 };
 
 DLPACK_LUA_API int luaopen_fabricate(lua_State *L) {
+  static atomic_flag sentinel_made = ATOMIC_FLAG_INIT;
   luaL_newlib(L, fab_funcs);
-  /* a sentinel whose finaliser frees NULL-deleter tensors left at lua_close */
+  /* The first state that loads the module gets a sentinel whose finaliser frees the NULL-deleter
+   * tensors left at its lua_close; states on other threads (run_threads) close earlier, while
+   * the first one may still hold such tensors. */
+  if (atomic_flag_test_and_set(&sentinel_made)) return 1;
   lua_newuserdatauv(L, 1, 0);
   lua_newtable(L);
   lua_pushcfunction(L, sentinel_gc);

@@ -2011,6 +2011,9 @@ op("coroutine", 1, function(S_)
   end)
 end)
 
+-- at the edges: package tricks, lua_close, sizes at the int64 edge (spec/fuzz/edges.lua)
+require("fuzz.edges").register(op, { dlpack = dlpack, fab = fab, T = T })
+
 ---------------------------------------------------------------------------
 -- Running a seed
 
