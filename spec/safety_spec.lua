@@ -229,6 +229,16 @@ describe("sizes at the int64 edge make no signed overflow (UBSan runs this too)"
     raises(function() alias:slice(1, 0, -1) end, "out of range")
   end)
 
+  it("fills 2^63 - 1 expanded elements by writing their one element once", function()
+    local e = dlpack.zeros({1, 1}, "int32"):expand({1, MAXINT})
+    e:fill(9)
+    assert.are.equal(9, e:get(-1, -1))
+    e[1] = 4
+    assert.are.equal(4, e:get(1, 1))
+    e:transpose(1, 2):fill(5)
+    assert.are.equal(5, e[1][MAXINT])
+  end)
+
   it("takes empty shapes whose other sizes multiply past 2^63", function()
     local e = dlpack.empty({2 ^ 62, 4, 0}, "float64")
     assert.are.equal(0, e:numel())
