@@ -48,6 +48,17 @@ describe("module identity", function()
   end)
 end)
 
+describe("error messages", function()
+  it("name module functions as dlpack.<name>, never dlpack.core.<name>", function()
+    local names_functions = _VERSION ~= "Lua 5.1" -- 5.1 and LuaJIT say '?' for a function passed to pcall
+    for _, f in ipairs({"frombytes", "zeros", "to_dlpack", "capsule_info"}) do
+      local err = select(2, pcall(dlpack[f], "x"))
+      assert.is_falsy(err:find("dlpack.core", 1, true), err)
+      if names_functions then assert.is_truthy(err:find("'dlpack." .. f .. "'", 1, true), err) end
+    end
+  end)
+end)
+
 describe("device_type", function()
   it("maps every device name of the contract to its DLPack code", function()
     for name, code in pairs(DEVICE_CODES) do
