@@ -106,9 +106,12 @@ typedef struct dlp_Scalar {
 void dlp_load(int dtype, const void *p, dlp_Scalar *s);  /* element -> scalar */
 void dlp_store(int dtype, void *p, const dlp_Scalar *s); /* scalar -> element, C-like conversion */
 void dlp_push_element(lua_State *L, int dtype, const void *p);
-/* Convert the Lua value at idx to an element in out, strictly (integers must fit); raises naming
- * `what`. Runs no Lua code: it may be called between dlp_live and the write. */
+/* Convert the Lua value at idx to an element in out, strictly (integers must fit; on 5.3+ a Lua
+ * integer gives uint64 its 64 bits, as reads do); raises naming `what`. Runs no Lua code: it may
+ * be called between dlp_live and the write. */
 void dlp_check_element(lua_State *L, int idx, int dtype, void *out, const char *what);
+/* Raises unless the integer value v fits the integer dtype (a value: negatives never fit uint64). */
+void dlp_check_integer_range(lua_State *L, int dtype, int64_t v, const char *what);
 void dlp_check_access(lua_State *L, int dtype);            /* raises unless element access works */
 
 /* ---- convert.c: typed loops over one row of elements ---- */

@@ -504,6 +504,10 @@ static int l_arange(lua_State *L) {
     for (int k = 0; k < 3; k++) {
       int isint = 1;
       v[k] = arg[k] ? lua_tointegerx(L, arg[k], &isint) : k == 2;
+      lua_Number x = isint ? 0 : lua_tonumber(L, arg[k]);
+      if (!isint && x == floor(x)) /* integral: beyond int64, where arange counts */
+        return luaL_argerror(L, arg[k], lua_pushfstring(L, "%s %s is out of range (arange counts in int64)", names[k],
+                                                        lua_tostring(L, arg[k])));
       if (!isint)
         return luaL_argerror(L, arg[k], lua_pushfstring(L, "%s must be an integer for dtype %s, got %s", names[k],
                                                         name, lua_tostring(L, arg[k])));
@@ -513,13 +517,9 @@ static int l_arange(lua_State *L) {
       return luaL_error(L, "dlpack.arange: the range has 2^63 elements or more");
     /* the values run monotonically from the first to the last, both within [start, stop) */
     int64_t last = (int64_t)((uint64_t)v[0] + (uint64_t)(count ? count - 1 : 0) * (uint64_t)v[2]);
-    if (integer_dtype && count > 0) {
-      unsigned char scratch[8];
-      lua_pushinteger(L, v[0]);
-      lua_pushinteger(L, last);
-      dlp_check_element(L, -2, dtype, scratch, "dlpack.arange"); /* raises when out of range */
-      dlp_check_element(L, -1, dtype, scratch, "dlpack.arange");
-      lua_pop(L, 2);
+    if (integer_dtype && count > 0) { /* values, not bits: a uint64 range takes no negatives */
+      dlp_check_integer_range(L, dtype, v[0], "dlpack.arange");
+      dlp_check_integer_range(L, dtype, last, "dlpack.arange");
     }
     shape[0] = count;
     dlp_Tensor *t = new_range(L, dtype, shape);
