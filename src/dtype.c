@@ -49,17 +49,23 @@ DLDataType dlp_dtype_to_dl(int dtype) {
   return t;
 }
 
-int dlp_test_dtype_name(const char *name) {
+int dlp_test_dtype_name(const char *name, size_t len) {
   for (int i = 0; i < DLP_NDTYPES; i++)
-    if (strcmp(dlp_dtypes[i].name, name) == 0) return i;
+    if (strlen(dlp_dtypes[i].name) == len && memcmp(dlp_dtypes[i].name, name, len) == 0) return i;
   return -1;
 }
 
+const char *dlp_push_dtype_error(lua_State *L, const char *name, size_t len) {
+  const char *quoted = dlp_push_quoted(L, name, len);
+  if (memchr(name, '\0', len)) return lua_pushfstring(L, "dtype name %s contains an embedded NUL", quoted);
+  return lua_pushfstring(L, "unknown dtype %s", quoted);
+}
+
 int dlp_check_dtype(lua_State *L, int arg) {
-  const char *name = luaL_checkstring(L, arg);
-  int dtype = dlp_test_dtype_name(name);
-  if (dtype < 0)
-    return luaL_argerror(L, arg, lua_pushfstring(L, "unknown dtype '%s'", name));
+  size_t len;
+  const char *name = luaL_checklstring(L, arg, &len);
+  int dtype = dlp_test_dtype_name(name, len);
+  if (dtype < 0) return luaL_argerror(L, arg, dlp_push_dtype_error(L, name, len));
   return dtype;
 }
 

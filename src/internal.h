@@ -92,7 +92,9 @@ int dlp_dtype_from_dl(DLDataType t); /* -1 when not a dtype this module knows */
 DLDataType dlp_dtype_to_dl(int dtype);
 int dlp_check_dtype(lua_State *L, int arg);                 /* a dtype name */
 int dlp_opt_dtype(lua_State *L, int arg, int def);
-int dlp_test_dtype_name(const char *name);                  /* -1 when unknown */
+int dlp_test_dtype_name(const char *name, size_t len);      /* -1 when unknown */
+/* Why the string name (len bytes) is no dtype, pushed: unknown, or cut by an embedded NUL. */
+const char *dlp_push_dtype_error(lua_State *L, const char *name, size_t len);
 
 /* One element as a value every element-accessible dtype converts through. */
 typedef struct dlp_Scalar {
@@ -143,7 +145,11 @@ int dlp_device_is_cuda(DLDevice d);        /* cuda:N, cuda_host or cuda_managed 
 /* A device string ("cuda:1") or table ({device_type, device_id}) at idx; errors blame argument
  * arg, and name the option `field` when it is not NULL. */
 DLDevice dlp_check_device(lua_State *L, int idx, int arg, const char *field);
-int dlp_test_device_name(const char *s, DLDevice *out);    /* 1 when s names a valid device */
+/* Parse the device string s (len bytes) into out: DLP_DEVICE_OK, or what is wrong with it. */
+enum { DLP_DEVICE_OK, DLP_DEVICE_UNKNOWN, DLP_DEVICE_NUL, DLP_DEVICE_NO_ID, DLP_DEVICE_BAD_ID, DLP_DEVICE_ID_RANGE };
+int dlp_parse_device_name(const char *s, size_t len, DLDevice *out);
+/* The message for a code of dlp_parse_device_name other than DLP_DEVICE_OK, pushed. */
+const char *dlp_push_device_error(lua_State *L, const char *s, size_t len, int code);
 void dlp_push_device_name(lua_State *L, DLDevice d);       /* canonical form */
 void dlp_push_device_types(lua_State *L);                  /* the dlpack.device_type table */
 
@@ -289,6 +295,13 @@ enum { DLP_OPT_DTYPE = 1, DLP_OPT_DEVICE = 2, DLP_OPT_COPY = 4, DLP_OPT_STREAM =
  * wrong values, BufferErrors for devices that cannot be reached. Reads through metamethods, so
  * call it before touching memory. */
 void dlp_read_options(lua_State *L, int arg, unsigned allowed, dlp_Options *o);
+/* Names a script passes are compared with their length: a NUL inside one ends it for C. */
+const char *dlp_push_quoted(lua_State *L, const char *s, size_t len); /* 'name', a NUL as \0 */
+/* The index in names (NULL-terminated) of the string argument arg, as luaL_checkoption, but
+ * refusing a string with an embedded NUL (what: "capsule name"). */
+int dlp_check_option(lua_State *L, int arg, const char *const names[], const char *what);
+/* Raises unless the arguments from first on are all nil (what: the function, how: what it takes). */
+void dlp_check_no_more(lua_State *L, int first, const char *what, const char *how);
 
 /* ---- values.c: Lua values <-> tensors ---- */
 void dlp_format_register(lua_State *L, int module, int methods, int meta);

@@ -732,14 +732,17 @@ static int l_index(lua_State *L) {
     return 1;
   }
   if (lua_type(L, 2) == LUA_TSTRING) {
-    const char *k = lua_tostring(L, 2);
+    size_t len;
+    const char *k = lua_tolstring(L, 2, &len);
+    int cut = strlen(k) != len; /* an embedded NUL: no property has that name */
     lua_pushvalue(L, 2);
     if (lua_rawget(L, lua_upvalueindex(2)) != LUA_TNIL) return 1;
     if (!t->owner) return luaL_error(L, "tensor was released (reading field '%s')", k);
-    if (push_property(L, t, k)) return 1;
+    if (!cut && push_property(L, t, k)) return 1;
     /* "__" names stay free for protocols that probe values for optional fields */
     if (k[0] == '_' && k[1] == '_') return lua_pushnil(L), 1;
-    return luaL_error(L, "a tensor has no field or method '%s'", k);
+    return luaL_error(L, "a tensor has no field or method %s%s", dlp_push_quoted(L, k, len),
+                      cut ? " (the name contains an embedded NUL)" : "");
   }
   if (!t->owner) return luaL_error(L, "tensor was released");
   if (lua_type(L, 2) != LUA_TNUMBER)

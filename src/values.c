@@ -78,6 +78,7 @@ static int l_tensor(lua_State *L) {
   DLDevice cpu = {kDLCPU, 0};
   dlp_Tensor *src = dlp_tensor_test(L, 1);
   luaL_checkany(L, 1);
+  dlp_check_no_more(L, 3, "dlpack.tensor", "a value and a dtype; move the tensor with t:to(device)");
   if (src) {
     if (!src->owner) return luaL_argerror(L, 1, "tensor was released");
     dlp_check_host(L, src, "dlpack.tensor");
@@ -169,6 +170,7 @@ static int l_frombytes(lua_State *L) {
   const char *s = luaL_checklstring(L, 1, &len);
   int dtype = dlp_check_dtype(L, 2);
   int64_t shape[DLP_MAX_NDIM], numel, bytes;
+  dlp_check_no_more(L, 4, "dlpack.frombytes", "a string, a dtype and a shape");
   int ndim = 1, bits = dlp_dtypes[dtype].bits;
   const char *name = dlp_dtypes[dtype].name;
   DLDevice cpu = {kDLCPU, 0};
