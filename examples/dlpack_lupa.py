@@ -26,9 +26,12 @@ import os
 
 __all__ = ["load_lupa", "Bridge", "LuaTensor"]
 
+# A PyCapsule keeps the pointer to its name, not a copy: every name given to PyCapsule_New or
+# PyCapsule_SetName is one of these bytes objects, which live as long as the module.
 _VERSIONED, _LEGACY = b"dltensor_versioned", b"dltensor"
-_USED = {_VERSIONED: b"used_dltensor_versioned", _LEGACY: b"used_dltensor"}  # module-lifetime names
+_USED = {_VERSIONED: b"used_dltensor_versioned", _LEGACY: b"used_dltensor"}
 _NAMES = {_VERSIONED: "dltensor_versioned", _LEGACY: "dltensor"}
+_CAPSULE_NAMES = {"dltensor_versioned": _VERSIONED, "dltensor": _LEGACY}  # Lua's names -> the constants
 
 
 def load_lupa(version="lua54"):
@@ -131,7 +134,9 @@ class Bridge:
         if major == 0 or major is None:
             major, minor = 0, 8
         address, name = self._export(tensor, major, minor, copy)
-        return _New(address, name.encode(), _capsule_destructor)
+        if isinstance(name, bytes):  # a runtime made with encoding=None
+            name = name.decode()
+        return _New(address, _CAPSULE_NAMES[name], _capsule_destructor)
 
     def wrap(self, tensor):
         """A Python producer (`__dlpack__`, `__dlpack_device__`) for a Lua tensor:

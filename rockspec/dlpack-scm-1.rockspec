@@ -1,8 +1,8 @@
 -- Build and install from a checkout, offline:
 --   luarocks --lua-version 5.4 make rockspec/dlpack-scm-1.rockspec   (or 5.1, 5.2, 5.3)
 -- A source rock of the working tree, installable offline anywhere (README.md, "Install"):
---   make rock     # build/rock/dlpack-scm-1.src.rock
---   luarocks --lua-version 5.4 install build/rock/dlpack-scm-1.src.rock
+--   make rock     # build/dist/dlpack-scm-1.src.rock
+--   luarocks --lua-version 5.4 install build/dist/dlpack-scm-1.src.rock
 -- The build goes through the project's Makefile (`make install`), so the source
 -- list, compiler flags and optional CUDA headers are the same as `make all`.
 rockspec_format = "3.0"

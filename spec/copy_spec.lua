@@ -347,6 +347,51 @@ describe("to", function()
   end)
 end)
 
+describe("to with a dtype and a device", function()
+  it("takes a dtype and a device in either order, as torch's .to", function()
+    local t = dlpack.tensor({1, 2, 3}, "int32")
+    for _, args in ipairs({{"float64", "cpu"}, {"cpu", "float64"}}) do
+      local f = t:to(args[1], args[2])
+      assert.are.equal("float64", f.dtype)
+      assert.are.equal("cpu", f.device)
+      assert.are.same({1.0, 2.0, 3.0}, f:totable())
+    end
+    assert.is_true(rawequal(t, t:to("int32", "cpu")))
+    assert.is_true(rawequal(t, t:to("int32", nil)))
+  end)
+
+  it("honours the device next to a dtype instead of ignoring it", function()
+    -- pinned memory (a producer's cuda_host tensor on host memory) to float64 on the CPU: both change
+    local fab = require "fabricate"
+    local pinned = dlpack.from_dlpack((fab.versioned {device_type = 3, shape = {3}}))
+    assert.are.equal("cuda_host", pinned.device)
+    local f = pinned:to("float64", "cpu")
+    assert.are.equal("float64", f.dtype)
+    assert.are.equal("cpu", f.device)
+    assert.are.same({1.0, 2.0, 3.0}, f:totable())
+    pinned:release() -- the producer's deleter runs now, not in another spec's count
+    -- and asks for CUDA memory when told "cuda" (here CUDA may be missing: then it says so)
+    local ok, r = pcall(function() return dlpack.zeros({2}):to("float64", "cuda") end)
+    if ok then
+      assert.are.same({"float64", "cuda:0"}, {r.dtype, r.device})
+    else
+      assert.is_truthy(tostring(r):lower():find("cuda"), tostring(r))
+    end
+  end)
+
+  it("refuses two dtypes, two devices, a second argument that is not a name, and a third", function()
+    local t = dlpack.zeros({2})
+    raises(function() t:to("float64", "int8") end, "a second dtype")
+    raises(function() t:to("cpu", "cpu") end, "a second device")
+    raises(function() t:to("float64", 1) end, "a dtype or device name expected, got number")
+    raises(function() t:to("float64", {device = "cpu"}) end, "a dtype or device name expected, got table")
+    raises(function() t:to("float64", "cpu", "x") end, "unexpected argument")
+    raises(function() t:to("float64", "cpu", false) end, "unexpected argument")
+    raises(function() t:to({dtype = "float64"}, "cpu") end, "unexpected argument")
+    raises(function() t:to("float64", "gpu") end, "'gpu' is neither a dtype nor a device")
+  end)
+end)
+
 describe("fill", function()
   it("sets every element and returns the tensor", function()
     local t = dlpack.zeros({2, 3}, "int16")

@@ -374,6 +374,13 @@ describe("tensor", function()
   it("raises on an unknown dtype, naming it", function()
     raises(function() dlpack.tensor({1}, "int128") end, "int128")
   end)
+
+  it("refuses a device or any other argument after the dtype, rather than ignoring it", function()
+    raises(function() dlpack.tensor({1, 2}, "int64", "cpu") end, "unexpected argument")
+    raises(function() dlpack.tensor({1, 2}, nil, "cuda") end, "unexpected argument")
+    raises(function() dlpack.tensor(dlpack.zeros({2}), "int64", "cpu") end, "to%(device%)")
+    assert.are.same({1, 2}, dlpack.tensor({1, 2}, "int64", nil):totable())
+  end)
 end)
 
 describe("frombytes", function()
@@ -427,6 +434,11 @@ describe("frombytes", function()
 
   it("raises on an unknown dtype", function()
     raises(function() dlpack.frombytes("abcd", "word") end, "word")
+  end)
+
+  it("refuses a device or any other argument after the shape, rather than ignoring it", function()
+    raises(function() dlpack.frombytes("abcd", "uint8", {4}, "cpu") end, "unexpected argument")
+    raises(function() dlpack.frombytes("abcd", "uint8", nil, "cpu") end, "unexpected argument")
   end)
 
   it("says in words what does not match", function()

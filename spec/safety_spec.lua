@@ -408,7 +408,7 @@ describe("numbers from scripts and producers are checked before use", function()
       raises_plain(function() dlpack.from_dlpack(t, {device = d}) end, MARK)
     end
     for _, name in ipairs({"cuda:64", "cuda:99999999999", "cuda:-1", "cuda:", "cpu:0", "rocm:x"}) do
-      raises(function() dlpack.zeros({2}, "float32", name) end, "unknown device")
+      support.raises_plain(function() dlpack.zeros({2}, "float32", name) end, "device '" .. name .. "'")
       raises(function() t:to(name) end)
     end
   end)

@@ -157,6 +157,80 @@ describe("tostring", function()
     assert.is_truthy(s:lower():find("released"), s)
   end)
 
+  it("keeps every line within 80 columns for 0 to 64 dimensions, any dtype, device and width", function()
+    local fab = require "fabricate"
+    -- the widest element of each dtype with element access, as the bytes of one element
+    local widest = {
+      int64 = string.pack("<I4I4", 0, 2 ^ 31), uint64 = string.rep("\255", 8), int32 = string.pack("<i4", -2 ^ 31),
+      float64 = string.pack("<d", -1.7976931348623157e308), float32 = string.pack("<f", -3.4028234e38),
+      complex128 = string.pack("<dd", -1.7976931348623157e308, -1.7976931348623157e308),
+      complex64 = string.pack("<ff", -3.4028234e38, -3.4028234e38), bool = "\0",
+    }
+    local function check(t, what)
+      local s = tostring(t)
+      for line in s:gmatch("[^\n]+") do
+        if #line > 80 then error(what .. ": a line of " .. #line .. " columns:\n" .. s) end
+      end
+    end
+    for ndim = 0, 64 do
+      for _, size in ipairs({1, 2, 3}) do
+        local shape = {}
+        for i = 1, ndim do shape[i] = size end
+        if size ^ ndim <= 2 ^ 11 then -- 2^11: summarised
+          for dtype, bytes in pairs(widest) do
+            check(dlpack.frombytes(string.rep(bytes, size ^ ndim), dtype, shape), ndim .. "-d " .. dtype)
+          end
+        end
+      end
+      local shape = {}
+      for i = 1, ndim do shape[i] = 1 end
+      check(dlpack.frombytes(widest.complex128, "complex128", shape):as_readonly(), ndim .. "-d read-only")
+      check(dlpack.zeros(shape, "float8_e4m3b11fnuz"), ndim .. "-d float8_e4m3b11fnuz")
+      local big = {}
+      for i = 1, ndim do big[i] = i == 1 and 0 or 2 ^ 53 - i end -- long sizes, no elements
+      check(dlpack.zeros(big, "uint8"), ndim .. "-d, long sizes")
+      -- other devices: pinned memory (shown) and a device the CPU cannot read (not shown)
+      for _, device in ipairs({{3, 0}, {12, 2 ^ 31 - 1}}) do
+        local t = dlpack.from_dlpack((fab.versioned {device_type = device[1], device_id = device[2], shape = shape}))
+        check(t, ndim .. "-d on device type " .. device[1])
+        t:release() -- the producer's deleter runs now, not in another spec's count
+      end
+    end
+  end)
+
+  it("wraps before an element whose closing braces and comma would pass 80 columns", function()
+    for _, t in ipairs({dlpack.full({22}, 1, "int64"), dlpack.full({11}, 1000, "int64"),
+                        dlpack.full({1, 16}, 10, "int64"), dlpack.full({1, 1, 13}, 100, "int64")}) do
+      local s = tostring(t)
+      for line in s:gmatch("[^\n]+") do assert.is_true(#line <= 80, s) end
+    end
+    assert.are.equal("dlpack.Tensor({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,\n" ..
+                     "               1}, shape={22}, dtype=int64, device=cpu)", tostring(dlpack.full({22}, 1, "int64")))
+  end)
+
+  it("shows tensors of more than 19 dimensions flattened, in the row-major order of their view", function()
+    local shape = {}
+    for i = 1, 18 do shape[i] = 1 end
+    shape[19], shape[20] = 2, 3
+    local t = dlpack.arange(6):view(shape)
+    local s = tostring(t:transpose(19, 20))
+    assert.is_truthy(s:find("dlpack.Tensor(<flattened> {0, 3, 1, 4, 2, 5},", 1, true), s)
+    assert.is_truthy(tostring(t:select(1, 1)):find("^dlpack%.Tensor%({{{"), "19 dimensions stay nested")
+    local many = tostring(dlpack.zeros({2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2}, "int8"))
+    assert.is_truthy(many:find("<flattened> {0, 0, 0, ..., 0, 0, 0},", 1, true), many)
+  end)
+
+  it("wraps a long shape under its first size", function()
+    local shape = {}
+    for i = 1, 64 do shape[i] = 1 end
+    local s = tostring(dlpack.zeros(shape))
+    assert.are.equal("dlpack.Tensor(<flattened> {0.0},\n" ..
+                     "              shape={" .. string.rep("1, ", 19) .. "1,\n" ..
+                     "                     " .. string.rep("1, ", 19) .. "1,\n" ..
+                     "                     " .. string.rep("1, ", 19) .. "1,\n" ..
+                     "                     1, 1, 1, 1}, dtype=float32, device=cpu)", s)
+  end)
+
   it("does not change the tensor", function()
     local t = dlpack.tensor({1, 2, 3})
     local _ = tostring(t)

@@ -137,4 +137,16 @@ describe("unsafe.wrap and dlpack.ffi under LuaJIT", function()
     assert.is_true(ffi.istype("int16_t *", p))
     assert.are.equal(5, p[1 * strides[1] + 1 * strides[2]])
   end)
+
+  it("refuses a value that is not a tensor, naming dlpack.ffi.pointer and the argument", function()
+    for _, v in ipairs({{}, "t", 1, io.stdout, rawget(_G, "newproxy")(true), ffi.new("int[1]")}) do
+      support.raises_plain(function() dlffi.pointer(v) end,
+        "bad argument #1 to 'dlpack.ffi.pointer' (dlpack.Tensor expected, got " .. type(v) .. ")")
+    end
+    support.raises_plain(function() dlffi.pointer() end, "dlpack.Tensor expected, got nil")
+    local t = dlpack.zeros({2})
+    t:release()
+    support.raises_plain(function() dlffi.pointer(t) end,
+      "bad argument #1 to 'dlpack.ffi.pointer' (tensor was released)")
+  end)
 end)

@@ -392,19 +392,45 @@ static int l_contiguous(lua_State *L) {
   return 1;
 }
 
-/* t:to(dtype | device | {dtype=, device=, copy=, stream=}) */
+/* One string argument of t:to: a dtype or a device, into o; a second of the same kind raises. */
+static void to_target(lua_State *L, int arg, dlp_Options *o) {
+  size_t len;
+  const char *s = lua_tolstring(L, arg, &len);
+  int dtype = dlp_test_dtype_name(s, len), code;
+  DLDevice device;
+  if (dtype >= 0) {
+    if (o->dtype >= 0) luaL_argerror(L, arg, "a second dtype (t:to takes a dtype and a device)");
+    o->dtype = dtype;
+    return;
+  }
+  code = dlp_parse_device_name(s, len, &device);
+  if (code == DLP_DEVICE_NUL)
+    luaL_argerror(L, arg,
+                  lua_pushfstring(L, "dtype or device name %s contains an embedded NUL", dlp_push_quoted(L, s, len)));
+  if (code == DLP_DEVICE_UNKNOWN)
+    luaL_argerror(L, arg, lua_pushfstring(L, "%s is neither a dtype nor a device", dlp_push_quoted(L, s, len)));
+  if (code != DLP_DEVICE_OK) luaL_argerror(L, arg, dlp_push_device_error(L, s, len, code));
+  if (o->has_device) luaL_argerror(L, arg, "a second device (t:to takes a dtype and a device)");
+  o->device = device;
+  o->has_device = 1;
+}
+
+/* t:to(dtype | device | dtype, device | device, dtype | {dtype=, device=, copy=, stream=}) */
 static int l_to(lua_State *L) {
   dlp_Options o;
   dlp_Tensor *t = dlp_tensor_check(L, 1);
   if (lua_type(L, 2) == LUA_TSTRING) {
     dlp_read_options(L, 0, 0, &o); /* the defaults */
-    if ((o.dtype = dlp_test_dtype_name(lua_tostring(L, 2))) < 0) {
-      if (!dlp_test_device_name(lua_tostring(L, 2), &o.device))
-        return luaL_argerror(L, 2, lua_pushfstring(L, "'%s' is neither a dtype nor a device", lua_tostring(L, 2)));
-      o.has_device = 1;
+    to_target(L, 2, &o);
+    if (!lua_isnoneornil(L, 3)) {
+      if (lua_type(L, 3) != LUA_TSTRING)
+        return luaL_argerror(L, 3, lua_pushfstring(L, "a dtype or device name expected, got %s", luaL_typename(L, 3)));
+      to_target(L, 3, &o);
     }
+    dlp_check_no_more(L, 4, "to", "a dtype, a device, both, or an options table");
   } else {
     luaL_checktype(L, 2, LUA_TTABLE);
+    dlp_check_no_more(L, 3, "to", "a dtype, a device, both, or an options table");
     dlp_read_options(L, 2, DLP_OPT_DTYPE | DLP_OPT_DEVICE | DLP_OPT_COPY | DLP_OPT_STREAM, &o);
   }
   int dtype = o.dtype >= 0 ? o.dtype : t->dtype;

@@ -1,5 +1,4 @@
 /* Devices: DLPack device codes, their names, and parsing of device strings and tables. */
-#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -53,24 +52,69 @@ static int has_no_id(int32_t type) {
   return type == kDLCPU || type == kDLCUDAHost || type == kDLCUDAManaged || type == kDLROCMHost;
 }
 
-int dlp_test_device_name(const char *s, DLDevice *out) {
-  const char *colon = strchr(s, ':');
-  size_t len = colon ? (size_t)(colon - s) : strlen(s);
-  long long id = 0;
-  for (int type = 1; type <= MAX_DEVICE_TYPE; type++) {
-    const char *name = device_names[type];
-    if (!name || strlen(name) != len || strncmp(name, s, len) != 0) continue;
-    if (colon) {
-      char *end;
-      if (has_no_id(type) || colon[1] < '0' || colon[1] > '9') return 0;
-      id = strtoll(colon + 1, &end, 10);
-      if (*end != '\0' || id > INT32_MAX) return 0;
-    }
-    out->device_type = (DLDeviceType)type;
-    out->device_id = (int32_t)id;
-    return dlp_device_is_valid(*out);
-  }
+/* The device type named by the part of s (len bytes) before any ':', or 0. */
+static int kind_of(const char *s, size_t len) {
+  const char *colon = memchr(s, ':', len);
+  size_t kind = colon ? (size_t)(colon - s) : len;
+  for (int type = 1; type <= MAX_DEVICE_TYPE; type++)
+    if (device_names[type] && strlen(device_names[type]) == kind && memcmp(device_names[type], s, kind) == 0)
+      return type;
   return 0;
+}
+
+int dlp_parse_device_name(const char *s, size_t len, DLDevice *out) {
+  const char *colon = memchr(s, ':', len), *end = s + len;
+  int type = kind_of(s, len);
+  int64_t id = 0;
+  if (memchr(s, '\0', len)) return DLP_DEVICE_NUL;
+  if (!type) return DLP_DEVICE_UNKNOWN;
+  if (colon) {
+    if (has_no_id(type)) return DLP_DEVICE_NO_ID;
+    if (colon + 1 == end) return DLP_DEVICE_BAD_ID;
+    for (const char *digit = colon + 1; digit < end; digit++) {
+      if (*digit < '0' || *digit > '9') return DLP_DEVICE_BAD_ID;
+      if (id <= INT32_MAX) id = id * 10 + (*digit - '0'); /* stops growing once too large */
+    }
+  }
+  out->device_type = (DLDeviceType)type;
+  out->device_id = id > INT32_MAX ? -1 : (int32_t)id;
+  return dlp_device_is_valid(*out) ? DLP_DEVICE_OK : DLP_DEVICE_ID_RANGE;
+}
+
+const char *dlp_push_device_error(lua_State *L, const char *s, size_t len, int code) {
+  const char *quoted = dlp_push_quoted(L, s, len);
+  int type = kind_of(s, len);
+  DLDevice kind = {(DLDeviceType)type, 0};
+  if (code == DLP_DEVICE_NUL) return lua_pushfstring(L, "device name %s contains an embedded NUL", quoted);
+  if (code == DLP_DEVICE_NO_ID)
+    return lua_pushfstring(L, "device %s: %s takes no device id", quoted, device_names[type]);
+  if (code == DLP_DEVICE_BAD_ID)
+    return lua_pushfstring(L, "device %s: the device id must be a non-negative integer", quoted);
+  if (code == DLP_DEVICE_ID_RANGE)
+    return dlp_device_is_cuda(kind)
+               ? lua_pushfstring(L, "device %s: CUDA device ids go from 0 to %d", quoted, DLP_MAX_CUDA_DEVICES - 1)
+               : lua_pushfstring(L, "device %s: device ids go from 0 to %d", quoted, INT32_MAX);
+  /* unknown: the accepted forms, from the table of names */
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  luaL_addstring(&b, "unknown device ");
+  luaL_addstring(&b, quoted);
+  luaL_addstring(&b, " (expected ");
+  for (int t = 1; t <= MAX_DEVICE_TYPE; t++)
+    if (device_names[t] && has_no_id(t)) {
+      luaL_addstring(&b, device_names[t]);
+      luaL_addstring(&b, ", ");
+    }
+  luaL_addstring(&b, "or KIND or KIND:N with KIND one of");
+  for (int t = 1, first = 1; t <= MAX_DEVICE_TYPE; t++)
+    if (device_names[t] && !has_no_id(t)) {
+      luaL_addstring(&b, first ? " " : ", ");
+      luaL_addstring(&b, device_names[t]);
+      first = 0;
+    }
+  luaL_addchar(&b, ')');
+  luaL_pushresult(&b);
+  return lua_tostring(L, -1);
 }
 
 /* A device string, or {device_type, device_id} as the Python protocol's dl_device. A table that
@@ -81,9 +125,11 @@ DLDevice dlp_check_device(lua_State *L, int idx, int arg, const char *field) {
   idx = lua_absindex(L, idx);
   const char *prefix = field ? lua_pushfstring(L, "%s: ", field) : "";
   if (lua_type(L, idx) == LUA_TSTRING) {
-    if (!dlp_test_device_name(lua_tostring(L, idx), &d))
-      luaL_argerror(L, arg, lua_pushfstring(L, "%sunknown device '%s' (CUDA device ids go from 0 to %d)", prefix,
-                                            lua_tostring(L, idx), DLP_MAX_CUDA_DEVICES - 1));
+    size_t len;
+    const char *s = lua_tolstring(L, idx, &len);
+    int code = dlp_parse_device_name(s, len, &d);
+    if (code != DLP_DEVICE_OK)
+      luaL_argerror(L, arg, lua_pushfstring(L, "%s%s", prefix, dlp_push_device_error(L, s, len, code)));
   } else if (lua_type(L, idx) == LUA_TTABLE) {
     int ok1, ok2;
     lua_geti(L, idx, 1);

@@ -49,17 +49,23 @@ DLDataType dlp_dtype_to_dl(int dtype) {
   return t;
 }
 
-int dlp_test_dtype_name(const char *name) {
+int dlp_test_dtype_name(const char *name, size_t len) {
   for (int i = 0; i < DLP_NDTYPES; i++)
-    if (strcmp(dlp_dtypes[i].name, name) == 0) return i;
+    if (strlen(dlp_dtypes[i].name) == len && memcmp(dlp_dtypes[i].name, name, len) == 0) return i;
   return -1;
 }
 
+const char *dlp_push_dtype_error(lua_State *L, const char *name, size_t len) {
+  const char *quoted = dlp_push_quoted(L, name, len);
+  if (memchr(name, '\0', len)) return lua_pushfstring(L, "dtype name %s contains an embedded NUL", quoted);
+  return lua_pushfstring(L, "unknown dtype %s", quoted);
+}
+
 int dlp_check_dtype(lua_State *L, int arg) {
-  const char *name = luaL_checkstring(L, arg);
-  int dtype = dlp_test_dtype_name(name);
-  if (dtype < 0)
-    return luaL_argerror(L, arg, lua_pushfstring(L, "unknown dtype '%s'", name));
+  size_t len;
+  const char *name = luaL_checklstring(L, arg, &len);
+  int dtype = dlp_test_dtype_name(name, len);
+  if (dtype < 0) return luaL_argerror(L, arg, dlp_push_dtype_error(L, name, len));
   return dtype;
 }
 
@@ -164,25 +170,40 @@ void dlp_store(int dtype, void *p, const dlp_Scalar *s) {
 }
 #undef STORE
 
+#if !DLP_LUA_INTEGERS
+/* Whether the integer element s is a double exactly, so that a Lua number gives it back
+ * unchanged: every integer up to 2^53, and beyond those whose low bits are zeros. */
+static int is_exact_double(const dlp_Scalar *s) {
+  if (s->kind == DLP_S_UINT) {
+    double d = (double)s->u;
+    return d < 18446744073709551616.0 && (uint64_t)d == s->u;
+  }
+  double d = (double)s->i;
+  return d < 9223372036854775808.0 && (int64_t)d == s->i;
+}
+#endif
+
 void dlp_push_element(lua_State *L, int dtype, const void *p) {
   dlp_Scalar s;
   dlp_check_access(L, dtype);
   dlp_load(dtype, p, &s);
   if (dtype == DLP_BOOL) lua_pushboolean(L, s.i != 0);
 #if !DLP_LUA_INTEGERS
-  /* every Lua number is a double: an integer beyond 2^53 would come back changed */
-  else if ((s.kind == DLP_S_INT && (s.i > (int64_t)DLP_EXACT_INTEGER || s.i < -(int64_t)DLP_EXACT_INTEGER)) ||
-           (s.kind == DLP_S_UINT && s.u > (uint64_t)DLP_EXACT_INTEGER)) {
+  /* every Lua number is a double: an integer it does not hold would come back changed */
+  else if (s.kind != DLP_S_FLOAT && !is_exact_double(&s)) {
     char digits[24];
     if (s.kind == DLP_S_INT) snprintf(digits, sizeof digits, "%lld", (long long)s.i);
     else snprintf(digits, sizeof digits, "%llu", (unsigned long long)s.u);
-    luaL_error(L, "%s element %s is beyond 2^53, the integers a Lua number holds exactly in %s",
-               dlp_dtypes[dtype].name, digits, LUA_VERSION);
+    luaL_error(L, "%s element %s has no exact Lua number in %s (numbers are doubles: beyond 2^53 they "
+               "hold only some integers)", dlp_dtypes[dtype].name, digits, LUA_VERSION);
   }
-#endif
+  else if (s.kind == DLP_S_INT) lua_pushnumber(L, (lua_Number)s.i);
+  else if (s.kind == DLP_S_UINT) lua_pushnumber(L, (lua_Number)s.u);
+#else
   else if (s.kind == DLP_S_INT) lua_pushinteger(L, (lua_Integer)s.i);
-  /* uint64 beyond 2^63 wraps to a negative Lua integer, as math.ult and string.format("%u") expect */
+  /* uint64 from 2^63 up: the negative Lua integer with the same 64 bits (as string.unpack's "J") */
   else if (s.kind == DLP_S_UINT) lua_pushinteger(L, (lua_Integer)s.u);
+#endif
   else lua_pushnumber(L, (lua_Number)s.re);
 }
 
@@ -201,6 +222,50 @@ static const char *article(const char *name) {
   return name[0] == 'i' ? "an" : "a";
 }
 
+/* The number at idx as text for a message (a copy is converted, never the value itself). */
+static const char *number_text(lua_State *L, int idx) {
+  lua_Number n = lua_tonumber(L, idx);
+  if (n != n) return "nan"; /* not "-nan" */
+  lua_pushvalue(L, idx);
+  return lua_tostring(L, -1);
+}
+
+void dlp_check_integer_range(lua_State *L, int dtype, int64_t v, const char *what) {
+  int fits = dtype >= DLP_UINT8 ? v >= 0 && (uint64_t)v <= uint_max[dtype] : v >= int_min[dtype] && v <= int_max[dtype];
+  if (!fits) luaL_error(L, "%s: %I is out of range for %s", what, (lua_Integer)v, dlp_dtypes[dtype].name);
+}
+
+/* The Lua number at idx as an element of integer dtype `dtype`, into s. Floats go by value:
+ * integral and within the dtype's range, up to 2^64 for uint64. On Lua 5.3 and later, integers
+ * go by value too except for uint64, which takes an integer's 64 bits (as string.pack's "J"
+ * does): the negative integers stand for 2^63 to 2^64 - 1, as uint64 reads give them. */
+static void check_integer(lua_State *L, int idx, int dtype, const char *what, dlp_Scalar *s) {
+  const char *name = dlp_dtypes[dtype].name;
+  if (lua_type(L, idx) != LUA_TNUMBER)
+    luaL_error(L, "%s: %s %s element takes an integer, got %s", what, article(name), name, luaL_typename(L, idx));
+#if DLP_LUA_INTEGERS
+  if (lua_isinteger(L, idx)) {
+    s->kind = dtype == DLP_UINT64 ? DLP_S_UINT : DLP_S_INT;
+    s->i = lua_tointeger(L, idx);
+    s->u = (uint64_t)s->i;
+    if (dtype != DLP_UINT64) dlp_check_integer_range(L, dtype, s->i, what);
+    return;
+  }
+#endif
+  lua_Number n = lua_tonumber(L, idx);
+  if (n != floor(n)) luaL_error(L, "%s: %s is not an integer (dtype %s)", what, number_text(L, idx), name);
+  if (n >= -9223372036854775808.0 && n < 9223372036854775808.0) {
+    s->kind = DLP_S_INT;
+    s->i = (int64_t)n;
+    dlp_check_integer_range(L, dtype, s->i, what);
+  } else if (dtype == DLP_UINT64 && n >= 0 && n < 18446744073709551616.0) {
+    s->kind = DLP_S_UINT;
+    s->u = (uint64_t)n;
+  } else {
+    luaL_error(L, "%s: %s is out of range for %s", what, number_text(L, idx), name);
+  }
+}
+
 void dlp_check_element(lua_State *L, int idx, int dtype, void *out, const char *what) {
   dlp_Scalar s;
   const char *name = dlp_dtypes[dtype].name;
@@ -212,28 +277,7 @@ void dlp_check_element(lua_State *L, int idx, int dtype, void *out, const char *
     s.kind = DLP_S_INT;
     s.i = lua_toboolean(L, idx);
   } else if (dtype >= DLP_INT8 && dtype <= DLP_UINT64) {
-    lua_Integer v;
-    int isnum;
-    if (lua_type(L, idx) != LUA_TNUMBER)
-      luaL_error(L, "%s: %s %s element takes an integer, got %s", what, article(name), name,
-                 luaL_typename(L, idx));
-    v = lua_tointegerx(L, idx, &isnum);
-    if (!isnum)
-      luaL_error(L, "%s: %s is not an integer (dtype %s)", what, lua_tostring(L, idx), name);
-    if (dtype == DLP_UINT64) {
-      /* Lua integers are signed: negatives are refused, so the range is 0..2^63-1 */
-      if (v < 0) luaL_error(L, "%s: %I is out of range for %s", what, v, name);
-      s.kind = DLP_S_UINT;
-      s.u = (uint64_t)v;
-    } else if (dtype >= DLP_UINT8) {
-      if (v < 0 || (uint64_t)v > uint_max[dtype]) luaL_error(L, "%s: %I is out of range for %s", what, v, name);
-      s.kind = DLP_S_INT;
-      s.i = v;
-    } else {
-      if (v < int_min[dtype] || v > int_max[dtype]) luaL_error(L, "%s: %I is out of range for %s", what, v, name);
-      s.kind = DLP_S_INT;
-      s.i = v;
-    }
+    check_integer(L, idx, dtype, what, &s);
   } else {
     if (lua_type(L, idx) != LUA_TNUMBER)
       luaL_error(L, "%s: %s %s element takes a number, got %s", what, article(name), name, luaL_typename(L, idx));

@@ -119,7 +119,9 @@ int dlp_dtype_from_dl(DLDataType t); /* -1 when not a dtype this module knows */
 DLDataType dlp_dtype_to_dl(int dtype);
 int dlp_check_dtype(lua_State *L, int arg);                 /* a dtype name */
 int dlp_opt_dtype(lua_State *L, int arg, int def);
-int dlp_test_dtype_name(const char *name);                  /* -1 when unknown */
+int dlp_test_dtype_name(const char *name, size_t len);      /* -1 when unknown */
+/* Why the string name (len bytes) is no dtype, pushed: unknown, or cut by an embedded NUL. */
+const char *dlp_push_dtype_error(lua_State *L, const char *name, size_t len);
 
 /* One element as a value every element-accessible dtype converts through. */
 typedef struct dlp_Scalar {
@@ -133,9 +135,12 @@ typedef struct dlp_Scalar {
 void dlp_load(int dtype, const void *p, dlp_Scalar *s);  /* element -> scalar */
 void dlp_store(int dtype, void *p, const dlp_Scalar *s); /* scalar -> element, C-like conversion */
 void dlp_push_element(lua_State *L, int dtype, const void *p);
-/* Convert the Lua value at idx to an element in out, strictly (integers must fit); raises naming
- * `what`. Runs no Lua code: it may be called between dlp_live and the write. */
+/* Convert the Lua value at idx to an element in out, strictly (integers must fit; on 5.3+ a Lua
+ * integer gives uint64 its 64 bits, as reads do); raises naming `what`. Runs no Lua code: it may
+ * be called between dlp_live and the write. */
 void dlp_check_element(lua_State *L, int idx, int dtype, void *out, const char *what);
+/* Raises unless the integer value v fits the integer dtype (a value: negatives never fit uint64). */
+void dlp_check_integer_range(lua_State *L, int dtype, int64_t v, const char *what);
 void dlp_check_access(lua_State *L, int dtype);            /* raises unless element access works */
 
 /* ---- convert.c: typed loops over one row of elements ---- */
@@ -167,7 +172,11 @@ int dlp_device_is_cuda(DLDevice d);        /* cuda:N, cuda_host or cuda_managed 
 /* A device string ("cuda:1") or table ({device_type, device_id}) at idx; errors blame argument
  * arg, and name the option `field` when it is not NULL. */
 DLDevice dlp_check_device(lua_State *L, int idx, int arg, const char *field);
-int dlp_test_device_name(const char *s, DLDevice *out);    /* 1 when s names a valid device */
+/* Parse the device string s (len bytes) into out: DLP_DEVICE_OK, or what is wrong with it. */
+enum { DLP_DEVICE_OK, DLP_DEVICE_UNKNOWN, DLP_DEVICE_NUL, DLP_DEVICE_NO_ID, DLP_DEVICE_BAD_ID, DLP_DEVICE_ID_RANGE };
+int dlp_parse_device_name(const char *s, size_t len, DLDevice *out);
+/* The message for a code of dlp_parse_device_name other than DLP_DEVICE_OK, pushed. */
+const char *dlp_push_device_error(lua_State *L, const char *s, size_t len, int code);
 void dlp_push_device_name(lua_State *L, DLDevice d);       /* canonical form */
 void dlp_push_device_types(lua_State *L);                  /* the dlpack.device_type table */
 
@@ -314,6 +323,13 @@ enum { DLP_OPT_DTYPE = 1, DLP_OPT_DEVICE = 2, DLP_OPT_COPY = 4, DLP_OPT_STREAM =
  * wrong values, BufferErrors for devices that cannot be reached. Reads through metamethods, so
  * call it before touching memory. */
 void dlp_read_options(lua_State *L, int arg, unsigned allowed, dlp_Options *o);
+/* Names a script passes are compared with their length: a NUL inside one ends it for C. */
+const char *dlp_push_quoted(lua_State *L, const char *s, size_t len); /* 'name', a NUL as \0 */
+/* The index in names (NULL-terminated) of the string argument arg, as luaL_checkoption, but
+ * refusing a string with an embedded NUL (what: "capsule name"). */
+int dlp_check_option(lua_State *L, int arg, const char *const names[], const char *what);
+/* Raises unless the arguments from first on are all nil (what: the function, how: what it takes). */
+void dlp_check_no_more(lua_State *L, int first, const char *what, const char *how);
 
 /* ---- values.c: Lua values <-> tensors ---- */
 void dlp_format_register(lua_State *L, int module, int methods, int meta);

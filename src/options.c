@@ -1,12 +1,49 @@
 /* Options: the one reader of the option tables of t:to, t:copy, to_dlpack, __dlpack and
- * from_dlpack, so that each option means the same and is refused the same everywhere. */
+ * from_dlpack, so that each option means the same and is refused the same everywhere; and the
+ * checks of the names and trailing arguments scripts pass. */
+#include <string.h>
+
 #include "internal.h"
 
+const char *dlp_push_quoted(lua_State *L, const char *s, size_t len) {
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  luaL_addchar(&b, '\'');
+  for (const char *nul; (nul = memchr(s, '\0', len)) != NULL; len -= (size_t)(nul - s) + 1, s = nul + 1) {
+    luaL_addlstring(&b, s, (size_t)(nul - s));
+    luaL_addstring(&b, "\\0");
+  }
+  luaL_addlstring(&b, s, len);
+  luaL_addchar(&b, '\'');
+  luaL_pushresult(&b);
+  return lua_tostring(L, -1);
+}
+
+int dlp_check_option(lua_State *L, int arg, const char *const names[], const char *what) {
+  size_t len;
+  const char *s = luaL_checklstring(L, arg, &len);
+  for (int i = 0; names[i]; i++)
+    if (strlen(names[i]) == len && memcmp(names[i], s, len) == 0) return i;
+  const char *quoted = dlp_push_quoted(L, s, len);
+  if (memchr(s, '\0', len))
+    return luaL_argerror(L, arg, lua_pushfstring(L, "%s %s contains an embedded NUL", what, quoted));
+  return luaL_argerror(L, arg, lua_pushfstring(L, "invalid %s %s", what, quoted));
+}
+
+void dlp_check_no_more(lua_State *L, int first, const char *what, const char *how) {
+  for (int k = first; k <= lua_gettop(L); k++)
+    if (!lua_isnil(L, k)) luaL_argerror(L, k, lua_pushfstring(L, "unexpected argument (%s takes %s)", what, how));
+}
+
 static void read_dtype(lua_State *L, int arg, dlp_Options *o) {
-  if (lua_getfield(L, arg, "dtype") != LUA_TNIL &&
-      (lua_type(L, -1) != LUA_TSTRING || (o->dtype = dlp_test_dtype_name(lua_tostring(L, -1))) < 0)) {
-    const char *got = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : luaL_typename(L, -1);
-    luaL_argerror(L, arg, lua_pushfstring(L, "dtype: unknown dtype '%s'", got));
+  int type = lua_getfield(L, arg, "dtype");
+  if (type == LUA_TSTRING) {
+    size_t len;
+    const char *name = lua_tolstring(L, -1, &len);
+    if ((o->dtype = dlp_test_dtype_name(name, len)) < 0)
+      luaL_argerror(L, arg, lua_pushfstring(L, "dtype: %s", dlp_push_dtype_error(L, name, len)));
+  } else if (type != LUA_TNIL) {
+    luaL_argerror(L, arg, lua_pushfstring(L, "dtype: a dtype name expected, got %s", luaL_typename(L, -1)));
   }
   lua_pop(L, 1);
 }

@@ -513,6 +513,10 @@ static int l_arange(lua_State *L) {
     for (int k = 0; k < 3; k++) {
       int isint = 1;
       v[k] = arg[k] ? lua_tointegerx(L, arg[k], &isint) : k == 2;
+      lua_Number x = isint ? 0 : lua_tonumber(L, arg[k]);
+      if (!isint && x == floor(x)) /* integral: beyond int64, where arange counts */
+        return luaL_argerror(L, arg[k], lua_pushfstring(L, "%s %s is out of range (arange counts in int64)", names[k],
+                                                        lua_tostring(L, arg[k])));
       if (!isint)
         return luaL_argerror(L, arg[k], lua_pushfstring(L, "%s must be an integer for dtype %s, got %s", names[k],
                                                         name, lua_tostring(L, arg[k])));
@@ -522,13 +526,9 @@ static int l_arange(lua_State *L) {
       return luaL_error(L, "dlpack.arange: the range has 2^63 elements or more");
     /* the values run monotonically from the first to the last, both within [start, stop) */
     int64_t last = (int64_t)((uint64_t)v[0] + (uint64_t)(count ? count - 1 : 0) * (uint64_t)v[2]);
-    if (integer_dtype && count > 0) {
-      unsigned char scratch[8];
-      lua_pushinteger(L, v[0]);
-      lua_pushinteger(L, last);
-      dlp_check_element(L, -2, dtype, scratch, "dlpack.arange"); /* raises when out of range */
-      dlp_check_element(L, -1, dtype, scratch, "dlpack.arange");
-      lua_pop(L, 2);
+    if (integer_dtype && count > 0) { /* values, not bits: a uint64 range takes no negatives */
+      dlp_check_integer_range(L, dtype, v[0], "dlpack.arange");
+      dlp_check_integer_range(L, dtype, last, "dlpack.arange");
     }
     shape[0] = count;
     dlp_Tensor *t = new_range(L, dtype, shape);
@@ -741,14 +741,17 @@ static int l_index(lua_State *L) {
     return 1;
   }
   if (lua_type(L, 2) == LUA_TSTRING) {
-    const char *k = lua_tostring(L, 2);
+    size_t len;
+    const char *k = lua_tolstring(L, 2, &len);
+    int cut = strlen(k) != len; /* an embedded NUL: no property has that name */
     lua_pushvalue(L, 2);
     if (lua_rawget(L, lua_upvalueindex(2)) != LUA_TNIL) return 1;
     if (!t->owner) return luaL_error(L, "tensor was released (reading field '%s')", k);
-    if (push_property(L, t, k)) return 1;
+    if (!cut && push_property(L, t, k)) return 1;
     /* "__" names stay free for protocols that probe values for optional fields */
     if (k[0] == '_' && k[1] == '_') return lua_pushnil(L), 1;
-    return luaL_error(L, "a tensor has no field or method '%s'", k);
+    return luaL_error(L, "a tensor has no field or method %s%s", dlp_push_quoted(L, k, len),
+                      cut ? " (the name contains an embedded NUL)" : "");
   }
   if (!t->owner) return luaL_error(L, "tensor was released");
   if (lua_type(L, 2) != LUA_TNUMBER)

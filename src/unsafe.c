@@ -6,7 +6,7 @@
 
 static int check_name(lua_State *L, int arg) {
   static const char *const names[] = {"dltensor", "dltensor_versioned", NULL};
-  return luaL_checkoption(L, arg, NULL, names);
+  return dlp_check_option(L, arg, names, "capsule name");
 }
 
 /* adopt(ptr, name) -> capsule owning the managed tensor at ptr */

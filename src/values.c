@@ -79,6 +79,7 @@ static int l_tensor(lua_State *L) {
   DLDevice cpu = {kDLCPU, 0};
   dlp_Tensor *src = dlp_tensor_test(L, 1);
   luaL_checkany(L, 1);
+  dlp_check_no_more(L, 3, "dlpack.tensor", "a value and a dtype; move the tensor with t:to(device)");
   if (src) {
     if (!src->owner) return luaL_argerror(L, 1, "tensor was released");
     dlp_check_host(L, src, "dlpack.tensor");
@@ -175,6 +176,7 @@ static int l_frombytes(lua_State *L) {
   const char *s = luaL_checklstring(L, 1, &len);
   int dtype = dlp_check_dtype(L, 2);
   int64_t shape[DLP_MAX_NDIM], numel, bytes;
+  dlp_check_no_more(L, 4, "dlpack.frombytes", "a string, a dtype and a shape");
   int ndim = 1, bits = dlp_dtypes[dtype].bits;
   const char *name = dlp_dtypes[dtype].name;
   DLDevice cpu = {kDLCPU, 0};
@@ -208,7 +210,14 @@ static int l_frombytes(lua_State *L) {
 #define EDGE_ITEMS 3
 #define MAX_SHOWN 1000         /* elements and rows shown at most, whatever the dimensions */
 
-#define LINE_WIDTH 80           /* lines of elements wrap before this many columns */
+#define LINE_WIDTH 80          /* no line is longer */
+#define PREFIX "dlpack.Tensor("
+#define PREFIX_LEN 14
+#define ELEMENT_WIDTH 27       /* the widest element, a complex128: -1.79769e+308-1.79769e+308i */
+/* Nested braces are shown up to this many dimensions (19): the deepest row then holds an element
+ * of any width with every brace around it on one line. Deeper tensors are shown flattened. */
+#define MAX_NESTED ((LINE_WIDTH - PREFIX_LEN - ELEMENT_WIDTH - 1) / 2)
+#define FLAT_MARK "<flattened> "
 
 /* A float as %.6g, but NaN as "nan" and the infinities as "inf" and "-inf" whatever the C
  * library prints (glibc gives "-nan" for the NaN that 0/0 makes); sign: "+" before positives. */
@@ -221,7 +230,7 @@ static void format_float(char *buf, size_t size, double x, int sign) {
   }
 }
 
-/* One element as text into buf (at least 96 bytes); returns its length. */
+/* One element as text into buf (at least 96 bytes); returns its length (ELEMENT_WIDTH at most). */
 static size_t format_element(char *buf, int dtype, const char *p) {
   dlp_Scalar s;
   dlp_load(dtype, p, &s);
@@ -242,7 +251,7 @@ static size_t format_element(char *buf, int dtype, const char *p) {
 typedef struct Printer {
   luaL_Buffer *b;
   const dlp_Tensor *t;
-  int summarise, indent;
+  int summarise;
   int budget; /* elements and rows left to show */
   int column; /* of the next character on the current line */
 } Printer;
@@ -259,42 +268,73 @@ static void add_newline(Printer *pr, int column) {
   pr->column = column;
 }
 
-/* What goes before an item (an element, a row or "...") of n characters: nothing before the
- * first; ", " between elements, or ",\n" when the next would not fit on the line with the comma
- * or brace after it; ",\n" between rows. New lines are indented to `column`. */
-static void separate(Printer *pr, int *first, int last_dim, int column, size_t n) {
+/* What goes before an item of n characters that `after` characters follow on its line (a comma,
+ * or the braces that close there and what comes after them): nothing before the first item;
+ * ", " between items on one line, or ",\n" when the item and what follows would pass the line
+ * width (always, when `wrap` is 0: between rows). New lines are indented to `column`. */
+static void separate(Printer *pr, int *first, int wrap, int column, size_t n, int after) {
   if (*first) {
     *first = 0;
     return;
   }
   add_text(pr, ",", 1);
-  if (!last_dim || pr->column + 1 + (int)n + 1 > LINE_WIDTH) add_newline(pr, column);
+  if (!wrap || pr->column + 1 + (int)n + after > LINE_WIDTH) add_newline(pr, column);
   else add_text(pr, " ", 1);
 }
 
-static void add_nested(Printer *pr, int dim, const char *p) {
+/* The row at p of dimension dim, in braces; `tail` characters follow its closing brace on its line. */
+static void add_nested(Printer *pr, int dim, const char *p, int tail) {
   const dlp_Tensor *t = pr->t;
   int64_t n = t->dl.shape[dim];
   int64_t step = dlp_walk_stride(t, dim);
-  int last_dim = dim + 1 == t->dl.ndim, column = pr->indent + dim + 1, first = 1;
+  int last_dim = dim + 1 == t->dl.ndim, column = PREFIX_LEN + dim + 1, first = 1;
   char buf[96];
   add_text(pr, "{", 1);
   for (int64_t i = 0; i < n; i++) {
     if (pr->budget <= 0 || (pr->summarise && n > 2 * EDGE_ITEMS && i == EDGE_ITEMS)) {
-      separate(pr, &first, last_dim, column, 3);
+      int ends = pr->budget <= 0; /* then "..." ends the row */
+      separate(pr, &first, last_dim, column, 3, ends ? 1 + tail : 1);
       add_text(pr, "...", 3);
-      if (pr->budget <= 0) break;
+      if (ends) break;
       i = n - EDGE_ITEMS;
     }
     pr->budget--;
+    int after = i == n - 1 ? 1 + tail : 1;
     if (last_dim) {
       size_t len = format_element(buf, t->dtype, dlp_offset(p, i * step));
-      separate(pr, &first, last_dim, column, len);
+      separate(pr, &first, 1, column, len, after);
       add_text(pr, buf, len);
     } else {
-      separate(pr, &first, last_dim, column, 0);
-      add_nested(pr, dim + 1, dlp_offset(p, i * step));
+      separate(pr, &first, 0, column, 0, 0);
+      add_nested(pr, dim + 1, dlp_offset(p, i * step), after);
     }
+  }
+  add_text(pr, "}", 1);
+}
+
+/* A tensor of more than MAX_NESTED dimensions: its elements in row-major order, in one pair of
+ * braces (the first and last few of more than SUMMARY_THRESHOLD). */
+static void add_flat(Printer *pr) {
+  const dlp_Tensor *t = pr->t;
+  int64_t n = dlp_numel(t);
+  int first = 1, column = PREFIX_LEN + (int)sizeof FLAT_MARK; /* after the mark and its '{' */
+  char buf[96];
+  add_text(pr, FLAT_MARK "{", sizeof FLAT_MARK); /* sizeof counts the NUL: one more, the '{' */
+  for (int64_t k = 0; k < n; k++) {
+    int64_t rest = k, off = 0;
+    if (n > SUMMARY_THRESHOLD && k == EDGE_ITEMS) {
+      separate(pr, &first, 1, column, 3, 1);
+      add_text(pr, "...", 3);
+      k = n - EDGE_ITEMS;
+      rest = k;
+    }
+    for (int d = t->dl.ndim - 1; d >= 0; d--) {
+      off += rest % t->dl.shape[d] * dlp_walk_stride(t, d);
+      rest /= t->dl.shape[d];
+    }
+    size_t len = format_element(buf, t->dtype, dlp_offset(dlp_first_element(t), off));
+    separate(pr, &first, 1, column, len, k == n - 1 ? 2 : 1);
+    add_text(pr, buf, len);
   }
   add_text(pr, "}", 1);
 }
@@ -307,10 +347,49 @@ static int is_large(const dlp_Tensor *t) {
   return dlp_numel(t) > SUMMARY_THRESHOLD || rows > SUMMARY_THRESHOLD;
 }
 
+/* ", key=value" after the description's shape: on its line when it fits with the ',' or ')' after
+ * it, else on a new line under the first element. */
+static void add_part(Printer *pr, const char *key, const char *value) {
+  size_t k = strlen(key), v = strlen(value);
+  add_text(pr, ",", 1);
+  if (pr->column + 1 + (int)(k + v) + 1 > LINE_WIDTH) add_newline(pr, PREFIX_LEN);
+  else add_text(pr, " ", 1);
+  add_text(pr, key, k);
+  add_text(pr, value, v);
+}
+
+/* "shape={2, 3}, dtype=float32, device=cpu[, readonly])" after the elements and their comma: on
+ * their line when it all fits, else from a new line under the first element, where a long shape
+ * wraps under its first size and the other parts go on new lines when they do not fit. */
+static void add_description(Printer *pr, const char *device) {
+  const dlp_Tensor *t = pr->t;
+  const char *dtype = dlp_dtypes[t->dtype].name;
+  int readonly = (t->flags & DLP_FLAG_READ_ONLY) != 0, column;
+  size_t length = strlen("shape={}, dtype=, device=)") + strlen(dtype) + strlen(device) + (readonly ? 10 : 0);
+  char size[24];
+  for (int i = 0; i < t->dl.ndim; i++)
+    length += (size_t)snprintf(size, sizeof size, "%lld", (long long)t->dl.shape[i]) + (i ? 2 : 0);
+  if (pr->column + 1 + length > LINE_WIDTH) add_newline(pr, PREFIX_LEN);
+  else add_text(pr, " ", 1);
+  add_text(pr, "shape={", 7);
+  column = pr->column;
+  for (int i = 0; i < t->dl.ndim; i++) {
+    int n = snprintf(size, sizeof size, "%lld", (long long)t->dl.shape[i]);
+    if (i) add_text(pr, ",", 1);
+    if (i && pr->column + 1 + n + (i + 1 < t->dl.ndim ? 1 : 2) > LINE_WIDTH) add_newline(pr, column); /* "," or "}," */
+    else if (i) add_text(pr, " ", 1);
+    add_text(pr, size, (size_t)n);
+  }
+  add_text(pr, "}", 1);
+  add_part(pr, "dtype=", dtype);
+  add_part(pr, "device=", device);
+  if (readonly) add_part(pr, "readonly", "");
+  add_text(pr, ")", 1);
+}
+
 static int l_tostring(lua_State *L) {
-  static const char prefix[] = "dlpack.Tensor(";
   dlp_Tensor *t = dlp_tensor_arg(L, 1);
-  luaL_Buffer b, m;
+  luaL_Buffer b;
   char buf[96];
   if (!t->owner) {
     lua_pushstring(L, "dlpack.Tensor(released)");
@@ -318,38 +397,22 @@ static int l_tostring(lua_State *L) {
   }
   lua_settop(L, 1);
   dlp_Tensor *held = dlp_tensor_alias(L, 1, t->dl.device, "tostring"); /* at 2: it allocates as it reads */
-  /* the shape, dtype and device, at 3 */
-  luaL_buffinit(L, &m);
-  luaL_addstring(&m, "shape={");
-  for (int i = 0; i < held->dl.ndim; i++) {
-    snprintf(buf, sizeof buf, i ? ", %lld" : "%lld", (long long)held->dl.shape[i]);
-    luaL_addstring(&m, buf);
-  }
-  luaL_addstring(&m, "}, dtype=");
-  luaL_addstring(&m, dlp_dtypes[held->dtype].name);
-  luaL_addstring(&m, ", device=");
-  dlp_push_device_name(L, held->dl.device);
-  luaL_addvalue(&m);
-  if (held->flags & DLP_FLAG_READ_ONLY) luaL_addstring(&m, ", readonly");
-  luaL_addchar(&m, ')');
-  luaL_pushresult(&m);
+  dlp_push_device_name(L, held->dl.device);                                /* at 3 */
   luaL_buffinit(L, &b);
-  Printer pr = {&b, held, is_large(held), (int)sizeof prefix - 1, MAX_SHOWN, 0};
-  add_text(&pr, prefix, sizeof prefix - 1);
+  Printer pr = {&b, held, is_large(held), MAX_SHOWN, 0};
+  add_text(&pr, PREFIX, PREFIX_LEN);
   if (!dlp_device_is_host(held->dl.device) || held->dtype > DLP_COMPLEX128) {
     add_text(&pr, "<elements not shown>", 20);
   } else if (held->dl.ndim == 0) {
     size_t len = format_element(buf, held->dtype, dlp_first_element(held));
     add_text(&pr, buf, len);
+  } else if (held->dl.ndim > MAX_NESTED) {
+    add_flat(&pr);
   } else {
-    add_nested(&pr, 0, dlp_first_element(held));
+    add_nested(&pr, 0, dlp_first_element(held), 1);
   }
-  /* on the same line when it fits, else on a new one under the first element */
   add_text(&pr, ",", 1);
-  if (pr.column + 1 + (int)lua_rawlen(L, 3) > LINE_WIDTH) add_newline(&pr, pr.indent);
-  else add_text(&pr, " ", 1);
-  lua_pushvalue(L, 3);
-  luaL_addvalue(&b);
+  add_description(&pr, lua_tostring(L, 3));
   luaL_pushresult(&b);
   dlp_tensor_release(held);
   return 1;

@@ -9,8 +9,13 @@
 -- finalizer refers to t), but pointers derived from it by arithmetic do not, and t:release()
 -- ends its validity as it does t's. Only host memory (cpu, pinned, managed) is readable.
 local ffi = require "ffi"
+local dlpack = require "dlpack"
 
 local M = {}
+
+-- What getmetatable gives for every tensor (a read-only view); scripts cannot set it on a
+-- userdata of their own (setmetatable takes tables only).
+local TENSOR = getmetatable(dlpack.zeros({}))
 
 -- The C type of one element per dtype; float16 and bfloat16 are their raw 16 bits, the 8/6/4-bit
 -- floats their bytes.
@@ -36,7 +41,11 @@ local HOST = { cpu = true, cuda_host = true, cuda_managed = true, rocm_host = tr
 --- pointer(t) -> ptr, strides: ptr (cdata) to t's first element, typed per t.dtype; strides
 -- in elements, one per dimension (a Lua table, 1-based as t.strides).
 function M.pointer(t)
-  local device = t.device
+  if type(t) ~= "userdata" or getmetatable(t) ~= TENSOR then
+    error("bad argument #1 to 'dlpack.ffi.pointer' (dlpack.Tensor expected, got " .. type(t) .. ")", 2)
+  end
+  local live, device = pcall(function() return t.device end) -- a tensor's field raises only once released
+  if not live then error("bad argument #1 to 'dlpack.ffi.pointer' (tensor was released)", 2) end
   if not HOST[device:match("^[%a_]+")] then
     error("dlpack.ffi.pointer: the tensor is on " .. device .. ", which the CPU cannot read", 2)
   end

@@ -171,6 +171,81 @@ def torch_lua(t):
     t.eq("Lua → torch from a legacy capsule (to_capsule(t, max_version=None))", tl.tolist(), [9.0, 2.5])
 
 
+_GetName = None
+
+
+def capsule_name(cap):
+    """PyCapsule_GetName: the bytes at the name pointer the capsule keeps."""
+    global _GetName
+    if _GetName is None:
+        import ctypes
+        _GetName = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", ctypes.pythonapi))
+    return _GetName(cap)
+
+
+def churn():
+    """Allocate and free many small bytes objects, as a program does between two calls: memory
+    that a capsule name was left pointing into is reused and overwritten."""
+    junk = [bytes([65 + i % 26]) * (i % 48) for i in range(50000)]
+    del junk
+    gc.collect()
+
+
+class CapsuleProducer:
+    """A producer that hands out one capsule, for consumers that take only __dlpack__."""
+
+    def __init__(self, cap):
+        self.cap = cap
+
+    def __dlpack__(self, **_):
+        return self.cap
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+@group("capsule names (lupa, torch)", ("lupa", "torch"),
+       ["a legacy capsule from to_capsule keeps its name 'dltensor' while memory churns",
+        "torch.utils.dlpack.from_dlpack imports that legacy capsule after the churn",
+        "a versioned capsule from to_capsule keeps its name 'dltensor_versioned' while memory churns",
+        "torch.utils.dlpack.from_dlpack imports that versioned capsule, where torch takes them"])
+def capsule_names_torch(t):
+    torch, b = peers["torch"][0], state["bridge"]
+    w = lua("return require('dlpack').tensor({1.5, 2.5, 4})")()
+    cap = b.to_capsule(w, max_version=None)
+    churn()
+    t.eq("a legacy capsule from to_capsule keeps its name 'dltensor' while memory churns",
+         capsule_name(cap), b"dltensor")
+    t.eq("torch.utils.dlpack.from_dlpack imports that legacy capsule after the churn",
+         torch.utils.dlpack.from_dlpack(cap).tolist(), [1.5, 2.5, 4.0])
+    cap = b.to_capsule(w, max_version=(1, 3))
+    churn()
+    t.eq("a versioned capsule from to_capsule keeps its name 'dltensor_versioned' while memory churns",
+         capsule_name(cap), b"dltensor_versioned")
+    desc = "torch.utils.dlpack.from_dlpack imports that versioned capsule, where torch takes them"
+    try:  # a torch that makes versioned capsules (DLPack 1.x, max_version) reads them too
+        torch.zeros(1).__dlpack__(max_version=(1, 0))
+    except TypeError:
+        t.skip(desc, "torch %s knows only legacy capsules (the numpy group imports a versioned one)"
+               % torch.__version__)
+    else:
+        t.eq(desc, torch.utils.dlpack.from_dlpack(cap).tolist(), [1.5, 2.5, 4.0])
+
+
+@group("capsule names (lupa, numpy)", ("lupa", "numpy"),
+       ["numpy.from_dlpack imports a versioned capsule from to_capsule after memory churned",
+        "numpy.from_dlpack imports a legacy capsule from to_capsule after memory churned"])
+def capsule_names_numpy(t):
+    np, b = peers["numpy"][0], state["bridge"]
+    w = lua("return require('dlpack').tensor({7, 8, 9}, 'int16')")()
+    for desc, version in (("numpy.from_dlpack imports a versioned capsule from to_capsule after memory churned",
+                           (1, 3)),
+                          ("numpy.from_dlpack imports a legacy capsule from to_capsule after memory churned", None)):
+        cap = b.to_capsule(w, max_version=version)
+        churn()
+        t.eq(desc, np.from_dlpack(CapsuleProducer(cap)).tolist(), [7, 8, 9])
+
+
 def main():
     tap.plan()
     lupa, reason = peers["lupa"]
