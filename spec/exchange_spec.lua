@@ -296,6 +296,13 @@ describe("is_buffer_error", function()
 
   it("is true for a string carrying the marker", function()
     assert.is_true(dlpack.is_buffer_error("x.lua:1: dlpack.BufferError: cannot export"))
+    assert.is_true(dlpack.is_buffer_error("dlpack.BufferError"))
+  end)
+
+  it("finds the marker after an embedded NUL, and not a cut one", function()
+    assert.is_true(dlpack.is_buffer_error("x\0y: dlpack.BufferError: cannot export"))
+    assert.is_false(dlpack.is_buffer_error("dlpack.Buffer\0Error"))
+    assert.is_false(dlpack.is_buffer_error("dlpack.BufferErro"))
   end)
 end)
 

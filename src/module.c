@@ -113,9 +113,14 @@ static void state_open(lua_State *L) {
   dlp_capsule_state_opened(); /* after the finaliser is in place, so it always balances */
 }
 
+/* The whole string is searched: a message may hold a NUL before the marker. */
 static int l_is_buffer_error(lua_State *L) {
-  const char *s = lua_type(L, 1) == LUA_TSTRING ? lua_tostring(L, 1) : NULL;
-  lua_pushboolean(L, s && strstr(s, DLPACK_LUA_BUFFER_ERROR) != NULL);
+  static const char marker[] = DLPACK_LUA_BUFFER_ERROR;
+  size_t len = 0, m = sizeof marker - 1;
+  const char *s = lua_type(L, 1) == LUA_TSTRING ? lua_tolstring(L, 1, &len) : NULL;
+  int found = 0;
+  for (size_t i = 0; s && !found && i + m <= len; i++) found = memcmp(s + i, marker, m) == 0;
+  lua_pushboolean(L, found);
   return 1;
 }
 
