@@ -546,7 +546,17 @@ void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStrea
   if (!dst_host && !src_host && dlp_overlaps(dst, src))
     tmp = dlp_tensor_new(L, src->dtype, src->flags & DLP_FLAG_SUBBYTE_PADDED, src->dl.device, src->dl.ndim,
                          src->dl.shape, 0);
-  if (from != src) dlp_copy(L, from, src, NULL, "copy"); /* host to host: converts, repacks, checks src live */
+  if (from != src) { /* host to host on the CPU: after the queued work that writes src, if any */
+    dlp_CudaStream *pending = src->owner ? owner_stream(src->owner, src->dl.device) : NULL;
+    if (pending) {
+      rc = dlp_cuda_enter(pending->device, &scope);
+      if (rc == CUDA_SUCCESS) rc = dlp_cuda.fn.cuStreamSynchronize(pending->handle);
+      dlp_cuda_leave(&scope);
+      dlp_cuda_stream_release(pending);
+      dlp_cuda_check(L, rc, "copy");
+    }
+    dlp_copy(L, from, src, NULL, "copy"); /* converts, repacks, checks src live */
+  }
   dlp_live(L, src, "copy");
   dlp_live(L, dst, "copy");
   int device = dlp_cuda_device_of(dst_host ? src->dl.device : dst->dl.device);
@@ -583,11 +593,13 @@ void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStrea
   }
   if (after_src) dlp_cuda_stream_release(after_src);
   if (after_dst) dlp_cuda_stream_release(after_dst);
-  dlp_cuda_check(L, rc, "copy");
-  if (stream) { /* later work on either block waits for this copy, a write into src too */
+  if (queued || (stream && rc == CUDA_SUCCESS)) {
+    /* later work on either block waits for this copy (a write into src too), also when it failed
+     * after work was queued; s waited for their earlier work, so nothing older is lost */
     dlp_owner_set_stream(dst->owner, s);
     dlp_owner_set_stream(src->owner, s);
   }
+  dlp_cuda_check(L, rc, "copy");
   if (tmp) dlp_tensor_release(tmp);
   if (from != src) dlp_tensor_release(from);
   if (to != dst) {
