@@ -189,7 +189,8 @@ struct CUstream_st {
   uint64_t enqueued, done;
 };
 static struct CUstream_st legacy[MAXDEV];
-static struct CUstream_st *all_streams; /* every stream: legacy, per-thread, created */
+static struct CUstream_st *all_streams;  /* the streams in use: legacy, per-thread, created */
+static struct CUstream_st *dead_streams; /* destroyed ones, kept so that a later use is detected */
 static _Thread_local struct CUstream_st *ptds[MAXDEV];
 
 struct CUevent_st {
@@ -200,7 +201,7 @@ struct CUevent_st {
   uint64_t seq, gen;
   double ms;
 };
-static struct CUevent_st *all_events;
+static struct CUevent_st *all_events, *dead_events; /* likewise */
 
 static double now_ms(void) {
   struct timespec ts;
@@ -306,13 +307,39 @@ static struct CUstream_st *per_thread(int device) {
 static struct CUstream_st *find_created(uintptr_t h) {
   for (struct CUstream_st *s = all_streams; s; s = s->next_all)
     if (s->kind == S_CREATED && (uintptr_t)s == h) return s;
+  for (struct CUstream_st *s = dead_streams; s; s = s->next_all)
+    if ((uintptr_t)s == h) return s;
   return NULL;
 }
 
 static struct CUevent_st *find_event(uintptr_t h) {
   for (struct CUevent_st *e = all_events; e; e = e->next_all)
     if ((uintptr_t)e == h) return e;
+  for (struct CUevent_st *e = dead_events; e; e = e->next_all)
+    if ((uintptr_t)e == h) return e;
   return NULL;
+}
+
+/* Destroyed streams and events move to their dead lists: the lists in use stay short (a long
+ * fuzzing run makes hundreds of thousands of them). */
+static void bury_stream(struct CUstream_st *s) {
+  for (struct CUstream_st **l = &all_streams; *l; l = &(*l)->next_all)
+    if (*l == s) {
+      *l = s->next_all;
+      s->next_all = dead_streams;
+      dead_streams = s;
+      return;
+    }
+}
+
+static void bury_event(struct CUevent_st *e) {
+  for (struct CUevent_st **l = &all_events; *l; l = &(*l)->next_all)
+    if (*l == e) {
+      *l = e->next_all;
+      e->next_all = dead_events;
+      dead_events = e;
+      return;
+    }
 }
 
 static Item *new_item(int op) {
@@ -793,6 +820,7 @@ EXPORT CUresult cuStreamDestroy_v2(CUstream stream) {
   RESOLVE(s, stream, cuStreamDestroy_v2, 0);
   run_all(s); /* the real driver finishes pending work */
   s->destroyed = 1;
+  bury_stream(s);
   RETURN(E_SUCCESS);
 }
 
@@ -899,6 +927,7 @@ EXPORT CUresult cuEventDestroy_v2(CUevent event) {
   ENTER(cuEventDestroy_v2);
   RESOLVE_EVENT(e, event, cuEventDestroy_v2);
   e->destroyed = 1; /* kept, so that later use is detected */
+  bury_event(e);
   RETURN(E_SUCCESS);
 }
 
