@@ -1166,7 +1166,7 @@ describe("memory that queued work uses (stream-ordered lifetimes)", function()
     fake.fail_next("cuStreamSynchronize", 999)
     raises(function() d:copy(dlpack.tensor(ramp(64), "float64")) end, "cuda") -- through a float32 staging
     gc()
-    local keep = reuse(32) -- the staging buffer's size
+    local keep = reuse(32) -- luacheck: ignore 311 (the staging buffer's size: reuses it if it was freed)
     fake.sync_all()
     assert.are.equal(esc(dlpack.tensor(ramp(64), "float32"):tobytes()), read(d:data_ptr(), 256))
     -- device to host through a staging buffer: the queued copy writes it when the queue runs
@@ -1340,6 +1340,26 @@ describe("memory that queued work uses (stream-ordered lifetimes)", function()
     assert.are.equal(live + 1, fake.live().device)
     assert.are.equal(esc(string.rep("\9", 16)), read(out:data_ptr(), 16))
   end, 2)
+
+  it("a host source staged for a conversion is read after the queued copy that writes it", function()
+    local s = cuda.Stream()
+    local d = dlpack.tensor({1, 2, 3, 4}, "float32"):to("cuda:0")
+    local h = dlpack.zeros({4}, "float32", fake and "cpu" or "cuda_host")
+    probe.hold(s.handle)
+    h:copy(d, {stream = s}) -- queued: writes h
+    local d64 = dlpack.zeros({4}, "float64", "cuda:0")
+    d64:copy(h) -- converted on the host, through a float64 staging buffer
+    assert.are.same({1, 2, 3, 4}, d64:to("cpu"):totable())
+  end)
+
+  fake_it("a copy that failed before queueing anything leaves its blocks ordered after their queued work", function()
+    local s = cuda.Stream()
+    local x = dlpack.zeros({4}, "uint8", "cuda:0")
+    x:copy(u8("abcd"), {stream = s}) -- queued on s
+    fake.fail_next("cuEventRecord", 999) -- the wait for s, before the copy
+    raises(function() x:to({device = "cuda:1", stream = 1}) end, "cuda")
+    assert.are.equal("abcd", x:clone():to("cpu"):tobytes(), "the clone waited for s")
+  end)
 
   fake_it("this module's own export, imported back, orders no release (the new tensor keeps the memory)",
     function()
