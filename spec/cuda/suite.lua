@@ -1357,7 +1357,8 @@ describe("memory that queued work uses (stream-ordered lifetimes)", function()
     local x = dlpack.zeros({4}, "uint8", "cuda:0")
     x:copy(u8("abcd"), {stream = s}) -- queued on s
     fake.fail_next("cuEventRecord", 999) -- the wait for s, before the copy
-    raises(function() x:to({device = "cuda:1", stream = 1}) end, "cuda")
+    raises(function() x:to({device = "cuda:0", copy = true, stream = 1}) end, "cuda")
+    fake.fail_next("cuEventRecord", 0, 0)
     assert.are.equal("abcd", x:clone():to("cpu"):tobytes(), "the clone waited for s")
   end)
 
