@@ -216,19 +216,31 @@ asan: deps
 valgrind: deps all
 	@bash spec/run.sh 60
 
-# The fuzzer of the safe API (spec/fuzz/README.md) under the ASan+UBSan build, any report fatal:
-#   make fuzz SECONDS=600 [SEED=1] [STEPS=400] [CORPUS=30] [WITHOUT=raw,...]   seeds SEED, SEED+1, ...
-#   make fuzz-replay SEED=S [STEPS=400]    one seed, every call printed before it runs
+# The fuzzer (spec/fuzz/README.md) under the ASan+UBSan build, any report fatal: the CPU half
+# (the safe API) for half of SECONDS, then the fake-CUDA half for the other half:
+#   make fuzz SECONDS=600 [SEED=1] [STEPS=400] [CORPUS=30] [WITHOUT=raw,...] [CUDA_STEPS=300]
+#   make fuzz-replay SEED=S [STEPS=400]    one CPU seed, every call printed before it runs
+#   make fuzz-replay CUDA=1 SEED=S         one fake-CUDA seed, likewise
 SECONDS ?= 60
 SEED    ?= 1
 STEPS   ?= 400
 CORPUS  ?= 30
+CUDA_STEPS ?= 300
 FUZZ_WITHOUT = $(if $(WITHOUT),--without $(WITHOUT))
 fuzz:
-	@bash spec/fuzz/asan.sh --seed $(SEED) --seconds $(SECONDS) --steps $(STEPS) --corpus $(CORPUS) $(FUZZ_WITHOUT)
+	@rc=0; \
+	bash spec/fuzz/asan.sh --seed $(SEED) --seconds $$(( ($(SECONDS) + 1) / 2 )) --steps $(STEPS) --corpus $(CORPUS) \
+	  $(FUZZ_WITHOUT) || rc=$$?; \
+	FUZZ_NO_BUILD=1 bash spec/fuzz/asan.sh --cuda --seed $(SEED) --seconds $$(( $(SECONDS) / 2 )) \
+	  --steps $(CUDA_STEPS) || rc=$$?; \
+	exit $$rc
 
 fuzz-replay:
+ifeq ($(CUDA),)
 	@bash spec/fuzz/asan.sh --seed $(SEED) --seeds 1 --steps $(STEPS) --corpus $(CORPUS) --verbose $(FUZZ_WITHOUT)
+else
+	@bash spec/fuzz/asan.sh --cuda --seed $(SEED) --seeds 1 --steps $(CUDA_STEPS) --verbose
+endif
 
 # The CUDA bench embeds Lua 5.4; under other Luas (make bench LUA=luajit) it is left out.
 bench: all $(BENCH_BASE) $(if $(filter lua5.4,$(LUA_NAME)),$(BENCH_CUDA))

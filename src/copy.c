@@ -279,8 +279,8 @@ static void push_shape_string(lua_State *L, const dlp_Tensor *t) {
   luaL_pushresult(&b);
 }
 
-/* Do the bytes that a and b reach overlap? (Same owner; spans fit, checked when they were made.) */
-static int overlaps(const dlp_Tensor *a, const dlp_Tensor *b) {
+/* Spans fit: checked when the tensors were made. */
+int dlp_overlaps(const dlp_Tensor *a, const dlp_Tensor *b) {
   dlp_Span sa, sb;
   if (a->owner != b->owner) return 0;
   dlp_span_of(a->dl.ndim, a->dl.shape, a->dl.strides, a->dtype, a->flags, &sa);
@@ -310,7 +310,7 @@ void dlp_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStream *st
   dlp_live(L, dst, what);
   dlp_live(L, src, what);
   dlp_Tensor *from = src;
-  if (overlaps(dst, src)) { /* through a contiguous temporary, allocated before memory is taken */
+  if (dlp_overlaps(dst, src)) { /* through a contiguous temporary, allocated before memory is taken */
     DLDevice cpu = {kDLCPU, 0};
     from = dlp_tensor_new(L, src->dtype, src->flags & DLP_FLAG_SUBBYTE_PADDED, cpu, src->dl.ndim, src->dl.shape, 0);
     dlp_live(L, src, what);

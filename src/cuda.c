@@ -13,6 +13,7 @@
  * current, and restores the caller's context afterwards, so host code that
  * manages its own contexts (PyTorch, CuPy) is not disturbed. */
 #include <dlfcn.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -223,68 +224,225 @@ void dlp_cuda_order_for_consumer(lua_State *L, dlp_Owner *o, DLDevice device, dl
   dlp_cuda_check(L, rc, "export (ordering the consumer's stream)");
 }
 
-/* ---- host memory kept alive until asynchronous copies that read or write it finish ---- */
+/* ---- memory that queued work reads or writes, held until that work completed ----
+ *
+ * API.md's rule (PyTorch's record_stream, DLPack issue #176): memory that queued GPU work uses
+ * is not freed, nor handed back to its producer, before that work completed. So every
+ * asynchronous copy holds (a reference to) each owner it touches, of any device: source,
+ * destination, staging buffers, temporaries; a synchronous one does when its synchronisation
+ * failed; an export made for a consumer stream does when its deleter runs (the consumer's work
+ * on that stream may still use the memory). A hold ends when an event recorded behind the work
+ * answers CUDA_SUCCESS; NOT_READY and every other error keep it (completion unknown: keeping is
+ * safe, freeing is not). When no event can be recorded the stream is synchronised instead, and
+ * when that fails too the memory is kept for good (it leaks, on a device that is failing). */
 
-typedef struct Pending {
-  CUevent done;
+#define HELD_MAX 4
+
+struct dlp_CudaHold {
+  struct dlp_CudaHold *next;
+  CUevent done; /* recorded behind the work on stream `on` of `device`, with that context current */
+  CUstream on;
   int device;
-  dlp_Owner *owner;
-  struct Pending *next;
-} Pending;
+  int n;
+  dlp_Owner *owners[HELD_MAX];
+  void *block; /* a block no owner holds yet (dlp_cuda_alloc's), freed when the work completed */
+  DLDevice block_device;
+  dlp_CudaStream *stream; /* exports: the consumer's stream, retained */
+  pthread_t thread;       /* exports: the thread that made the export */
+};
+typedef struct dlp_CudaHold Hold;
 
-static Pending *pending_list;
+/* Holds whose work is queued, oldest first, and those kept for good; their own lock, never held
+ * while owners are released (a release may free, call a deleter, or drain). */
+static pthread_mutex_t holds_lock = PTHREAD_MUTEX_INITIALIZER;
+static Hold *holds, **holds_tail = &holds;
+static Hold *kept_for_good;
+static atomic_int holds_count;
+static _Thread_local int draining; /* a release made by a drain does not drain again */
 
-/* Release what finished copies held; with wait, wait for all of them first. */
-void dlp_cuda_drain_pending(int wait) {
-  Pending **link, *p;
-  pthread_mutex_lock(&dlp_cuda.lock);
-  link = &pending_list;
-  while ((p = *link)) {
-    if (wait) dlp_cuda.fn.cuEventSynchronize(p->done);
-    if (dlp_cuda.fn.cuEventQuery(p->done) == CUDA_ERROR_NOT_READY) {
-      link = &p->next;
-      continue;
-    }
-    *link = p->next;
-    pthread_mutex_unlock(&dlp_cuda.lock);
-    dlp_CudaScope scope;
-    if (dlp_cuda_enter(p->device, &scope) == CUDA_SUCCESS) dlp_cuda.fn.cuEventDestroy_v2(p->done);
-    dlp_cuda_leave(&scope);
-    dlp_owner_release(p->owner);
-    free(p);
-    pthread_mutex_lock(&dlp_cuda.lock);
-    link = &pending_list;
-  }
-  pthread_mutex_unlock(&dlp_cuda.lock);
+static Hold *hold_new(void) {
+  return calloc(1, sizeof(Hold));
 }
 
-/* Hold o until the work issued on stream so far is done (caller's context is current). */
-static CUresult hold_until_done(dlp_Owner *o, CUstream stream, int device) {
-  Pending *p = malloc(sizeof *p);
-  CUresult rc;
-  if (!p) return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
-  rc = dlp_cuda.fn.cuEventCreate(&p->done, CU_EVENT_DISABLE_TIMING);
-  if (rc == CUDA_SUCCESS && (rc = dlp_cuda.fn.cuEventRecord(p->done, stream)) != CUDA_SUCCESS)
-    dlp_cuda.fn.cuEventDestroy_v2(p->done);
-  if (rc != CUDA_SUCCESS) {
-    free(p);
-    return rc;
+static void hold_owner(Hold *h, dlp_Owner *o) {
+  if (h->n < HELD_MAX) {
+    dlp_owner_retain(o);
+    h->owners[h->n++] = o;
   }
-  dlp_owner_retain(o);
-  p->owner = o;
-  p->device = device;
-  pthread_mutex_lock(&dlp_cuda.lock);
-  p->next = pending_list;
-  pending_list = p;
-  pthread_mutex_unlock(&dlp_cuda.lock);
-  return CUDA_SUCCESS;
+}
+
+/* The work completed: let go of everything h holds. */
+static void hold_free(Hold *h) {
+  for (int i = 0; i < h->n; i++) dlp_owner_release(h->owners[i]);
+  if (h->block) dlp_cuda_free(h->block_device, h->block);
+  if (h->stream) dlp_cuda_stream_release(h->stream);
+  free(h);
+}
+
+/* Hold what h holds until the work issued on stream (of device) so far completed. Returns
+ * CUDA_SUCCESS when h waits for its event, or when the stream was synchronised instead (h let
+ * go); otherwise the synchronisation's error, and h is kept for good. Takes h. */
+static CUresult hold_commit(Hold *h, CUstream stream, int device) {
+  dlp_CudaScope scope;
+  CUevent ev = NULL;
+  CUresult rc = dlp_cuda_enter(device, &scope);
+  if (rc == CUDA_SUCCESS) {
+    if ((rc = dlp_cuda.fn.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING)) == CUDA_SUCCESS &&
+        (rc = dlp_cuda.fn.cuEventRecord(ev, stream)) != CUDA_SUCCESS)
+      dlp_cuda.fn.cuEventDestroy_v2(ev);
+    if (rc != CUDA_SUCCESS) rc = dlp_cuda.fn.cuStreamSynchronize(stream); /* no event: wait now */
+    else h->done = ev;
+  }
+  dlp_cuda_leave(&scope);
+  if (h->done) {
+    h->on = stream;
+    h->device = device;
+    h->next = NULL;
+    pthread_mutex_lock(&holds_lock);
+    *holds_tail = h;
+    holds_tail = &h->next;
+    atomic_fetch_add(&holds_count, 1);
+    pthread_mutex_unlock(&holds_lock);
+    return CUDA_SUCCESS;
+  }
+  if (rc == CUDA_SUCCESS) {
+    hold_free(h);
+    return CUDA_SUCCESS;
+  }
+  pthread_mutex_lock(&holds_lock);
+  h->next = kept_for_good;
+  kept_for_good = h;
+  pthread_mutex_unlock(&holds_lock);
+  return rc;
+}
+
+/* Did h's work complete? (Waits for it first with wait.) With its event's device current. */
+static int hold_completed(Hold *h, int wait) {
+  dlp_CudaScope scope;
+  CUresult rc = dlp_cuda_enter(h->device, &scope);
+  if (rc == CUDA_SUCCESS && wait) rc = dlp_cuda.fn.cuEventSynchronize(h->done);
+  if (rc == CUDA_SUCCESS) rc = dlp_cuda.fn.cuEventQuery(h->done);
+  if (rc == CUDA_SUCCESS) dlp_cuda.fn.cuEventDestroy_v2(h->done);
+  dlp_cuda_leave(&scope);
+  return rc == CUDA_SUCCESS;
+}
+
+/* Let go of the holds (the oldest `limit` of them) whose work completed; with wait, wait for each
+ * first. A drain takes the holds it looks at off the list, so drains on several threads never
+ * look at the same one. Work on a stream completes in order: once a hold on a stream is not
+ * ready, the later ones on that stream are not asked. */
+static void drain(int wait, int limit) {
+  Hold *mine = NULL, **mine_tail = &mine, *kept = NULL, **kept_tail = &kept, *h;
+  struct { CUstream on; int device; } busy[8];
+  int nbusy = 0;
+  if (draining || atomic_load(&holds_count) == 0) return;
+  draining = 1;
+  pthread_mutex_lock(&holds_lock);
+  for (int n = 0; holds && n < limit; n++) {
+    h = holds;
+    holds = h->next;
+    *mine_tail = h;
+    mine_tail = &h->next;
+  }
+  if (!holds) holds_tail = &holds;
+  *mine_tail = NULL;
+  pthread_mutex_unlock(&holds_lock);
+  while ((h = mine)) {
+    int known_busy = 0;
+    mine = h->next;
+    for (int i = 0; i < nbusy && !known_busy; i++) known_busy = busy[i].on == h->on && busy[i].device == h->device;
+    if (!known_busy && hold_completed(h, wait)) {
+      atomic_fetch_sub(&holds_count, 1);
+      hold_free(h);
+    } else {
+      if (!known_busy && nbusy < 8) {
+        busy[nbusy].on = h->on;
+        busy[nbusy++].device = h->device;
+      }
+      h->next = NULL;
+      *kept_tail = h;
+      kept_tail = &h->next;
+    }
+  }
+  if (kept) { /* back in front: they are older than any hold added meanwhile */
+    pthread_mutex_lock(&holds_lock);
+    *kept_tail = holds;
+    if (!holds) holds_tail = kept_tail;
+    holds = kept;
+    pthread_mutex_unlock(&holds_lock);
+  }
+  draining = 0;
+}
+
+void dlp_cuda_drain_pending(int wait) {
+  drain(wait, INT_MAX);
+}
+
+/* Owners are released all the time: a look at the oldest few holds only. */
+void dlp_cuda_reap(void) {
+  drain(0, 4);
 }
 
 void dlp_cuda_settle(void) {
-  if (dlp_cuda.available) dlp_cuda_drain_pending(1);
+  if (dlp_cuda.available) drain(1, INT_MAX);
+}
+
+/* ---- exports made for a consumer stream ---- */
+
+dlp_CudaHold *dlp_cuda_hold_for_consumer(dlp_CudaStream *consumer, DLDevice device) {
+  Hold *h = hold_new();
+  if (!h) return NULL;
+  h->stream = dlp_cuda_on_device(consumer, dlp_cuda_device_of(device));
+  dlp_cuda_stream_retain(h->stream);
+  h->thread = pthread_self();
+  return h;
+}
+
+/* The consumer called the deleter: o (the export's reference, taken) goes after the work the
+ * consumer queued on its stream so far. The per-thread default stream of another thread is
+ * another stream: there the legacy stream, which waits for every blocking stream, stands in. */
+void dlp_cuda_release_after(dlp_CudaHold *h, dlp_Owner *o) {
+  CUstream stream = h->stream->handle;
+  dlp_CudaScope scope;
+  CUresult idle;
+  if (stream == CU_STREAM_PER_THREAD && !pthread_equal(h->thread, pthread_self())) stream = CU_STREAM_LEGACY;
+  h->owners[0] = o;
+  h->n = 1;
+  dlp_cuda_reap(); /* deleters may come after the last lua_State closed: nothing else would drain */
+  /* a consumer that waited for its work leaves nothing to hold for */
+  idle = dlp_cuda_enter(h->stream->device, &scope);
+  if (idle == CUDA_SUCCESS) idle = dlp_cuda.fn.cuStreamQuery(stream);
+  dlp_cuda_leave(&scope);
+  if (idle == CUDA_SUCCESS) hold_free(h);
+  else hold_commit(h, stream, h->stream->device);
+}
+
+void dlp_cuda_hold_drop(dlp_CudaHold *h) {
+  hold_free(h); /* holds nothing yet but the stream */
 }
 
 /* ---- memory ---- */
+
+/* Zero a new block on its device's legacy stream (its context current) and wait; on failure the
+ * block is freed, but only once the memset is known not to be queued any more. */
+static CUresult zero_block(CUdeviceptr d, size_t nbytes, DLDevice device) {
+  Hold *h = hold_new(); /* before the memset: nothing can fail for want of memory after it */
+  CUresult rc = h ? dlp_cuda.fn.cuMemsetD8Async(d, 0, nbytes, CU_STREAM_LEGACY) : 2; /* OUT_OF_MEMORY */
+  if (rc != CUDA_SUCCESS) { /* nothing queued */
+    free(h);
+    dlp_cuda.fn.cuMemFree_v2(d);
+    return rc;
+  }
+  rc = dlp_cuda.fn.cuStreamSynchronize(CU_STREAM_LEGACY);
+  if (rc == CUDA_SUCCESS) {
+    free(h);
+    return rc;
+  }
+  h->block = (void *)(uintptr_t)d;
+  h->block_device = device;
+  hold_commit(h, CU_STREAM_LEGACY, dlp_cuda_device_of(device));
+  return rc;
+}
 
 void *dlp_cuda_alloc(lua_State *L, DLDevice device, size_t nbytes, int zeroed) {
   dlp_CudaScope scope;
@@ -300,11 +458,7 @@ void *dlp_cuda_alloc(lua_State *L, DLDevice device, size_t nbytes, int zeroed) {
     if (device.device_type == kDLCUDA) {
       rc = dlp_cuda.fn.cuMemAlloc_v2(&d, nbytes);
       p = (void *)(uintptr_t)d;
-      if (rc == CUDA_SUCCESS && zeroed) {
-        rc = dlp_cuda.fn.cuMemsetD8Async(d, 0, nbytes, CU_STREAM_LEGACY);
-        if (rc == CUDA_SUCCESS) rc = dlp_cuda.fn.cuStreamSynchronize(CU_STREAM_LEGACY);
-        if (rc != CUDA_SUCCESS) dlp_cuda.fn.cuMemFree_v2(d);
-      }
+      if (rc == CUDA_SUCCESS && zeroed) rc = zero_block(d, nbytes, device);
     } else if (device.device_type == kDLCUDAHost) {
       rc = dlp_cuda.fn.cuMemHostAlloc(&p, nbytes, CU_MEMHOSTALLOC_PORTABLE);
       if (rc == CUDA_SUCCESS && zeroed) memset(p, 0, nbytes);
@@ -328,17 +482,39 @@ void dlp_cuda_free(DLDevice device, void *memory) {
   dlp_cuda_leave(&scope);
 }
 
-/* ---- copies between host and device, and between devices ---- */
+/* ---- copies between host and device, and between devices ----
+ *
+ * Every check of the host copy (copy.c) holds for every pair of devices: same shape and a
+ * writable destination (dlp_copy), dtypes that convert, live tensors, the sub-byte packing of
+ * both sides, overlapping views. The CUDA side must be contiguous: host sides that differ from it
+ * in dtype, packing or layout go through host staging tensors with the device side's dtype and
+ * packing (the host copy converts and repacks), and two CUDA sides must agree on both. */
 
 static void check_contiguous(lua_State *L, const dlp_Tensor *t) {
   if (!dlp_is_contiguous(t))
     luaL_error(L, "copy: the CUDA tensor must be contiguous (its strides are not row-major)");
 }
 
+static int packing_differs(const dlp_Tensor *a, const dlp_Tensor *b) {
+  return dlp_is_packed(a->dtype, a->flags) != dlp_is_packed(b->dtype, b->flags);
+}
+
+/* Queued work never touches memory a Lua value owns (dlpack.unsafe.wrap): the value may be
+ * collected before the work runs, whatever holds its owner. */
+static int needs_staging(const dlp_Tensor *host, const dlp_Tensor *device) {
+  return host->dtype != device->dtype || packing_differs(host, device) || !dlp_is_contiguous(host) ||
+         (host->owner && host->owner->lua_owned);
+}
+
+static CUresult copy_bytes(const dlp_Tensor *to, const dlp_Tensor *from, size_t bytes, CUstream stream) {
+  return dlp_cuda.fn.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dlp_first_element(to),
+                                   (CUdeviceptr)(uintptr_t)dlp_first_element(from), bytes, stream);
+}
+
 void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStream *stream) {
   DLDevice cpu = {kDLCPU, 0};
   int dst_host = dlp_device_is_host(dst->dl.device), src_host = dlp_device_is_host(src->dl.device);
-  dlp_Tensor *from = src, *to = dst;
+  dlp_Tensor *from = src, *to = dst, *tmp = NULL;
   int top = lua_gettop(L);
   dlp_CudaScope scope;
   CUresult rc;
@@ -348,42 +524,87 @@ void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStrea
   dlp_cuda_drain_pending(0);
   if (!dst_host) check_contiguous(L, dst);
   if (!src_host) check_contiguous(L, src);
-  if (!dst_host && !src_host && dst->dtype != src->dtype)
-    luaL_error(L, "copy: cannot convert %s to %s between CUDA devices (convert on the host)",
+  if (!dst_host && !src_host) {
+    if (dst->dtype != src->dtype)
+      luaL_error(L, "copy: cannot convert %s to %s between CUDA devices (convert on the host)",
+                 dlp_dtypes[src->dtype].name, dlp_dtypes[dst->dtype].name);
+    if (packing_differs(dst, src))
+      luaL_error(L, "copy: cannot copy %s %s into %s %s between CUDA devices (repack on the host)",
+                 dlp_is_packed(src->dtype, src->flags) ? "packed" : "padded", dlp_dtypes[src->dtype].name,
+                 dlp_is_packed(dst->dtype, dst->flags) ? "packed" : "padded", dlp_dtypes[dst->dtype].name);
+  } else if (dst->dtype != src->dtype && !dlp_row_function(dst->dtype, src->dtype)) {
+    luaL_error(L, "copy: cannot convert %s to %s (only byte-for-byte copies of the same dtype)",
                dlp_dtypes[src->dtype].name, dlp_dtypes[dst->dtype].name);
-  /* Host sides that need converting or compacting go through contiguous host staging tensors,
-   * allocated before any memory is taken. */
-  if (src_host && (src->dtype != dst->dtype || !dlp_is_contiguous(src)))
-    from = dlp_tensor_new(L, dst->dtype, src->flags & DLP_FLAG_SUBBYTE_PADDED, cpu, src->dl.ndim, src->dl.shape, 0);
-  if (dst_host && (src->dtype != dst->dtype || !dlp_is_contiguous(dst)))
+  }
+  /* staging tensors and the temporary are allocated before any memory is taken */
+  if (src_host && needs_staging(src, dst))
+    from = dlp_tensor_new(L, dst->dtype, dst->flags & DLP_FLAG_SUBBYTE_PADDED, cpu, src->dl.ndim, src->dl.shape, 0);
+  if (dst_host && needs_staging(dst, src))
     to = dlp_tensor_new(L, src->dtype, src->flags & DLP_FLAG_SUBBYTE_PADDED, cpu, dst->dl.ndim, dst->dl.shape, 0);
-  if (from != src) dlp_copy(L, from, src, NULL, "copy"); /* host to host: converts, checks src live */
+  /* overlapping views of one block go through a temporary on the device: the driver's copies
+   * must not overlap */
+  if (!dst_host && !src_host && dlp_overlaps(dst, src))
+    tmp = dlp_tensor_new(L, src->dtype, src->flags & DLP_FLAG_SUBBYTE_PADDED, src->dl.device, src->dl.ndim,
+                         src->dl.shape, 0);
+  if (from != src) { /* host to host on the CPU: after the queued work that writes src, if any */
+    dlp_CudaStream *pending = src->owner ? owner_stream(src->owner, src->dl.device) : NULL;
+    if (pending) {
+      rc = dlp_cuda_enter(pending->device, &scope);
+      if (rc == CUDA_SUCCESS) rc = dlp_cuda.fn.cuStreamSynchronize(pending->handle);
+      dlp_cuda_leave(&scope);
+      dlp_cuda_stream_release(pending);
+      dlp_cuda_check(L, rc, "copy");
+    }
+    dlp_copy(L, from, src, NULL, "copy"); /* converts, repacks, checks src live */
+  }
   dlp_live(L, src, "copy");
   dlp_live(L, dst, "copy");
   int device = dlp_cuda_device_of(dst_host ? src->dl.device : dst->dl.device);
   dlp_CudaStream *s = dlp_cuda_on_device(stream ? stream : dlp_cuda_default_stream(CU_STREAM_LEGACY, device), device);
   size_t bytes = (size_t)dlp_nbytes(from);
+  if ((size_t)dlp_nbytes(to) != bytes || (tmp && (size_t)dlp_nbytes(tmp) != bytes))
+    luaL_error(L, "copy: %I bytes would be copied into %I (the layouts do not match)", (lua_Integer)bytes,
+               (lua_Integer)dlp_nbytes(to));
+  Hold *held = bytes ? hold_new() : NULL; /* before any work: nothing can fail for want of memory after it */
+  if (bytes && !held) luaL_error(L, "copy: not enough memory");
   dlp_CudaStream *after_src = owner_stream(src->owner, src->dl.device);
   dlp_CudaStream *after_dst = owner_stream(dst->owner, dst->dl.device);
+  int queued = 0, sync = !stream || to != dst;
   /* the copy waits for what is pending on both blocks */
   rc = dlp_cuda_make_wait(s, after_src);
   if (rc == CUDA_SUCCESS) rc = dlp_cuda_make_wait(s, after_dst);
   if (rc == CUDA_SUCCESS) rc = dlp_cuda_enter(s->device, &scope);
   else scope.changed = 0;
-  if (rc == CUDA_SUCCESS && bytes > 0)
-    rc = dlp_cuda.fn.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dlp_first_element(to),
-                                 (CUdeviceptr)(uintptr_t)dlp_first_element(from), bytes, s->handle);
-  if (rc == CUDA_SUCCESS && (!stream || to != dst)) rc = dlp_cuda.fn.cuStreamSynchronize(s->handle);
-  else if (rc == CUDA_SUCCESS) {
-    /* asynchronous: host memory involved must outlive the copy */
-    if (src_host) rc = hold_until_done(from->owner, s->handle, device);
-    if (rc == CUDA_SUCCESS && dst_host) rc = hold_until_done(to->owner, s->handle, device);
+  if (rc == CUDA_SUCCESS && bytes > 0) {
+    if (tmp && (rc = copy_bytes(tmp, from, bytes, s->handle)) == CUDA_SUCCESS) queued = 1;
+    if (rc == CUDA_SUCCESS && (rc = copy_bytes(to, tmp ? tmp : from, bytes, s->handle)) == CUDA_SUCCESS) queued = 1;
   }
+  if (queued && rc == CUDA_SUCCESS && sync) rc = dlp_cuda.fn.cuStreamSynchronize(s->handle);
   dlp_cuda_leave(&scope);
+  if (queued && !(sync && rc == CUDA_SUCCESS)) {
+    /* queued work reads or writes these (also when a synchronisation failed): held until it completed */
+    hold_owner(held, from->owner);
+    hold_owner(held, to->owner);
+    if (tmp) hold_owner(held, tmp->owner);
+    CUresult held_rc = hold_commit(held, s->handle, s->device);
+    if (rc == CUDA_SUCCESS) rc = held_rc;
+  } else {
+    free(held);
+  }
   if (after_src) dlp_cuda_stream_release(after_src);
   if (after_dst) dlp_cuda_stream_release(after_dst);
+  if (queued || (stream && rc == CUDA_SUCCESS)) {
+    /* later work on either block waits for this copy (a write into src too), also when it failed
+     * after work was queued; s waited for their earlier work, so nothing older is lost */
+    dlp_owner_set_stream(dst->owner, s);
+    dlp_owner_set_stream(src->owner, s);
+  }
   dlp_cuda_check(L, rc, "copy");
-  if (stream) dlp_owner_set_stream(dst->owner, s);
-  if (to != dst) dlp_copy(L, dst, to, NULL, "copy"); /* convert or scatter on the host */
+  if (tmp) dlp_tensor_release(tmp);
+  if (from != src) dlp_tensor_release(from);
+  if (to != dst) {
+    dlp_copy(L, dst, to, NULL, "copy"); /* convert, repack or scatter on the host */
+    dlp_tensor_release(to);
+  }
   lua_settop(L, top);
 }

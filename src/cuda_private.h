@@ -18,7 +18,7 @@ typedef struct dlp_CudaState {
   int device_count;
   char reason[256];
   dlp_CudaDriver fn;
-  pthread_mutex_t lock; /* contexts, owner streams and pending host releases */
+  pthread_mutex_t lock; /* contexts and owner streams */
   CUcontext contexts[MAX_DEVICES];
 } dlp_CudaState;
 extern dlp_CudaState dlp_cuda;
@@ -57,7 +57,7 @@ dlp_CudaStream *dlp_cuda_on_device(dlp_CudaStream *s, int device);
 void dlp_cuda_stream_retain(dlp_CudaStream *s);
 /* waiter waits for everything issued on producer so far (nothing when producer is NULL). */
 CUresult dlp_cuda_make_wait(const dlp_CudaStream *waiter, const dlp_CudaStream *producer);
-/* Release what finished asynchronous copies held; with wait, wait for all of them first. */
+/* Let go of the memory held for queued work that completed; with wait, wait for all of it first. */
 void dlp_cuda_drain_pending(int wait);
 
 #endif

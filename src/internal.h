@@ -296,6 +296,8 @@ void dlp_views_register(lua_State *L, int methods);
  * Both must stay on the stack. Copies that involve CUDA device memory go through dlp_cuda_copy,
  * on stream (NULL: synchronously). Allocates (a temporary, staging) before it takes memory. */
 void dlp_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStream *stream, const char *what);
+/* Do the bytes a and b reach overlap? (Views of one owner; false for different owners.) */
+int dlp_overlaps(const dlp_Tensor *a, const dlp_Tensor *b);
 /* t's elements (host memory) in row-major order into out, which has room for them. */
 void dlp_gather(char *out, const dlp_Tensor *t);
 /* A contiguous copy of the tensor at idx with dtype on device, pushed. */
@@ -381,7 +383,15 @@ void dlp_cuda_stream_release(dlp_CudaStream *s);            /* any thread */
 uintptr_t dlp_cuda_stream_handle(const dlp_CudaStream *s);  /* the DLPack integer for it */
 /* Make `consumer` wait for the pending work on o's memory (DLPack producer rule). */
 void dlp_cuda_order_for_consumer(lua_State *L, dlp_Owner *o, DLDevice device, dlp_CudaStream *consumer);
-void dlp_cuda_settle(void);                                 /* wait for asynchronous copies, release their buffers */
+void dlp_cuda_settle(void);                                 /* wait for all queued work, let go of what it held */
+void dlp_cuda_reap(void); /* owner.c, on every last release: cheaply let go of memory held for completed work */
+/* An export made for a consumer stream: at the deleter, its memory is released after the work the
+ * consumer queued on that stream by then (dlp_cuda_release_after, any thread, after lua_close
+ * too; takes the owner reference and h). dlp_cuda_hold_drop: the export came back to this module. */
+typedef struct dlp_CudaHold dlp_CudaHold;
+dlp_CudaHold *dlp_cuda_hold_for_consumer(dlp_CudaStream *consumer, DLDevice device); /* NULL: no memory */
+void dlp_cuda_release_after(dlp_CudaHold *h, dlp_Owner *o);
+void dlp_cuda_hold_drop(dlp_CudaHold *h);
 /* C API and dlpack.unsafe: the stream object at idx, and a wrapped (non-owning) stream object
  * for a foreign handle. */
 dlp_CudaStream *dlp_cuda_test_stream_object(lua_State *L, int idx);

@@ -98,4 +98,5 @@ void dlp_owner_release(dlp_Owner *o) {
   dlp_CudaStream *s = atomic_load(&o->stream);
   if (s) dlp_cuda_stream_release(s);
   free(o);
+  dlp_cuda_reap(); /* memory held for GPU work that completed since goes too */
 }

@@ -8,10 +8,13 @@
 
 /* ---- export ---- */
 
-/* One allocation per export: the managed struct, its owner reference, shape and strides. */
+/* One allocation per export: the managed struct, its owner reference, shape and strides. An
+ * export made for a consumer stream also has `after`: the consumer may still have work queued on
+ * that stream that uses the memory when it calls the deleter, so the owner is released after it. */
 typedef struct ExportVersioned {
   DLManagedTensorVersioned managed;
   dlp_Owner *owner;
+  dlp_CudaHold *after;
   int dtype;
   int64_t dims[];
 } ExportVersioned;
@@ -19,20 +22,26 @@ typedef struct ExportVersioned {
 typedef struct ExportLegacy {
   DLManagedTensor managed;
   dlp_Owner *owner;
+  dlp_CudaHold *after;
   int dtype;
   int64_t dims[];
 } ExportLegacy;
 
+static void release_export(dlp_Owner *owner, dlp_CudaHold *after) {
+  if (after) dlp_cuda_release_after(after, owner);
+  else dlp_owner_release(owner);
+}
+
 /* Deleters may run on any thread, after lua_close too: they touch no lua_State. */
 static void delete_versioned(DLManagedTensorVersioned *self) {
   ExportVersioned *e = self->manager_ctx;
-  dlp_owner_release(e->owner);
+  release_export(e->owner, e->after);
   free(e);
 }
 
 static void delete_legacy(DLManagedTensor *self) {
   ExportLegacy *e = self->manager_ctx;
-  dlp_owner_release(e->owner);
+  release_export(e->owner, e->after);
   free(e);
 }
 
@@ -71,6 +80,7 @@ DLManagedTensorVersioned *dlp_export_versioned(lua_State *L, dlp_Tensor *t, uint
   e->managed.flags = (t->flags & (DLP_FLAG_READ_ONLY | DLP_FLAG_SUBBYTE_PADDED)) | extra_flags;
   fill_dltensor(&e->managed.dl_tensor, t, e->dims);
   e->owner = t->owner;
+  e->after = NULL;
   e->dtype = t->dtype;
   dlp_owner_retain(t->owner);
   return &e->managed;
@@ -90,6 +100,7 @@ DLManagedTensor *dlp_export_legacy(lua_State *L, dlp_Tensor *t) {
   e->managed.deleter = delete_legacy;
   fill_dltensor(&e->managed.dl_tensor, t, e->dims);
   e->owner = t->owner;
+  e->after = NULL;
   e->dtype = t->dtype;
   dlp_owner_retain(t->owner);
   return &e->managed;
@@ -156,6 +167,26 @@ static int stated_ndim(void *managed, int versioned) {
   return dl->ndim < 0 || dl->ndim > DLP_MAX_NDIM ? 0 : dl->ndim;
 }
 
+/* This module's own export, imported back: the new tensor shares (and keeps) its owner, so
+ * nothing orders its release after a consumer stream. */
+static void drop_export(void *managed, int versioned) {
+  dlp_Owner *owner;
+  dlp_CudaHold *after;
+  if (versioned) {
+    ExportVersioned *e = ((DLManagedTensorVersioned *)managed)->manager_ctx;
+    owner = e->owner;
+    after = e->after;
+    free(e);
+  } else {
+    ExportLegacy *e = ((DLManagedTensor *)managed)->manager_ctx;
+    owner = e->owner;
+    after = e->after;
+    free(e);
+  }
+  if (after) dlp_cuda_hold_drop(after);
+  dlp_owner_release(owner);
+}
+
 /* Fill t (pushed, owning nothing, made for `stated_ndim` dimensions) from the producer's
  * managed tensor, which it now owns: its deleter runs exactly once, at once if this raises.
  * Allocates nothing, so nothing can fail between taking the tensor and handing it to t. */
@@ -216,8 +247,8 @@ static void import_into(lua_State *L, dlp_Tensor *t, void *managed, int versione
   if (dl->ndim > 0) memcpy(t->dl.shape, dl->shape, (size_t)dl->ndim * sizeof(int64_t));
   memcpy(t->dl.strides, c.strides, (size_t)dl->ndim * sizeof(int64_t));
   t->owner = owner;
-  if (shared) dlp_managed_delete(managed, versioned); /* our export: its owner is shared now */
-  else dlp_gc_account(L, c.nbytes);                   /* memory new to this state */
+  if (shared) drop_export(managed, versioned); /* our export: its owner is shared now */
+  else dlp_gc_account(L, c.nbytes);            /* memory new to this state */
 }
 
 /* Consume the capsule at arg into a new tensor, pushed. The tensor is allocated before the
@@ -301,6 +332,15 @@ static int export_capsule(lua_State *L, int python_defaults, const char *what) {
   dlp_Tensor *e = prepare_export(L, t, &o, consumer, &copied, what);
   if (legacy) managed = dlp_export_legacy(L, e);
   else managed = dlp_export_versioned(L, e, copied ? DLP_FLAG_IS_COPIED : 0);
+  if (consumer && dlp_device_has_streams(e->dl.device)) { /* the consumer's work on its stream goes first */
+    dlp_CudaHold *after = dlp_cuda_hold_for_consumer(consumer, e->dl.device);
+    if (!after) {
+      dlp_managed_delete(managed, !legacy);
+      return luaL_error(L, "%s: not enough memory", what);
+    }
+    if (legacy) ((ExportLegacy *)((DLManagedTensor *)managed)->manager_ctx)->after = after;
+    else ((ExportVersioned *)((DLManagedTensorVersioned *)managed)->manager_ctx)->after = after;
+  }
   capsule = dlp_capsule_new(managed, !legacy, DLP_CAPSULE_SCRIPT);
   if (!capsule) {
     dlp_managed_delete(managed, !legacy);

@@ -27,7 +27,11 @@
  *              Frees must name the base of a live allocation of the right kind
  *              (else 1, INVALID_VALUE). Like the real driver, cuMemFree_v2 and
  *              cuMemFreeHost are synchronous: pending work of the device (all
- *              devices for pinned memory) runs first.
+ *              devices for pinned memory) runs first. Work still queued on
+ *              another device's stream that reads or writes a freed device
+ *              block is misuse (the driver does not wait for it): reported,
+ *              then run before the free. cuMemcpyAsync between overlapping
+ *              areas is misuse (undefined in the driver).
  *   Streams    lazy FIFO queues. cuMemcpyAsync, cuMemsetD8Async,
  *              cuEventRecord and cuStreamWaitEvent only
  *              enqueue. Work runs only when forced: cuStreamSynchronize(s) runs
@@ -68,6 +72,7 @@
  *       of the current context, else 0, unless given)
  *   fake.run(stream [, device]) -> items executed; fake.sync_all() -> items executed
  *   fake.write(stream, ptr, bytes [, device]) enqueues a "kernel" writing bytes
+ *   fake.copy(stream, dst, src, n [, device]) enqueues a copy, as cuMemcpyAsync (a consumer's work)
  *   fake.read(ptr, n) -> the n bytes of fake device memory now (no sync)
  *   fake.current_device() -> ordinal or nil; fake.set_current(ordinal or nil)
  *   fake.device_count(); fake.initialized()
@@ -184,7 +189,8 @@ struct CUstream_st {
   uint64_t enqueued, done;
 };
 static struct CUstream_st legacy[MAXDEV];
-static struct CUstream_st *all_streams; /* every stream: legacy, per-thread, created */
+static struct CUstream_st *all_streams;  /* the streams in use: legacy, per-thread, created */
+static struct CUstream_st *dead_streams; /* destroyed ones, kept so that a later use is detected */
 static _Thread_local struct CUstream_st *ptds[MAXDEV];
 
 struct CUevent_st {
@@ -195,7 +201,7 @@ struct CUevent_st {
   uint64_t seq, gen;
   double ms;
 };
-static struct CUevent_st *all_events;
+static struct CUevent_st *all_events, *dead_events; /* likewise */
 
 static double now_ms(void) {
   struct timespec ts;
@@ -301,13 +307,39 @@ static struct CUstream_st *per_thread(int device) {
 static struct CUstream_st *find_created(uintptr_t h) {
   for (struct CUstream_st *s = all_streams; s; s = s->next_all)
     if (s->kind == S_CREATED && (uintptr_t)s == h) return s;
+  for (struct CUstream_st *s = dead_streams; s; s = s->next_all)
+    if ((uintptr_t)s == h) return s;
   return NULL;
 }
 
 static struct CUevent_st *find_event(uintptr_t h) {
   for (struct CUevent_st *e = all_events; e; e = e->next_all)
     if ((uintptr_t)e == h) return e;
+  for (struct CUevent_st *e = dead_events; e; e = e->next_all)
+    if ((uintptr_t)e == h) return e;
   return NULL;
+}
+
+/* Destroyed streams and events move to their dead lists: the lists in use stay short (a long
+ * fuzzing run makes hundreds of thousands of them). */
+static void bury_stream(struct CUstream_st *s) {
+  for (struct CUstream_st **l = &all_streams; *l; l = &(*l)->next_all)
+    if (*l == s) {
+      *l = s->next_all;
+      s->next_all = dead_streams;
+      dead_streams = s;
+      return;
+    }
+}
+
+static void bury_event(struct CUevent_st *e) {
+  for (struct CUevent_st **l = &all_events; *l; l = &(*l)->next_all)
+    if (*l == e) {
+      *l = e->next_all;
+      e->next_all = dead_events;
+      dead_events = e;
+      return;
+    }
 }
 
 static Item *new_item(int op) {
@@ -364,6 +396,20 @@ static void run_to(struct CUstream_st *s, uint64_t seq) {
     s->done = it->seq;
     free(it->bytes);
     free(it);
+  }
+}
+
+/* Does queued item it read or write a byte of [lo, hi)? */
+static int ranges_meet(uintptr_t p, size_t n, uintptr_t lo, uintptr_t hi) { return n && p < hi && lo < p + n; }
+static int item_touches(const Item *it, uintptr_t lo, uintptr_t hi) {
+  switch (it->op) {
+  case OP_COPY:
+    return ranges_meet(it->dst, it->n, lo, hi) || ranges_meet(it->src, it->n, lo, hi);
+  case OP_SET:
+  case OP_WRITE:
+    return ranges_meet(it->dst, it->n, lo, hi);
+  default:
+    return 0;
   }
 }
 
@@ -652,6 +698,20 @@ static CUresult free_alloc(int f, uintptr_t p, int host) {
   int device = a->device;
   run_device(host ? -1 : device); /* synchronous, as the real driver is */
   a = find_base(p);               /* the table may have moved */
+  if (!a) return E_SUCCESS;
+  /* The driver waits for the freeing device's work only: work queued on another device's
+   * stream that still reads or writes the block would use freed memory. Reported, then run
+   * first, so that the fake itself never touches freed memory. */
+  uintptr_t lo = a->base, hi = a->base + a->size;
+  for (struct CUstream_st *s = all_streams; s; s = s->next_all)
+    for (Item *it = s->head; it; it = it->next)
+      if (item_touches(it, lo, hi)) {
+        misuse("%s(%p): the block is still used by work queued on a %s stream of device %d", fnames[f], (void *)p,
+               snames[s->kind], s->device);
+        run_all(s);
+        break;
+      }
+  a = find_base(p);
   if (a) remove_alloc(a);
   return E_SUCCESS;
 }
@@ -677,6 +737,11 @@ EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CU
     MISUSE(E_INVALID_VALUE, "cuMemcpyAsync: %zu bytes from %p overflow its %s allocation", bytes,
            (void *)(uintptr_t)src, knames[a->kind]);
   if (bytes && (!dst || !src)) MISUSE(E_INVALID_VALUE, "cuMemcpyAsync with a NULL pointer");
+  /* undefined in the driver (the areas may not overlap): a copy between overlapping views must
+   * go through a temporary */
+  if (ranges_meet((uintptr_t)dst, bytes, (uintptr_t)src, (uintptr_t)src + bytes))
+    MISUSE(E_INVALID_VALUE, "cuMemcpyAsync: %zu bytes from %p to %p overlap", bytes, (void *)(uintptr_t)src,
+           (void *)(uintptr_t)dst);
   Item *it = new_item(OP_COPY);
   it->dst = (uintptr_t)dst;
   it->src = (uintptr_t)src;
@@ -755,6 +820,7 @@ EXPORT CUresult cuStreamDestroy_v2(CUstream stream) {
   RESOLVE(s, stream, cuStreamDestroy_v2, 0);
   run_all(s); /* the real driver finishes pending work */
   s->destroyed = 1;
+  bury_stream(s);
   RETURN(E_SUCCESS);
 }
 
@@ -861,6 +927,7 @@ EXPORT CUresult cuEventDestroy_v2(CUevent event) {
   ENTER(cuEventDestroy_v2);
   RESOLVE_EVENT(e, event, cuEventDestroy_v2);
   e->destroyed = 1; /* kept, so that later use is detected */
+  bury_event(e);
   RETURN(E_SUCCESS);
 }
 
@@ -1038,6 +1105,29 @@ static int l_write(lua_State *L) {
   return 0;
 }
 
+/* fake.copy(stream, dst, src, n [, device]): a consumer's work on a stream, queued as
+ * cuMemcpyAsync would queue it; either side may be memory the fake does not track. */
+static int l_copy(lua_State *L) {
+  uintptr_t dst = arg_ptr(L, 2), src = arg_ptr(L, 3);
+  lua_Integer n = luaL_checkinteger(L, 4);
+  luaL_argcheck(L, n >= 0, 4, "negative size");
+  struct CUstream_st *s = check_stream(L, 1, opt_device(L, 5));
+  Alloc *a;
+  lock();
+  int bad = s->destroyed || lookup(dst, (size_t)n, &a) < 0 || lookup(src, (size_t)n, &a) < 0 ||
+            ranges_meet(dst, (size_t)n, src, src + (size_t)n);
+  if (!bad) {
+    Item *it = new_item(OP_COPY);
+    it->dst = dst;
+    it->src = src;
+    it->n = (size_t)n;
+    enqueue(s, it);
+  }
+  unlock();
+  if (bad) return luaL_error(L, "fakecuda.copy: a destroyed stream, overlapping areas or a copy beyond an allocation");
+  return 0;
+}
+
 static int l_read(lua_State *L) {
   uintptr_t p = arg_ptr(L, 1);
   lua_Integer n = luaL_checkinteger(L, 2);
@@ -1165,6 +1255,7 @@ EXPORT int luaopen_fakecuda(lua_State *L) {
     {"run", l_run},
     {"sync_all", l_sync_all},
     {"write", l_write},
+    {"copy", l_copy},
     {"read", l_read},
     {"current_device", l_current_device},
     {"set_current", l_set_current},

@@ -92,6 +92,7 @@ local function producer(t)
 end
 
 local errors_before
+local deliberate_misuse = 0 -- misuse a test makes on purpose (the fake counts it)
 
 before_each(function()
   gc()
@@ -431,6 +432,75 @@ describe("copies", function()
   end)
 end)
 
+describe("copies keep every check of the host copy", function()
+  -- fp4 elements 1, 2, ..., 8: packed two to a byte, or padded one to a byte (a producer's
+  -- DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED)
+  local PACKED, PADDED = "\x21\x43\x65\x87", "\1\2\3\4\5\6\7\8"
+  local function padded_host(bytes)
+    return dlpack.from_dlpack((fab.versioned({code = 17, bits = 4, shape = {8}, flags = 4,
+                                              data = bytes or string.rep("\0", 8)})))
+  end
+  local function packed_host(bytes) return dlpack.frombytes(bytes or PACKED, "float4_e2m1fn") end
+
+  it("padded fp4 on the host copied into packed fp4 on a device is repacked, and back", function()
+    local s = cuda.Stream()
+    local d = dlpack.zeros({8}, "float4_e2m1fn", "cuda:0")
+    assert.are.equal(4, d.nbytes)
+    d:copy(padded_host(PADDED))
+    assert.are.equal(esc(PACKED), read(d:data_ptr(), 4))
+    local h = padded_host()
+    h:copy(d)
+    assert.are.equal(esc(PADDED), esc(h:tobytes()))
+    local d2 = dlpack.zeros({8}, "float4_e2m1fn", "cuda:0")
+    d2:copy(padded_host(PADDED), {stream = s}) -- through a packed staging buffer, on s
+    local h2 = padded_host()
+    h2:copy(d2, {stream = s})
+    s:synchronize()
+    assert.are.equal(esc(PACKED), read(d2:data_ptr(), 4))
+    assert.are.equal(esc(PADDED), esc(h2:tobytes()))
+  end)
+
+  it("packed fp4 on the host copied into padded fp4 on a device is repacked, and back", function()
+    local d = padded_host():to("cuda:0") -- a clone keeps the padding
+    assert.are.equal(8, d.nbytes)
+    d:copy(packed_host())
+    assert.are.equal(esc(PADDED), read(d:data_ptr(), 8))
+    local h = packed_host("\0\0\0\0")
+    h:copy(d)
+    assert.are.equal(esc(PACKED), esc(h:tobytes()))
+    assert.are.equal(esc(PADDED), esc(d:to("cpu"):tobytes()), "to('cpu') keeps the padding")
+  end)
+
+  it("between padded and packed fp4 on CUDA devices are refused with a clear error", function()
+    local devices = {"cuda:0"}
+    if cuda.device_count() > 1 then devices[2] = "cuda:1" end
+    for _, other in ipairs(devices) do
+      local packed = packed_host():to("cuda:0")
+      local padded = padded_host(PADDED):to(other)
+      raises(function() packed:copy(padded) end, "padded")
+      raises(function() padded:copy(packed) end, "padded")
+      raises(function() padded:to({device = "cuda:0", copy = true}):copy(packed) end, "padded")
+      assert.are.equal(esc(PACKED), read(packed:data_ptr(), 4), "nothing written")
+      -- the same layout on both sides copies
+      local p = dlpack.zeros({8}, "float4_e2m1fn", other):copy(packed)
+      assert.are.equal(esc(PACKED), read(p:data_ptr(), 4), other)
+    end
+  end)
+
+  it("between overlapping views of one block on a device go through a temporary", function()
+    local s = cuda.Stream()
+    local d = dlpack.tensor({1, 2, 3, 4, 5, 6, 7, 8}, "int32"):to("cuda:0")
+    d:narrow(1, 2, 6):copy(d:narrow(1, 1, 6))
+    assert.are.same({1, 1, 2, 3, 4, 5, 6, 8}, d:to("cpu"):totable())
+    d:narrow(1, 1, 6):copy(d:narrow(1, 3, 6), {stream = s}) -- the other way, on a stream
+    s:synchronize()
+    assert.are.same({2, 3, 4, 5, 6, 8, 6, 8}, d:to("cpu"):totable())
+    local v = d:view({2, 4})
+    v:select(1, 1):copy(v:select(1, 2)) -- adjacent views do not overlap: a plain copy
+    assert.are.same({6, 8, 6, 8, 6, 8, 6, 8}, d:to("cpu"):totable())
+  end)
+end)
+
 describe("streams", function()
   fake_it("Stream() owns a non-blocking stream on device 0", function()
     local streams = fake.live().streams
@@ -667,6 +737,7 @@ describe("events", function()
     -- an event of device 1 cannot be recorded on a stream of device 0
     local s0 = cuda.Stream()
     raises(function() ev:record(s0) end, "cuda")
+    deliberate_misuse = deliberate_misuse + fake.errors() - errors_before
     errors_before = fake.errors() -- the fake counted the refused record as misuse
   end, 2)
 end)
@@ -1023,11 +1094,287 @@ describe("several devices", function()
   fake_it("frees every allocation exactly once in the end", function()
     gc()
     fake.sync_all()
+    cuda.legacy_stream:synchronize() -- memory held for work that completed is freed at such points
     local live = fake.live()
     assert.are.equal(0, live.device, "device blocks still allocated")
     assert.are.equal(0, live.host, "pinned blocks still allocated")
     assert.are.equal(0, live.managed, "managed blocks still allocated")
   end)
+end)
+
+-- The rule of API.md (PyTorch's record_stream, DLPack issue #176): memory that queued GPU work
+-- reads or writes is not freed, nor handed back to its producer, before that work completed,
+-- whichever stream or device it was queued on and whether or not a synchronisation failed. The
+-- fake's queues run only when forced, so memory freed too early is read or written after its
+-- free: garbage values here, a report under ASan or valgrind, a misuse for device memory.
+describe("memory that queued work uses (stream-ordered lifetimes)", function()
+  local function ramp(n, scale)
+    local v = {}
+    for i = 1, n do v[i] = i * (scale or 1.5) end
+    return v
+  end
+
+  -- makes and drops host tensors of n float64, so that freed memory of that size is reused
+  local function reuse(n)
+    local keep = {}
+    for i = 1, 32 do keep[i] = dlpack.full({n}, -7, "float64") end
+    return keep
+  end
+
+  -- a producer's tensor (fabricate.so) on cuda:0: host memory the fake copies as it is, whose
+  -- deleter frees it
+  local function produced(n)
+    local cap, data = fab.versioned({device_type = 2, device_id = 0, code = 1, bits = 8, shape = {n}})
+    return dlpack.from_dlpack(cap), data
+  end
+  local function counting(n)
+    local s = {}
+    for i = 1, n do s[i] = string.char(i) end
+    return table.concat(s)
+  end
+
+  it("an asynchronous host-to-device copy keeps its source when the source is released or collected",
+    function()
+      local s = cuda.Stream()
+      local d = {}
+      for i = 1, 4 do d[i] = dlpack.zeros({64}, "float64", "cuda:0") end
+      local expect = dlpack.tensor(ramp(64), "float64"):tobytes()
+      do
+        local cpu = dlpack.tensor(ramp(64), "float64")
+        d[1]:copy(cpu, {stream = s})
+        cpu:release()
+        d[2]:copy(dlpack.tensor(ramp(64), "float64"):to("cuda_host"), {stream = s}) -- dropped, collected
+        -- memory a Lua value owns (dlpack.unsafe.wrap), collected with its owner
+        local base = dlpack.tensor(ramp(64), "float64")
+        local w = unsafe.wrap(base:data_ptr(), {64}, "float64", base)
+        d[3]:copy(w, {stream = s})
+        w:release()
+        -- a strided source, through a staging buffer
+        local rows = {}
+        for i, v in ipairs(ramp(64)) do rows[i] = {v, 0} end
+        d[4]:copy(dlpack.tensor(rows, "float64"):select(2, 1), {stream = s})
+      end
+      gc()
+      gc()
+      local keep = reuse(64) -- luacheck: ignore 211
+      s:synchronize()
+      for i = 1, 4 do assert.are.equal(esc(expect), read(d[i]:data_ptr(), 512), "source " .. i) end
+    end)
+
+  fake_it("a failed synchronisation keeps the staging buffers until the queue ran", function()
+    local d = dlpack.zeros({64}, "float32", "cuda:0")
+    fake.fail_next("cuStreamSynchronize", 999)
+    raises(function() d:copy(dlpack.tensor(ramp(64), "float64")) end, "cuda") -- through a float32 staging
+    gc()
+    local keep = reuse(32) -- luacheck: ignore 311 (the staging buffer's size: reuses it if it was freed)
+    fake.sync_all()
+    assert.are.equal(esc(dlpack.tensor(ramp(64), "float32"):tobytes()), read(d:data_ptr(), 256))
+    -- device to host through a staging buffer: the queued copy writes it when the queue runs
+    fake.fail_next("cuStreamSynchronize", 999)
+    raises(function() dlpack.zeros({64}, "float64"):copy(d) end, "cuda")
+    gc()
+    keep = reuse(32)
+    fake.sync_all()
+    for i, t in ipairs(keep) do assert.are.same(-7, t[32], "tensor " .. i .. " written after a free") end
+    cuda.legacy_stream:synchronize() -- frees what was held
+  end)
+
+  fake_it("a failed synchronisation after zeroing keeps the new block until the memset ran", function()
+    local live = fake.live().device
+    fake.fail_next("cuStreamSynchronize", 999)
+    raises(function() dlpack.zeros({16}, "float32", "cuda:0") end, "cuda")
+    assert.is_true(probe.pending(1, 0), "the memset is still queued")
+    assert.are.equal(live + 1, fake.live().device, "freed while the memset was queued")
+    fake.sync_all()
+    cuda.legacy_stream:synchronize()
+    assert.are.equal(live, fake.live().device, "freed once the memset ran")
+  end)
+
+  fake_it("cuEventQuery failing with another error than NOT_READY keeps the memory", function()
+    local s = cuda.Stream()
+    local d = dlpack.zeros({64}, "float64", "cuda:0")
+    local expect
+    do
+      local src = dlpack.tensor(ramp(64, 2.5), "float64")
+      expect = src:tobytes()
+      d:copy(src, {stream = s})
+      src:release()
+    end
+    gc()
+    fake.fail_next("cuEventQuery", 999, 100) -- CUDA_ERROR_UNKNOWN: was the copy done? nobody knows
+    dlpack.empty({4}, "float32", "cuda:0"):release() -- a point where the module looks at its queued copies
+    cuda.legacy_stream:synchronize()
+    local keep = reuse(64) -- luacheck: ignore 211
+    fake.run(s.handle)
+    assert.are.equal(esc(expect), read(d:data_ptr(), 512))
+    fake.fail_next("cuEventQuery", 0, 0)
+    s:synchronize()
+  end)
+
+  fake_it("a failed cuEventRecord after an asynchronous copy synchronises the stream before the source goes", function()
+    local s = cuda.Stream()
+    local d = dlpack.zeros({64}, "float64", "cuda:0")
+    d:copy(dlpack.zeros({64}, "float64"), {stream = s}) -- d's work is on s now: no wait to record
+    s:synchronize()
+    local expect
+    do
+      local src = dlpack.tensor(ramp(64, 3.5), "float64")
+      expect = src:tobytes()
+      fake.fail_next("cuEventRecord", 999)
+      d:copy(src, {stream = s})
+      src:release()
+    end
+    gc()
+    local keep = reuse(64) -- luacheck: ignore 211
+    assert.is_false(probe.pending(s.handle), "synchronised instead")
+    assert.are.equal(esc(expect), read(d:data_ptr(), 512))
+  end)
+
+  fake_it("memory is kept for good when neither an event nor a synchronisation can say the work completed",
+    function()
+      -- producers' tensors on both sides (kept memory the fake does not count), on the stream
+      -- the destination's work is on (no event to record before the copy)
+      local deleted = fab.deleted()
+      local d = produced(16)
+      local src = dlpack.from_dlpack((fab.versioned({code = 1, bits = 8, shape = {16}})))
+      fake.fail_next("cuEventRecord", 999)
+      fake.fail_next("cuStreamSynchronize", 999)
+      raises(function() d:copy(src, {stream = cuda.legacy_stream}) end, "cuda")
+      assert.is_true(probe.pending(1, 0), "the copy is queued")
+      d, src = nil, nil -- luacheck: ignore 311
+      gc()
+      fake.sync_all()
+      cuda.legacy_stream:synchronize()
+      assert.are.equal(deleted, fab.deleted(), "handed back although the copy may still use it")
+    end)
+
+  fake_it("device memory of device 1 is freed only after a copy on device 0's stream that uses it", function()
+    local s0 = cuda.Stream({device = 0})
+    local live = fake.live().device
+    local h = dlpack.zeros({16}, "uint8")
+    do
+      local d1 = dlpack.zeros({16}, "uint8", "cuda:1")
+      d1:copy(u8(string.rep("x", 16)), {stream = s0}) -- device 1's memory written on device 0's stream
+      local e1 = dlpack.full({16}, 5, "uint8", "cuda:1")
+      h:copy(e1, {stream = s0}) -- and read
+      d1:release()
+      e1:release()
+    end
+    gc()
+    assert.are.equal(live + 2, fake.live().device, "device 1's blocks are still used by s0's work")
+    s0:synchronize()
+    assert.are.equal(live, fake.live().device, "freed once s0's work completed")
+    assert.are.equal(esc(string.rep("\5", 16)), esc(h:tobytes()))
+  end, 2)
+
+  fake_it("a producer's deleter is not called before the work queued on its memory completed", function()
+    local s = cuda.Stream()
+    local deleted = fab.deleted()
+    local h = dlpack.zeros({16}, "uint8")
+    do
+      local t = produced(16)
+      h:copy(t, {stream = s}) -- reads the producer's memory
+      local u = produced(16)
+      u:copy(u8(string.rep("w", 16)), {stream = s}) -- writes another's
+      local v = produced(16)
+      dlpack.zeros({16}, "uint8", "cuda:0"):copy(v, {stream = s}) -- device to device
+      t:release()
+      u:release()
+    end
+    gc()
+    assert.are.equal(deleted, fab.deleted(), "handed back while queued work uses it")
+    s:synchronize()
+    assert.are.equal(deleted + 3, fab.deleted(), "handed back once the work completed")
+    assert.are.equal(esc(counting(16)), esc(h:tobytes()))
+  end)
+
+  fake_it("an export's deleter releases the memory only after the work the consumer queued on its stream",
+    function()
+      local c = cuda.Stream()
+      local handle = c.handle
+      local deleted = fab.deleted()
+      local out = dlpack.zeros({16}, "uint8", "cuda:0")
+      local t, data = produced(16)
+      local ptr, name = unsafe.take(dlpack.to_dlpack(t, {stream = c}))
+      t:release()
+      c:close()
+      assert.is_false(fake.stream_info(handle).destroyed, "the export keeps the consumer's stream")
+      fake.copy(handle, out:data_ptr(), data, 16) -- the consumer's work on its stream
+      fab.delete_on_thread(ptr, name) -- the consumer lets go, on another thread
+      assert.are.equal(deleted, fab.deleted(), "handed back while the consumer's work uses it")
+      assert.is_false(fake.stream_info(handle).destroyed)
+      fake.sync_all()
+      cuda.legacy_stream:synchronize()
+      assert.are.equal(deleted + 1, fab.deleted(), "handed back once the consumer's work completed")
+      gc() -- to_dlpack's own hold on the stream
+      assert.is_true(fake.stream_info(handle).destroyed, "destroyed with its last reference")
+      assert.are.equal(esc(counting(16)), read(out:data_ptr(), 16))
+      -- no stream given: the consumer works on the legacy stream
+      local u, udata = produced(16)
+      local cap = dlpack.to_dlpack(u)
+      u:release()
+      local out2 = dlpack.zeros({16}, "uint8", "cuda:0")
+      fake.copy(1, out2:data_ptr(), udata, 16, 0)
+      dlpack.release_capsule(cap)
+      assert.are.equal(deleted + 1, fab.deleted(), "handed back while the consumer's work uses it")
+      cuda.Stream():synchronize() -- a drain point that runs no legacy work
+      assert.are.equal(deleted + 1, fab.deleted())
+      cuda.legacy_stream:synchronize()
+      assert.are.equal(deleted + 2, fab.deleted())
+      assert.are.equal(esc(counting(16)), read(out2:data_ptr(), 16))
+    end)
+
+  fake_it("an export's deleter on a device 1 block waits for the consumer's work on device 0", function()
+    local c0 = cuda.Stream({device = 0})
+    local live = fake.live().device
+    local out = dlpack.zeros({16}, "uint8", "cuda:0")
+    local t = dlpack.full({16}, 9, "uint8", "cuda:1")
+    local cap = dlpack.to_dlpack(t, {stream = c0})
+    t:release()
+    local ptr, name = unsafe.take(cap)
+    fake.copy(c0.handle, out:data_ptr(), fab.inspect(ptr, name).data, 16) -- device 1's memory read on c0
+    fab.delete_on_thread(ptr, name)
+    gc()
+    assert.are.equal(live + 2, fake.live().device, "device 1's block is still used by c0's work")
+    c0:synchronize()
+    assert.are.equal(live + 1, fake.live().device)
+    assert.are.equal(esc(string.rep("\9", 16)), read(out:data_ptr(), 16))
+  end, 2)
+
+  it("a host source staged for a conversion is read after the queued copy that writes it", function()
+    local s = cuda.Stream()
+    local d = dlpack.tensor({1, 2, 3, 4}, "float32"):to("cuda:0")
+    local h = dlpack.zeros({4}, "float32", fake and "cpu" or "cuda_host")
+    probe.hold(s.handle)
+    h:copy(d, {stream = s}) -- queued: writes h
+    local d64 = dlpack.zeros({4}, "float64", "cuda:0")
+    d64:copy(h) -- converted on the host, through a float64 staging buffer
+    assert.are.same({1, 2, 3, 4}, d64:to("cpu"):totable())
+  end)
+
+  fake_it("a copy that failed before queueing anything leaves its blocks ordered after their queued work", function()
+    local s = cuda.Stream()
+    local x = dlpack.zeros({4}, "uint8", "cuda:0")
+    x:copy(u8("abcd"), {stream = s}) -- queued on s
+    fake.fail_next("cuEventRecord", 999) -- the wait for s, before the copy
+    raises(function() x:to({device = "cuda:0", copy = true, stream = 1}) end, "cuda")
+    fake.fail_next("cuEventRecord", 0, 0)
+    assert.are.equal("abcd", x:clone():to("cpu"):tobytes(), "the clone waited for s")
+  end)
+
+  fake_it("this module's own export, imported back, orders no release (the new tensor keeps the memory)",
+    function()
+      local c = cuda.Stream()
+      local t = dlpack.zeros({4}, "uint8", "cuda:0")
+      t:copy(u8("abcd"), {stream = c})
+      local cap = dlpack.to_dlpack(t, {stream = c})
+      local records, creates = calls("cuEventRecord"), calls("cuEventCreate")
+      local u = dlpack.from_dlpack(cap)
+      assert.are.equal(records, calls("cuEventRecord"))
+      assert.are.equal(creates, calls("cuEventCreate"))
+      assert.are.equal(t:data_ptr(), u:data_ptr())
+      c:synchronize()
+    end)
 end)
 
 describe("threads", function()
@@ -1056,9 +1403,10 @@ describe("threads", function()
       wait_all()
       local cap = dlpack.to_dlpack(p, {stream = 2}) -- p's work is on the legacy stream: the per-thread one waits
       require("dlpack.unsafe").wrap_stream(2, device):synchronize() -- this device's per-thread stream
-      dlpack.release_capsule(cap)
       assert(fake.current_device() == nil, "a context was left current")
       local bytes = require("dlpack.unsafe").wrap_stream(2, device):query() and p:to("cpu"):tobytes()
+      dlpack.release_capsule(cap) -- released after the consumer's work on the per-thread stream
+      assert(fake.current_device() == nil, "a context was left current")
       d:release()
       p:release()
       s:close()
@@ -1253,7 +1601,7 @@ describe("on a GPU", function()
   end)
 end)
 
--- last: a module that breaks its shared stream objects would fail the tests after it
+-- last: a module that breaks its shared stream objects would fail the tests after it.
 describe("the shared stream objects", function()
   it("closing legacy_stream or per_thread_stream leaves them usable", function()
     cuda.legacy_stream:close()
@@ -1261,5 +1609,19 @@ describe("the shared stream objects", function()
     assert.are.equal(1, cuda.legacy_stream.handle)
     assert.are.equal(2, cuda.per_thread_stream.handle)
     cuda.legacy_stream:synchronize()
+  end)
+end)
+
+describe("at the end of the suite", function()
+  fake_it("no memory, stream or event is left and the driver saw no misuse but the deliberate ones", function()
+    gc()
+    fake.sync_all()
+    cuda.legacy_stream:synchronize() -- frees what was held for work that completed
+    gc()
+    local live = fake.live()
+    assert.are.same({device = 0, host = 0, managed = 0, streams = 0, events = 0},
+                    {device = live.device, host = live.host, managed = live.managed, streams = live.streams,
+                     events = live.events})
+    assert.are.equal(deliberate_misuse, fake.errors(), errors_log())
   end)
 end)

@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
 # Runs spec/fuzz/fuzz.lua (arguments passed on) under the ASan+UBSan build
 # (build/asan, `make asan-build`), with the sanitizer setup of
-# spec/stages/50-asan.t: any report is fatal. Exit status: the fuzzer's
-# (0 passed, 1 a model or deleter-count failure), 86 AddressSanitizer,
-# 87 LeakSanitizer, 88 UndefinedBehaviorSanitizer, 128+N a signal.
+# spec/stages/50-asan.t: any report is fatal. With --cuda it runs the fake-CUDA
+# half, spec/fuzz/cuda.lua, instead, on build/asan/fakecuda.so with two
+# devices. Exit status: the fuzzer's (0 passed, 1 a model or deleter-count
+# failure), 86 AddressSanitizer, 87 LeakSanitizer, 88 UndefinedBehaviorSanitizer,
+# 128+N a signal.
 #   bash spec/fuzz/asan.sh --seed 7 --steps 400 --verbose
+#   bash spec/fuzz/asan.sh --cuda --seed 7 --steps 300 --verbose
 # FUZZ_NO_BUILD=1 skips `make asan-build`.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT" || exit 2
 LUA=${LUA:-lua5.4}
+SCRIPT=spec/fuzz/fuzz.lua half=
+args=()
+for a in "$@"; do
+  if [[ $a == --cuda ]]; then SCRIPT=spec/fuzz/cuda.lua half=--cuda; else args+=("$a"); fi
+done
+set -- "${args[@]}"
 
 LIBASAN=$(gcc -print-file-name=libasan.so 2>/dev/null)
 if [[ ! -f $LIBASAN ]]; then
@@ -40,6 +49,9 @@ export LSAN_OPTIONS="exitcode=87:suppressions=$ROOT/spec/lsan.supp:print_suppres
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:exitcode=88"
 export LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua;$ROOT/spec/?.lua;;"
 export LUA_CPATH="$ROOT/build/asan/?.so;;"
+if [[ -n $half ]]; then # the fake driver the module loads is the one `require "fakecuda"` finds
+  export DLPACK_LUA_CUDA_DRIVER="$ROOT/build/asan/fakecuda.so" FAKECUDA_DEVICES=2
+fi
 # The seed a crash happened in: the one after the last finished seed.
 first=1 prev=
 for a in "$@"; do
@@ -47,7 +59,7 @@ for a in "$@"; do
   prev=$a
 done
 outlog=$(mktemp)
-LD_PRELOAD="$LIBASAN $ROOT/$SHIM" "$LUA" "$ROOT/spec/fuzz/fuzz.lua" "$@" | tee "$outlog"
+LD_PRELOAD="$LIBASAN $ROOT/$SHIM" "$LUA" "$ROOT/$SCRIPT" "$@" | tee "$outlog"
 rc=${PIPESTATUS[0]}
 if ((rc != 0 && rc != 1)); then
   last=$(sed -n -E 's/^seed ([0-9]+): .*/\1/p' "$outlog" | tail -n 1)
@@ -72,7 +84,7 @@ if ((rc != 0 && rc != 1)); then
     esac
   done
   echo "fuzz: seed $crashed ended the run with $why (exit status $rc)"
-  echo "reproduce: bash spec/fuzz/asan.sh --seed $crashed --seeds 1 ${keep[*]} --verbose"
+  echo "reproduce: bash spec/fuzz/asan.sh${half:+ $half} --seed $crashed --seeds 1 ${keep[*]} --verbose"
 fi
 rm -f "$outlog"
 exit "$rc"

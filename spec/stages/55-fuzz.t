@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# A bounded, deterministic slice of the fuzzer (spec/fuzz/fuzz.lua) under the
+# A bounded, deterministic slice of both halves of the fuzzer under the
 # ASan+UBSan build, with the sanitizer setup of stage 50 (any report fatal):
-# a fixed list of seeds, each with the same number of steps and of malformed
-# foreign tensors (fabricate.so), one TAP line per seed. A seed fails on a
-# sanitizer report, a crash, a hang, a model violation or a wrong deleter
-# count; its diagnostics end with the command that reproduces it.
-# The whole stage stays under FUZZ_STAGE_BUDGET seconds (default 100): seeds
-# left when it is spent are reported as skipped.
+# the CPU half (spec/fuzz/fuzz.lua: a fixed list of seeds, each with the same
+# number of steps and of malformed foreign tensors from fabricate.so) and the
+# fake-CUDA half (spec/fuzz/cuda.lua on build/asan/fakecuda.so), their seeds
+# interleaved, one TAP line per seed. A seed fails on a sanitizer report, a
+# crash, a hang, a model violation, a wrong deleter count or (CUDA) misuse of
+# the driver and leaked driver objects; its diagnostics end with the command
+# that reproduces it. The whole stage stays under FUZZ_STAGE_BUDGET seconds
+# (default 100): seeds left when it is spent are reported as skipped.
 source "$(dirname "$0")/lib.sh"
 command -v gcc >/dev/null || skip_all "gcc not found"
 LIBASAN=$(gcc -print-file-name=libasan.so)
@@ -14,9 +16,11 @@ LIBASAN=$(gcc -print-file-name=libasan.so)
 
 build_or_exit asan-build
 
-SEEDS=${FUZZ_STAGE_SEEDS:-$(seq 1 250)}
+SEEDS=${FUZZ_STAGE_SEEDS:-$(seq 1 100)}
 STEPS=${FUZZ_STAGE_STEPS:-400}
 CORPUS=${FUZZ_STAGE_CORPUS:-30}
+CUDA_SEEDS=${FUZZ_STAGE_CUDA_SEEDS:-$(seq 1 300)}
+CUDA_STEPS=${FUZZ_STAGE_CUDA_STEPS:-400}
 BUDGET=${FUZZ_STAGE_BUDGET:-100}
 PER_SEED=20 # seconds; a seed takes well under one on a 2-core machine
 export FUZZ_NO_BUILD=1
@@ -70,17 +74,36 @@ last_calls() {
 fuzz_line "the safe API has no raw-pointer entry points (dlpack.cuda.Stream.wrap, adopt, take, wrap, wrap_stream)" \
   --contract-only
 
-for seed in $SEEDS; do
-  args=(--seed "$seed" --seeds 1 --steps "$STEPS" --corpus "$CORPUS" --skip-contract)
+# One seed of either half: cpu SEED or cuda SEED.
+one_seed() {
+  local half=$1 seed=$2 args name replay
+  if [[ $half == cpu ]]; then
+    args=(--seed "$seed" --seeds 1 --steps "$STEPS" --corpus "$CORPUS" --skip-contract)
+    name="fuzz seed $seed: $STEPS calls and $CORPUS malformed producers, no report, model and deleter counts hold"
+    replay="make fuzz-replay SEED=$seed"
+  else
+    args=(--cuda --seed "$seed" --seeds 1 --steps "$CUDA_STEPS")
+    name="fuzz (fake CUDA) seed $seed: $CUDA_STEPS steps, no report, values as the model says, no misuse, nothing left"
+    replay="make fuzz-replay CUDA=1 SEED=$seed"
+  fi
   if (($(date +%s) - start >= BUDGET)); then
-    echo "ok - fuzz seed $seed # SKIP not run: the stage's ${BUDGET}s were spent (a slow machine; make fuzz runs them all)"
-    continue
+    echo "ok - ${name%%:*} # SKIP not run: the stage's ${BUDGET}s were spent (a slow machine; make fuzz runs them all)"
+    return
   fi
-  if ! fuzz_line "fuzz seed $seed: $STEPS calls and $CORPUS malformed producers, no report, model and deleter counts hold" \
-    "${args[@]}"; then
+  if ! fuzz_line "$name" "${args[@]}"; then
     if (($(date +%s) - start < BUDGET)); then last_calls "${args[@]}"; fi
-    echo "# reproduce: bash spec/fuzz/asan.sh ${args[*]} --verbose   (or: make fuzz-replay SEED=$seed)"
+    echo "# reproduce: bash spec/fuzz/asan.sh ${args[*]} --verbose   (or: $replay)"
   fi
+}
+
+# the halves interleaved, so that a slow machine that spends the budget still runs some of each
+read -r -a cpu_seeds <<<"$(echo $SEEDS)"
+read -r -a cuda_seeds <<<"$(echo $CUDA_SEEDS)"
+per=$(((${#cuda_seeds[@]} + ${#cpu_seeds[@]} - 1) / (${#cpu_seeds[@]} > 0 ? ${#cpu_seeds[@]} : 1)))
+c=0
+for ((i = 0; i < ${#cpu_seeds[@]} || c < ${#cuda_seeds[@]}; i++)); do
+  ((i < ${#cpu_seeds[@]})) && one_seed cpu "${cpu_seeds[i]}"
+  for ((k = 0; k < per && c < ${#cuda_seeds[@]}; k++, c++)); do one_seed cuda "${cuda_seeds[c]}"; done
 done
 echo "# $(($(date +%s) - start))s for the slice"
 exit 0

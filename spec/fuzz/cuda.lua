@@ -1,0 +1,822 @@
+#!/usr/bin/env lua5.4
+--[[
+The fake-CUDA half of the fuzzer (the CPU half is fuzz.lua; README.md).
+
+  DLPACK_LUA_CUDA_DRIVER=build/fakecuda.so FAKECUDA_DEVICES=2 \
+    lua5.4 spec/fuzz/cuda.lua [--seed S] [--steps N] [--seeds K] [--seconds T] [--verbose]
+  bash spec/fuzz/asan.sh --cuda --seed S ...     (the same under ASan+UBSan)
+
+Runs seed S (then S+1, ... for K seeds, or until T seconds have passed): N
+random steps over a pool of tensors on cpu, cuda:0, cuda:1, cuda_host and
+cuda_managed (uint8, int32, float32, float64, packed and padded fp4; whole
+tensors, narrow and strided views, read-only views, producers' tensors made by
+fabricate.so, aliases), stream objects of both devices and the legacy and
+per-thread streams: copies, to() and clone() with and without a stream,
+releases, dropped tensors and collector steps, exports to a consumer stream on
+which a consumer (fake.copy) queues work before the capsule is released or
+imported back, the GPU making progress (fake.run of a stream), stream
+synchronisations, closed and replaced streams, and failures of the driver
+injected into the next step (fake.fail_next on cuStreamSynchronize,
+cuEventQuery, cuEventRecord, cuStreamWaitEvent, cuMemcpyAsync, cuMemAlloc_v2,
+...). A value model follows every tensor: after fake.sync_all() (the GPU
+catching up) each tensor must hold what the copies imply. The fake's queues
+run only when forced, so memory freed while queued work uses it is read or
+written after its free: ASan reports it, or the fake counts a misuse.
+
+A seed fails on a value that differs from the model, a call that raised where
+the model says it is valid (no failure injected) or succeeded where it must
+raise, any misuse counted by the fake, or when, after everything is released,
+synchronised and collected, the fake's live allocations, streams and events
+or the fabricated tensors are not back to their counts before the seed. The
+same seed gives the same steps: only math.random is drawn, and every step draws
+the same values whatever the module answered. Output and exit status as
+fuzz.lua's: one line per seed, 0 when every seed passed, 1 otherwise.
+]]
+
+local here = ((arg and arg[0]) or "spec/fuzz/cuda.lua"):match("^(.*)/[^/]*$") or "."
+local root = here .. "/../.."
+package.path = here .. "/../?.lua;" .. package.path
+if not os.getenv("LUA_PATH") then
+  package.path = package.path .. ";" .. root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua"
+end
+if not os.getenv("LUA_CPATH") then package.cpath = root .. "/build/?.so;" .. package.cpath end
+
+local options = { seed = 1, steps = 300, seeds = 1, seconds = nil, verbose = false }
+do
+  local i = 1
+  while arg and arg[i] do
+    local a = arg[i]
+    local function num()
+      i = i + 1
+      local v = math.tointeger(tonumber(arg[i]))
+      if not v then io.stderr:write("fuzz-cuda: ", a, " wants an integer\n"); os.exit(2) end
+      return v
+    end
+    if a == "--seed" then options.seed = num()
+    elseif a == "--steps" then options.steps = num()
+    elseif a == "--seeds" then options.seeds = num()
+    elseif a == "--seconds" then options.seconds = num()
+    elseif a == "--verbose" or a == "-v" then options.verbose = true
+    elseif a == "--corpus" then num() -- the CPU half's option: nothing to do here
+    else
+      io.stderr:write("usage: lua5.4 spec/fuzz/cuda.lua [--seed S] [--steps N] [--seeds K] [--seconds T] [--verbose]\n")
+      os.exit(2)
+    end
+    i = i + 1
+  end
+end
+
+local dlpack = require "dlpack"
+local cuda = dlpack.cuda
+do
+  local ok, why = cuda.is_available()
+  if not ok then
+    io.stderr:write("fuzz-cuda: CUDA is not available (DLPACK_LUA_CUDA_DRIVER must name build/fakecuda.so): ",
+      tostring(why), "\n")
+    os.exit(2)
+  end
+end
+local okfake, fake = pcall(require, "fakecuda")
+if not okfake or not fake.initialized() or fake.device_count() < 2 then
+  io.stderr:write("fuzz-cuda: needs the fake driver with two devices (FAKECUDA_DEVICES=2), loaded as `fakecuda` ",
+    "from the same file as DLPACK_LUA_CUDA_DRIVER\n")
+  os.exit(2)
+end
+local fab = require "fabricate"
+
+local R = math.random
+local out = io.stdout
+local VERBOSE = options.verbose
+local T = dlpack.Tensor
+
+local NSLOT, NCAP = 12, 4
+local INJECT_PERCENT = 15
+local CHECK_EVERY = 40
+
+local DEVICES = { "cpu", "cuda:0", "cuda:1", "cuda_host", "cuda_managed" }
+local HOSTLIKE = { cpu = true, cuda_host = true, cuda_managed = true }
+-- devices whose work is ordered by streams: the only ones a stream is passed for
+local STREAMED = { ["cuda:0"] = true, ["cuda:1"] = true, cuda_managed = true }
+local SIZES = { 0, 1, 2, 5, 8, 16, 33, 64 }
+
+-- What the model knows of a dtype: the bytes of n elements, and how to read them back.
+local KINDS = {
+  { name = "uint8", dtype = "uint8", fmt = "B", size = 1 },
+  { name = "int32", dtype = "int32", fmt = "<i4", size = 4 },
+  { name = "float32", dtype = "float32", fmt = "<f", size = 4 },
+  { name = "float64", dtype = "float64", fmt = "<d", size = 8 },
+  { name = "fp4", dtype = "float4_e2m1fn", fp4 = true },
+  { name = "fp4 padded", dtype = "float4_e2m1fn", fp4 = true, padded = true },
+}
+local function packed(kind) return kind.fp4 and not kind.padded end
+
+-- Driver functions whose next call(s) a step may make fail, and the codes they return.
+local INJECT = { "cuStreamSynchronize", "cuEventQuery", "cuEventRecord", "cuStreamWaitEvent", "cuMemcpyAsync",
+  "cuMemAlloc_v2", "cuMemsetD8Async", "cuEventCreate", "cuMemHostAlloc", "cuMemAllocManaged", "cuStreamQuery" }
+local CODES = { 2, 999, 700 } -- out of memory, unknown, illegal address
+
+local function decode(kind, bytes, n)
+  local vals = {}
+  if packed(kind) then
+    for i = 1, n do
+      local b = bytes:byte((i - 1) // 2 + 1)
+      vals[i] = i % 2 == 1 and b & 15 or b >> 4
+    end
+  elseif kind.fp4 then
+    for i = 1, n do vals[i] = bytes:byte(i) end
+  else
+    for i = 1, n do vals[i] = string.unpack(kind.fmt, bytes, (i - 1) * kind.size + 1) end
+  end
+  return vals
+end
+
+local function packed_bytes(vals, n)
+  local b = {}
+  for i = 1, n, 2 do b[#b + 1] = string.char(vals[i] | ((vals[i + 1] or 0) << 4)) end
+  return table.concat(b)
+end
+
+---------------------------------------------------------------------------
+-- The model: roots (blocks of memory) with one value per element (nil: unknown), entries (tensors
+-- on a root: start, step, len), and the GPU work queued since the last fake.sync_all().
+
+local function idx(e, k) return e.start + (k - 1) * e.step + 1 end
+local function contiguous(e) return e.step == 1 or e.len <= 1 end
+
+local function vals_of(e)
+  local v = {}
+  for k = 1, e.len do v[k] = e.root.vals[idx(e, k)] end
+  return v
+end
+
+local function set_vals(e, v)
+  for k = 1, e.len do e.root.vals[idx(e, k)] = v[k] end
+end
+
+local function indices(e)
+  local l = {}
+  for k = 1, e.len do l[k] = idx(e, k) end
+  return l
+end
+
+local S = {}
+S.__index = S
+
+function S.new(seed)
+  return setmetatable({ seed = seed, step = 0, calls = 0, failures = {}, pool = {}, caps = {}, pending = {},
+    nroot = 0, nfab = 0, last = "-" }, S)
+end
+
+function S:fail(msg)
+  local f = string.format("seed %d step %d: %s\n    last call: %s", self.seed, self.step, msg, self.last)
+  self.failures[#self.failures + 1] = f
+  io.stderr:write("FAIL ", f, "\n")
+  io.stderr:flush()
+end
+
+function S:note(desc)
+  self.last = desc
+  if VERBOSE then
+    out:write("[", self.seed, ":", self.step, "] ", desc, "\n")
+    out:flush()
+  end
+end
+
+-- Runs f(...) under pcall; returns pcall's results.
+function S:call(desc, f, ...)
+  self.calls = self.calls + 1
+  self:note(desc)
+  return pcall(f, ...)
+end
+
+function S:new_root(kind, n, device, vals)
+  self.nroot = self.nroot + 1
+  return { id = self.nroot, kind = kind, n = n, device = device, vals = vals or {} }
+end
+
+function S.entry(_, t, r, device, name, start, step, len, readonly)
+  return { t = t, root = r, kind = r.kind, device = device, name = name, start = start or 0, step = step or 1,
+    len = len or r.n, readonly = readonly or false }
+end
+
+-- Work queued on the GPU: the copy reads src (a root, or nil for memory the model does not follow)
+-- and writes dst's elements (an entry, or nil).
+function S:queue(src_root, dst)
+  self.pending[#self.pending + 1] = { src = src_root, dst = dst and dst.root, dst_idx = dst and indices(dst) or {} }
+end
+
+function S:writes_pending(r)
+  for _, p in ipairs(self.pending) do
+    if p.dst == r then return true end
+  end
+  return false
+end
+
+-- The CPU wrote root r now, whatever the GPU has queued on it: queued writes to r may land after
+-- (r unknown), and queued copies that read r (and those that read their results) read either.
+function S:cpu_wrote(r)
+  if self:writes_pending(r) then r.vals = {} end
+  local affected, changed = { [r] = true }, true
+  while changed do
+    changed = false
+    for _, p in ipairs(self.pending) do
+      if p.src and affected[p.src] and p.dst then
+        for _, i in ipairs(p.dst_idx) do p.dst.vals[i] = nil end
+        if not affected[p.dst] then
+          affected[p.dst] = true
+          changed = true
+        end
+      end
+    end
+  end
+end
+
+-- A host-to-host copy on the CPU now: src read (stale while the GPU has writes to it queued), dst
+-- written.
+function S:cpu_copy(dst, src_vals, src_root)
+  if src_root and self:writes_pending(src_root) then src_vals = {} end
+  set_vals(dst, src_vals)
+  self:cpu_wrote(dst.root)
+end
+
+---------------------------------------------------------------------------
+-- Streams: the stream a step passes, and the queue fake.run advances.
+
+function S:make_streams()
+  self.streams = {}
+  for i, d in ipairs({ 0, 0, 1, 1 }) do
+    self.streams[i] = { obj = cuda.Stream({ device = d }), device = d, name = "S" .. i }
+  end
+end
+
+-- A stream option for work on device `on` (a device string), from c (1..10, drawn by the caller):
+-- nil, -1, 1, 2, the default stream objects or one of the pool's (either device).
+function S:stream_arg(on, c)
+  if not STREAMED[on] then return nil, "nil" end
+  if c == 1 then return nil, "nil"
+  elseif c == 2 then return -1, "-1"
+  elseif c == 3 then return 1, "1"
+  elseif c == 4 then return 2, "2"
+  elseif c == 5 then return cuda.legacy_stream, "legacy_stream"
+  elseif c == 6 then return cuda.per_thread_stream, "per_thread_stream"
+  end
+  local s = self.streams[c - 6]
+  return s.obj, s.name
+end
+
+-- The queue a stream option names for work on `on`: handle and device, or nil.
+function S.queue_of(_, stream, on)
+  local dev = on == "cuda:1" and 1 or 0
+  if stream == nil or stream == -1 then return nil end
+  if stream == 1 or stream == cuda.legacy_stream then return 1, dev end
+  if stream == 2 or stream == cuda.per_thread_stream then return 2, dev end
+  return stream.handle, stream.device
+end
+
+---------------------------------------------------------------------------
+-- Failures injected into the next step.
+
+function S:arm(o)
+  local roll, f, code, times = R(100), INJECT[R(#INJECT)], CODES[R(#CODES)], R(2)
+  if roll > INJECT_PERCENT or o.name == "check" then return nil end
+  self:note(string.format("fake.fail_next(%q, %d, %d)", f, code, times))
+  fake.fail_next(f, code, times)
+  return f
+end
+
+function S.disarm(_, f)
+  if f then fake.fail_next(f, 0, 0) end
+end
+
+---------------------------------------------------------------------------
+-- The pool
+
+function S:put(slot, e)
+  self.pool[slot] = e -- what was there is dropped: the collector releases it
+end
+
+-- A live entry at slot, or nil.
+function S:get(slot)
+  local e = self.pool[slot]
+  if e and not e.released then return e end
+  return nil
+end
+
+-- The outcome of a call the model says is valid (or not): checks and reports; true when it ran.
+function S:outcome(ok, err, valid, why, injected)
+  if ok and not valid then
+    self:fail("succeeded, but must raise (" .. why .. ")")
+  elseif not ok and valid and not injected then
+    self:fail("raised, but is valid: " .. tostring(err))
+  elseif not ok and not valid and not injected and type(err) == "string" and not err:find(why, 1, true) then
+    self:fail("raised, but not for the reason expected (" .. why .. "): " .. err)
+  end
+  return ok
+end
+
+---------------------------------------------------------------------------
+-- Operations. Each draws all its numbers first (the same count whatever the pool holds).
+
+local ops, total = {}, 0
+local function op(name, weight, fn)
+  ops[#ops + 1] = { name = name, weight = weight, fn = fn }
+  total = total + weight
+end
+
+-- new tensors: a host tensor moved to a device (on a stream or not), zeros, empty, full, a
+-- producer's tensor (fabricate.so) on the host or labelled cuda:0
+op("new", 12, function(st, injected)
+  local slot, d, k, n, how = R(NSLOT), DEVICES[R(#DEVICES)], KINDS[R(#KINDS)], SIZES[R(#SIZES)], R(6)
+  local fill, sc = R(0, 15), R(10)
+  local vals = {}
+  for i = 1, 64 do vals[i] = R(0, 15) end
+  local stream, sdesc = st:stream_arg(HOSTLIKE[d] and "cpu" or d, sc) -- to() from a host tensor
+  local name = "T" .. slot
+  if k.padded and n == 0 then n = 1 end
+  for i = n + 1, 64 do vals[i] = nil end
+  local ok, t, desc
+  local known, async = vals, false
+  if how == 1 or how == 2 then
+    local function make()
+      local h
+      if k.padded then
+        h = dlpack.from_dlpack((fab.versioned({ code = 17, bits = 4, shape = { n }, flags = 4,
+          data = string.char(table.unpack(vals, 1, n)) })))
+      elseif k.fp4 then
+        h = dlpack.frombytes(packed_bytes(vals, n), k.dtype, { n })
+      else
+        h = dlpack.tensor(n > 0 and { table.unpack(vals, 1, n) } or {}, k.dtype)
+      end
+      if how == 2 then return h:to({ device = d, stream = stream }) end
+      return h:to(d)
+    end
+    async = how == 2 and st:queue_of(stream, d) ~= nil and d ~= "cuda_managed"
+    desc = string.format("%s = <%s %s %d>:to(%s%s)", name, k.name, "host", n, d,
+      how == 2 and (", stream = " .. sdesc) or "")
+    if k.padded then st.nfab = st.nfab + 1 end
+    ok, t = st:call(desc, make)
+  elseif how == 3 and not k.padded then
+    ok, t = st:call(string.format("%s = dlpack.zeros({%d}, %q, %q)", name, n, k.dtype, d), dlpack.zeros, { n },
+      k.dtype, d)
+    known = {}
+    for i = 1, n do known[i] = 0 end
+  elseif how == 4 and not k.padded then
+    ok, t = st:call(string.format("%s = dlpack.empty({%d}, %q, %q)", name, n, k.dtype, d), dlpack.empty, { n },
+      k.dtype, d)
+    known = {}
+  elseif how == 5 and not k.fp4 then
+    ok, t = st:call(string.format("%s = dlpack.full({%d}, %d, %q, %q)", name, n, fill, k.dtype, d), dlpack.full,
+      { n }, fill, k.dtype, d)
+    known = {}
+    for i = 1, n do known[i] = fill end
+  elseif not k.fp4 then -- a producer's tensor: on the host, or host memory it labels cuda:0
+    local dev = (d == "cuda:0" or d == "cuda:1") and "cuda:0" or "cpu"
+    local codes = { uint8 = { 1, 8 }, int32 = { 0, 32 }, float32 = { 2, 32 }, float64 = { 2, 64 } }
+    local c = codes[k.dtype]
+    st.nfab = st.nfab + 1
+    ok, t = st:call(string.format("%s = from_dlpack(fab.versioned{%s, %s, {%d}})", name, k.dtype, dev, n), function()
+      return dlpack.from_dlpack((fab.versioned({ device_type = dev == "cpu" and 1 or 2, device_id = 0, code = c[1],
+        bits = c[2], shape = { n } })))
+    end)
+    known = {}
+    for i = 1, n do known[i] = i end
+    d = dev
+  else
+    return
+  end
+  if not ok then
+    if not injected then st:fail("raised: " .. tostring(t)) end
+    return
+  end
+  local r = st:new_root(k, n, d, {})
+  for i = 1, n do r.vals[i] = known[i] end
+  local e = st:entry(t, r, d, name)
+  if async then st:queue(nil, e) end
+  st:put(slot, e)
+end)
+
+-- views: narrow, every other element, read-only, an alias relabelled cpu, from_dlpack of itself
+op("view", 8, function(st, injected)
+  local slot, from, how, a, b, sarg = R(NSLOT), R(NSLOT), R(5), R(64), R(64), R(10)
+  local e = st:get(from)
+  if not e then return end
+  local t, name = e.t, "T" .. slot
+  local n = e.len
+  local ok, v
+  local valid, why = true, ""
+  local start, step, len, device, readonly = e.start, e.step, n, e.device, e.readonly
+  if how == 1 then
+    local first = n > 0 and (a - 1) % n + 1 or 1
+    len = n > 0 and (b - 1) % (n - first + 2) or 0
+    valid, why = not packed(e.kind), "packed"
+    ok, v = st:call(string.format("%s = %s:narrow(1, %d, %d)", name, e.name, first, len), T.narrow, t, 1, first, len)
+    start = e.start + (first - 1) * e.step
+  elseif how == 2 then
+    if n < 2 then return end
+    valid, why = not packed(e.kind), "packed"
+    len = (n + 1) // 2
+    ok, v = st:call(string.format("%s = %s:slice(1, 1, %d, 2)", name, e.name, n), T.slice, t, 1, 1, n, 2)
+    step = e.step * 2
+  elseif how == 3 then
+    ok, v = st:call(string.format("%s = %s:as_readonly()", name, e.name), T.as_readonly, t)
+    readonly = true
+  elseif how == 4 then
+    if not HOSTLIKE[e.device] then return end
+    ok, v = st:call(string.format("%s = %s:to('cpu')", name, e.name), T.to, t, "cpu")
+    device = "cpu"
+  else
+    local stream, sdesc = st:stream_arg(e.device, sarg)
+    ok, v = st:call(string.format("%s = from_dlpack(%s, {stream = %s})", name, e.name, sdesc), dlpack.from_dlpack,
+      t, { stream = stream })
+  end
+  if not st:outcome(ok, v, valid, why, injected) or not ok then return end
+  if v == t then return end -- nothing to do: the tensor itself
+  st:put(slot, st:entry(v, e.root, device, name, start, step, len, readonly))
+end)
+
+-- Is copying src into dst valid? Returns valid, the reason it is not, and how it runs.
+local function copy_plan(dst, src)
+  local dh, sh = HOSTLIKE[dst.device], HOSTLIKE[src.device]
+  local plan = { host = dh and sh }
+  if dst.len ~= src.len then return false, "shapes differ" end
+  if dst.readonly then return false, "read-only" end
+  local convertible = dst.kind.fp4 == src.kind.fp4
+  if plan.host then
+    if not convertible then return false, "convert" end
+    return true, nil, plan
+  end
+  if not dh and not contiguous(dst) then return false, "contiguous" end
+  if not sh and not contiguous(src) then return false, "contiguous" end
+  if not dh and not sh then
+    if dst.kind.dtype ~= src.kind.dtype then return false, "convert" end
+    if packed(dst.kind) ~= packed(src.kind) then return false, "padded" end
+    return true, nil, plan
+  end
+  if not convertible then return false, "convert" end
+  local host, dev = dh and dst or src, dh and src or dst
+  -- the module stages a host side that differs from the device side on the host
+  local staged = host.kind.dtype ~= dev.kind.dtype or packed(host.kind) ~= packed(dev.kind) or not contiguous(host)
+  plan.src_staged = sh and staged
+  plan.dst_staged = dh and staged
+  return true, nil, plan
+end
+
+-- The model's effect of a copy of src_vals (of src) into dst that ran (ok) or failed (injected).
+function S:copy_effect(dst, src, src_vals, plan, stream_dev, stream, ok)
+  if not ok then -- work may be queued, or not: dst unknown, and its queued copy reads src
+    set_vals(dst, {})
+    self:queue(src.root, dst)
+    if HOSTLIKE[dst.device] then self:cpu_wrote(dst.root) end
+    return
+  end
+  if plan.host then
+    self:cpu_copy(dst, src_vals, src.root)
+    return
+  end
+  local async = self:queue_of(stream, stream_dev) ~= nil and not plan.dst_staged
+  set_vals(dst, src_vals)
+  if async then self:queue(not plan.src_staged and src.root or nil, dst) end
+end
+
+-- dst:copy(src [, {stream = s}])
+op("copy", 20, function(st, injected)
+  local di, si, sameroot, a, sc = R(NSLOT), R(NSLOT), R(4), R(64), R(10)
+  local dst, src = st:get(di), st:get(si)
+  if not dst or not src then return end
+  if sameroot == 1 and contiguous(src) and src.len > 1 and not packed(src.kind) then
+    -- overlapping views of one block: src and a shifted view of it
+    local shift = (a - 1) % (src.len - 1) + 1
+    local ok, v = st:call(string.format("V = %s:narrow(1, %d, %d)", src.name, 1 + shift, src.len - shift),
+      T.narrow, src.t, 1, 1 + shift, src.len - shift)
+    if not ok then
+      if not injected then st:fail("raised: " .. tostring(v)) end
+      return
+    end
+    dst = st:entry(v, src.root, src.device, "V", src.start + shift, 1, src.len - shift, src.readonly)
+    local ok2, w = st:call(string.format("W = %s:narrow(1, 1, %d)", src.name, src.len - shift), T.narrow, src.t, 1,
+      1, src.len - shift)
+    if not ok2 then
+      if not injected then st:fail("raised: " .. tostring(w)) end
+      return
+    end
+    src = st:entry(w, src.root, src.device, "W", src.start, 1, src.len - shift, src.readonly)
+  end
+  local sd = HOSTLIKE[dst.device] and src.device or dst.device
+  local stream, sdesc = st:stream_arg(sd, sc)
+  local valid, why, plan = copy_plan(dst, src)
+  local src_vals = vals_of(src)
+  local ok, err = st:call(string.format("%s:copy(%s, {stream = %s})", dst.name, src.name, sdesc), T.copy, dst.t,
+    src.t, { stream = stream })
+  if not st:outcome(ok, err, valid, why or "", injected) and not valid then return end
+  st:copy_effect(dst, src, src_vals, plan, sd, stream, ok)
+end)
+
+-- src:to({device =, dtype =, stream =, copy =})
+op("to", 12, function(st, injected)
+  local slot, si, di, ki, c, other, sc = R(NSLOT), R(NSLOT), R(#DEVICES), R(3), R(3), R(4), R(10)
+  local src = st:get(si)
+  if not src then return end
+  local d = DEVICES[di]
+  local kind = src.kind
+  if ki == 1 and not src.kind.fp4 then kind = KINDS[other] end
+  local sd = HOSTLIKE[d] and src.device or d
+  local stream, sdesc = st:stream_arg(sd, sc)
+  local copy = c == 1 or nil
+  local name = "T" .. slot
+  local dest = { len = src.len, readonly = false, device = d, kind = kind, step = 1 }
+  if kind.dtype == src.kind.dtype then dest.kind = src.kind end -- a clone keeps the padding
+  local same = kind.dtype == src.kind.dtype and not copy
+  local valid, why, plan = true, nil, { host = HOSTLIKE[d] and HOSTLIKE[src.device] }
+  if not same or (d ~= src.device and not (d == "cpu" and HOSTLIKE[src.device])) then
+    valid, why, plan = copy_plan(dest, src)
+  end
+  local src_vals = vals_of(src)
+  local ok, t = st:call(string.format("%s = %s:to({device = %q, dtype = %q, stream = %s, copy = %s})", name,
+    src.name, d, kind.dtype, sdesc, tostring(copy)), T.to, src.t,
+    { device = d, dtype = kind.dtype, stream = stream, copy = copy })
+  if not st:outcome(ok, t, valid, why or "", injected) or not ok then return end
+  if t == src.t then return end
+  if same and d == "cpu" and src.device ~= "cpu" and HOSTLIKE[src.device] then -- relabelled, not copied
+    st:put(slot, st:entry(t, src.root, "cpu", name, src.start, src.step, src.len, src.readonly))
+    return
+  end
+  local r = st:new_root(dest.kind, src.len, d, {})
+  local e = st:entry(t, r, d, name)
+  st:copy_effect(e, src, src_vals, plan, sd, stream, true)
+  st:put(slot, e)
+end)
+
+-- t:clone()
+op("clone", 4, function(st, injected)
+  local slot, si = R(NSLOT), R(NSLOT)
+  local src = st:get(si)
+  if not src then return end
+  local name = "T" .. slot
+  local valid = HOSTLIKE[src.device] or contiguous(src)
+  local src_vals = vals_of(src)
+  local ok, t = st:call(string.format("%s = %s:clone()", name, src.name), T.clone, src.t)
+  if not st:outcome(ok, t, valid, "contiguous", injected) or not ok then return end
+  local r = st:new_root(src.kind, src.len, src.device, {})
+  local e = st:entry(t, r, src.device, name)
+  if HOSTLIKE[src.device] then st:cpu_copy(e, src_vals, src.root) else set_vals(e, src_vals) end
+  st:put(slot, e)
+end)
+
+-- release (kept in the pool: later calls must raise "released"), or drop to the collector
+op("release", 8, function(st)
+  local slot, how = R(NSLOT), R(3)
+  local e = st:get(slot)
+  if not e then return end
+  if how == 1 then
+    st:call(string.format("T%d = nil", slot), function() end)
+    st.pool[slot] = nil
+    return
+  end
+  local ok, err = st:call(string.format("%s:release()", e.name), T.release, e.t)
+  if not ok then st:fail("release raised: " .. tostring(err)) end
+  for _, o in pairs(st.pool) do
+    if o.t == e.t then o.released = true end
+  end
+end)
+
+-- a released tensor raises "released"
+op("released", 2, function(st)
+  local slot = R(NSLOT)
+  local e = st.pool[slot]
+  if not (e and e.released) then return end
+  local ok, err = st:call(string.format("%s:to('cuda:0')", e.name), T.to, e.t, "cuda:0")
+  st:outcome(ok, err, false, "released", false)
+end)
+
+op("gc", 5, function(st)
+  local how, k = R(3), R(0, 50)
+  if how == 1 then
+    st:call("collectgarbage()", collectgarbage)
+  else
+    st:call(string.format("collectgarbage('step', %d)", k), collectgarbage, "step", k)
+  end
+end)
+
+-- the GPU makes progress on one queue
+op("run", 8, function(st)
+  local q = R(8)
+  if q <= 4 then
+    local s = st.streams[q]
+    st:call(string.format("fake.run(%s)", s.name), fake.run, s.obj.handle)
+  else
+    local h, d = q <= 6 and 1 or 2, q % 2
+    st:call(string.format("fake.run(%d, %d)", h, d), fake.run, h, d)
+  end
+end)
+
+-- synchronise a stream (and let go of what completed)
+op("sync", 5, function(st, injected)
+  local q = R(6)
+  local s, name
+  if q <= 4 then s, name = st.streams[q].obj, st.streams[q].name
+  elseif q == 5 then s, name = cuda.legacy_stream, "legacy_stream"
+  else s, name = cuda.per_thread_stream, "per_thread_stream" end
+  local ok, err = st:call(name .. ":synchronize()", s.synchronize, s)
+  st:outcome(ok, err, true, "", injected)
+end)
+
+-- close a stream of the pool (records that hold it keep it) and make a new one
+op("close", 2, function(st, injected)
+  local q = R(4)
+  local s = st.streams[q]
+  st:call(s.name .. ":close()", s.obj.close, s.obj)
+  local ok, obj = st:call(string.format("%s = dlpack.cuda.Stream({device = %d})", s.name, s.device), cuda.Stream,
+    { device = s.device })
+  if ok then
+    s.obj = obj
+  elseif not injected then
+    st:fail("Stream() raised: " .. tostring(obj))
+  end
+  -- on failure the closed object stays: later uses raise "closed", which the next close replaces
+end)
+
+-- export for a consumer stream; a foreign consumer queues a copy of the memory there (and later
+-- releases the capsule), or the capsule comes back to from_dlpack
+op("export", 6, function(st, injected)
+  local ci, si, foreign, sc = R(NCAP), R(NSLOT), R(2) == 1, R(10)
+  local e = st:get(si)
+  if not e then return end
+  local stream, sdesc = st:stream_arg(e.device, sc)
+  local ok, cap = st:call(string.format("K%d = to_dlpack(%s, {stream = %s})", ci, e.name, sdesc), dlpack.to_dlpack,
+    e.t, { stream = stream })
+  if not st:outcome(ok, cap, true, "", injected) or not ok then return end
+  local old = st.caps[ci]
+  if old then st:call(string.format("release_capsule(<old K%d>)", ci), dlpack.release_capsule, old.cap) end
+  local entry = { cap = cap, src = e, foreign = foreign }
+  st.caps[ci] = entry
+  local h, dev = st:queue_of(stream, e.device)
+  if foreign and h and contiguous(e) and e.len > 0 then
+    local nb = math.min(e.t.nbytes, 64)
+    local scratch = st.scratch[dev]
+    st:call(string.format("fake.copy(<consumer stream %s>, scratch%d, %s, %d)", sdesc, dev, e.name, nb), fake.copy, h,
+      scratch:data_ptr(), e.t:data_ptr(), nb, dev)
+    st:queue(e.root, nil)
+  end
+end)
+
+op("consume", 6, function(st, injected)
+  local ci = R(NCAP)
+  local c = st.caps[ci]
+  if not c then return end
+  st.caps[ci] = nil
+  if c.foreign then
+    local ok, err = st:call(string.format("release_capsule(K%d)", ci), dlpack.release_capsule, c.cap)
+    st:outcome(ok, err, true, "", injected)
+    return
+  end
+  local e = c.src
+  local slot = ci -- imports land in the first slots
+  local ok, t = st:call(string.format("T%d = from_dlpack(K%d)", slot, ci), dlpack.from_dlpack, c.cap)
+  if not st:outcome(ok, t, true, "", injected) or not ok then return end
+  st:put(slot, st:entry(t, e.root, e.device, "T" .. slot, e.start, e.step, e.len, e.readonly))
+end)
+
+-- The GPU catches up; every tensor must hold what the model says.
+function S:check()
+  self:note("check: fake.sync_all()")
+  fake.sync_all()
+  self.pending = {}
+  for slot = 1, NSLOT do
+    local e = self:get(slot)
+    if e and (HOSTLIKE[e.device] or contiguous(e)) then
+      local ok, vals = pcall(function()
+        if e.len == 0 then return {} end
+        if HOSTLIKE[e.device] then return decode(e.kind, e.t:tobytes(), e.len) end
+        local ptr = e.t:data_ptr()
+        if fake.allocation(ptr) then return decode(e.kind, fake.read(ptr, e.t.nbytes), e.len) end
+        return decode(e.kind, e.t:to("cpu"):tobytes(), e.len) -- a producer's memory: the fake does not track it
+      end)
+      if not ok then
+        self:fail(string.format("check: reading %s raised: %s", e.name, tostring(vals)))
+      else
+        for k = 1, e.len do
+          local want = e.root.vals[idx(e, k)]
+          if want ~= nil and vals[k] ~= want then
+            self:fail(string.format("check: %s (%s on %s, %d elements)[%d] is %s, the model says %s", e.name,
+              e.kind.name, e.device, e.len, k, tostring(vals[k]), tostring(want)))
+            break
+          end
+        end
+      end
+    end
+  end
+end
+
+op("check", 2, function(st) st:check() end)
+
+---------------------------------------------------------------------------
+
+local function pick_op()
+  local r = R(total)
+  for _, o in ipairs(ops) do
+    r = r - o.weight
+    if r <= 0 then return o end
+  end
+  return ops[#ops]
+end
+
+local function live_counts()
+  local l = fake.live()
+  return { device = l.device, host = l.host, managed = l.managed, streams = l.streams, events = l.events }
+end
+
+local function settle()
+  for _ = 1, 3 do
+    collectgarbage()
+    collectgarbage()
+    fake.sync_all()
+    cuda.legacy_stream:synchronize() -- lets go of what was held for completed work
+  end
+end
+
+local function run_seed(seed, steps)
+  math.randomseed(seed)
+  local st = S.new(seed)
+  settle()
+  local live0, errors0 = live_counts(), fake.errors()
+  local fab_live0, fab_deleted0 = fab.live(), fab.deleted()
+  local modes = { "incremental", "generational" }
+  collectgarbage(modes[seed % 2 + 1])
+  st:make_streams()
+  st.scratch = { [0] = dlpack.zeros({ 64 }, "uint8", "cuda:0"), [1] = dlpack.zeros({ 64 }, "uint8", "cuda:1") }
+  for _ = 1, steps do
+    st.step = st.step + 1
+    local o = pick_op()
+    local injected = st:arm(o)
+    o.fn(st, injected)
+    st:disarm(injected)
+    if fake.errors() ~= errors0 then
+      local log = fake.error_log()
+      st:fail("the fake counted misuse of the driver: " .. tostring(log[#log]))
+      errors0 = fake.errors()
+    end
+    if st.step % CHECK_EVERY == 0 then st:check() end
+  end
+  st.step = st.step + 1
+  st:check()
+  -- teardown: release everything, let the GPU finish, collect: the counts are back
+  st:note("teardown")
+  for _, c in pairs(st.caps) do pcall(dlpack.release_capsule, c.cap) end
+  for _, e in pairs(st.pool) do pcall(T.release, e.t) end
+  for _, s in ipairs(st.streams) do pcall(s.obj.close, s.obj) end
+  st.scratch[0]:release()
+  st.scratch[1]:release()
+  st.pool, st.caps, st.streams, st.scratch = {}, {}, {}, nil
+  settle()
+  local live = live_counts()
+  for _, k in ipairs({ "device", "host", "managed", "streams", "events" }) do
+    if live[k] ~= live0[k] then
+      st:fail(string.format("after the teardown %d live %s (before the seed: %d)", live[k], k, live0[k]))
+    end
+  end
+  if fake.errors() ~= errors0 then st:fail("the fake counted misuse of the driver in the teardown") end
+  if fab.live() ~= fab_live0 then
+    st:fail(string.format("%d fabricated tensors still live (before: %d)", fab.live(), fab_live0))
+  end
+  if fab.deleted() - fab_deleted0 > st.nfab then
+    st:fail(string.format("%d deleter calls for %d fabricated tensors", fab.deleted() - fab_deleted0, st.nfab))
+  end
+  collectgarbage("incremental")
+  return st
+end
+
+local start = os.clock()
+local wall0 = os.time()
+local seed = options.seed
+local nseeds, ncalls, nfail = 0, 0, 0
+local failed_seeds = {}
+while options.seeds > 0 or options.seconds do
+  local t0 = os.clock()
+  local st = run_seed(seed, options.steps)
+  nseeds = nseeds + 1
+  ncalls = ncalls + st.calls
+  local status = #st.failures == 0 and "ok" or ("FAILED (" .. #st.failures .. ")")
+  if #st.failures > 0 then
+    nfail = nfail + #st.failures
+    failed_seeds[#failed_seeds + 1] = seed
+  end
+  out:write(string.format("seed %d: %d steps, %d calls, %.2fs cpu: %s\n", seed, st.step, st.calls, os.clock() - t0,
+    status))
+  out:flush()
+  seed = seed + 1
+  if options.seconds then
+    if os.time() - wall0 >= options.seconds then break end
+  elseif nseeds >= options.seeds then
+    break
+  end
+end
+local secs = os.clock() - start
+out:write(string.format("fuzz (cuda): %d seeds (%d..%d), %d calls in %.1fs cpu, %ds wall (%.0f calls/s cpu), "
+  .. "%d failures%s\n", nseeds, options.seed, seed - 1, ncalls, secs, os.time() - wall0, ncalls / math.max(secs, 1e-3),
+  nfail, #failed_seeds > 0 and (" in seeds " .. table.concat(failed_seeds, " ")) or ""))
+if #failed_seeds > 0 then
+  out:write(string.format("reproduce: bash spec/fuzz/asan.sh --cuda --seed %d --seeds 1 --steps %d --verbose\n",
+    failed_seeds[1], options.steps))
+end
+out:flush()
+os.exit(nfail == 0 and 0 or 1, true)
