@@ -10,7 +10,7 @@ local DEVICE_CODES = {
   webgpu = 15, hexagon = 16, maia = 17, trn = 18,
 }
 
-local raises = support.raises
+local raises, raises_plain = support.raises, support.raises_plain
 
 describe("module identity", function()
   it("is a table returned by require 'dlpack'", function()
@@ -57,6 +57,30 @@ describe("error messages", function()
       assert.is_falsy(err:find("dlpack.core", 1, true), err)
       if names_functions then assert.is_truthy(err:find("'dlpack." .. f .. "'", 1, true), err) end
     end
+  end)
+end)
+
+describe("error messages of the module's own", function()
+  it("start with the function's name as scripts call it", function()
+    local t = dlpack.zeros({2})
+    local cases = {
+      {function() return dlpack.zeros({2}, nil, "opencl:0") end, "dlpack.zeros: cannot allocate memory on device opencl:0"},
+      {function() return dlpack.empty({2}, nil, "vulkan:1") end, "dlpack.empty: cannot allocate memory on device vulkan:1"},
+      {function() return dlpack.full({2}, 300, "uint8") end, "dlpack.full: 300 is out of range for uint8"},
+      {function() return dlpack.to_dlpack(t, {stream = 1}) end, "dlpack.to_dlpack: stream must be nil or -1"},
+      {function() return dlpack.from_dlpack(setmetatable({}, {__dlpack = function() return 1 end})) end,
+        "dlpack.from_dlpack: __dlpack must return a capsule"},
+    }
+    local cap = dlpack.to_dlpack(t)
+    dlpack.release_capsule(cap)
+    cases[#cases + 1] = {function() return dlpack.from_dlpack(cap) end, "dlpack.from_dlpack: the capsule was already"}
+    cases[#cases + 1] = {function() return dlpack.release_capsule(cap) end, "dlpack.release_capsule: the capsule was"}
+    if not dlpack.cuda.is_available() then
+      cases[#cases + 1] = {function() return dlpack.zeros({2}, nil, "cuda") end, "dlpack.zeros: CUDA is not available"}
+      cases[#cases + 1] = {function() return dlpack.cuda.Stream() end, "dlpack.cuda.Stream: CUDA is not available"}
+      cases[#cases + 1] = {function() return dlpack.cuda.Event() end, "dlpack.cuda.Event: CUDA is not available"}
+    end
+    for _, case in ipairs(cases) do raises_plain(case[1], case[2]) end
   end)
 end)
 

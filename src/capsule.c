@@ -282,7 +282,7 @@ void *dlp_capsule_take(lua_State *L, int arg, int *versioned, const char *what) 
 
 static int l_release_capsule(lua_State *L) {
   int versioned;
-  void *managed = dlp_capsule_take(L, 1, &versioned, "release_capsule");
+  void *managed = dlp_capsule_take(L, 1, &versioned, "dlpack.release_capsule");
   dlp_managed_delete(managed, versioned);
   return 0;
 }

@@ -301,7 +301,7 @@ void dlp_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStream *st
   }
   dlp_check_writable(L, dst, what);
   if (!dlp_device_is_host(dst->dl.device) || !dlp_device_is_host(src->dl.device)) {
-    dlp_cuda_copy(L, dst, src, stream); /* raises for devices other than CUDA's */
+    dlp_cuda_copy(L, dst, src, stream, what); /* raises for devices other than CUDA's */
     return;
   }
   if (!dlp_row_function(dst->dtype, src->dtype))
@@ -312,7 +312,8 @@ void dlp_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStream *st
   dlp_Tensor *from = src;
   if (dlp_overlaps(dst, src)) { /* through a contiguous temporary, allocated before memory is taken */
     DLDevice cpu = {kDLCPU, 0};
-    from = dlp_tensor_new(L, src->dtype, src->flags & DLP_FLAG_SUBBYTE_PADDED, cpu, src->dl.ndim, src->dl.shape, 0);
+    from = dlp_tensor_new(L, src->dtype, src->flags & DLP_FLAG_SUBBYTE_PADDED, cpu, src->dl.ndim, src->dl.shape, 0,
+                          what);
     dlp_live(L, src, what);
     copy_elements(from, src);
   }
@@ -327,7 +328,7 @@ dlp_Tensor *dlp_clone(lua_State *L, int idx, int dtype, DLDevice device, dlp_Cud
   dlp_Tensor *t = lua_touserdata(L, idx);
   /* a padded sub-byte tensor stays padded (same dtype): its layout is the producer's choice */
   uint64_t flags = dtype == t->dtype ? t->flags & DLP_FLAG_SUBBYTE_PADDED : 0;
-  dlp_Tensor *c = dlp_tensor_new(L, dtype, flags, device, t->dl.ndim, t->dl.shape, 0);
+  dlp_Tensor *c = dlp_tensor_new(L, dtype, flags, device, t->dl.ndim, t->dl.shape, 0, what);
   c->flags = flags;
   dlp_copy(L, c, t, stream, what);
   return c;

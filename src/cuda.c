@@ -214,14 +214,15 @@ CUresult dlp_cuda_make_wait(const dlp_CudaStream *waiter, const dlp_CudaStream *
   return rc;
 }
 
-void dlp_cuda_order_for_consumer(lua_State *L, dlp_Owner *o, DLDevice device, dlp_CudaStream *consumer) {
+void dlp_cuda_order_for_consumer(lua_State *L, dlp_Owner *o, DLDevice device, dlp_CudaStream *consumer,
+                                 const char *what) {
   CUresult rc;
   if (!consumer) return; /* -1: the consumer asked for no synchronisation */
-  dlp_cuda_require(L, "export");
+  dlp_cuda_require(L, what);
   dlp_CudaStream *pending = owner_stream(o, device);
   rc = dlp_cuda_make_wait(dlp_cuda_on_device(consumer, dlp_cuda_device_of(device)), pending);
   if (pending) dlp_cuda_stream_release(pending);
-  dlp_cuda_check(L, rc, "export (ordering the consumer's stream)");
+  if (rc != CUDA_SUCCESS) dlp_cuda_check(L, rc, lua_pushfstring(L, "%s (ordering the consumer's stream)", what));
 }
 
 /* ---- memory that queued work reads or writes, held until that work completed ----
@@ -444,13 +445,13 @@ static CUresult zero_block(CUdeviceptr d, size_t nbytes, DLDevice device) {
   return rc;
 }
 
-void *dlp_cuda_alloc(lua_State *L, DLDevice device, size_t nbytes, int zeroed) {
+void *dlp_cuda_alloc(lua_State *L, DLDevice device, size_t nbytes, int zeroed, const char *what) {
   dlp_CudaScope scope;
   CUresult rc;
   CUdeviceptr d = 0;
   void *p = NULL;
-  dlp_cuda_require(L, "allocate");
-  dlp_cuda_check_device(L, dlp_cuda_device_of(device), "allocate");
+  dlp_cuda_require(L, what);
+  dlp_cuda_check_device(L, dlp_cuda_device_of(device), what);
   dlp_cuda_drain_pending(0);
   if (nbytes == 0) return NULL;
   rc = dlp_cuda_enter(dlp_cuda_device_of(device), &scope);
@@ -469,7 +470,7 @@ void *dlp_cuda_alloc(lua_State *L, DLDevice device, size_t nbytes, int zeroed) {
     }
   }
   dlp_cuda_leave(&scope);
-  dlp_cuda_check(L, rc, "allocate");
+  dlp_cuda_check(L, rc, what);
   return p;
 }
 
@@ -490,9 +491,9 @@ void dlp_cuda_free(DLDevice device, void *memory) {
  * in dtype, packing or layout go through host staging tensors with the device side's dtype and
  * packing (the host copy converts and repacks), and two CUDA sides must agree on both. */
 
-static void check_contiguous(lua_State *L, const dlp_Tensor *t) {
+static void check_contiguous(lua_State *L, const dlp_Tensor *t, const char *what) {
   if (!dlp_is_contiguous(t))
-    luaL_error(L, "copy: the CUDA tensor must be contiguous (its strides are not row-major)");
+    luaL_error(L, "%s: the CUDA tensor must be contiguous (its strides are not row-major)", what);
 }
 
 static int packing_differs(const dlp_Tensor *a, const dlp_Tensor *b) {
@@ -511,41 +512,42 @@ static CUresult copy_bytes(const dlp_Tensor *to, const dlp_Tensor *from, size_t 
                                    (CUdeviceptr)(uintptr_t)dlp_first_element(from), bytes, stream);
 }
 
-void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStream *stream) {
+void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStream *stream,
+                   const char *what) {
   DLDevice cpu = {kDLCPU, 0};
   int dst_host = dlp_device_is_host(dst->dl.device), src_host = dlp_device_is_host(src->dl.device);
   dlp_Tensor *from = src, *to = dst, *tmp = NULL;
   int top = lua_gettop(L);
   dlp_CudaScope scope;
   CUresult rc;
-  if (!dst_host && !dlp_device_is_cuda(dst->dl.device)) dlp_check_host(L, dst, "copy");
-  if (!src_host && !dlp_device_is_cuda(src->dl.device)) dlp_check_host(L, src, "copy");
-  dlp_cuda_require(L, "copy");
+  if (!dst_host && !dlp_device_is_cuda(dst->dl.device)) dlp_check_host(L, dst, what);
+  if (!src_host && !dlp_device_is_cuda(src->dl.device)) dlp_check_host(L, src, what);
+  dlp_cuda_require(L, what);
   dlp_cuda_drain_pending(0);
-  if (!dst_host) check_contiguous(L, dst);
-  if (!src_host) check_contiguous(L, src);
+  if (!dst_host) check_contiguous(L, dst, what);
+  if (!src_host) check_contiguous(L, src, what);
   if (!dst_host && !src_host) {
     if (dst->dtype != src->dtype)
-      luaL_error(L, "copy: cannot convert %s to %s between CUDA devices (convert on the host)",
+      luaL_error(L, "%s: cannot convert %s to %s between CUDA devices (convert on the host)", what,
                  dlp_dtypes[src->dtype].name, dlp_dtypes[dst->dtype].name);
     if (packing_differs(dst, src))
-      luaL_error(L, "copy: cannot copy %s %s into %s %s between CUDA devices (repack on the host)",
+      luaL_error(L, "%s: cannot copy %s %s into %s %s between CUDA devices (repack on the host)", what,
                  dlp_is_packed(src->dtype, src->flags) ? "packed" : "padded", dlp_dtypes[src->dtype].name,
                  dlp_is_packed(dst->dtype, dst->flags) ? "packed" : "padded", dlp_dtypes[dst->dtype].name);
   } else if (dst->dtype != src->dtype && !dlp_row_function(dst->dtype, src->dtype)) {
-    luaL_error(L, "copy: cannot convert %s to %s (only byte-for-byte copies of the same dtype)",
+    luaL_error(L, "%s: cannot convert %s to %s (only byte-for-byte copies of the same dtype)", what,
                dlp_dtypes[src->dtype].name, dlp_dtypes[dst->dtype].name);
   }
   /* staging tensors and the temporary are allocated before any memory is taken */
   if (src_host && needs_staging(src, dst))
-    from = dlp_tensor_new(L, dst->dtype, dst->flags & DLP_FLAG_SUBBYTE_PADDED, cpu, src->dl.ndim, src->dl.shape, 0);
+    from = dlp_tensor_new(L, dst->dtype, dst->flags & DLP_FLAG_SUBBYTE_PADDED, cpu, src->dl.ndim, src->dl.shape, 0, what);
   if (dst_host && needs_staging(dst, src))
-    to = dlp_tensor_new(L, src->dtype, src->flags & DLP_FLAG_SUBBYTE_PADDED, cpu, dst->dl.ndim, dst->dl.shape, 0);
+    to = dlp_tensor_new(L, src->dtype, src->flags & DLP_FLAG_SUBBYTE_PADDED, cpu, dst->dl.ndim, dst->dl.shape, 0, what);
   /* overlapping views of one block go through a temporary on the device: the driver's copies
    * must not overlap */
   if (!dst_host && !src_host && dlp_overlaps(dst, src))
     tmp = dlp_tensor_new(L, src->dtype, src->flags & DLP_FLAG_SUBBYTE_PADDED, src->dl.device, src->dl.ndim,
-                         src->dl.shape, 0);
+                         src->dl.shape, 0, what);
   if (from != src) { /* host to host on the CPU: after the queued work that writes src, if any */
     dlp_CudaStream *pending = src->owner ? owner_stream(src->owner, src->dl.device) : NULL;
     if (pending) {
@@ -553,20 +555,20 @@ void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStrea
       if (rc == CUDA_SUCCESS) rc = dlp_cuda.fn.cuStreamSynchronize(pending->handle);
       dlp_cuda_leave(&scope);
       dlp_cuda_stream_release(pending);
-      dlp_cuda_check(L, rc, "copy");
+      dlp_cuda_check(L, rc, what);
     }
-    dlp_copy(L, from, src, NULL, "copy"); /* converts, repacks, checks src live */
+    dlp_copy(L, from, src, NULL, what); /* converts, repacks, checks src live */
   }
-  dlp_live(L, src, "copy");
-  dlp_live(L, dst, "copy");
+  dlp_live(L, src, what);
+  dlp_live(L, dst, what);
   int device = dlp_cuda_device_of(dst_host ? src->dl.device : dst->dl.device);
   dlp_CudaStream *s = dlp_cuda_on_device(stream ? stream : dlp_cuda_default_stream(CU_STREAM_LEGACY, device), device);
   size_t bytes = (size_t)dlp_nbytes(from);
   if ((size_t)dlp_nbytes(to) != bytes || (tmp && (size_t)dlp_nbytes(tmp) != bytes))
-    luaL_error(L, "copy: %I bytes would be copied into %I (the layouts do not match)", (lua_Integer)bytes,
+    luaL_error(L, "%s: %I bytes would be copied into %I (the layouts do not match)", what, (lua_Integer)bytes,
                (lua_Integer)dlp_nbytes(to));
   Hold *held = bytes ? hold_new() : NULL; /* before any work: nothing can fail for want of memory after it */
-  if (bytes && !held) luaL_error(L, "copy: not enough memory");
+  if (bytes && !held) luaL_error(L, "%s: not enough memory");
   dlp_CudaStream *after_src = owner_stream(src->owner, src->dl.device);
   dlp_CudaStream *after_dst = owner_stream(dst->owner, dst->dl.device);
   int queued = 0, sync = !stream || to != dst;
@@ -599,11 +601,11 @@ void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStrea
     dlp_owner_set_stream(dst->owner, s);
     dlp_owner_set_stream(src->owner, s);
   }
-  dlp_cuda_check(L, rc, "copy");
+  dlp_cuda_check(L, rc, what);
   if (tmp) dlp_tensor_release(tmp);
   if (from != src) dlp_tensor_release(from);
   if (to != dst) {
-    dlp_copy(L, dst, to, NULL, "copy"); /* convert, repack or scatter on the host */
+    dlp_copy(L, dst, to, NULL, what); /* convert, repack or scatter on the host */
     dlp_tensor_release(to);
   }
   lua_settop(L, top);

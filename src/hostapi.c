@@ -41,11 +41,11 @@ DLPACK_LUA_API const DLTensor *dlpack_lua_check_tensor(lua_State *L, int idx, ui
 }
 
 DLPACK_LUA_API DLManagedTensorVersioned *dlpack_lua_export_versioned(lua_State *L, int idx) {
-  return dlp_export_versioned(L, check_tensor(L, idx), 0);
+  return dlp_export_versioned(L, check_tensor(L, idx), 0, "dlpack_lua_export_versioned");
 }
 
 DLPACK_LUA_API DLManagedTensor *dlpack_lua_export_legacy(lua_State *L, int idx) {
-  return dlp_export_legacy(L, check_tensor(L, idx));
+  return dlp_export_legacy(L, check_tensor(L, idx), "dlpack_lua_export_legacy");
 }
 
 DLPACK_LUA_API void *dlpack_lua_capsule_new(void *managed, int versioned) {

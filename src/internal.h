@@ -236,7 +236,7 @@ void dlp_live(lua_State *L, const dlp_Tensor *t, const char *what);
 /* A new contiguous tensor with fresh memory (cpu or CUDA); flags may say SUBBYTE_PADDED. An
  * allocation: it may run finalizers. */
 dlp_Tensor *dlp_tensor_new(lua_State *L, int dtype, uint64_t flags, DLDevice device, int ndim,
-                           const int64_t *shape, int zeroed);
+                           const int64_t *shape, int zeroed, const char *what);
 /* A new view of the tensor at idx, pushed: allocated first, then the source is checked live and
  * its dtype, device, data, offset, flags and owner taken; the caller fills shape and strides,
  * may move the first element (dlp_view_move) and must finish with dlp_tensor_seal. */
@@ -360,8 +360,9 @@ void dlp_capsule_register(lua_State *L, int module);
 void dlp_unsafe_register(lua_State *L, int module);
 
 /* ---- protocol.c ---- */
-DLManagedTensorVersioned *dlp_export_versioned(lua_State *L, dlp_Tensor *t, uint64_t extra_flags);
-DLManagedTensor *dlp_export_legacy(lua_State *L, dlp_Tensor *t);
+/* Errors name `what`, the function that exports. */
+DLManagedTensorVersioned *dlp_export_versioned(lua_State *L, dlp_Tensor *t, uint64_t extra_flags, const char *what);
+DLManagedTensor *dlp_export_legacy(lua_State *L, dlp_Tensor *t, const char *what);
 /* Push a tensor for a producer's managed tensor (the C API's push functions); owns it: its
  * deleter runs exactly once, also when this raises. */
 void dlp_import(lua_State *L, void *managed, int versioned);
@@ -370,10 +371,10 @@ void dlp_protocol_register(lua_State *L, int module, int methods, int meta);
 /* ---- cuda.c ---- */
 void dlp_cuda_register(lua_State *L, int module);         /* the dlpack.cuda table */
 /* Allocate on a CUDA device, pinned or managed memory; raises (naming CUDA) when impossible. */
-void *dlp_cuda_alloc(lua_State *L, DLDevice device, size_t nbytes, int zeroed);
+void *dlp_cuda_alloc(lua_State *L, DLDevice device, size_t nbytes, int zeroed, const char *what);
 void dlp_cuda_free(DLDevice device, void *memory);          /* any thread */
 /* Copy src into dst (same shape) where either is CUDA device memory; on stream (NULL: synchronously). */
-void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStream *stream);
+void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStream *stream, const char *what);
 /* The stream the value at idx names for work on device `on` (idx 0 or nil: `dflt`, a DLPack
  * stream value): a stream object, or one of the DLPack stream values -1, 1, 2 (integer handles
  * are raw pointers and refused). Devices without streams take nil or -1 only. Pushes one value
@@ -382,7 +383,8 @@ dlp_CudaStream *dlp_cuda_check_stream(lua_State *L, int idx, DLDevice on, int df
 void dlp_cuda_stream_release(dlp_CudaStream *s);            /* any thread */
 uintptr_t dlp_cuda_stream_handle(const dlp_CudaStream *s);  /* the DLPack integer for it */
 /* Make `consumer` wait for the pending work on o's memory (DLPack producer rule). */
-void dlp_cuda_order_for_consumer(lua_State *L, dlp_Owner *o, DLDevice device, dlp_CudaStream *consumer);
+void dlp_cuda_order_for_consumer(lua_State *L, dlp_Owner *o, DLDevice device, dlp_CudaStream *consumer,
+                                 const char *what);
 void dlp_cuda_settle(void);                                 /* wait for all queued work, let go of what it held */
 void dlp_cuda_reap(void); /* owner.c, on every last release: cheaply let go of memory held for completed work */
 /* An export made for a consumer stream: at the deleter, its memory is released after the work the

@@ -61,18 +61,18 @@ static void fill_dltensor(DLTensor *out, const dlp_Tensor *t, int64_t *dims) {
 /* Memory a Lua value owns (dlpack.unsafe.wrap) is freed when that value is collected, at the
  * latest by lua_close, while a consumer may call an export's deleter later or on another thread:
  * it is never exported as it is (to_dlpack and __dlpack copy it; the C API refuses). */
-static void check_exportable(lua_State *L, const dlp_Tensor *t) {
+static void check_exportable(lua_State *L, const dlp_Tensor *t, const char *what) {
   if (t->owner->lua_owned)
-    dlp_buffer_error(L, "export: the memory is owned by a Lua value (dlpack.unsafe.wrap) and cannot outlive "
-                        "its lua_State; export a copy (copy = true)");
+    dlp_buffer_error(L, "%s: the memory is owned by a Lua value (dlpack.unsafe.wrap) and cannot outlive "
+                        "its lua_State; export a copy (copy = true)", what);
 }
 
 /* Both run no Lua code: t is checked live, then referenced. */
-DLManagedTensorVersioned *dlp_export_versioned(lua_State *L, dlp_Tensor *t, uint64_t extra_flags) {
-  dlp_live(L, t, "export");
-  check_exportable(L, t);
+DLManagedTensorVersioned *dlp_export_versioned(lua_State *L, dlp_Tensor *t, uint64_t extra_flags, const char *what) {
+  dlp_live(L, t, what);
+  check_exportable(L, t, what);
   ExportVersioned *e = malloc(sizeof *e + 2 * (size_t)t->dl.ndim * sizeof(int64_t));
-  if (!e) luaL_error(L, "not enough memory to export a tensor");
+  if (!e) luaL_error(L, "%s: not enough memory to export a tensor", what);
   e->managed.version.major = DLPACK_MAJOR_VERSION;
   e->managed.version.minor = DLPACK_MINOR_VERSION;
   e->managed.manager_ctx = e;
@@ -86,16 +86,16 @@ DLManagedTensorVersioned *dlp_export_versioned(lua_State *L, dlp_Tensor *t, uint
   return &e->managed;
 }
 
-DLManagedTensor *dlp_export_legacy(lua_State *L, dlp_Tensor *t) {
-  dlp_live(L, t, "export");
-  check_exportable(L, t);
+DLManagedTensor *dlp_export_legacy(lua_State *L, dlp_Tensor *t, const char *what) {
+  dlp_live(L, t, what);
+  check_exportable(L, t, what);
   if (t->flags & DLP_FLAG_READ_ONLY)
-    dlp_buffer_error(L, "cannot export a read-only tensor as a legacy DLManagedTensor, which cannot say "
-                        "read-only (ask for max_version >= {1, 0}, or copy = true)");
+    dlp_buffer_error(L, "%s: cannot export a read-only tensor as a legacy DLManagedTensor, which cannot say "
+                        "read-only (ask for max_version >= {1, 0}, or copy = true)", what);
   if (t->flags & DLP_FLAG_SUBBYTE_PADDED)
-    dlp_buffer_error(L, "cannot export a padded sub-byte tensor as a legacy DLManagedTensor");
+    dlp_buffer_error(L, "%s: cannot export a padded sub-byte tensor as a legacy DLManagedTensor", what);
   ExportLegacy *e = malloc(sizeof *e + 2 * (size_t)t->dl.ndim * sizeof(int64_t));
-  if (!e) luaL_error(L, "not enough memory to export a tensor");
+  if (!e) luaL_error(L, "%s: not enough memory to export a tensor", what);
   e->managed.manager_ctx = e;
   e->managed.deleter = delete_legacy;
   fill_dltensor(&e->managed.dl_tensor, t, e->dims);
@@ -314,7 +314,7 @@ static dlp_Tensor *prepare_export(lua_State *L, dlp_Tensor *t, const dlp_Options
   }
   if (relabel) return dlp_tensor_alias(L, 1, target, what);
   dlp_live(L, t, what);
-  if (dlp_device_has_streams(t->dl.device)) dlp_cuda_order_for_consumer(L, t->owner, t->dl.device, consumer);
+  if (dlp_device_has_streams(t->dl.device)) dlp_cuda_order_for_consumer(L, t->owner, t->dl.device, consumer, what);
   lua_pushvalue(L, 1);
   return t;
 }
@@ -330,8 +330,8 @@ static int export_capsule(lua_State *L, int python_defaults, const char *what) {
   int legacy = o.max_major < 0 ? python_defaults : o.max_major == 0;
   dlp_CudaStream *consumer = dlp_cuda_check_stream(L, o.stream, t->dl.device, 1, what);
   dlp_Tensor *e = prepare_export(L, t, &o, consumer, &copied, what);
-  if (legacy) managed = dlp_export_legacy(L, e);
-  else managed = dlp_export_versioned(L, e, copied ? DLP_FLAG_IS_COPIED : 0);
+  if (legacy) managed = dlp_export_legacy(L, e, what);
+  else managed = dlp_export_versioned(L, e, copied ? DLP_FLAG_IS_COPIED : 0, what);
   if (consumer && dlp_device_has_streams(e->dl.device)) { /* the consumer's work on its stream goes first */
     dlp_CudaHold *after = dlp_cuda_hold_for_consumer(consumer, e->dl.device);
     if (!after) {
@@ -351,7 +351,7 @@ static int export_capsule(lua_State *L, int python_defaults, const char *what) {
 }
 
 static int l_to_dlpack(lua_State *L) {
-  return export_capsule(L, 0, "to_dlpack");
+  return export_capsule(L, 0, "dlpack.to_dlpack");
 }
 
 static int l_dlpack(lua_State *L) {
@@ -367,6 +367,8 @@ static int l_dlpack_device(lua_State *L) {
 
 /* ---- consuming: from_dlpack ---- */
 
+#define FROM_DLPACK "dlpack.from_dlpack" /* what messages call it */
+
 /* What x's __dlpack_device says, checked: two integers naming a device this module knows. */
 static DLDevice producer_device(lua_State *L, int x) {
   DLDevice d = {kDLCPU, 0};
@@ -375,11 +377,11 @@ static DLDevice producer_device(lua_State *L, int x) {
   lua_pushvalue(L, x);
   lua_call(L, 1, 2);
   lua_Integer type = lua_tointegerx(L, -2, &ok1), id = lua_tointegerx(L, -1, &ok2);
-  if (!ok1 || !ok2) luaL_error(L, "from_dlpack: __dlpack_device must return two integers");
+  if (!ok1 || !ok2) luaL_error(L, FROM_DLPACK ": __dlpack_device must return two integers");
   d.device_type = (DLDeviceType)(dlp_device_is_valid_type(type) ? type : 0);
   d.device_id = id < 0 || id > INT32_MAX ? -1 : (int32_t)id;
   if (!dlp_device_is_valid(d))
-    dlp_buffer_error(L, "from_dlpack: __dlpack_device names an unsupported device (type %I, id %I)", type, id);
+    dlp_buffer_error(L, FROM_DLPACK ": __dlpack_device names an unsupported device (type %I, id %I)", type, id);
   lua_pop(L, 2);
   return d;
 }
@@ -392,7 +394,7 @@ static void import_from_producer(lua_State *L, int x, int copy, int stream, int 
   if (luaL_getmetafield(L, x, "__dlpack") == LUA_TNIL)
     luaL_argerror(L, x, lua_pushfstring(L, "a capsule or a value with __dlpack expected, got %s", luaL_typename(L, x)));
   DLDevice device = producer_device(L, x);
-  dlp_CudaStream *consumer = dlp_cuda_check_stream(L, stream, device, 1, "from_dlpack"); /* pushes its holder */
+  dlp_CudaStream *consumer = dlp_cuda_check_stream(L, stream, device, 1, FROM_DLPACK); /* pushes its holder */
   lua_insert(L, -2); /* keep the holder below the function */
   lua_pushvalue(L, x);
   lua_createtable(L, 0, 3);
@@ -418,8 +420,8 @@ static void import_from_producer(lua_State *L, int x, int copy, int stream, int 
   lua_call(L, 2, 1);
   /* Only a capsule: a raw pointer could come from any C function (pairs, coroutine.wrap, ...) */
   if (lua_type(L, -1) != LUA_TLIGHTUSERDATA || !dlp_capsule_state(lua_touserdata(L, -1), &versioned, &consumed))
-    luaL_error(L, "from_dlpack: __dlpack must return a capsule, got %s", luaL_typename(L, -1));
-  import_capsule(L, -1, copied, "from_dlpack");
+    luaL_error(L, FROM_DLPACK ": __dlpack must return a capsule, got %s", luaL_typename(L, -1));
+  import_capsule(L, -1, copied, FROM_DLPACK);
   lua_remove(L, -2); /* the capsule */
   /* the producer ordered its work before our stream: what follows on this memory is there */
   dlp_Tensor *t = lua_touserdata(L, -1);
@@ -436,12 +438,13 @@ static int l_from_dlpack(lua_State *L) {
   if (own) {
     /* one of ours: share its owner directly, as an export and import would */
     if (!own->owner) return luaL_argerror(L, 1, "tensor was released");
-    dlp_CudaStream *consumer = dlp_cuda_check_stream(L, o.stream, own->dl.device, 1, "from_dlpack");
-    dlp_Tensor *t = dlp_tensor_alias(L, 1, own->dl.device, "from_dlpack");
-    if (dlp_device_has_streams(t->dl.device)) dlp_cuda_order_for_consumer(L, t->owner, t->dl.device, consumer);
+    dlp_CudaStream *consumer = dlp_cuda_check_stream(L, o.stream, own->dl.device, 1, FROM_DLPACK);
+    dlp_Tensor *t = dlp_tensor_alias(L, 1, own->dl.device, FROM_DLPACK);
+    if (dlp_device_has_streams(t->dl.device))
+      dlp_cuda_order_for_consumer(L, t->owner, t->dl.device, consumer, FROM_DLPACK);
   } else if (lua_type(L, 1) == LUA_TLIGHTUSERDATA) {
     if (o.stream) return luaL_argerror(L, 2, "stream: a capsule was made already (pass the producer instead)");
-    import_capsule(L, 1, &copied, "from_dlpack");
+    import_capsule(L, 1, &copied, FROM_DLPACK);
   } else {
     import_from_producer(L, 1, o.copy, o.stream, &copied);
   }
@@ -450,22 +453,22 @@ static int l_from_dlpack(lua_State *L) {
   DLDevice target = o.has_device ? o.device : t->dl.device;
   if (dlp_device_equal(target, t->dl.device)) {
     /* copy = true gives memory nobody else holds: a fresh import the producer copied is that */
-    if (o.copy == 1 && !copied) dlp_clone(L, t_idx, t->dtype, t->dl.device, NULL, "from_dlpack");
+    if (o.copy == 1 && !copied) dlp_clone(L, t_idx, t->dtype, t->dl.device, NULL, FROM_DLPACK);
   } else if (target.device_type == kDLCPU && dlp_device_is_host(t->dl.device)) {
     /* pinned and managed memory is CPU memory: relabel it rather than copy */
-    if (o.copy == 1) dlp_clone(L, t_idx, t->dtype, target, NULL, "from_dlpack");
-    else dlp_tensor_alias(L, t_idx, target, "from_dlpack");
+    if (o.copy == 1) dlp_clone(L, t_idx, t->dtype, target, NULL, FROM_DLPACK);
+    else dlp_tensor_alias(L, t_idx, target, FROM_DLPACK);
   } else {
     dlp_push_device_name(L, t->dl.device);
     dlp_push_device_name(L, target);
     if (o.copy == 0)
-      return dlp_buffer_error(L, "from_dlpack: cannot move a tensor from %s to %s without copying (copy = false)",
+      return dlp_buffer_error(L, FROM_DLPACK ": cannot move a tensor from %s to %s without copying (copy = false)",
                               lua_tostring(L, -2), lua_tostring(L, -1));
     if (!copyable(t->dl.device) || !copyable(target))
-      return dlp_buffer_error(L, "from_dlpack: cannot copy a tensor from %s to %s", lua_tostring(L, -2),
+      return dlp_buffer_error(L, FROM_DLPACK ": cannot copy a tensor from %s to %s", lua_tostring(L, -2),
                               lua_tostring(L, -1));
     lua_pop(L, 2);
-    dlp_clone(L, t_idx, t->dtype, target, NULL, "from_dlpack"); /* we import natively, then copy ourselves */
+    dlp_clone(L, t_idx, t->dtype, target, NULL, FROM_DLPACK); /* we import natively, then copy ourselves */
   }
   if (lua_gettop(L) > t_idx) dlp_tensor_release(t); /* only the result holds the memory now */
   return 1;

@@ -52,24 +52,24 @@ static int l_stream_new(lua_State *L) {
     if (lua_getfield(L, 2, "device") != LUA_TNIL) device = luaL_checkinteger(L, -1);
     if (lua_getfield(L, 2, "priority") != LUA_TNIL) priority = luaL_checkinteger(L, -1);
   }
-  dlp_cuda_require(L, "Stream");
-  dlp_cuda_check_device(L, device, "Stream");
+  dlp_cuda_require(L, "dlpack.cuda.Stream");
+  dlp_cuda_check_device(L, device, "dlpack.cuda.Stream");
   StreamObject *o = push_stream_object(L);
   rc = dlp_cuda_enter((int)device, &scope);
   if (rc == CUDA_SUCCESS) rc = dlp_cuda.fn.cuStreamCreateWithPriority(&handle, CU_STREAM_NON_BLOCKING, (int)priority);
   dlp_cuda_leave(&scope);
-  dlp_cuda_check(L, rc, "Stream");
+  dlp_cuda_check(L, rc, "dlpack.cuda.Stream");
   if (!(o->s = dlp_cuda_new_record(handle, (int)device, 1))) {
     if (dlp_cuda_enter((int)device, &scope) == CUDA_SUCCESS) dlp_cuda.fn.cuStreamDestroy_v2(handle);
     dlp_cuda_leave(&scope);
-    return luaL_error(L, "Stream: not enough memory");
+    return luaL_error(L, "dlpack.cuda.Stream: not enough memory");
   }
   return 1;
 }
 
 void dlp_cuda_push_wrapped(lua_State *L, uintptr_t handle, int device) {
   StreamObject *o = push_stream_object(L);
-  if (!(o->s = dlp_cuda_new_record((CUstream)handle, device, 0))) luaL_error(L, "Stream.wrap: not enough memory");
+  if (!(o->s = dlp_cuda_new_record((CUstream)handle, device, 0))) luaL_error(L, "not enough memory for a stream object");
 }
 
 /* dlpack.unsafe.wrap_stream(handle [, device]): a foreign cudaStream_t, given as an integer. */
@@ -125,14 +125,21 @@ dlp_CudaStream *dlp_cuda_check_stream(lua_State *L, int idx, DLDevice on, int df
   return holder->s;
 }
 
+/* Whether the key k (of length len) is the field name `name`: the whole string, NULs too. */
+static int is_field(const char *k, size_t len, const char *name) {
+  return len == strlen(name) && memcmp(k, name, len) == 0;
+}
+
 static int stream_index(lua_State *L) {
   StreamObject *o = luaL_checkudata(L, 1, STREAM_MT);
-  const char *k = luaL_checkstring(L, 2);
-  if (lua_getfield(L, lua_upvalueindex(1), k) != LUA_TNIL) return 1;
+  size_t len;
+  const char *k = luaL_checklstring(L, 2, &len);
+  lua_pushvalue(L, 2);
+  if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1; /* a method, by the whole key */
   if (!o->s) return luaL_error(L, "stream was closed (reading field '%s')", k);
-  if (strcmp(k, "handle") == 0) lua_pushinteger(L, (lua_Integer)(uintptr_t)o->s->handle);
-  else if (strcmp(k, "device") == 0) lua_pushinteger(L, o->s->device);
-  else if (strcmp(k, "owned") == 0) lua_pushboolean(L, o->s->owned);
+  if (is_field(k, len, "handle")) lua_pushinteger(L, (lua_Integer)(uintptr_t)o->s->handle);
+  else if (is_field(k, len, "device")) lua_pushinteger(L, o->s->device);
+  else if (is_field(k, len, "owned")) lua_pushboolean(L, o->s->owned);
   else lua_pushnil(L);
   return 1;
 }
@@ -209,7 +216,7 @@ static EventObject *new_event(lua_State *L, int device, int timing) {
   if (rc == CUDA_SUCCESS) rc = dlp_cuda.fn.cuEventCreate(&e->ev, timing ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING);
   dlp_cuda_leave(&scope);
   if (rc != CUDA_SUCCESS) e->ev = NULL;
-  dlp_cuda_check(L, rc, "Event");
+  dlp_cuda_check(L, rc, "dlpack.cuda.Event");
   return e;
 }
 
@@ -222,8 +229,8 @@ static int l_event_new(lua_State *L) {
     if (lua_getfield(L, 2, "timing") != LUA_TNIL) timing = lua_toboolean(L, -1);
     lua_settop(L, 2);
   }
-  dlp_cuda_require(L, "Event");
-  dlp_cuda_check_device(L, device, "Event");
+  dlp_cuda_require(L, "dlpack.cuda.Event");
+  dlp_cuda_check_device(L, device, "dlpack.cuda.Event");
   new_event(L, (int)device, timing);
   return 1;
 }

@@ -375,27 +375,27 @@ int dlp_check_shape(lua_State *L, int arg, int64_t *shape) {
 }
 
 dlp_Tensor *dlp_tensor_new(lua_State *L, int dtype, uint64_t flags, DLDevice device, int ndim,
-                           const int64_t *shape, int zeroed) {
+                           const int64_t *shape, int zeroed, const char *what) {
   dlp_Tensor *t;
   dlp_Owner *o;
   int64_t numel, bytes;
-  if (!dlp_numel_of(ndim, shape, &numel)) luaL_error(L, "the shape has more elements than fit in 64 bits");
+  if (!dlp_numel_of(ndim, shape, &numel)) luaL_error(L, "%s: the shape has more elements than fit in 64 bits", what);
   if (!dlp_bytes_of(dtype, numel, flags, &bytes) || (uint64_t)bytes > PTRDIFF_MAX / 2)
-    luaL_error(L, "%I elements of %s are too many bytes", (lua_Integer)numel, dlp_dtypes[dtype].name);
+    luaL_error(L, "%s: %I elements of %s are too many bytes", what, (lua_Integer)numel, dlp_dtypes[dtype].name);
   if (device.device_type != kDLCPU && !dlp_device_is_cuda(device)) {
     dlp_push_device_name(L, device);
-    luaL_error(L, "cannot allocate memory on device %s (only cpu and CUDA memory can be allocated)",
+    luaL_error(L, "%s: cannot allocate memory on device %s (only cpu and CUDA memory can be allocated)", what,
                lua_tostring(L, -1));
   }
   t = dlp_tensor_push(L, ndim); /* first, so that a failure below leaves nothing behind */
   if (device.device_type == kDLCPU) {
     o = dlp_owner_new_memory((size_t)bytes, zeroed);
   } else {
-    void *memory = dlp_cuda_alloc(L, device, (size_t)bytes, zeroed);
+    void *memory = dlp_cuda_alloc(L, device, (size_t)bytes, zeroed, what);
     o = dlp_owner_new_block(memory, device, (size_t)bytes);
     if (!o) dlp_cuda_free(device, memory);
   }
-  if (!o) luaL_error(L, "not enough memory for a tensor of %I bytes", (lua_Integer)bytes);
+  if (!o) luaL_error(L, "%s: not enough memory for a tensor of %I bytes", what, (lua_Integer)bytes);
   t->owner = o;
   t->dl.data = o->memory;
   t->dl.device = device;
@@ -426,7 +426,7 @@ static int create(lua_State *L, int zeroed) {
   check_bytes(L, ndim, shape, dtype);
   DLDevice device = {kDLCPU, 0};
   if (!lua_isnoneornil(L, 3)) device = dlp_check_device(L, 3, 3, NULL);
-  dlp_tensor_new(L, dtype, 0, device, ndim, shape, zeroed);
+  dlp_tensor_new(L, dtype, 0, device, ndim, shape, zeroed, zeroed ? "dlpack.zeros" : "dlpack.empty");
   return 1;
 }
 
@@ -451,13 +451,13 @@ static int create_filled(lua_State *L, int value, int dtype_arg, const char *wha
   }
   dlp_check_element(L, value, dtype, element, what); /* before allocating anything */
   check_bytes(L, ndim, shape, dtype);
-  dlp_Tensor *t = dlp_tensor_new(L, dtype, 0, device, ndim, shape, 0);
+  dlp_Tensor *t = dlp_tensor_new(L, dtype, 0, device, ndim, shape, 0, what);
   if (dlp_device_is_host(device)) {
     dlp_fill(L, t, value, what);
   } else { /* fill on the host, then one copy to the device */
-    dlp_Tensor *staging = dlp_tensor_new(L, dtype, 0, cpu, ndim, shape, 0);
+    dlp_Tensor *staging = dlp_tensor_new(L, dtype, 0, cpu, ndim, shape, 0, what);
     dlp_fill(L, staging, value, what);
-    dlp_cuda_copy(L, t, staging, NULL);
+    dlp_cuda_copy(L, t, staging, NULL, what);
     lua_pop(L, 1);
   }
   return 1;
@@ -486,7 +486,7 @@ static dlp_Tensor *new_range(lua_State *L, int dtype, const int64_t *shape) {
   DLDevice cpu = {kDLCPU, 0};
   if (!dlp_bytes_of(dtype, shape[0], 0, &bytes) || (uint64_t)bytes > PTRDIFF_MAX / 2)
     luaL_error(L, "dlpack.arange: %I elements of %s are too many bytes", (lua_Integer)shape[0], dlp_dtypes[dtype].name);
-  return dlp_tensor_new(L, dtype, 0, cpu, 1, shape, 0);
+  return dlp_tensor_new(L, dtype, 0, cpu, 1, shape, 0, "dlpack.arange");
 }
 
 static int l_arange(lua_State *L) {

@@ -16,7 +16,7 @@ static int l_adopt(lua_State *L) {
   int versioned = check_name(L, 2);
   dlp_state_for_new(L, "a capsule");
   void *capsule = dlp_capsule_new(managed, versioned, DLP_CAPSULE_SCRIPT);
-  if (!capsule) return luaL_error(L, "unsafe.adopt: too many unconsumed capsules");
+  if (!capsule) return luaL_error(L, "dlpack.unsafe.adopt: too many unconsumed capsules");
   lua_pushlightuserdata(L, capsule);
   return 1;
 }
@@ -24,7 +24,7 @@ static int l_adopt(lua_State *L) {
 /* take(cap) -> ptr, name: consumes the capsule; the caller must call the deleter */
 static int l_take(lua_State *L) {
   int versioned;
-  void *managed = dlp_capsule_take(L, 1, &versioned, "unsafe.take");
+  void *managed = dlp_capsule_take(L, 1, &versioned, "dlpack.unsafe.take");
   lua_pushlightuserdata(L, managed);
   lua_pushstring(L, versioned ? "dltensor_versioned" : "dltensor");
   return 2;
@@ -70,14 +70,14 @@ static int l_wrap(lua_State *L) {
   }
   luaL_checkany(L, owner);
   if (!dlp_span_of(ndim, shape, strides, dtype, 0, &span))
-    return luaL_error(L, "unsafe.wrap: the layout reaches beyond 64-bit offsets");
+    return luaL_error(L, "dlpack.unsafe.wrap: the layout reaches beyond 64-bit offsets");
   if (span.numel > 0 && !p) return luaL_argerror(L, 1, "NULL pointer for a non-empty tensor");
   dlp_Tensor *t = dlp_tensor_push(L, ndim);
   dlp_keep(L, -1, owner);
   uintptr_t first = (uintptr_t)p;
   dlp_Owner *o = dlp_owner_new_managed(NULL, 0, (size_t)(span.hi - span.lo), first + (uintptr_t)span.lo,
                                        first + (uintptr_t)span.hi);
-  if (!o) return luaL_error(L, "unsafe.wrap: not enough memory");
+  if (!o) return luaL_error(L, "dlpack.unsafe.wrap: not enough memory");
   o->lua_owned = 1;
   t->owner = o;
   t->dl.data = p;
@@ -86,7 +86,7 @@ static int l_wrap(lua_State *L) {
   t->dtype = dtype;
   memcpy(t->dl.shape, shape, (size_t)ndim * sizeof(int64_t));
   memcpy(t->dl.strides, strides, (size_t)ndim * sizeof(int64_t));
-  dlp_tensor_seal(L, t, "unsafe.wrap");
+  dlp_tensor_seal(L, t, "dlpack.unsafe.wrap");
   dlp_keep_guard(L, owner);
   return 1;
 }

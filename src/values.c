@@ -95,7 +95,7 @@ static int l_tensor(lua_State *L) {
   dtype = seen == SEEN_BOOL ? DLP_BOOL : seen == SEEN_INT ? DLP_INT64 : DLP_FLOAT64;
   dtype = dlp_opt_dtype(L, 2, dtype);
   dlp_check_access(L, dtype);
-  dlp_Tensor *t = dlp_tensor_new(L, dtype, 0, cpu, ndim, shape, 0);
+  dlp_Tensor *t = dlp_tensor_new(L, dtype, 0, cpu, ndim, shape, 0, "dlpack.tensor");
   char *p = dlp_first_element(t);
   lua_pushvalue(L, 1);
   write_nested(L, ndim, shape, 0, dtype, &p);
@@ -199,7 +199,7 @@ static int l_frombytes(lua_State *L) {
                                                   ? lua_pushfstring(L, "%I bytes", (lua_Integer)bytes)
                                                   : "more bytes than fit in 64 bits",
                                               (lua_Integer)len));
-  dlp_Tensor *t = dlp_tensor_new(L, dtype, 0, cpu, ndim, shape, 0);
+  dlp_Tensor *t = dlp_tensor_new(L, dtype, 0, cpu, ndim, shape, 0, "dlpack.frombytes");
   if (len) memcpy(dlp_first_element(t), s, len); /* s is an argument: anchored */
   return 1;
 }
