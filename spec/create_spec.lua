@@ -15,7 +15,7 @@ local ITEMSIZE = {
 }
 local INTEGER = support.IS_INT
 
-local raises = support.raises
+local raises, raises_plain = support.raises, support.raises_plain
 
 -- the value 1 in the Lua type that a dtype's elements have
 local function one(dtype)
@@ -380,6 +380,30 @@ describe("tensor", function()
     raises(function() dlpack.tensor({1, 2}, nil, "cuda") end, "unexpected argument")
     raises(function() dlpack.tensor(dlpack.zeros({2}), "int64", "cpu") end, "to%(device%)")
     assert.are.same({1, 2}, dlpack.tensor({1, 2}, "int64", nil):totable())
+  end)
+end)
+
+describe("functions that take no more arguments", function()
+  it("refuse one more rather than ignoring it (nil is fine)", function()
+    local t = dlpack.zeros({2, 1})
+    local calls = {
+      {"dlpack.zeros", function() return dlpack.zeros({2}, "int8", "cpu", "cuda") end},
+      {"dlpack.empty", function() return dlpack.empty({2}, nil, nil, {}) end},
+      {"dlpack.ones", function() return dlpack.ones({2}, "int8", "cpu", 1) end},
+      {"dlpack.full", function() return dlpack.full({2}, 1, "int8", "cpu", "int16") end},
+      {"clone", function() return t:clone("float64") end},
+      {"contiguous", function() return t:contiguous({}) end},
+      {"copy", function() return t:copy(t, {}, "x") end},
+      {"fill", function() return t:fill(1, 2) end},
+      {"squeeze", function() return t:squeeze(2, 1) end},
+      {"dlpack.to_dlpack", function() return dlpack.to_dlpack(t, {}, {copy = true}) end},
+      {"dlpack.from_dlpack", function() return dlpack.from_dlpack(t, nil, "cpu") end},
+    }
+    for _, c in ipairs(calls) do
+      raises_plain(c[2], "unexpected argument (" .. c[1] .. " takes")
+    end
+    assert.are.same({2}, dlpack.zeros({2}, "int8", "cpu", nil).shape)
+    assert.are.same({2}, t:clone(nil):squeeze(2, nil).shape)
   end)
 end)
 

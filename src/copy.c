@@ -353,6 +353,7 @@ void dlp_fill(lua_State *L, dlp_Tensor *t, int idx, const char *what) {
 }
 
 static int l_fill(lua_State *L) {
+  dlp_check_no_more(L, 3, "fill", "one value");
   dlp_Tensor *t = dlp_tensor_check(L, 1);
   luaL_checkany(L, 2);
   dlp_fill(L, t, 2, "fill");
@@ -368,6 +369,7 @@ static DLDevice stream_device(DLDevice a, DLDevice b) {
 /* t:copy(src [, {stream = s}]) */
 static int l_copy(lua_State *L) {
   dlp_Options o;
+  dlp_check_no_more(L, 4, "copy", "a source tensor and an options table");
   dlp_Tensor *dst = dlp_tensor_check(L, 1);
   dlp_Tensor *src = dlp_tensor_check(L, 2);
   dlp_read_options(L, 3, DLP_OPT_STREAM, &o);
@@ -378,12 +380,14 @@ static int l_copy(lua_State *L) {
 }
 
 static int l_clone(lua_State *L) {
+  dlp_check_no_more(L, 2, "clone", "no argument");
   dlp_Tensor *t = dlp_tensor_check(L, 1);
   dlp_clone(L, 1, t->dtype, t->dl.device, NULL, "clone"); /* host, or CUDA when it is there */
   return 1;
 }
 
 static int l_contiguous(lua_State *L) {
+  dlp_check_no_more(L, 2, "contiguous", "no argument");
   dlp_Tensor *t = dlp_tensor_check(L, 1);
   if (dlp_is_contiguous(t)) {
     lua_settop(L, 1);

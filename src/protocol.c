@@ -324,6 +324,7 @@ static int export_capsule(lua_State *L, int python_defaults, const char *what) {
   dlp_Options o;
   int copied;
   void *managed, *capsule;
+  dlp_check_no_more(L, 3, what, "a tensor and an options table");
   dlp_Tensor *t = dlp_tensor_check(L, 1);
   dlp_read_options(L, 2, DLP_OPT_DEVICE | DLP_OPT_COPY | DLP_OPT_STREAM | DLP_OPT_MAX_VERSION, &o);
   dlp_state_for_new(L, "a capsule"); /* capsules are not tracked: they go back when states close */
@@ -432,6 +433,7 @@ static void import_from_producer(lua_State *L, int x, int copy, int stream, int 
 static int l_from_dlpack(lua_State *L) {
   dlp_Options o;
   int copied = 0;
+  dlp_check_no_more(L, 3, FROM_DLPACK, "a capsule or a producer, and an options table");
   luaL_checkany(L, 1);
   dlp_read_options(L, 2, DLP_OPT_DEVICE | DLP_OPT_COPY | DLP_OPT_STREAM, &o);
   dlp_Tensor *own = dlp_tensor_test(L, 1);

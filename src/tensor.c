@@ -421,6 +421,7 @@ static void check_bytes(lua_State *L, int ndim, const int64_t *shape, int dtype)
 
 static int create(lua_State *L, int zeroed) {
   int64_t shape[DLP_MAX_NDIM];
+  dlp_check_no_more(L, 4, zeroed ? "dlpack.zeros" : "dlpack.empty", "a shape, a dtype and a device");
   int ndim = dlp_check_shape(L, 1, shape);
   int dtype = dlp_opt_dtype(L, 2, DLP_FLOAT32);
   check_bytes(L, ndim, shape, dtype);
@@ -439,6 +440,8 @@ static int create_filled(lua_State *L, int value, int dtype_arg, const char *wha
   int64_t shape[DLP_MAX_NDIM];
   unsigned char element[16];
   DLDevice cpu = {kDLCPU, 0}, device = cpu;
+  dlp_check_no_more(L, dtype_arg + 2, what,
+                    value ? "a shape, a value, a dtype and a device" : "a shape, a dtype and a device");
   int ndim = dlp_check_shape(L, 1, shape);
   if (value) luaL_checkany(L, value);
   int dtype = dlp_opt_dtype(L, dtype_arg, DLP_FLOAT32);

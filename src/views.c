@@ -181,6 +181,7 @@ static int l_slice(lua_State *L) {
 }
 
 static int l_squeeze(lua_State *L) {
+  dlp_check_no_more(L, 3, "squeeze", "at most a dimension");
   dlp_Tensor *t = check_viewable(L, "squeeze");
   int only = lua_isnoneornil(L, 2) ? -1 : dlp_check_dim(L, 2, t->dl.ndim, 0);
   int ndim = 0;
