@@ -176,7 +176,8 @@ local function lua_libraries()
   local libs, seen = {}, {}
   local function add(path)
     local base = path:match("[^/]+$")
-    if seen[path] or not (base:match("^liblua%d") or base:match("^libluajit") or base:match("^liblua%.so")) then return end
+    local lua_lib = base:match("^liblua%d") or base:match("^libluajit") or base:match("^liblua%.so")
+    if seen[path] or not lua_lib then return end
     if base:match("^liblua%d[%d.]*%-") then return end -- liblua5.4-filesystem and the like
     local f = io.open(path, "rb")
     if not f then return end
