@@ -204,7 +204,7 @@ describe("sizes at the int64 edge make no signed overflow (UBSan runs this too)"
     assert.are.equal(8, alias[1])
   end)
 
-  it("narrows a dimension of size 2^63 - 1 up to its end and one past it", function()
+  it_int("narrows a dimension of size 2^63 - 1 up to its end and one past it", function()
     assert.are.equal(1, #alias:narrow(1, -1, 1))
     assert.are.equal(0, #alias:narrow(1, -1, 0))
     assert.are.equal(MAXINT, #alias:narrow(1, 1, MAXINT))
@@ -216,7 +216,7 @@ describe("sizes at the int64 edge make no signed overflow (UBSan runs this too)"
     raises(function() empty:narrow(2, MININT, 0) end, "out of range")
   end)
 
-  it("slices a dimension of size 2^63 - 1 with bounds and steps at both ends", function()
+  it_int("slices a dimension of size 2^63 - 1 with bounds and steps at both ends", function()
     assert.are.equal(1, #alias:slice(1, -1, -1))
     assert.are.equal(MAXINT, #alias:slice(1, 1, -1))
     assert.are.equal(MAXINT, #alias:slice(1, -1, 1, -1))
@@ -247,6 +247,18 @@ describe("sizes at the int64 edge make no signed overflow (UBSan runs this too)"
     assert.are.same({2 ^ 62, 4, 0}, e:clone().shape)
     assert.is_true(e:is_contiguous())
     assert.are.same({}, dlpack.empty({0, MAXINT}):totable())
+  end)
+
+  it("counts the bytes of views whose elements outnumber int64's bytes, and refuses their tobytes", function()
+    -- 2^62 float32 elements on one: numel fits int64, numel * 4 does not (it wrapped to 0)
+    local wide = dlpack.zeros({1}, "float32"):expand({2 ^ 62})
+    assert.are.equal(2 ^ 62 * 4, wide.nbytes)
+    assert.are.equal(MAXINT * 8.0, dlpack.zeros({1}, "float64"):expand({MAXINT}).nbytes)
+    raises(function() return wide:tobytes() end, "tobytes: 4611686018427387904 elements of float32 are too many bytes")
+    raises(function() return dlpack.zeros({1}, "complex128"):expand({MAXINT}):slice(1, 1, -1, 2):tobytes() end,
+           "too many bytes")
+    raises(function() return alias:tobytes() end, "too many bytes") -- int8: it fits int64, not memory
+    assert.are.equal(2 ^ 40 * 4, dlpack.zeros({1}):expand({2 ^ 40}).nbytes)
   end)
 
   it("refuses to turn an empty tensor with 2^63 - 1 rows into tables", function()

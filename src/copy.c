@@ -193,7 +193,7 @@ static void copy_elements(dlp_Tensor *dst, const dlp_Tensor *src) {
   Walk w;
   if (dst->dtype == src->dtype && dlp_is_contiguous(dst) && dlp_is_contiguous(src)) {
     int64_t bytes = dlp_nbytes(dst);
-    if (bytes) memcpy(dlp_first_element(dst), dlp_first_element(src), (size_t)bytes); /* packed ones too */
+    if (bytes > 0) memcpy(dlp_first_element(dst), dlp_first_element(src), (size_t)bytes); /* packed ones too */
     return;
   }
   byte_strides(dst, ds);
