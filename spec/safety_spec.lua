@@ -239,6 +239,18 @@ describe("sizes at the int64 edge make no signed overflow (UBSan runs this too)"
     assert.are.equal(5, e[1][MAXINT])
   end)
 
+  it("copies into 2^63 - 1 expanded elements by writing what lands last, once", function()
+    local e = dlpack.zeros({1, 1}, "int32"):expand({1, MAXINT})
+    e[1] = dlpack.tensor({5}, "int32"):expand({MAXINT}) -- walked 2^63 - 1 times before
+    assert.are.equal(5, e:get(1, -1))
+    e:copy(dlpack.tensor({{6}}, "float64"):expand({1, MAXINT}))
+    assert.are.equal(6, e:get(1, 1))
+    -- what a row-major walk leaves: the last element along the repeated dimension
+    local m = dlpack.zeros({3, 1}, "int64"):expand({3, 4})
+    m:copy(dlpack.arange(12):view({3, 4}))
+    assert.are.same({3, 7, 11}, m:select(2, 1):totable())
+  end)
+
   it("takes empty shapes whose other sizes multiply past 2^63", function()
     local e = dlpack.empty({2 ^ 62, 4, 0}, "float64")
     assert.are.equal(0, e:numel())
