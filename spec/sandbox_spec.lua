@@ -269,6 +269,18 @@ describe("dlpack.unsafe and a sandboxed script", function()
     assert.are.equal("1,2,3", r)
   end)
 
+  it("makes tensors and streams with their metatables when opened before dlpack", function()
+    local r = in_fresh_state(([[
+      local unsafe = package.loadlib(%q, "dlpack_lua_open_unsafe")()
+      local t = unsafe.wrap(unsafe.pointer(4096), {0}, "float32", {})
+      local s = unsafe.wrap_stream(12345)
+      local d = require "dlpack"
+      return tostring(getmetatable(t) == getmetatable(d.zeros({1}))) .. " " ..
+             tostring(getmetatable(s) == getmetatable(d.cuda.legacy_stream)) .. " " .. tostring(t.shape[1])
+    ]]):format(CORE))
+    assert.are.equal("true true 0", r)
+  end)
+
   it("has no luaopen_ entry point: a host opens it through C (dlpack_lua_open_unsafe)", function()
     assert.is_nil(package.loadlib(CORE, "luaopen_dlpack_unsafe"))
     assert.are.equal("function", type(package.loadlib(CORE, "dlpack_lua_open_unsafe")))

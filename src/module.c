@@ -183,6 +183,10 @@ DLPACK_LUA_API int luaopen_dlpack_core(lua_State *L) {
  * only call `require` reaches it. A host opens it through C, or lua/dlpack/unsafe.lua through
  * package.loadlib, which a sandbox removes (README, "Safety"). */
 DLPACK_LUA_API int dlpack_lua_open_unsafe(lua_State *L) {
+  /* the tensor and stream metatables first: opened before dlpack (a host's luaL_requiref in any
+   * order), wrap and wrap_stream made objects without one, which nothing ever released */
+  luaopen_dlpack(L);
+  lua_pop(L, 1);
   lua_newtable(L);
   dlp_unsafe_register(L, lua_gettop(L));
   state_open(L);
