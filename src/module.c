@@ -109,8 +109,10 @@ static void state_open(lua_State *L) {
   lua_pushcfunction(L, state_gc);
   lua_setfield(L, -2, "__gc");
   lua_setmetatable(L, -2);
+  /* right after the finaliser is in place, so it always balances: lua_rawsetp may raise (out of
+   * memory), and the record's finaliser runs then all the same */
+  dlp_capsule_state_opened();
   lua_rawsetp(L, LUA_REGISTRYINDEX, &state_key);
-  dlp_capsule_state_opened(); /* after the finaliser is in place, so it always balances */
 }
 
 /* The whole string is searched: a message may hold a NUL before the marker. */
