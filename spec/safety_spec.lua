@@ -239,6 +239,18 @@ describe("sizes at the int64 edge make no signed overflow (UBSan runs this too)"
     assert.are.equal(5, e[1][MAXINT])
   end)
 
+  it("copies into 2^63 - 1 expanded elements by writing what lands last, once", function()
+    local e = dlpack.zeros({1, 1}, "int32"):expand({1, MAXINT})
+    e[1] = dlpack.tensor({5}, "int32"):expand({MAXINT}) -- walked 2^63 - 1 times before
+    assert.are.equal(5, e:get(1, -1))
+    e:copy(dlpack.tensor({{6}}, "float64"):expand({1, MAXINT}))
+    assert.are.equal(6, e:get(1, 1))
+    -- what a row-major walk leaves: the last element along the repeated dimension
+    local m = dlpack.zeros({3, 1}, "int64"):expand({3, 4})
+    m:copy(dlpack.arange(12):view({3, 4}))
+    assert.are.same({3, 7, 11}, m:select(2, 1):totable())
+  end)
+
   it("takes empty shapes whose other sizes multiply past 2^63", function()
     local e = dlpack.empty({2 ^ 62, 4, 0}, "float64")
     assert.are.equal(0, e:numel())
@@ -247,6 +259,18 @@ describe("sizes at the int64 edge make no signed overflow (UBSan runs this too)"
     assert.are.same({2 ^ 62, 4, 0}, e:clone().shape)
     assert.is_true(e:is_contiguous())
     assert.are.same({}, dlpack.empty({0, MAXINT}):totable())
+  end)
+
+  it("counts the bytes of views whose elements outnumber int64's bytes, and refuses their tobytes", function()
+    -- 2^62 float32 elements on one: numel fits int64, numel * 4 does not (it wrapped to 0)
+    local wide = dlpack.zeros({1}, "float32"):expand({2 ^ 62})
+    assert.are.equal(2 ^ 62 * 4, wide.nbytes)
+    assert.are.equal(MAXINT * 8.0, dlpack.zeros({1}, "float64"):expand({MAXINT}).nbytes)
+    raises(function() return wide:tobytes() end, "tobytes: 4611686018427387904 elements of float32 are too many bytes")
+    raises(function() return dlpack.zeros({1}, "complex128"):expand({MAXINT}):slice(1, 1, -1, 2):tobytes() end,
+           "too many bytes")
+    raises(function() return alias:tobytes() end, "too many bytes") -- int8: it fits int64, not memory
+    assert.are.equal(2 ^ 40 * 4, dlpack.zeros({1}):expand({2 ^ 40}).nbytes)
   end)
 
   it("refuses to turn an empty tensor with 2^63 - 1 rows into tables", function()

@@ -31,19 +31,43 @@ local function in_fresh_state(code)
 end
 
 -- The sandbox a host builds (README, "Safety"), then the attacker's code, which returns a
--- list of the ways it found (one per line) or "".
+-- list of the ways it found (one per line) or "". The host opens the C modules scripts may use
+-- (here dlpack, kept in package.preload) and then removes the C searchers: with them, a script
+-- that points package.cpath at the Lua library itself (liblua5.4.so, libluajit-5.1.so) gets
+-- luaopen_package (a fresh package.loadlib), luaopen_debug, luaopen_io or LuaJIT's luaopen_ffi.
+-- KEEP_C_SEARCHERS leaves them in, to show that the module's own library offers nothing.
 local SANDBOX = [[
-  local CORE, LUA_DIR = %q, %q
+  local CORE, LUA_DIR, KEEP_C_SEARCHERS = %q, %q, %s
+  local dlpack_ = require "dlpack"
+  package.preload.dlpack = function() return dlpack_ end
+  if not KEEP_C_SEARCHERS then
+    local searchers = package.searchers or package.loaders
+    searchers[4], searchers[3] = nil, nil
+  end
   package.loadlib = nil
   debug, io, os, dofile, loadfile, loadstring = nil, nil, nil, nil, nil, nil
-  local load_ = load
+  -- text chunks only: Lua 5.1's load has no mode, so the first byte is checked here
+  local load_, setfenv_, concat = load, setfenv, table.concat
   load = function(chunk, name, mode, env)
-    if mode ~= "t" and mode ~= nil then error("binary chunks are off") end
-    return load_(chunk, name, "t", env)
+    if type(chunk) == "function" then
+      local parts = {}
+      for piece in chunk do
+        if piece == "" then break end
+        parts[#parts + 1] = piece
+      end
+      chunk = concat(parts)
+    end
+    if type(chunk) ~= "string" or chunk:byte(1) == 27 then return nil, "binary chunks are off" end
+    if not setfenv_ then return load_(chunk, name, "t", env) end
+    local f, err = load_(function() local c = chunk; chunk = nil; return c end, name)
+    if f and env then setfenv_(f, env) end
+    return f, err
   end
-  if package.preload then package.preload.ffi = nil end
-  package.loaded.ffi = nil
-  package.loaded.debug, package.loaded.io, package.loaded.os = nil, nil, nil
+  jit = nil
+  for _, k in ipairs({"ffi", "jit", "jit.util", "jit.profile", "jit.opt", "debug", "io", "os"}) do
+    package.loaded[k] = nil
+    if package.preload then package.preload[k] = nil end
+  end
 ]]
 
 local ATTACKER = [[
@@ -97,6 +121,28 @@ local ATTACKER = [[
     end
   end
   restore()
+  -- the Lua libraries on disk: their luaopen_package, luaopen_debug, luaopen_io, luaopen_os and
+  -- LuaJIT's luaopen_ffi would give what the sandbox removed. Only the searchers are called (they
+  -- load the library and find the function), never the loader itself.
+  for _, lib in ipairs(LUA_LIBS) do
+    package.cpath = lib
+    for _, name in ipairs({"package", "debug", "io", "os", "ffi", "jit", "x-package", "x-debug"}) do
+      for i, searcher in ipairs(searchers) do
+        local ok, loader = pcall(searcher, name)
+        if ok and type(loader) == "function" then
+          found[#found + 1] = "searcher " .. i .. ", cpath '" .. lib .. "', gives a loader for '" .. name .. "'"
+        end
+      end
+    end
+  end
+  restore()
+  -- binary chunks (bytecode can corrupt the interpreter), and string.dump's output in particular
+  local bytecode = string.dump(function() return 1 end)
+  if load(bytecode) then found[#found + 1] = "load takes a binary chunk" end
+  local sent = false
+  if load(function() if not sent then sent = true; return bytecode end end) then
+    found[#found + 1] = "load takes a binary chunk from a function"
+  end
   -- package.loaded and package.preload rewritten, dlpack required again under other names
   package.loaded.dlpack, package.loaded["dlpack.core"] = nil, nil
   package.preload["dlpack.unsafe"] = function(...) return require("dlpack.core", ...) end
@@ -125,18 +171,73 @@ local ATTACKER = [[
   return table.concat(found, "\n")
 ]]
 
--- The attack, with extra module names to require, in a fresh sandboxed state.
-local function attack(extra_names)
-  local list = {}
-  for i, n in ipairs(extra_names) do list[i] = ("%q"):format(n) end
-  return in_fresh_state(SANDBOX:format(CORE, LUA_DIR) .. "local EXTRA_NAMES = {" .. table.concat(list, ", ") ..
-    "}\n" .. ATTACKER)
+-- The Lua and LuaJIT shared libraries this machine has (ldconfig's cache and the usual folders).
+local function lua_libraries()
+  local libs, seen = {}, {}
+  local function add(path)
+    local base = path:match("[^/]+$")
+    local lua_lib = base:match("^liblua%d") or base:match("^libluajit") or base:match("^liblua%.so")
+    if seen[path] or not lua_lib then return end
+    if base:match("^liblua%d[%d.]*%-") then return end -- liblua5.4-filesystem and the like
+    local f = io.open(path, "rb")
+    if not f then return end
+    f:close()
+    seen[path] = true
+    libs[#libs + 1] = path
+  end
+  local p = io.popen("{ ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null")
+  if p then
+    for line in p:lines() do
+      local path = line:match("=>%s*(%S+)$")
+      if path then add(path) end
+    end
+    p:close()
+  end
+  for _, dir in ipairs({"/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+                        "/usr/lib", "/usr/lib64", "/usr/local/lib"}) do
+    for _, v in ipairs({"5.1", "5.2", "5.3", "5.4"}) do
+      add(dir .. "/liblua" .. v .. ".so.0")
+      add(dir .. "/liblua" .. v .. ".so")
+    end
+    add(dir .. "/libluajit-5.1.so.2")
+    add(dir .. "/libluajit-5.1.so")
+    add(dir .. "/liblua.so")
+  end
+  table.sort(libs)
+  return libs
+end
+
+local function quoted(list)
+  local out = {}
+  for i, n in ipairs(list) do out[i] = ("%q"):format(n) end
+  return "{" .. table.concat(out, ", ") .. "}"
+end
+
+-- The attack, with extra module names to require, in a fresh sandboxed state. opts.keep_c_searchers:
+-- a host that leaves the C searchers in; opts.libs: the Lua libraries to point package.cpath at.
+local function attack(extra_names, opts)
+  opts = opts or {}
+  return in_fresh_state(SANDBOX:format(CORE, LUA_DIR, tostring(opts.keep_c_searchers == true)) ..
+    "local EXTRA_NAMES = " .. quoted(extra_names) .. "\nlocal LUA_LIBS = " .. quoted(opts.libs or {}) .. "\n" ..
+    ATTACKER)
 end
 
 describe("dlpack.unsafe and a sandboxed script", function()
   it("is reached by no require, whatever the script does to package", function()
-    local found = attack({})
+    local found = attack({}, {libs = lua_libraries()})
     assert.are.equal("", found, "a sandboxed script reached dlpack.unsafe:\n" .. found)
+  end)
+
+  it("is reached by no require of the module's own library, where a host leaves the C searchers in", function()
+    local found = attack({}, {keep_c_searchers = true})
+    assert.are.equal("", found, "a sandboxed script reached dlpack.unsafe:\n" .. found)
+  end)
+
+  it("needs the C searchers gone: with them, a Lua library on disk gives package.loadlib back", function()
+    local libs = lua_libraries()
+    if #libs == 0 then return pending("no Lua shared library found on this machine") end
+    local found = attack({}, {keep_c_searchers = true, libs = libs})
+    assert.is_truthy(found:find("gives a loader for 'package'", 1, true), found)
   end)
 
   it("is reached by no luaopen_* function of the module's library (listed by nm)", function()
@@ -145,11 +246,11 @@ describe("dlpack.unsafe and a sandboxed script", function()
     assert.are.same({"luaopen_dlpack", "luaopen_dlpack_core"}, symbols)
     local names = {}
     for i, s in ipairs(symbols) do names[i] = s:gsub("^luaopen_", "") end
-    assert.are.equal("", attack(names))
+    assert.are.equal("", attack(names, {keep_c_searchers = true}))
   end)
 
   it("says why when the sandbox removed package.loadlib", function()
-    local code = SANDBOX:format(CORE, LUA_DIR) .. [[
+    local code = SANDBOX:format(CORE, LUA_DIR, "false") .. [[
       package.loaded["dlpack.unsafe"] = nil
       local ok, err = pcall(require, "dlpack.unsafe")
       return ok and "opened" or err
@@ -166,6 +267,18 @@ describe("dlpack.unsafe and a sandboxed script", function()
       return table.concat(d.from_dlpack(unsafe.adopt(ptr, name)):totable(), ",")
     ]])
     assert.are.equal("1,2,3", r)
+  end)
+
+  it("makes tensors and streams with their metatables when opened before dlpack", function()
+    local r = in_fresh_state(([[
+      local unsafe = package.loadlib(%q, "dlpack_lua_open_unsafe")()
+      local t = unsafe.wrap(unsafe.pointer(4096), {0}, "float32", {})
+      local s = unsafe.wrap_stream(12345)
+      local d = require "dlpack"
+      return tostring(getmetatable(t) == getmetatable(d.zeros({1}))) .. " " ..
+             tostring(getmetatable(s) == getmetatable(d.cuda.legacy_stream)) .. " " .. tostring(t.shape[1])
+    ]]):format(CORE))
+    assert.are.equal("true true 0", r)
   end)
 
   it("has no luaopen_ entry point: a host opens it through C (dlpack_lua_open_unsafe)", function()

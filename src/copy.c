@@ -193,16 +193,26 @@ static void copy_elements(dlp_Tensor *dst, const dlp_Tensor *src) {
   Walk w;
   if (dst->dtype == src->dtype && dlp_is_contiguous(dst) && dlp_is_contiguous(src)) {
     int64_t bytes = dlp_nbytes(dst);
-    if (bytes) memcpy(dlp_first_element(dst), dlp_first_element(src), (size_t)bytes); /* packed ones too */
+    if (bytes > 0) memcpy(dlp_first_element(dst), dlp_first_element(src), (size_t)bytes); /* packed ones too */
     return;
   }
   byte_strides(dst, ds);
   byte_strides(src, ss);
-  if (!simplify(&w, dst->dl.ndim, dst->dl.shape, ds, ss)) return;
+  /* a dimension of stride 0 in the destination keeps what is written last: only its last index is
+   * copied (an expanded destination may have 2^63 - 1 elements); ss * (size - 1) fits, src is sealed */
+  int64_t shape[DLP_MAX_NDIM];
+  const char *from = dlp_first_element(src);
+  for (int i = 0; i < dst->dl.ndim; i++) {
+    shape[i] = dst->dl.shape[i];
+    if (ds[i] == 0 && shape[i] > 1) {
+      from += ss[i] * (shape[i] - 1);
+      shape[i] = 1;
+    }
+  }
+  if (!simplify(&w, dst->dl.ndim, shape, ds, ss)) return;
   Job job = {dlp_row_function(dst->dtype, src->dtype), NULL, dlp_dtypes[dst->dtype].itemsize,
              dst->dtype == src->dtype};
-  run(&w, &job, dlp_first_element(dst), dlp_first_element(src), dlp_dtypes[dst->dtype].itemsize,
-      dlp_dtypes[src->dtype].itemsize);
+  run(&w, &job, dlp_first_element(dst), from, dlp_dtypes[dst->dtype].itemsize, dlp_dtypes[src->dtype].itemsize);
 }
 
 void dlp_gather(char *out, const dlp_Tensor *t) {

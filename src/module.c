@@ -109,8 +109,10 @@ static void state_open(lua_State *L) {
   lua_pushcfunction(L, state_gc);
   lua_setfield(L, -2, "__gc");
   lua_setmetatable(L, -2);
+  /* right after the finaliser is in place, so it always balances: lua_rawsetp may raise (out of
+   * memory), and the record's finaliser runs then all the same */
+  dlp_capsule_state_opened();
   lua_rawsetp(L, LUA_REGISTRYINDEX, &state_key);
-  dlp_capsule_state_opened(); /* after the finaliser is in place, so it always balances */
 }
 
 /* The whole string is searched: a message may hold a NUL before the marker. */
@@ -183,6 +185,10 @@ DLPACK_LUA_API int luaopen_dlpack_core(lua_State *L) {
  * only call `require` reaches it. A host opens it through C, or lua/dlpack/unsafe.lua through
  * package.loadlib, which a sandbox removes (README, "Safety"). */
 DLPACK_LUA_API int dlpack_lua_open_unsafe(lua_State *L) {
+  /* the tensor and stream metatables first: opened before dlpack (a host's luaL_requiref in any
+   * order), wrap and wrap_stream made objects without one, which nothing ever released */
+  luaopen_dlpack(L);
+  lua_pop(L, 1);
   lua_newtable(L);
   dlp_unsafe_register(L, lua_gettop(L));
   state_open(L);

@@ -98,10 +98,11 @@ int64_t dlp_walk_stride(const dlp_Tensor *t, int i) {
   return t->dl.strides[i] * (int64_t)dlp_dtypes[t->dtype].itemsize;
 }
 
+/* -1 when the bytes do not fit int64: a view with stride 0 ({1} expanded to {2^62}) has more
+ * elements than the memory it covers, and only its element count was checked when it was made. */
 int64_t dlp_nbytes(const dlp_Tensor *t) {
   int64_t bytes = 0;
-  dlp_bytes_of(t->dtype, dlp_numel(t), t->flags, &bytes); /* fits: checked when t was made */
-  return bytes;
+  return dlp_bytes_of(t->dtype, dlp_numel(t), t->flags, &bytes) ? bytes : -1;
 }
 
 /* Strides of size-1 dimensions say nothing about layout, and an empty tensor is contiguous. */
@@ -639,7 +640,11 @@ static int push_property(lua_State *L, dlp_Tensor *t, const char *k) {
   else if (strcmp(k, "dtype") == 0) lua_pushstring(L, dlp_dtypes[t->dtype].name);
   else if (strcmp(k, "device") == 0) dlp_push_device_name(L, t->dl.device);
   else if (strcmp(k, "itemsize") == 0) lua_pushinteger(L, dlp_dtypes[t->dtype].itemsize);
-  else if (strcmp(k, "nbytes") == 0) lua_pushinteger(L, dlp_nbytes(t));
+  else if (strcmp(k, "nbytes") == 0) {
+    int64_t bytes = dlp_nbytes(t);
+    if (bytes >= 0) lua_pushinteger(L, bytes);
+    else lua_pushnumber(L, (lua_Number)dlp_numel(t) * (lua_Number)dlp_dtypes[t->dtype].bits / 8); /* beyond 2^63 */
+  }
   else if (strcmp(k, "byte_offset") == 0) lua_pushinteger(L, (lua_Integer)t->dl.byte_offset);
   else if (strcmp(k, "readonly") == 0) lua_pushboolean(L, (t->flags & DLP_FLAG_READ_ONLY) != 0);
   else return 0;

@@ -138,8 +138,11 @@ static int l_tobytes(lua_State *L) {
   dlp_check_host(L, t, "tobytes");
   lua_settop(L, 1);
   dlp_Tensor *held = dlp_tensor_alias(L, 1, t->dl.device, "tobytes"); /* at 2 */
-  size_t bytes = (size_t)dlp_nbytes(held);
-  int64_t n = dlp_numel(held);
+  int64_t n = dlp_numel(held), nbytes = dlp_nbytes(held);
+  /* a view with stride 0 may have more bytes than int64 counts ({1} expanded to {2^62}) */
+  if (nbytes < 0 || (uint64_t)nbytes > PTRDIFF_MAX / 2)
+    return luaL_error(L, "tobytes: %I elements of %s are too many bytes", (lua_Integer)n, dlp_dtypes[held->dtype].name);
+  size_t bytes = (size_t)nbytes;
   if (dlp_is_contiguous(held)) {
     lua_pushlstring(L, n ? dlp_first_element(held) : "", bytes);
   } else {

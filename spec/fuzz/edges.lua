@@ -192,7 +192,7 @@ local function edge(S, T, dlpack)
   -- a chain of views and accesses on it
   local cur, cname = t, name
   for _ = 1, R(1, 5) do
-    local which, a, b, c = R(14), G.pick(EDGE), G.pick(EDGE), G.pick(EDGE)
+    local which, a, b, c = R(17), G.pick(EDGE), G.pick(EDGE), G.pick(EDGE)
     local d = R(-3, 3)
     local r, call
     if which == 1 then
@@ -239,6 +239,25 @@ local function edge(S, T, dlpack)
     elseif which == 13 then
       call = string.format("dlpack.from_dlpack(dlpack.to_dlpack(%s))", cname)
       ok, r = S:call(call, function() return dlpack.from_dlpack(dlpack.to_dlpack(cur)) end)
+    elseif which == 15 then
+      -- bytes past int64 (2^62 elements of 4 bytes): a clear error, never a short block
+      call = string.format("%s:tobytes(), %s.nbytes", cname, cname)
+      ok = S:call(call, function()
+        local done, bytes = pcall(T.tobytes, cur)
+        local numel, size, nbytes = cur:numel(), cur.itemsize, cur.nbytes
+        local right -- an integer when numel * itemsize fits int64, else a float
+        if numel <= MAXINT // size then right = math.type(nbytes) == "integer" and nbytes == numel * size
+        else right = math.type(nbytes) == "float" and nbytes == numel * 1.0 * size end
+        if not right then S:fail(call .. ": nbytes is " .. G.fmt(nbytes) .. " for " .. numel .. " elements") end
+        if done and #bytes ~= nbytes then S:fail(call .. ": " .. #bytes .. " bytes, nbytes " .. G.fmt(nbytes)) end
+      end)
+    elseif which == 16 then
+      -- a copy into 2^63 - 1 expanded elements writes the element once
+      call = string.format("%s:copy(dlpack.full({1}, %s, %q):expand(%s:size()))", cname, G.fmt(value), dtype, cname)
+      ok = S:call(call, function()
+        local src = cur.ndim > 0 and dlpack.full({1}, value, dtype):expand(cur:size()) or dlpack.full({}, value, dtype)
+        return cur:copy(src)
+      end)
     else
       call = string.format("%s:get(%s, %s)", cname, G.fmt(a), G.fmt(b))
       ok, r = S:call(call, T.get, cur, a, b)
