@@ -87,6 +87,35 @@ describe("a capsule a C producer makes for a script (dlpack_lua_push_capsule)", 
   end)
 end)
 
+describe("capsules that scripts make", function()
+  it("outlive their state, consumable by another, until the last state closes", function()
+    local dlpack = require "dlpack"
+    counting(1, function()
+      in_fresh_state([[
+        local fab, d = require "fabricate", require "dlpack"
+        fab.post(d.to_dlpack(d.from_dlpack((fab.versioned({shape = {3}})))))
+      ]])
+      assert.are.same({1, 2, 3}, dlpack.from_dlpack(fab.receive(1)):totable())
+      collectgarbage()
+      collectgarbage()
+    end)
+  end)
+
+  it("go back when their state closes once the host isolated it (dlpack_lua_isolate_capsules)", function()
+    local dlpack = require "dlpack"
+    counting(101, function()
+      in_fresh_state([[
+        local fab, d = require "fabricate", require "dlpack"
+        fab.isolate()
+        for _ = 1, 100 do d.to_dlpack(d.from_dlpack((fab.versioned({shape = {2}})))) end
+        fab.post(d.from_dlpack((fab.versioned({shape = {3}}))):__dlpack({max_version = {1, 0}}))
+      ]])
+    end)
+    local cap = fab.receive(1)
+    support.raises(function() dlpack.from_dlpack(cap) end, "consumed")
+  end)
+end)
+
 describe("finalizers that run during lua_close", function()
   it("get a clear error from every function that would make a tensor or capsule after the module's cleanup",
     function()

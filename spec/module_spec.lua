@@ -84,6 +84,21 @@ describe("error messages of the module's own", function()
   end)
 end)
 
+describe("one copy of the library per lua_State", function()
+  it("refuses a second copy (another file) opened in a state that has the first", function()
+    local other = support.BUILD .. "/gen/dlpack/core.so" -- a test build of the same sources
+    local f = io.open(other, "rb")
+    if not f then return pending(other .. " not built (make all builds it)") end
+    f:close()
+    local open = assert(package.loadlib(other, "luaopen_dlpack_core"))
+    support.raises_plain(open, "another copy of the dlpack library")
+    -- the same copy opened again is the same module
+    assert.are.equal("function", type(package.loadlib(package.searchpath("dlpack.core", package.cpath),
+      "luaopen_dlpack_core")().zeros))
+    assert.are.same({2}, dlpack.zeros({2}).shape)
+  end)
+end)
+
 describe("device_type", function()
   it("maps every device name of the contract to its DLPack code", function()
     for name, code in pairs(DEVICE_CODES) do

@@ -211,6 +211,11 @@ void dlp_capsule_state_closed(uint64_t state) {
   }
 }
 
+uint64_t dlp_capsule_holder(lua_State *L) {
+  dlp_State *st = dlp_state(L);
+  return st && st->isolated ? st->id : DLP_CAPSULE_SCRIPT;
+}
+
 void dlp_capsule_push_for_state(lua_State *L, void *managed, int versioned, const char *what) {
   dlp_State *st;
   void *capsule = NULL;

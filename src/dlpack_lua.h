@@ -78,6 +78,11 @@ DLPACK_LUA_API DLManagedTensor *dlpack_lua_export_legacy(lua_State *L, int idx);
  * when the module is not open in L, L is closing, or too many capsules are unconsumed. versioned: 1 for
  * DLManagedTensorVersioned. */
 DLPACK_LUA_API void dlpack_lua_push_capsule(lua_State *L, void *managed, int versioned);
+/* From now on, capsules that scripts in L make (to_dlpack, __dlpack, dlpack.unsafe.adopt) are handed back when L closes,
+ * as push_capsule's are, instead of staying consumable by other states until the last one closes: for hosts whose
+ * states pass no capsules to each other, sandboxes first (a script then leaves nothing behind). Raises unless the
+ * module is open in L. */
+DLPACK_LUA_API void dlpack_lua_isolate_capsules(lua_State *L);
 /* Make a capsule (a light userdata) owning a managed tensor, for the host itself (passing a tensor between states or
  * threads): never handed back, the host consumes it. NULL when too many are unconsumed. No lua_State needed. */
 DLPACK_LUA_API void *dlpack_lua_capsule_new(void *managed, int versioned);
@@ -92,7 +97,7 @@ DLPACK_LUA_API void dlpack_lua_push_stream(lua_State *L, void *stream, int devic
 /* The registry key of the function table below (a light userdata to a static struct). */
 #define DLPACK_LUA_API_KEY "dlpack.api"
 /* Version of the function table; new fields are only ever appended (2 added the stream functions,
- * 3 push_capsule). */
+ * 3 push_capsule and isolate_capsules). */
 #define DLPACK_LUA_API_VERSION 3
 
 typedef struct dlpack_lua_api {
@@ -110,6 +115,7 @@ typedef struct dlpack_lua_api {
   void (*push_stream)(lua_State *L, void *stream, int device);
   /* version >= 3 */
   void (*push_capsule)(lua_State *L, void *managed, int versioned);
+  void (*isolate_capsules)(lua_State *L);
 } dlpack_lua_api;
 
 /* Fetch the table from the registry of L (NULL if dlpack was not opened in L). */

@@ -56,6 +56,12 @@ DLPACK_LUA_API void dlpack_lua_push_capsule(lua_State *L, void *managed, int ver
   dlp_capsule_push_for_state(L, managed, versioned, "dlpack_lua_push_capsule");
 }
 
+DLPACK_LUA_API void dlpack_lua_isolate_capsules(lua_State *L) {
+  dlp_State *st = dlp_state(L);
+  if (!st) luaL_error(L, "dlpack_lua_isolate_capsules: the dlpack module is not open in this lua_State");
+  st->isolated = 1;
+}
+
 DLPACK_LUA_API int dlpack_lua_capsule_consume(void *capsule, void **managed, int *versioned) {
   return dlp_capsule_consume(capsule, managed, versioned);
 }
@@ -84,6 +90,7 @@ static const dlpack_lua_api api = {
   dlpack_lua_check_stream,
   dlpack_lua_push_stream,
   dlpack_lua_push_capsule,
+  dlpack_lua_isolate_capsules,
 };
 
 void dlp_hostapi_register(lua_State *L) {

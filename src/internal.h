@@ -60,6 +60,7 @@ void dlp_untrack(dlp_Tracked *node); /* idempotent */
 typedef struct dlp_State {
   uint64_t id;          /* unique in the process, never 0 */
   int closing;          /* the module's cleanup at lua_close has run */
+  int isolated;         /* its scripts' capsules go back when it closes (dlpack_lua_isolate_capsules) */
   dlp_Tracked *tracked; /* objects its cleanup releases */
 } dlp_State;
 
@@ -342,6 +343,8 @@ void dlp_format_register(lua_State *L, int module, int methods, int meta);
  * the state with that dlp_State id closes (a C producer's capsule for a script). */
 #define DLP_CAPSULE_HOST 0
 #define DLP_CAPSULE_SCRIPT UINT64_MAX
+/* Who gets a capsule a script in L makes: DLP_CAPSULE_SCRIPT, or L's id when the host isolated it. */
+uint64_t dlp_capsule_holder(lua_State *L);
 void *dlp_capsule_new(void *managed, int versioned, uint64_t holder);
 int dlp_capsule_consume(void *capsule, void **managed, int *versioned);
 int dlp_capsule_state(void *p, int *versioned, int *consumed);

@@ -104,6 +104,7 @@ static void state_open(lua_State *L) {
   dlp_State *st = lua_newuserdatauv(L, sizeof *st, 0);
   st->id = atomic_fetch_add(&last_state_id, 1) + 1;
   st->closing = 0;
+  st->isolated = 0;
   st->tracked = NULL;
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, state_gc);
@@ -136,10 +137,23 @@ static void stay_loaded(void) {
   }
 }
 
+/* Marks the tensor metatable as this copy of the library's. Another copy (another file, maybe
+ * another version: a script may point package.cpath at any) would share the metatables, whose
+ * names are the same, but not their layouts nor its capsule table: it is refused. */
+static const char library_identity = 0;
+
+static void check_one_library(lua_State *L) {
+  int top = lua_gettop(L);
+  if (luaL_getmetatable(L, DLPACK_LUA_TENSOR_MT) != LUA_TNIL && lua_rawgetp(L, -1, &library_identity) == LUA_TNIL)
+    luaL_error(L, "dlpack: another copy of the dlpack library (another file) is open in this lua_State already");
+  lua_settop(L, top);
+}
+
 DLPACK_LUA_API int luaopen_dlpack(lua_State *L) {
   int module, methods, meta;
   static pthread_once_t pinned = PTHREAD_ONCE_INIT;
   pthread_once(&pinned, stay_loaded);
+  check_one_library(L);
   lua_newtable(L);
   module = lua_gettop(L);
   lua_newtable(L);
@@ -147,6 +161,8 @@ DLPACK_LUA_API int luaopen_dlpack(lua_State *L) {
   /* opened before in this state (a second require): the same metatable keeps older tensors valid */
   luaL_newmetatable(L, DLPACK_LUA_TENSOR_MT);
   meta = lua_gettop(L);
+  lua_pushboolean(L, 1);
+  lua_rawsetp(L, meta, &library_identity);
   dlp_tensor_register(L, module, methods, meta);
   dlp_views_register(L, methods);
   dlp_copy_register(L, methods);

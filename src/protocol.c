@@ -342,7 +342,7 @@ static int export_capsule(lua_State *L, int python_defaults, const char *what) {
     if (legacy) ((ExportLegacy *)((DLManagedTensor *)managed)->manager_ctx)->after = after;
     else ((ExportVersioned *)((DLManagedTensorVersioned *)managed)->manager_ctx)->after = after;
   }
-  capsule = dlp_capsule_new(managed, !legacy, DLP_CAPSULE_SCRIPT);
+  capsule = dlp_capsule_new(managed, !legacy, dlp_capsule_holder(L));
   if (!capsule) {
     dlp_managed_delete(managed, !legacy);
     return luaL_error(L, "%s: too many unconsumed capsules", what);

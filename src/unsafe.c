@@ -15,7 +15,7 @@ static int l_adopt(lua_State *L) {
   if (lua_type(L, 1) != LUA_TLIGHTUSERDATA || !managed) luaL_argexpected(L, 0, 1, "non-NULL light userdata");
   int versioned = check_name(L, 2);
   dlp_state_for_new(L, "a capsule");
-  void *capsule = dlp_capsule_new(managed, versioned, DLP_CAPSULE_SCRIPT);
+  void *capsule = dlp_capsule_new(managed, versioned, dlp_capsule_holder(L));
   if (!capsule) return luaL_error(L, "dlpack.unsafe.adopt: too many unconsumed capsules");
   lua_pushlightuserdata(L, capsule);
   return 1;

@@ -11,6 +11,7 @@
  *   fab.raw_versioned(spec) / fab.raw_legacy(spec) -> light userdata, name
  *   fab.c_producer(spec) -> object whose C __dlpack makes a capsule through the registry table
  *       (push_capsule: handed back when the state closes if the script drops it)
+ *   fab.isolate(): dlpack_lua_isolate_capsules for the calling state (as a host would call it)
  *   fab.deleted(), fab.live(), fab.double_deletes(), fab.tampered()
  *   fab.delete(ptr) -> true if ptr was a live fabricated tensor (now deleted)
  *   fab.reclaim() -> frees fabricated tensors that have a NULL deleter
@@ -505,6 +506,12 @@ static int f_c_producer(lua_State *L) {
 
 /* ------------------------------------------------------------------------ */
 /* Counters and deleting                                                     */
+
+/* The host's dlpack_lua_isolate_capsules for the calling state. */
+static int f_isolate(lua_State *L) {
+  need_api(L)->isolate_capsules(L);
+  return 0;
+}
 
 static int f_deleted(lua_State *L) { lua_pushinteger(L, atomic_load(&g_deleted)); return 1; }
 static int f_double_deletes(lua_State *L) { lua_pushinteger(L, atomic_load(&g_double)); return 1; }
@@ -1110,6 +1117,7 @@ static const luaL_Reg fab_funcs[] = {
   {"raw_versioned", f_raw_versioned},
   {"raw_legacy", f_raw_legacy},
   {"c_producer", f_c_producer},
+  {"isolate", f_isolate},
   {"deleted", f_deleted},
   {"live", f_live},
   {"double_deletes", f_double_deletes},

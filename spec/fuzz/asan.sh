@@ -52,14 +52,16 @@ export LUA_CPATH="$ROOT/build/asan/?.so;;"
 if [[ -n $half ]]; then # the fake driver the module loads is the one `require "fakecuda"` finds
   export DLPACK_LUA_CUDA_DRIVER="$ROOT/build/asan/fakecuda.so" FAKECUDA_DEVICES=2
 fi
-# The seed a crash happened in: the one after the last finished seed.
-first=1 prev=
+# The seed a crash happened in: the one after the last finished seed. A run given --seconds S
+# is stopped after S + 60 (a seed takes well under a second): a hang then names its seed too.
+first=1 prev= limit=()
 for a in "$@"; do
   [[ $prev == --seed ]] && first=$a
+  [[ $prev == --seconds ]] && limit=(timeout -k 5 $((a + 60)))
   prev=$a
 done
 outlog=$(mktemp)
-LD_PRELOAD="$LIBASAN $ROOT/$SHIM" "$LUA" "$ROOT/$SCRIPT" "$@" | tee "$outlog"
+LD_PRELOAD="$LIBASAN $ROOT/$SHIM" "${limit[@]}" "$LUA" "$ROOT/$SCRIPT" "$@" | tee "$outlog"
 rc=${PIPESTATUS[0]}
 if ((rc != 0 && rc != 1)); then
   last=$(sed -n -E 's/^seed ([0-9]+): .*/\1/p' "$outlog" | tail -n 1)
