@@ -102,6 +102,9 @@ local DEEDS = {
   "local p = producer({shape = {5}}); G[#G + 1] = d.from_dlpack(p)",
   "local p = producer({}); G[#G + 1] = d.from_dlpack(getmetatable(p).__dlpack(p, {max_version = {1, 0}}))",
   "G[#G + 1] = d.to_dlpack(d.zeros({2}))",
+  -- a script capsule of a fabricated tensor, dropped: it goes back at close once isolated
+  "if ISOLATED then local c = versioned({shape = {2}}); local ok, t = pcall(d.from_dlpack, c)\n" ..
+    "if ok then d.to_dlpack(t) else d.release_capsule(c) end end",
   "if G[1] then G[1]:release() end",
   "G[#G + 1] = G[#G] and d.from_dlpack(G[#G])",
   "collectgarbage()",
@@ -109,7 +112,7 @@ local DEEDS = {
   "G[#G + 1] = require('dlpack.unsafe').wrap_stream(12345)",
 }
 local SETTINGS = { "", "collectgarbage('stop')", "collectgarbage('generational')",
-  "collectgarbage('incremental', 1, 1000)" }
+  "collectgarbage('incremental', 1, 1000)", "fab.isolate(); ISOLATED = true" }
 
 local PRELUDE = [[
 local fab, try = require "fabricate", function(f) pcall(f) end
