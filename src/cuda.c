@@ -568,7 +568,7 @@ void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStrea
     luaL_error(L, "%s: %I bytes would be copied into %I (the layouts do not match)", what, (lua_Integer)bytes,
                (lua_Integer)dlp_nbytes(to));
   Hold *held = bytes ? hold_new() : NULL; /* before any work: nothing can fail for want of memory after it */
-  if (bytes && !held) luaL_error(L, "%s: not enough memory");
+  if (bytes && !held) luaL_error(L, "%s: not enough memory", what);
   dlp_CudaStream *after_src = owner_stream(src->owner, src->dl.device);
   dlp_CudaStream *after_dst = owner_stream(dst->owner, dst->dl.device);
   int queued = 0, sync = !stream || to != dst;
