@@ -34,37 +34,14 @@ fuzz.lua's: one line per seed, 0 when every seed passed, 1 otherwise.
 ]]
 
 local here = ((arg and arg[0]) or "spec/fuzz/cuda.lua"):match("^(.*)/[^/]*$") or "."
-local root = here .. "/../.."
 package.path = here .. "/../?.lua;" .. package.path
-if not os.getenv("LUA_PATH") then
-  package.path = package.path .. ";" .. root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua"
-end
-if not os.getenv("LUA_CPATH") then package.cpath = root .. "/build/?.so;" .. package.cpath end
+local runner = require "fuzz.runner"
+runner.paths(here)
 
 local options = { seed = 1, steps = 300, seeds = 1, seconds = nil, verbose = false }
-do
-  local i = 1
-  while arg and arg[i] do
-    local a = arg[i]
-    local function num()
-      i = i + 1
-      local v = math.tointeger(tonumber(arg[i]))
-      if not v then io.stderr:write("fuzz-cuda: ", a, " wants an integer\n"); os.exit(2) end
-      return v
-    end
-    if a == "--seed" then options.seed = num()
-    elseif a == "--steps" then options.steps = num()
-    elseif a == "--seeds" then options.seeds = num()
-    elseif a == "--seconds" then options.seconds = num()
-    elseif a == "--verbose" or a == "-v" then options.verbose = true
-    elseif a == "--corpus" then num() -- the CPU half's option: nothing to do here
-    else
-      io.stderr:write("usage: lua5.4 spec/fuzz/cuda.lua [--seed S] [--steps N] [--seeds K] [--seconds T] [--verbose]\n")
-      os.exit(2)
-    end
-    i = i + 1
-  end
-end
+runner.options("fuzz-cuda", options,
+  "lua5.4 spec/fuzz/cuda.lua [--seed S] [--steps N] [--seeds K] [--seconds T] [--verbose]",
+  { ["--corpus"] = function(_, num) num("--corpus") end }) -- the CPU half's option: nothing to do here
 
 local dlpack = require "dlpack"
 local cuda = dlpack.cuda
@@ -785,38 +762,6 @@ local function run_seed(seed, steps)
   return st
 end
 
-local start = os.clock()
-local wall0 = os.time()
-local seed = options.seed
-local nseeds, ncalls, nfail = 0, 0, 0
-local failed_seeds = {}
-while options.seeds > 0 or options.seconds do
-  local t0 = os.clock()
-  local st = run_seed(seed, options.steps)
-  nseeds = nseeds + 1
-  ncalls = ncalls + st.calls
-  local status = #st.failures == 0 and "ok" or ("FAILED (" .. #st.failures .. ")")
-  if #st.failures > 0 then
-    nfail = nfail + #st.failures
-    failed_seeds[#failed_seeds + 1] = seed
-  end
-  out:write(string.format("seed %d: %d steps, %d calls, %.2fs cpu: %s\n", seed, st.step, st.calls, os.clock() - t0,
-    status))
-  out:flush()
-  seed = seed + 1
-  if options.seconds then
-    if os.time() - wall0 >= options.seconds then break end
-  elseif nseeds >= options.seeds then
-    break
-  end
-end
-local secs = os.clock() - start
-out:write(string.format("fuzz (cuda): %d seeds (%d..%d), %d calls in %.1fs cpu, %ds wall (%.0f calls/s cpu), "
-  .. "%d failures%s\n", nseeds, options.seed, seed - 1, ncalls, secs, os.time() - wall0, ncalls / math.max(secs, 1e-3),
-  nfail, #failed_seeds > 0 and (" in seeds " .. table.concat(failed_seeds, " ")) or ""))
-if #failed_seeds > 0 then
-  out:write(string.format("reproduce: bash spec/fuzz/asan.sh --cuda --seed %d --seeds 1 --steps %d --verbose\n",
-    failed_seeds[1], options.steps))
-end
-out:flush()
-os.exit(nfail == 0 and 0 or 1, true)
+runner.run(options, "fuzz (cuda)", function(seed) return run_seed(seed, options.steps) end, 0, function(seed)
+  return string.format("bash spec/fuzz/asan.sh --cuda --seed %d --seeds 1 --steps %d --verbose", seed, options.steps)
+end)

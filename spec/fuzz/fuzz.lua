@@ -21,12 +21,9 @@ a crash names it. Exit status: 0 when every seed passed, 1 otherwise.
 ]]
 
 local here = ((arg and arg[0]) or "spec/fuzz/fuzz.lua"):match("^(.*)/[^/]*$") or "."
-local root = here .. "/../.."
 package.path = here .. "/../?.lua;" .. package.path
-if not os.getenv("LUA_PATH") then
-  package.path = package.path .. ";" .. root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua"
-end
-if not os.getenv("LUA_CPATH") then package.cpath = root .. "/build/?.so;" .. package.cpath end
+local runner = require "fuzz.runner"
+runner.paths(here)
 
 local G = require "fuzz.gen"
 local model = require "fuzz.model"
@@ -34,35 +31,15 @@ local corpus = require "fuzz.corpus"
 
 local options = { seed = 1, steps = 400, seeds = 1, seconds = nil, corpus = 30, verbose = false, without = {},
   contract = true }
-do
-  local i = 1
-  while arg and arg[i] do
-    local a = arg[i]
-    local function num()
-      i = i + 1
-      local v = math.tointeger(tonumber(arg[i]))
-      if not v then io.stderr:write("fuzz: ", a, " wants an integer\n"); os.exit(2) end
-      return v
-    end
-    if a == "--seed" then options.seed = num()
-    elseif a == "--steps" then options.steps = num()
-    elseif a == "--seeds" then options.seeds = num()
-    elseif a == "--seconds" then options.seconds = num()
-    elseif a == "--corpus" then options.corpus = num()
-    elseif a == "--verbose" or a == "-v" then options.verbose = true
-    elseif a == "--skip-contract" then options.contract = false
-    elseif a == "--contract-only" then options.seeds = 0
-    elseif a == "--without" then
-      i = i + 1
-      for w in (arg[i] or ""):gmatch("[^,]+") do options.without[w] = true end
-    else
-      io.stderr:write("usage: lua5.4 spec/fuzz/fuzz.lua [--seed S] [--steps N] [--seeds K] [--seconds T] ",
-        "[--corpus M] [--verbose] [--without raw,OP,...] [--skip-contract | --contract-only]\n")
-      os.exit(2)
-    end
-    i = i + 1
-  end
-end
+runner.options("fuzz", options, "lua5.4 spec/fuzz/fuzz.lua [--seed S] [--steps N] [--seeds K] [--seconds T] "
+    .. "[--corpus M] [--verbose] [--without raw,OP,...] [--skip-contract | --contract-only]", {
+  ["--corpus"] = function(_, num) options.corpus = num("--corpus") end,
+  ["--skip-contract"] = function() options.contract = false end,
+  ["--contract-only"] = function() options.seeds = 0 end,
+  ["--without"] = function(next_arg)
+    for w in (next_arg() or ""):gmatch("[^,]+") do options.without[w] = true end
+  end,
+})
 
 local dlpack = require "dlpack"
 local okfab, fab = pcall(require, "fabricate")
@@ -2135,46 +2112,16 @@ end
 table.sort(contract_failures)
 for _, f in ipairs(contract_failures) do io.stderr:write("FAIL contract: ", f, "\n") end
 
-local start = os.clock()
-local wall0 = os.time()
-local seed = options.seed
-local nseeds, ncalls, nfail = 0, 0, #contract_failures
-local failed_seeds = {}
 if not fab then io.stderr:write("fuzz: fabricate.so not found: the malformed-producer corpus is skipped\n") end
 if options.contract then
   out:write(string.format("contract: the safe API has no raw-pointer entry points: %s\n",
     #contract_failures == 0 and "ok" or "FAILED"))
 end
-while options.seeds > 0 or options.seconds do
-  local t0 = os.clock()
-  local st = run_seed(seed, options.steps, options.corpus)
-  nseeds = nseeds + 1
-  ncalls = ncalls + st.calls
-  local status = #st.failures == 0 and "ok" or ("FAILED (" .. #st.failures .. ")")
-  if #st.failures > 0 then
-    nfail = nfail + #st.failures
-    failed_seeds[#failed_seeds + 1] = seed
-  end
-  out:write(string.format("seed %d: %d steps, %d calls, %.2fs cpu: %s\n", seed, st.step, st.calls, os.clock() - t0,
-    status))
-  out:flush()
-  seed = seed + 1
-  if options.seconds then
-    if os.time() - wall0 >= options.seconds then break end
-  elseif nseeds >= options.seeds then
-    break
-  end
-end
-local secs = os.clock() - start
-out:write(string.format("fuzz: %d seeds (%d..%d), %d calls in %.1fs cpu, %ds wall (%.0f calls/s cpu), %d failures%s\n",
-  nseeds, options.seed, seed - 1, ncalls, secs, os.time() - wall0, ncalls / math.max(secs, 1e-3), nfail,
-  #failed_seeds > 0 and (" in seeds " .. table.concat(failed_seeds, " ")) or ""))
-if #failed_seeds > 0 then
-  local w = {}
-  for k in pairs(WITHOUT) do w[#w + 1] = k end
-  table.sort(w)
-  out:write(string.format("reproduce: lua5.4 spec/fuzz/fuzz.lua --seed %d --steps %d --corpus %d%s --verbose\n",
-    failed_seeds[1], options.steps, options.corpus, #w > 0 and (" --without " .. table.concat(w, ",")) or ""))
-end
-out:flush()
-os.exit(nfail == 0 and 0 or 1, true)
+runner.run(options, "fuzz", function(seed) return run_seed(seed, options.steps, options.corpus) end, #contract_failures,
+  function(seed)
+    local w = {}
+    for k in pairs(WITHOUT) do w[#w + 1] = k end
+    table.sort(w)
+    return string.format("lua5.4 spec/fuzz/fuzz.lua --seed %d --steps %d --corpus %d%s --verbose", seed, options.steps,
+      options.corpus, #w > 0 and (" --without " .. table.concat(w, ",")) or "")
+  end)
