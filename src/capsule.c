@@ -211,8 +211,18 @@ void dlp_capsule_state_closed(uint64_t state) {
   }
 }
 
+/* States a host isolated, ever: while there is none, no export pays for a look at its state. */
+static atomic_int isolated_states;
+
+void dlp_capsule_isolate(dlp_State *st) {
+  if (!st->isolated) atomic_fetch_add(&isolated_states, 1);
+  st->isolated = 1;
+}
+
 uint64_t dlp_capsule_holder(lua_State *L) {
-  dlp_State *st = dlp_state(L);
+  dlp_State *st;
+  if (atomic_load_explicit(&isolated_states, memory_order_relaxed) == 0) return DLP_CAPSULE_SCRIPT;
+  st = dlp_state(L);
   return st && st->isolated ? st->id : DLP_CAPSULE_SCRIPT;
 }
 

@@ -59,7 +59,7 @@ DLPACK_LUA_API void dlpack_lua_push_capsule(lua_State *L, void *managed, int ver
 DLPACK_LUA_API void dlpack_lua_isolate_capsules(lua_State *L) {
   dlp_State *st = dlp_state(L);
   if (!st) luaL_error(L, "dlpack_lua_isolate_capsules: the dlpack module is not open in this lua_State");
-  st->isolated = 1;
+  dlp_capsule_isolate(st);
 }
 
 DLPACK_LUA_API int dlpack_lua_capsule_consume(void *capsule, void **managed, int *versioned) {

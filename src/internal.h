@@ -345,6 +345,7 @@ void dlp_format_register(lua_State *L, int module, int methods, int meta);
 #define DLP_CAPSULE_SCRIPT UINT64_MAX
 /* Who gets a capsule a script in L makes: DLP_CAPSULE_SCRIPT, or L's id when the host isolated it. */
 uint64_t dlp_capsule_holder(lua_State *L);
+void dlp_capsule_isolate(dlp_State *st); /* dlpack_lua_isolate_capsules */
 void *dlp_capsule_new(void *managed, int versioned, uint64_t holder);
 int dlp_capsule_consume(void *capsule, void **managed, int *versioned);
 int dlp_capsule_state(void *p, int *versioned, int *consumed);
