@@ -336,7 +336,7 @@ static void drain(int wait, int limit) {
   Hold *mine = NULL, **mine_tail = &mine, *kept = NULL, **kept_tail = &kept, *h;
   struct { CUstream on; int device; } busy[8];
   int nbusy = 0;
-  if (atomic_load_explicit(&holds_count, memory_order_relaxed) == 0 || draining) return; /* cheap first */
+  if (draining || atomic_load(&holds_count) == 0) return;
   draining = 1;
   pthread_mutex_lock(&holds_lock);
   for (int n = 0; holds && n < limit; n++) {
