@@ -62,7 +62,6 @@ end
 local fab = require "fabricate"
 
 local R = math.random
-local out = io.stdout
 local VERBOSE = options.verbose
 local T = dlpack.Tensor
 
@@ -144,20 +143,7 @@ function S.new(seed)
     nroot = 0, nfab = 0, last = "-" }, S)
 end
 
-function S:fail(msg)
-  local f = string.format("seed %d step %d: %s\n    last call: %s", self.seed, self.step, msg, self.last)
-  self.failures[#self.failures + 1] = f
-  io.stderr:write("FAIL ", f, "\n")
-  io.stderr:flush()
-end
-
-function S:note(desc)
-  self.last = desc
-  if VERBOSE then
-    out:write("[", self.seed, ":", self.step, "] ", desc, "\n")
-    out:flush()
-  end
-end
+runner.seed_methods(S, VERBOSE) -- S:fail(msg), S:note(desc)
 
 -- Runs f(...) under pcall; returns pcall's results.
 function S:call(desc, f, ...)

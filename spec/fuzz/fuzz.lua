@@ -112,21 +112,8 @@ function S:serial()
   return self.nserial
 end
 
-function S:fail(msg)
-  local f = string.format("seed %d step %d: %s\n    last call: %s", self.seed, self.step, msg, self.last)
-  self.failures[#self.failures + 1] = f
-  io.stderr:write("FAIL ", f, "\n")
-  io.stderr:flush()
-end
-
--- Names what runs next (corpus entries, checks) in --verbose output.
-function S:note(desc)
-  self.last = desc
-  if VERBOSE then
-    out:write("[", self.seed, ":", self.step, "] ", desc, "\n")
-    out:flush()
-  end
-end
+-- S:fail(msg) and S:note(desc) (what runs next: calls, corpus entries, checks in --verbose output)
+runner.seed_methods(S, VERBOSE)
 
 function S.check_note(_, label)
   if VERBOSE then

@@ -45,6 +45,26 @@ function M.options(name, o, usage, extra)
   return o
 end
 
+-- The methods both halves' seed states share (a state has .seed, .step, .failures and .last):
+-- S:fail(msg) records a failure and prints it; S:note(desc) names what runs next, printed (and
+-- flushed, so that the last line before a crash names it) with verbose.
+function M.seed_methods(S, verbose)
+  function S:fail(msg)
+    local f = string.format("seed %d step %d: %s\n    last call: %s", self.seed, self.step, msg, self.last)
+    self.failures[#self.failures + 1] = f
+    io.stderr:write("FAIL ", f, "\n")
+    io.stderr:flush()
+  end
+
+  function S:note(desc)
+    self.last = desc
+    if verbose then
+      io.stdout:write("[", self.seed, ":", self.step, "] ", desc, "\n")
+      io.stdout:flush()
+    end
+  end
+end
+
 -- Runs run_seed(seed) (it returns the seed's state: .step, .calls, .failures) from options.seed,
 -- for options.seeds seeds or options.seconds seconds, counting `failures` found before; prints a
 -- line per seed, the summary (`label` names the half) and, when a seed failed,
