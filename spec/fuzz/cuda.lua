@@ -280,11 +280,8 @@ end
 ---------------------------------------------------------------------------
 -- Operations. Each draws all its numbers first (the same count whatever the pool holds).
 
-local ops, total = {}, 0
-local function op(name, weight, fn)
-  ops[#ops + 1] = { name = name, weight = weight, fn = fn }
-  total = total + weight
-end
+local ops = {}
+local function op(name, weight, fn) ops[#ops + 1] = { name = name, weight = weight, fn = fn } end
 
 -- new tensors: a host tensor moved to a device (on a stream or not), zeros, empty, full, a
 -- producer's tensor (fabricate.so) on the host or labelled cuda:0
@@ -674,14 +671,7 @@ op("check", 2, function(st) st:check() end)
 
 ---------------------------------------------------------------------------
 
-local function pick_op()
-  local r = R(total)
-  for _, o in ipairs(ops) do
-    r = r - o.weight
-    if r <= 0 then return o end
-  end
-  return ops[#ops]
-end
+local pick_op = runner.picker(ops)
 
 local function live_counts()
   local l = fake.live()

@@ -1981,17 +1981,7 @@ require("fuzz.edges").register(op, { dlpack = dlpack, fab = fab, T = T })
 ---------------------------------------------------------------------------
 -- Running a seed
 
-local total_weight = 0
-for _, o in ipairs(ops) do total_weight = total_weight + o.weight end
-
-local function pick_op()
-  local r = R(total_weight)
-  for _, o in ipairs(ops) do
-    r = r - o.weight
-    if r <= 0 then return o end
-  end
-  return ops[#ops]
-end
+local pick_op = runner.picker(ops)
 
 local function set_gc(seed)
   local g = seed % 4

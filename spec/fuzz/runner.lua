@@ -65,6 +65,21 @@ function M.seed_methods(S, verbose)
   end
 end
 
+-- A function that picks one of ops (a list of {weight =, ...}) at random, in proportion to its
+-- weight, with one draw of math.random.
+function M.picker(ops)
+  local total = 0
+  for _, o in ipairs(ops) do total = total + o.weight end
+  return function()
+    local r = math.random(total)
+    for _, o in ipairs(ops) do
+      r = r - o.weight
+      if r <= 0 then return o end
+    end
+    return ops[#ops]
+  end
+end
+
 -- Runs run_seed(seed) (it returns the seed's state: .step, .calls, .failures) from options.seed,
 -- for options.seeds seeds or options.seconds seconds, counting `failures` found before; prints a
 -- line per seed, the summary (`label` names the half) and, when a seed failed,
