@@ -286,3 +286,65 @@ void dlp_check_element(lua_State *L, int idx, int dtype, void *out, const char *
   }
   dlp_store(dtype, out, &s);
 }
+
+/* ---- type promotion for computing (NumPy 2's result_type) ---- */
+
+/* Kinds in NumPy's order for same_kind casts: bool < unsigned < signed < float < complex. */
+enum { KIND_BOOL, KIND_UINT, KIND_INT, KIND_FLOAT, KIND_COMPLEX };
+
+int dlp_dtype_computes(int dtype) { return dtype >= DLP_BOOL && dtype <= DLP_COMPLEX128; }
+
+int dlp_dtype_kind(int dtype) {
+  if (dtype == DLP_BOOL) return KIND_BOOL;
+  if (dtype >= DLP_INT8 && dtype <= DLP_INT64) return KIND_INT;
+  if (dtype >= DLP_UINT8 && dtype <= DLP_UINT64) return KIND_UINT;
+  if (dtype >= DLP_FLOAT16 && dtype <= DLP_FLOAT64) return KIND_FLOAT;
+  return KIND_COMPLEX;
+}
+
+void dlp_check_computes(lua_State *L, int dtype, const char *what) {
+  if (!dlp_dtype_computes(dtype))
+    luaL_error(L, "%s: dtype %s does not compute; convert with t:to('float32') first", what, dlp_dtypes[dtype].name);
+}
+
+/* The smallest float (0: float16, 1: float32, 2: float64) that holds every value of an integer dtype. */
+static int float_rank_for_integer(int dtype) {
+  int bits = dlp_dtypes[dtype].bits;
+  return bits <= 8 ? 0 : bits <= 16 ? 1 : 2;
+}
+
+static int float_rank(int dtype) { /* float16 and bfloat16 0, float32 1, float64 2 */
+  return dtype == DLP_FLOAT64 ? 2 : dtype == DLP_FLOAT32 ? 1 : 0;
+}
+
+int dlp_promote(int a, int b) {
+  if (!dlp_dtype_computes(a) || !dlp_dtype_computes(b)) return -1;
+  if (a == b) return a;
+  int ka = dlp_dtype_kind(a), kb = dlp_dtype_kind(b);
+  if (ka > kb || (ka == kb && dlp_dtypes[a].bits < dlp_dtypes[b].bits)) { /* a: the higher kind, or wider */
+    int t = a; a = b; b = t;
+    t = ka; ka = kb; kb = t;
+  }
+  /* now kind(a) <= kind(b) */
+  if (ka == KIND_BOOL) return b;
+  if (ka == kb) {
+    if (ka == KIND_FLOAT && dlp_dtypes[a].bits == dlp_dtypes[b].bits) return DLP_FLOAT32; /* float16 + bfloat16 */
+    return dlp_dtypes[a].bits > dlp_dtypes[b].bits ? a : b;
+  }
+  if (ka == KIND_UINT && kb == KIND_INT) { /* a signed type that holds both, else float64 */
+    int bits = dlp_dtypes[a].bits;
+    if (dlp_dtypes[b].bits > bits) return b;
+    return bits == 8 ? DLP_INT16 : bits == 16 ? DLP_INT32 : bits == 32 ? DLP_INT64 : DLP_FLOAT64;
+  }
+  static const int floats[3] = {DLP_FLOAT16, DLP_FLOAT32, DLP_FLOAT64};
+  int need = ka == KIND_FLOAT ? float_rank(a) : float_rank_for_integer(a); /* a: integer or float */
+  if (kb == KIND_FLOAT) return need <= float_rank(b) ? b : floats[need];
+  /* complex: complex64 holds what float32 holds */
+  return need <= 1 && b == DLP_COMPLEX64 ? DLP_COMPLEX64 : DLP_COMPLEX128;
+}
+
+int dlp_can_cast_same_kind(int from, int to) {
+  if (from == to) return 1;
+  if (dlp_promote(from, to) == to) return 1; /* a safe cast */
+  return dlp_dtype_kind(from) <= dlp_dtype_kind(to);
+}

@@ -144,6 +144,15 @@ void dlp_check_element(lua_State *L, int idx, int dtype, void *out, const char *
 void dlp_check_integer_range(lua_State *L, int dtype, int64_t v, const char *what);
 void dlp_check_access(lua_State *L, int dtype);            /* raises unless element access works */
 
+/* Type promotion for computing (NumPy 2's result_type; bfloat16 promotes as float16 does, and
+ * with float16 to float32). Dtypes that compute: bool, the integers, float16, bfloat16, float32,
+ * float64, complex64, complex128; the 8-, 6- and 4-bit floats do not. */
+int dlp_dtype_computes(int dtype);
+int dlp_dtype_kind(int dtype);                 /* 0 bool, 1 unsigned, 2 signed, 3 float, 4 complex */
+void dlp_check_computes(lua_State *L, int dtype, const char *what); /* raises: convert first */
+int dlp_promote(int a, int b);                 /* -1 when either does not compute */
+int dlp_can_cast_same_kind(int from, int to);  /* NumPy's casting='same_kind' */
+
 /* ---- convert.c: typed loops over one row of elements ---- */
 
 /* Copy n elements (converting when the dtypes differ) from s to d, each advancing by its stride
@@ -333,6 +342,45 @@ const char *dlp_push_quoted(lua_State *L, const char *s, size_t len); /* 'name',
 int dlp_check_option(lua_State *L, int arg, const char *const names[], const char *what);
 /* Raises unless the arguments from first on are all nil (what: the function, how: what it takes). */
 void dlp_check_no_more(lua_State *L, int first, const char *what, const char *how);
+
+/* ---- iter.c: one walk over the elements of several operands (the computing functions') ----
+ * The operands (the output first, by convention) share one shape; each has its own byte strides,
+ * 0 along dimensions it is broadcast over. dlp_iter_init drops size-1 dimensions, orders the
+ * others so that the innermost is the one the first operand steps through fastest (when `reorder`
+ * is set), and merges dimensions that are contiguous in every operand. dlp_iter_run then calls
+ * the loop once per innermost row: n elements, operand k at data[k], steps[k] bytes apart. */
+#define DLP_ITER_MAX_OPS 4
+typedef struct dlp_Iter {
+  int nops, ndim;
+  int64_t numel;                                   /* 0: nothing to visit */
+  int64_t shape[DLP_MAX_NDIM];                     /* the innermost dimension last */
+  int64_t strides[DLP_ITER_MAX_OPS][DLP_MAX_NDIM]; /* bytes */
+  char *data[DLP_ITER_MAX_OPS];
+} dlp_Iter;
+typedef void (*dlp_IterLoop)(void *ctx, char *const *data, const int64_t *steps, int64_t n);
+void dlp_iter_init(dlp_Iter *it, int nops, int ndim, const int64_t *shape, char *const *data,
+                   const int64_t (*strides)[DLP_MAX_NDIM], int reorder);
+void dlp_iter_run(const dlp_Iter *it, dlp_IterLoop loop, void *ctx);
+/* The broadcast shape of n shapes (NumPy's rule); raises naming the two shapes that differ. */
+int dlp_broadcast_shapes(lua_State *L, int n, const dlp_Tensor *const *tensors, int64_t *shape, const char *what);
+/* t's byte strides for walking it as `shape` (its own shape aligned at the last dimension): 0
+ * along dimensions it is stretched over, and where it steps nowhere (dlp_walk_stride). */
+void dlp_broadcast_strides(const dlp_Tensor *t, int ndim, const int64_t *shape, int64_t *strides);
+
+/* ---- operands.c: the operands and options of the computing functions ---- */
+
+/* The options table of a computing function: out (elementwise), dtype, keepdim and correction
+ * (reductions). Unknown keys are refused, so that a misspelt option is not silently dropped. */
+typedef struct dlp_ComputeOptions {
+  int out;           /* stack index of the out tensor, 0 when absent (the value stays there) */
+  int dtype;         /* -1: not given */
+  int keepdim;       /* 0 or 1 */
+  int has_correction;
+  double correction; /* var/std; finite */
+} dlp_ComputeOptions;
+enum { DLP_COPT_OUT = 1, DLP_COPT_DTYPE = 2, DLP_COPT_KEEPDIM = 4, DLP_COPT_CORRECTION = 8 };
+/* Read the table at arg (none or nil: defaults) for the options `allowed`; what names the function. */
+void dlp_read_compute_options(lua_State *L, int arg, unsigned allowed, dlp_ComputeOptions *o, const char *what);
 
 /* ---- values.c: Lua values <-> tensors ---- */
 void dlp_format_register(lua_State *L, int module, int methods, int meta);

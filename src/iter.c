@@ -1,0 +1,142 @@
+/* The iteration engine of the computing functions, after NumPy's ufunc loops and PyTorch's
+ * TensorIterator: operands broadcast to one shape, size-1 dimensions dropped, the dimensions
+ * ordered by how fast the first operand steps through them, and dimensions contiguous in every
+ * operand merged, so that a contiguous operation becomes one long row and an inner loop the
+ * compiler vectorises does all the work. Elementwise ops, reductions (the output strided 0 along
+ * the reduced dimensions) and selection share it. */
+#include <string.h>
+
+#include "internal.h"
+
+static int64_t magnitude(int64_t v) { return v < 0 ? -v : v; }
+
+int dlp_broadcast_shapes(lua_State *L, int n, const dlp_Tensor *const *tensors, int64_t *shape, const char *what) {
+  int ndim = 0;
+  for (int k = 0; k < n; k++)
+    if (tensors[k]->dl.ndim > ndim) ndim = tensors[k]->dl.ndim;
+  for (int i = 0; i < ndim; i++) shape[i] = 1;
+  for (int k = 0; k < n; k++) {
+    const dlp_Tensor *t = tensors[k];
+    int shift = ndim - t->dl.ndim;
+    for (int i = 0; i < t->dl.ndim; i++) {
+      int64_t size = t->dl.shape[i], *have = &shape[shift + i];
+      if (size == *have || size == 1) continue;
+      if (*have == 1) {
+        *have = size;
+        continue;
+      }
+      /* name the two shapes that do not broadcast: this one and the first with another size there */
+      for (int j = 0; j < k; j++) {
+        int at = tensors[j]->dl.ndim - (ndim - shift - i);
+        if (at >= 0 && tensors[j]->dl.shape[at] != 1) {
+          luaL_Buffer b;
+          luaL_buffinit(L, &b);
+          for (int side = 0; side < 2; side++) {
+            const dlp_Tensor *s = side ? t : tensors[j];
+            luaL_addstring(&b, side ? " and {" : "{");
+            for (int d = 0; d < s->dl.ndim; d++) {
+              lua_pushfstring(L, d ? ", %I" : "%I", (lua_Integer)s->dl.shape[d]);
+              luaL_addvalue(&b);
+            }
+            luaL_addchar(&b, '}');
+          }
+          luaL_pushresult(&b);
+          luaL_error(L, "%s: shapes %s do not broadcast", what, lua_tostring(L, -1));
+        }
+      }
+    }
+  }
+  return ndim;
+}
+
+void dlp_broadcast_strides(const dlp_Tensor *t, int ndim, const int64_t *shape, int64_t *strides) {
+  int shift = ndim - t->dl.ndim;
+  for (int i = 0; i < ndim; i++) {
+    int j = i - shift;
+    strides[i] = j < 0 || t->dl.shape[j] != shape[i] ? 0 : dlp_walk_stride(t, j);
+  }
+}
+
+void dlp_iter_init(dlp_Iter *it, int nops, int ndim, const int64_t *shape, char *const *data,
+                   const int64_t (*strides)[DLP_MAX_NDIM], int reorder) {
+  int order[DLP_MAX_NDIM], k = 0;
+  it->nops = nops;
+  it->numel = 1;
+  for (int op = 0; op < nops; op++) it->data[op] = data[op];
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] == 0) {
+      it->numel = 0;
+      it->ndim = 0;
+      return;
+    }
+    it->numel *= shape[i]; /* fits: the caller's shapes are checked tensors' */
+    if (shape[i] > 1) order[k++] = i;
+  }
+  /* innermost last: a stable insertion sort, outermost first, by the first operand's stride and
+   * then the others' (an operand that steps 0 along a dimension does not decide its place) */
+  if (reorder) {
+    for (int a = 1; a < k; a++) {
+      int d = order[a], b = a;
+      while (b > 0) {
+        int e = order[b - 1], outer = 0, decided = 0;
+        for (int op = 0; op < nops && !decided; op++) {
+          int64_t sd = magnitude(strides[op][d]), se = magnitude(strides[op][e]);
+          if (sd == 0 || se == 0 || sd == se) continue;
+          decided = 1;
+          outer = sd > se; /* d should come before e */
+        }
+        if (!outer) break;
+        order[b] = e;
+        b--;
+      }
+      order[b] = d;
+    }
+  }
+  /* merge a dimension into the next one inwards when every operand steps over it exactly */
+  int n = 0;
+  for (int a = 0; a < k; a++) {
+    int d = order[a];
+    if (n > 0) {
+      int merge = 1;
+      for (int op = 0; op < nops && merge; op++) {
+        int64_t span;
+        merge = dlp_mul(strides[op][d], shape[d], &span) && span == it->strides[op][n - 1];
+      }
+      if (merge) {
+        it->shape[n - 1] *= shape[d];
+        for (int op = 0; op < nops; op++) it->strides[op][n - 1] = strides[op][d];
+        continue;
+      }
+    }
+    it->shape[n] = shape[d];
+    for (int op = 0; op < nops; op++) it->strides[op][n] = strides[op][d];
+    n++;
+  }
+  it->ndim = n;
+}
+
+void dlp_iter_run(const dlp_Iter *it, dlp_IterLoop loop, void *ctx) {
+  char *ptr[DLP_ITER_MAX_OPS];
+  int64_t index[DLP_MAX_NDIM], steps[DLP_ITER_MAX_OPS];
+  int nops = it->nops, inner = it->ndim - 1;
+  if (it->numel == 0) return;
+  for (int op = 0; op < nops; op++) ptr[op] = it->data[op];
+  if (it->ndim == 0) { /* one element */
+    for (int op = 0; op < nops; op++) steps[op] = 0;
+    loop(ctx, ptr, steps, 1);
+    return;
+  }
+  for (int op = 0; op < nops; op++) steps[op] = it->strides[op][inner];
+  for (int i = 0; i < inner; i++) index[i] = 0;
+  for (;;) {
+    loop(ctx, ptr, steps, it->shape[inner]);
+    int i = inner - 1;
+    for (; i >= 0; i--) { /* the odometer: step dimension i, or wrap it and carry outwards */
+      for (int op = 0; op < nops; op++) ptr[op] = dlp_offset(ptr[op], it->strides[op][i]);
+      if (++index[i] < it->shape[i]) break;
+      for (int op = 0; op < nops; op++) ptr[op] = dlp_offset(ptr[op], -it->strides[op][i] * it->shape[i]);
+      index[i] = 0;
+    }
+    if (i < 0) return;
+  }
+}

@@ -1,0 +1,82 @@
+/* The operands and options of the computing functions (elementwise, reductions, matmul): read
+ * into C values before any tensor memory is touched, and refused the same way everywhere. */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const char *const compute_option_names[] = {"out", "dtype", "keepdim", "correction", NULL};
+
+/* Every key of the table at arg must be an allowed option: a raw walk (lua_next runs no Lua code). */
+static void check_option_keys(lua_State *L, int arg, unsigned allowed, const char *what) {
+  lua_pushnil(L);
+  while (lua_next(L, arg)) {
+    int known = -1;
+    lua_pop(L, 1);
+    if (lua_type(L, -1) == LUA_TSTRING) {
+      size_t len;
+      const char *key = lua_tolstring(L, -1, &len);
+      for (int i = 0; compute_option_names[i]; i++)
+        if ((allowed & (1u << i)) && strlen(compute_option_names[i]) == len && memcmp(key, compute_option_names[i], len) == 0)
+          known = i;
+      if (known < 0)
+        luaL_error(L, "%s: unknown option %s", what, dlp_push_quoted(L, key, len));
+    } else {
+      luaL_error(L, "%s: option names are strings, got a %s key", what, luaL_typename(L, -1));
+    }
+  }
+}
+
+void dlp_read_compute_options(lua_State *L, int arg, unsigned allowed, dlp_ComputeOptions *o, const char *what) {
+  o->out = 0;
+  o->dtype = -1;
+  o->keepdim = 0;
+  o->has_correction = 0;
+  o->correction = 0;
+  if (arg == 0 || lua_isnoneornil(L, arg)) return;
+  arg = lua_absindex(L, arg);
+  if (!lua_istable(L, arg))
+    luaL_argerror(L, arg, lua_pushfstring(L, "an options table expected, got %s", luaL_typename(L, arg)));
+  check_option_keys(L, arg, allowed, what);
+  if (allowed & DLP_COPT_DTYPE) {
+    int type = lua_getfield(L, arg, "dtype");
+    if (type == LUA_TSTRING) {
+      size_t len;
+      const char *name = lua_tolstring(L, -1, &len);
+      if ((o->dtype = dlp_test_dtype_name(name, len)) < 0)
+        luaL_argerror(L, arg, lua_pushfstring(L, "dtype: %s", dlp_push_dtype_error(L, name, len)));
+      dlp_check_computes(L, o->dtype, what);
+    } else if (type != LUA_TNIL) {
+      luaL_argerror(L, arg, lua_pushfstring(L, "dtype: a dtype name expected, got %s", luaL_typename(L, -1)));
+    }
+    lua_pop(L, 1);
+  }
+  if (allowed & DLP_COPT_KEEPDIM) {
+    int type = lua_getfield(L, arg, "keepdim");
+    if (type == LUA_TBOOLEAN) o->keepdim = lua_toboolean(L, -1);
+    else if (type != LUA_TNIL)
+      luaL_argerror(L, arg, lua_pushfstring(L, "keepdim must be true, false or nil, got %s", luaL_typename(L, -1)));
+    lua_pop(L, 1);
+  }
+  if (allowed & DLP_COPT_CORRECTION) {
+    int type = lua_getfield(L, arg, "correction");
+    if (type == LUA_TNUMBER) {
+      o->correction = lua_tonumber(L, -1);
+      if (!isfinite(o->correction))
+        luaL_argerror(L, arg, "correction must be a finite number");
+      o->has_correction = 1;
+    } else if (type != LUA_TNIL) {
+      luaL_argerror(L, arg, lua_pushfstring(L, "correction must be a number, got %s", luaL_typename(L, -1)));
+    }
+    lua_pop(L, 1);
+  }
+  if (allowed & DLP_COPT_OUT) { /* last: the value stays on the stack, which keeps it alive */
+    if (lua_getfield(L, arg, "out") == LUA_TNIL) {
+      lua_pop(L, 1);
+    } else {
+      if (!dlp_tensor_test(L, -1))
+        luaL_argerror(L, arg, lua_pushfstring(L, "out must be a tensor, got %s", luaL_typename(L, -1)));
+      o->out = lua_gettop(L);
+    }
+  }
+}
