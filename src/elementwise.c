@@ -356,8 +356,8 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
       }
       break;
     case RULE_KEEP:
-      if (p == DLP_BOOL && c->op != DLP_OP_ABS)
-        luaL_error(L, "%s: takes numbers, got bool", c->what);
+      if (p == DLP_BOOL && (c->op == DLP_OP_NEG || c->op == DLP_OP_SIGN)) /* NumPy has no loop for them */
+        luaL_error(L, "%s: takes numbers, got bool (use logical_not)", c->what);
       break;
     default:
       break;
