@@ -31,7 +31,7 @@ enum { K_BOOL, K_UINT, K_INT, K_FLOAT, K_COMPLEX }; /* dlp_dtype_kind */
 
 #define CHUNK 512     /* elements converted at a time into the accumulator's dtype */
 #define PW_BLOCK 128  /* NumPy's PW_BLOCKSIZE */
-#define ARG_BLOCK 64  /* elements whose maximum is found before they are scanned one by one */
+#define ARG_BLOCK 256 /* elements checked at once for one that beats the best so far */
 
 static int is_ordered(int op) { return op >= R_MIN && op <= R_ARGMAX; }
 static int is_arg(int op) { return op == R_ARGMIN || op == R_ARGMAX; }
@@ -61,8 +61,9 @@ DEFINE_LD(ld_f64, double)
 #define PLAIN(x, m) (x)
 #define SQDEV(x, m) (((x) - (m)) * ((x) - (m)))
 
-/* One block of up to PW_BLOCK elements: 8 accumulators, as NumPy; STEP a constant in the
- * contiguous case, so the compiler vectorises it. */
+/* One block of 8 to PW_BLOCK elements, with 8 accumulators as NumPy (r[j] sums the elements j
+ * mod 8). The contiguous blocks of float32 and float64 hold the 8 accumulators in SSE-sized
+ * vectors (GCC's and Clang's vector extensions), lane for lane the same sums. */
 #define PW_LEAF(T, load, f, STEP)                                                                \
   do {                                                                                          \
     T r[8];                                                                                     \
@@ -75,7 +76,65 @@ DEFINE_LD(ld_f64, double)
     return res;                                                                                 \
   } while (0)
 
-#define DEFINE_PAIRWISE(name, T, load, f)                                                        \
+#if defined(__GNUC__)
+/* Vectors of GCC's and Clang's extensions: SSE-sized everywhere, AVX2-sized on x86 when the CPU
+ * has AVX2 (chosen at run time: the kernels are compiled for both; no FMA, so the same sums). */
+typedef float v4f __attribute__((vector_size(16)));
+typedef double v2d __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+typedef int64_t v2l __attribute__((vector_size(16)));
+#if defined(__x86_64__) || defined(__i386__)
+#define HAVE_AVX2_VARIANT 1
+typedef float v8f __attribute__((vector_size(32)));
+typedef double v4d __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef int64_t v4l __attribute__((vector_size(32)));
+#define AVX2 __attribute__((target("avx2")))
+static int have_avx2(void) { return __builtin_cpu_supports("avx2"); }
+#endif
+
+/* The 8 accumulators r[0..7] of PW_LEAF in vectors of `lanes` elements, lane for lane. */
+#define DEFINE_LEAF(name, ATTR, T, V, lanes, load, f)                                              \
+  ATTR static T name(const char *p, int64_t n, T m) {                                             \
+    V a[8 / lanes], x, mv;                                                                        \
+    T r[8];                                                                                       \
+    int64_t i;                                                                                    \
+    for (int k = 0; k < lanes; k++) mv[k] = m;                                                    \
+    (void)mv;                                                                                     \
+    for (int k = 0; k < 8 / lanes; k++) {                                                         \
+      memcpy(&x, p + (int64_t)sizeof(V) * k, sizeof(V));                                          \
+      a[k] = f(x, mv);                                                                            \
+    }                                                                                             \
+    for (i = 8; i < n - n % 8; i += 8)                                                            \
+      for (int k = 0; k < 8 / lanes; k++) {                                                       \
+        memcpy(&x, p + i * (int64_t)sizeof(T) + (int64_t)sizeof(V) * k, sizeof(V));              \
+        a[k] += f(x, mv);                                                                         \
+      }                                                                                           \
+    for (int k = 0; k < 8; k++) r[k] = a[k / lanes][k % lanes];                                   \
+    T res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));                    \
+    for (; i < n; i++) res += f(load(p + i * (int64_t)sizeof(T)), m);                             \
+    return res;                                                                                   \
+  }
+#define NO_ATTR
+DEFINE_LEAF(leaf_f32_sse, NO_ATTR, float, v4f, 4, ld_f32, PLAIN)
+DEFINE_LEAF(leaf_sq_f32_sse, NO_ATTR, float, v4f, 4, ld_f32, SQDEV)
+DEFINE_LEAF(leaf_f64_sse, NO_ATTR, double, v2d, 2, ld_f64, PLAIN)
+DEFINE_LEAF(leaf_sq_f64_sse, NO_ATTR, double, v2d, 2, ld_f64, SQDEV)
+#if HAVE_AVX2_VARIANT
+DEFINE_LEAF(leaf_f32_avx2, AVX2, float, v8f, 8, ld_f32, PLAIN)
+DEFINE_LEAF(leaf_sq_f32_avx2, AVX2, float, v8f, 8, ld_f32, SQDEV)
+DEFINE_LEAF(leaf_f64_avx2, AVX2, double, v4d, 4, ld_f64, PLAIN)
+DEFINE_LEAF(leaf_sq_f64_avx2, AVX2, double, v4d, 4, ld_f64, SQDEV)
+#define CONTIGUOUS_LEAF(leaf) return have_avx2() ? leaf##_avx2(p, n, m) : leaf##_sse(p, n, m)
+#else
+#define CONTIGUOUS_LEAF(leaf) return leaf##_sse(p, n, m)
+#endif
+#undef DEFINE_LEAF
+#else
+#define CONTIGUOUS_LEAF(leaf) /* the portable loop below */
+#endif
+
+#define DEFINE_PAIRWISE(name, T, load, f, leaf)                                                  \
   static T name(const char *p, int64_t step, int64_t n, T m) {                                  \
     if (n < 8) {                                                                                \
       T res = 0;                                                                                \
@@ -83,31 +142,62 @@ DEFINE_LD(ld_f64, double)
       return res;                                                                               \
     }                                                                                           \
     if (n <= PW_BLOCK) {                                                                        \
-      if (step == (int64_t)sizeof(T)) PW_LEAF(T, load, f, (int64_t)sizeof(T));                  \
+      if (step == (int64_t)sizeof(T)) {                                                         \
+        CONTIGUOUS_LEAF(leaf);                                                                  \
+        PW_LEAF(T, load, f, (int64_t)sizeof(T));                                                \
+      }                                                                                         \
       PW_LEAF(T, load, f, step);                                                                \
     }                                                                                           \
     int64_t n2 = n / 2;                                                                         \
     n2 -= n2 % 8;                                                                               \
     return name(p, step, n2, m) + name(p + n2 * step, step, n - n2, m);                         \
   }
-DEFINE_PAIRWISE(pw_f32, float, ld_f32, PLAIN)
-DEFINE_PAIRWISE(pw_f64, double, ld_f64, PLAIN)
-DEFINE_PAIRWISE(pw_sq_f32, float, ld_f32, SQDEV)
-DEFINE_PAIRWISE(pw_sq_f64, double, ld_f64, SQDEV)
+DEFINE_PAIRWISE(pw_f32, float, ld_f32, PLAIN, leaf_f32)
+DEFINE_PAIRWISE(pw_f64, double, ld_f64, PLAIN, leaf_f64)
+DEFINE_PAIRWISE(pw_sq_f32, float, ld_f32, SQDEV, leaf_sq_f32)
+DEFINE_PAIRWISE(pw_sq_f64, double, ld_f64, SQDEV, leaf_sq_f64)
 #undef DEFINE_PAIRWISE
 #undef PW_LEAF
 
 /* ---- sum, prod, any, all, var's squared deviations: fold n elements of x (the accumulator's
  * dtype) into acc; astep 0: all into one accumulator, else elementwise into a row ---- */
 
+/* a[i] += x[i] over contiguous rows (the reduced dimension outer: a row added into the output) */
+#if defined(__GNUC__)
+#define DEFINE_ADD_ROWS(name, T, V, load)                                                         \
+  static void name(char *a, const char *x, int64_t n) {                                        \
+    int64_t i = 0;                                                                             \
+    for (; i + (int64_t)(sizeof(V) / sizeof(T)) <= n; i += (int64_t)(sizeof(V) / sizeof(T))) { \
+      V u, v;                                                                                  \
+      memcpy(&u, a + i * (int64_t)sizeof(T), sizeof(V));                                       \
+      memcpy(&v, x + i * (int64_t)sizeof(T), sizeof(V));                                       \
+      u += v;                                                                                  \
+      memcpy(a + i * (int64_t)sizeof(T), &u, sizeof(V));                                       \
+    }                                                                                          \
+    for (; i < n; i++) AT(T, a, i, (int64_t)sizeof(T)) += load(x + i * (int64_t)sizeof(T));    \
+  }
+DEFINE_ADD_ROWS(add_rows_f32, float, v4f, ld_f32)
+DEFINE_ADD_ROWS(add_rows_f64, double, v2d, ld_f64)
+#undef DEFINE_ADD_ROWS
+#else
+static void add_rows_f32(char *a, const char *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) AT(float, a, i, 4) += ld_f32(x + i * 4);
+}
+static void add_rows_f64(char *a, const char *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) AT(double, a, i, 8) += ld_f64(x + i * 8);
+}
+#endif
+
 static void fold_sum(int acc_dtype, char *a, int64_t as, const char *x, int64_t xs, int64_t n) {
   switch (acc_dtype) {
     case DLP_FLOAT32:
       if (as == 0) AT(float, a, 0, 0) += pw_f32(x, xs, n, 0);
+      else if (as == 4 && xs == 4) add_rows_f32(a, x, n);
       else for (int64_t i = 0; i < n; i++) AT(float, a, i, as) += ld_f32(x + i * xs);
       break;
     case DLP_FLOAT64:
       if (as == 0) AT(double, a, 0, 0) += pw_f64(x, xs, n, 0);
+      else if (as == 8 && xs == 8) add_rows_f64(a, x, n);
       else for (int64_t i = 0; i < n; i++) AT(double, a, i, as) += ld_f64(x + i * xs);
       break;
     case DLP_COMPLEX64:
@@ -217,7 +307,7 @@ static void fold_sqdev(int acc_dtype, char *a, int64_t as, const char *mean, con
 #define NEVER_NAN(x) 0
 #define FLOAT_NAN(x) ((x) != (x))
 
-#define DEFINE_ORDERED(name, T, load, ISNAN, BEATS, CMP)                                             \
+#define DEFINE_ORDERED(name, T, load, ISNAN, BEATS, HIT)                                             \
   static void name##_rows(char *vp, char *ip, const char *x, int64_t xs, int64_t n, int64_t pos) {  \
     T b;                                                                                            \
     int64_t bi, j = 0;                                                                              \
@@ -230,37 +320,17 @@ static void fold_sqdev(int acc_dtype, char *a, int64_t as, const char *mean, con
       bi = AT(int64_t, ip, 0, 0);                                                                   \
     }                                                                                               \
     if (xs == (int64_t)sizeof(T)) {                                                                 \
-      /* a block whose best element cannot beat b is skipped: found with independent lanes */      \
-      while (j + ARG_BLOCK <= n && !ISNAN(b)) {                                                     \
-        T lane[8];                                                                                  \
-        int nan[8];                                                                                 \
-        for (int k = 0; k < 8; k++) {                                                               \
-          lane[k] = load(x + (j + k) * (int64_t)sizeof(T));                                         \
-          nan[k] = ISNAN(lane[k]);                                                                  \
-        }                                                                                           \
-        for (int64_t i = 8; i < ARG_BLOCK; i += 8)                                                  \
-          for (int k = 0; k < 8; k++) {                                                             \
-            T v = load(x + (j + i + k) * (int64_t)sizeof(T));                                       \
-            lane[k] = v CMP lane[k] ? v : lane[k];                                                  \
-            nan[k] |= ISNAN(v);                                                                     \
-          }                                                                                         \
-        T top = lane[0];                                                                            \
-        int any_nan = nan[0];                                                                       \
-        for (int k = 1; k < 8; k++) {                                                               \
-          top = lane[k] CMP top ? lane[k] : top;                                                    \
-          any_nan |= nan[k];                                                                        \
-        }                                                                                           \
-        if (any_nan || top CMP b) {                                                                 \
-          for (int64_t i = j; i < j + ARG_BLOCK; i++) {                                             \
-            T v = load(x + i * (int64_t)sizeof(T));                                                 \
-            if (BEATS(v, b, ISNAN)) {                                                               \
-              b = v;                                                                                \
-              bi = pos + i;                                                                         \
-              if (ISNAN(b)) break;                                                                  \
-            }                                                                                       \
+      /* a block where no element beats b (none greater, none NaN) is skipped */                   \
+      for (; j + ARG_BLOCK <= n && !ISNAN(b); j += ARG_BLOCK) {                                     \
+        if (!HIT(x + j * (int64_t)sizeof(T), b)) continue;                                          \
+        for (int64_t i = j; i < j + ARG_BLOCK; i++) {                                               \
+          T v = load(x + i * (int64_t)sizeof(T));                                                   \
+          if (BEATS(v, b, ISNAN)) {                                                                 \
+            b = v;                                                                                  \
+            bi = pos + i;                                                                           \
+            if (ISNAN(b)) break;                                                                    \
           }                                                                                         \
         }                                                                                           \
-        j += ARG_BLOCK;                                                                             \
       }                                                                                             \
     }                                                                                               \
     for (; j < n && !ISNAN(b); j++) {                                                               \
@@ -283,9 +353,74 @@ static void fold_sqdev(int acc_dtype, char *a, int64_t as, const char *mean, con
       }                                                                                             \
     }                                                                                               \
   }
-#define DEFINE_MINMAX(name, T, load, ISNAN)                   \
-  DEFINE_ORDERED(name##_max, T, load, ISNAN, BEATS_MAX, >) \
-  DEFINE_ORDERED(name##_min, T, load, ISNAN, BEATS_MIN, <)
+/* Does any of the ARG_BLOCK elements at x beat b? */
+#define DEFINE_HIT(name, T, load, CMP)                     \
+  static int name(const char *x, T b) {                   \
+    int hit = 0;                                          \
+    for (int i = 0; i < ARG_BLOCK; i++) hit |= load(x + i * (int64_t)sizeof(T)) CMP b; \
+    return hit;                                           \
+  }
+#if defined(__GNUC__)
+#define DEFINE_HIT_FLOAT(name, ATTR, T, V, M, lanes, CMP)                                    \
+  ATTR static int name(const char *x, T b) {                                                \
+    V bv, v, w;                                                                             \
+    M hit = {0}, hit2 = {0};                                                                \
+    for (int k = 0; k < lanes; k++) bv[k] = b;                                              \
+    for (int i = 0; i < ARG_BLOCK; i += 2 * lanes) {                                        \
+      memcpy(&v, x + i * (int64_t)sizeof(T), sizeof(V));                                    \
+      memcpy(&w, x + (i + lanes) * (int64_t)sizeof(T), sizeof(V));                          \
+      hit |= (v CMP bv) | (v != v);                                                         \
+      hit2 |= (w CMP bv) | (w != w);                                                        \
+    }                                                                                       \
+    hit |= hit2;                                                                            \
+    for (int k = 1; k < lanes; k++) hit[0] |= hit[k];                                       \
+    return hit[0] != 0;                                                                     \
+  }
+DEFINE_HIT_FLOAT(hit_o_f32_max_sse, NO_ATTR, float, v4f, v4i, 4, >)
+DEFINE_HIT_FLOAT(hit_o_f32_min_sse, NO_ATTR, float, v4f, v4i, 4, <)
+DEFINE_HIT_FLOAT(hit_o_f64_max_sse, NO_ATTR, double, v2d, v2l, 2, >)
+DEFINE_HIT_FLOAT(hit_o_f64_min_sse, NO_ATTR, double, v2d, v2l, 2, <)
+#if HAVE_AVX2_VARIANT
+DEFINE_HIT_FLOAT(hit_o_f32_max_avx2, AVX2, float, v8f, v8i, 8, >)
+DEFINE_HIT_FLOAT(hit_o_f32_min_avx2, AVX2, float, v8f, v8i, 8, <)
+DEFINE_HIT_FLOAT(hit_o_f64_max_avx2, AVX2, double, v4d, v4l, 4, >)
+DEFINE_HIT_FLOAT(hit_o_f64_min_avx2, AVX2, double, v4d, v4l, 4, <)
+#define HIT_DISPATCH(name, T) \
+  static int name(const char *x, T b) { return have_avx2() ? name##_avx2(x, b) : name##_sse(x, b); }
+#else
+#define HIT_DISPATCH(name, T) \
+  static int name(const char *x, T b) { return name##_sse(x, b); }
+#endif
+HIT_DISPATCH(hit_o_f32_max, float)
+HIT_DISPATCH(hit_o_f32_min, float)
+HIT_DISPATCH(hit_o_f64_max, double)
+HIT_DISPATCH(hit_o_f64_min, double)
+#undef HIT_DISPATCH
+#undef DEFINE_HIT_FLOAT
+#else
+#define DEFINE_HIT_FLOAT(name, T, load, CMP)               \
+  static int name(const char *x, T b) {                   \
+    int hit = 0;                                          \
+    for (int i = 0; i < ARG_BLOCK; i++) {                 \
+      T v = load(x + i * (int64_t)sizeof(T));             \
+      hit |= (v CMP b) | (v != v);                        \
+    }                                                     \
+    return hit;                                           \
+  }
+DEFINE_HIT_FLOAT(hit_o_f32_max, float, ld_f32, >)
+DEFINE_HIT_FLOAT(hit_o_f32_min, float, ld_f32, <)
+DEFINE_HIT_FLOAT(hit_o_f64_max, double, ld_f64, >)
+DEFINE_HIT_FLOAT(hit_o_f64_min, double, ld_f64, <)
+#undef DEFINE_HIT_FLOAT
+#endif
+#define DEFINE_MINMAX(name, T, load, ISNAN)                          \
+  DEFINE_HIT(hit_##name##_max, T, load, >)                          \
+  DEFINE_HIT(hit_##name##_min, T, load, <)                          \
+  DEFINE_ORDERED(name##_max, T, load, ISNAN, BEATS_MAX, hit_##name##_max) \
+  DEFINE_ORDERED(name##_min, T, load, ISNAN, BEATS_MIN, hit_##name##_min)
+#define DEFINE_MINMAX_FLOAT(name, T, load)                              \
+  DEFINE_ORDERED(name##_max, T, load, FLOAT_NAN, BEATS_MAX, hit_##name##_max) \
+  DEFINE_ORDERED(name##_min, T, load, FLOAT_NAN, BEATS_MIN, hit_##name##_min)
 DEFINE_MINMAX(o_i8, int8_t, ld_i8, NEVER_NAN)
 DEFINE_MINMAX(o_i16, int16_t, ld_i16, NEVER_NAN)
 DEFINE_MINMAX(o_i32, int32_t, ld_i32, NEVER_NAN)
@@ -294,8 +429,10 @@ DEFINE_MINMAX(o_u8, uint8_t, ld_u8, NEVER_NAN)
 DEFINE_MINMAX(o_u16, uint16_t, ld_u16, NEVER_NAN)
 DEFINE_MINMAX(o_u32, uint32_t, ld_u32, NEVER_NAN)
 DEFINE_MINMAX(o_u64, uint64_t, ld_u64, NEVER_NAN)
-DEFINE_MINMAX(o_f32, float, ld_f32, FLOAT_NAN)
-DEFINE_MINMAX(o_f64, double, ld_f64, FLOAT_NAN)
+DEFINE_MINMAX_FLOAT(o_f32, float, ld_f32)
+DEFINE_MINMAX_FLOAT(o_f64, double, ld_f64)
+#undef DEFINE_MINMAX_FLOAT
+#undef DEFINE_HIT
 #undef DEFINE_MINMAX
 #undef DEFINE_ORDERED
 
