@@ -461,10 +461,11 @@ end)
 describe("argument errors", function()
   it("refuse out-of-range, repeated and malformed dims", function()
     local t = m23()
-    raises(function() t:sum(3) end, "dlpack.sum: dimension 3 out of range %(tensor has 2%)")
+    raises(function() t:sum(3) end, "'sum' %(dimension 3 out of range %(tensor has 2%)%)")
     raises(function() t:sum(-3) end, "dimension %-3 out of range")
     raises(function() t:sum(0) end, "dimension 0 out of range")
-    raises(function() t:max({1, 5}) end, "dlpack.max: dimension 5 out of range")
+    raises(function() t:max({1, 5}) end, "'max' %(dimension 5 out of range")
+    raises(function() dlpack.max(t, {1, 5}) end, "#2 to 'max' %(dimension 5 out of range")
     raises(function() t:sum({1, -2}) end, "dimension %-2 given twice")
     raises(function() t:sum({2, 2}) end, "dimension 2 given twice")
     raises(function() t:sum(1.5) end, "dim must be an integer")
@@ -507,5 +508,166 @@ describe("argument errors", function()
     local t = m23()
     t:release()
     raises(function() t:sum() end, "released")
+  end)
+end)
+
+-- A plain Lua model of the reductions over dims, for random shapes and layouts.
+local function flat_with_coords(value, shape)
+  local out = {}
+  local coords = {}
+  local function walk(v, d)
+    if d > #shape then
+      local c = {}
+      for i = 1, #shape do c[i] = coords[i] end
+      out[#out + 1] = {v = v, c = c}
+      return
+    end
+    for i = 1, shape[d] do
+      coords[d] = i
+      walk(v[i], d + 1)
+    end
+  end
+  walk(value, 1)
+  return out
+end
+
+local function model(t, dims)
+  local shape, reduced = t.shape, {}
+  for _, d in ipairs(dims) do reduced[d] = true end
+  local groups, order = {}, {}
+  for _, e in ipairs(flat_with_coords(t:totable(), shape)) do
+    local key, pos = {}, 0
+    for i = 1, #shape do
+      if reduced[i] then pos = pos * shape[i] + (e.c[i] - 1) else key[#key + 1] = e.c[i] end
+    end
+    local k = table.concat(key, ",")
+    local g = groups[k]
+    if not g then
+      g = {sum = 0, n = 0, any = false, all = true}
+      groups[k] = g
+      order[#order + 1] = k
+    end
+    local v = e.v
+    g.sum, g.n = g.sum + v, g.n + 1
+    if g.max == nil or v > g.max then g.max, g.argmax = v, pos + 1 end
+    if g.min == nil or v < g.min then g.min, g.argmin = v, pos + 1 end
+    g.any = g.any or v ~= 0
+    g.all = g.all and v ~= 0
+  end
+  return groups, order
+end
+
+local function flat(value, shape)
+  local out = {}
+  for i, e in ipairs(flat_with_coords(value, shape)) do out[i] = e.v end
+  return out
+end
+
+describe("a plain Lua model", function()
+  it("agrees on random shapes, layouts, dims and dtypes", function()
+    math.randomseed(16)
+    local dtypes = {"int32", "float64", "float32", "uint8", "int64", "int16", "uint32"}
+    for _ = 1, 150 do
+      local ndim = math.random(1, 4)
+      local shape = {}
+      for i = 1, ndim do shape[i] = math.random(1, 5) end
+      local n = 1
+      for i = 1, ndim do n = n * shape[i] end
+      local values = {}
+      for i = 1, n do values[i] = math.random(0, 9) end
+      local dtype = dtypes[math.random(#dtypes)]
+      local t = dlpack.tensor(values, dtype):view(shape)
+      -- a random layout: a permutation, a reversed dim, a stride-2 slice, an expanded dim
+      local perm = {}
+      for i = 1, ndim do perm[i] = i end
+      for i = ndim, 2, -1 do
+        local j = math.random(i)
+        perm[i], perm[j] = perm[j], perm[i]
+      end
+      t = t:permute(perm)
+      local d = math.random(ndim)
+      if math.random() < 0.4 then t = t:slice(d, -1, 1, -1) end
+      d = math.random(ndim)
+      if math.random() < 0.3 and t.shape[d] >= 3 then t = t:slice(d, 1, t.shape[d], 2) end
+      d = math.random(ndim)
+      if math.random() < 0.3 and t.shape[d] == 1 then
+        local s = {}
+        for i = 1, ndim do s[i] = t.shape[i] end
+        s[d] = 4
+        t = t:expand(s)
+      end
+      local dims = {}
+      for i = 1, ndim do if math.random() < 0.5 then dims[#dims + 1] = i end end
+      if #dims == 0 then dims[1] = math.random(ndim) end
+      local groups, order = model(t, dims)
+      local label = dtype .. " shape " .. table.concat(t.shape, "x") .. " strides " .. table.concat(t.strides, ",")
+        .. " dims " .. table.concat(dims, ",")
+      local s = flat(t:sum(dims):totable(), t:sum(dims).shape)
+      local mx, ix = t:max(dims)
+      local mn, ia = t:min(dims)
+      local results = {
+        sum = s, max = flat(mx:totable(), mx.shape), argmax = flat(ix:totable(), ix.shape),
+        min = flat(mn:totable(), mn.shape), argmin = flat(ia:totable(), ia.shape),
+        any = flat(t:any(dims):totable(), mx.shape), all = flat(t:all(dims):totable(), mx.shape),
+        mean = flat(t:mean(dims, {dtype = "float64"}):totable(), mx.shape),
+      }
+      assert.are.same(flat(t:argmax(dims):totable(), mx.shape), results.argmax, label)
+      assert.are.same(flat(t:argmin(dims):totable(), mx.shape), results.argmin, label)
+      for k, key in ipairs(order) do
+        local g = groups[key]
+        assert.are.equal(g.sum, results.sum[k], label)
+        assert.are.equal(g.max, results.max[k], label)
+        assert.are.equal(g.argmax, results.argmax[k], label)
+        assert.are.equal(g.min, results.min[k], label)
+        assert.are.equal(g.argmin, results.argmin[k], label)
+        assert.are.equal(g.any, results.any[k], label)
+        assert.are.equal(g.all, results.all[k], label)
+        assert.are.equal(g.sum / g.n, results.mean[k], label)
+      end
+      -- over all dims: Lua values
+      local all = model(t, (function() local a = {} for i = 1, ndim do a[i] = i end return a end)())
+      local g = all[""]
+      assert.are.equal(g.sum, t:sum(), label)
+      assert.are.equal(g.argmax, t:argmax(), label)
+      assert.are.equal(g.argmin, t:argmin(), label)
+      assert.are.equal(g.max, t:max(), label)
+    end
+  end)
+
+  it("agrees on long rows (the vectorised blocks), forwards, backwards and strided", function()
+    math.randomseed(61)
+    for _ = 1, 24 do
+      local a, b = math.random(1, 3), math.random(200, 900)
+      local values = {}
+      for i = 1, a * b do values[i] = math.random(0, 999) end
+      if math.random() < 0.3 then values[math.random(#values)] = 0 / 0 end
+      local dtype = math.random() < 0.5 and "float32" or "float64"
+      local t = dlpack.tensor(values, dtype):view({a, b})
+      if math.random() < 0.5 then t = t:slice(2, -1, 1, -1) end
+      if math.random() < 0.5 then t = t:transpose(1, 2) end
+      local row = t.shape[1] > t.shape[2] and 1 or 2
+      local label = dtype .. " shape " .. table.concat(t.shape, "x") .. " strides " .. table.concat(t.strides, ",")
+      local data = flat_with_coords(t:totable(), t.shape)
+      -- the model of argmax/argmin along `row` with NumPy's NaN rule, and of the whole tensor
+      local best = {}
+      for n, e in ipairs(data) do
+        local k = e.c[3 - row]
+        local g = best[k] or {}
+        best[k] = g
+        local v, pos = e.v, e.c[row]
+        if g.max == nil or (v > g.max or (v ~= v and g.max == g.max)) then g.max, g.imax = v, pos end
+        if g.min == nil or (v < g.min or (v ~= v and g.min == g.min)) then g.min, g.imin = v, pos end
+        if best.all == nil or (v > best.all or (v ~= v and best.all == best.all)) then best.all, best.iall = v, n end
+      end
+      local ix, iy = t:argmax(row), t:argmin(row)
+      for k = 1, t.shape[3 - row] do
+        assert.are.equal(best[k].imax, ix:get(k), label)
+        assert.are.equal(best[k].imin, iy:get(k), label)
+      end
+      assert.are.equal(best.iall, t:argmax(), label)
+      local sum = 0
+      for _, e in ipairs(data) do sum = sum + e.v end
+      if sum == sum then assert.are.equal(sum, t:sum(nil, {dtype = "float64"}), label) end
+    end
   end)
 end)

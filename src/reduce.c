@@ -548,7 +548,11 @@ static void repeat(int op, int acc_dtype, char *a, int64_t K, int64_t rep) {
       case DLP_FLOAT32:
         AT(float, p, 0, 0) = (float)(op == R_SUM ? AT(float, p, 0, 0) * r : pow(AT(float, p, 0, 0), r));
         break;
-      case DLP_FLOAT64: AT(double, p, 0, 0) = op == R_SUM ? AT(double, p, 0, 0) * r : pow(AT(double, p, 0, 0), r); break;
+      case DLP_FLOAT64: {
+        double *v = &AT(double, p, 0, 0);
+        *v = op == R_SUM ? *v * r : pow(*v, r);
+        break;
+      }
       case DLP_COMPLEX64: {
         float *c = (float *)(void *)p;
         double re = c[0], im = c[1];
@@ -564,8 +568,10 @@ static void repeat(int op, int acc_dtype, char *a, int64_t K, int64_t rep) {
         else cpow_f64(&c[0], &c[1], (uint64_t)rep);
         break;
       }
-      default:
-        AT(uint64_t, p, 0, 0) = op == R_SUM ? AT(uint64_t, p, 0, 0) * (uint64_t)rep : upow(AT(uint64_t, p, 0, 0), (uint64_t)rep);
+      default: {
+        uint64_t *v = &AT(uint64_t, p, 0, 0);
+        *v = op == R_SUM ? *v * (uint64_t)rep : upow(*v, (uint64_t)rep);
+      }
     }
   }
 }
@@ -618,7 +624,7 @@ static int64_t full_position(int64_t q, int nr, const int64_t *size, const int *
 /* ---- arguments ---- */
 
 /* The dim argument at 2: sets reduced[i] for the dimensions it names (all for nil). */
-static int read_dims(lua_State *L, int ndim, int *reduced, const char *what) {
+static int read_dims(lua_State *L, int ndim, int *reduced) {
   int64_t dims[DLP_MAX_NDIM];
   int n;
   int type = lua_type(L, 2);
@@ -639,11 +645,10 @@ static int read_dims(lua_State *L, int ndim, int *reduced, const char *what) {
   for (int k = 0; k < n; k++) {
     int64_t d = dims[k];
     if (d < -(int64_t)ndim || d > ndim || d == 0)
-      luaL_argerror(L, 2, lua_pushfstring(L, "%s: dimension %I out of range (tensor has %d)", what,
-                                          (lua_Integer)d, ndim));
+      luaL_argerror(L, 2, lua_pushfstring(L, "dimension %I out of range (tensor has %d)", (lua_Integer)d, ndim));
     d = d < 0 ? d + ndim : d - 1;
     if (reduced[d])
-      luaL_argerror(L, 2, lua_pushfstring(L, "%s: dimension %I given twice", what, (lua_Integer)dims[k]));
+      luaL_argerror(L, 2, lua_pushfstring(L, "dimension %I given twice", (lua_Integer)dims[k]));
     reduced[d] = 1;
   }
   return 1;
@@ -703,7 +708,7 @@ static int reduce(lua_State *L, int op) {
   unsigned allowed = DLP_COPT_KEEPDIM;
   dlp_Tensor *t = dlp_tensor_check(L, 1);
   ndim = t->dl.ndim;
-  int has_dim = read_dims(L, ndim, reduced, what);
+  int has_dim = read_dims(L, ndim, reduced);
   if (op <= R_STD) allowed |= DLP_COPT_DTYPE;
   if (op == R_VAR || op == R_STD) allowed |= DLP_COPT_CORRECTION;
   dlp_read_compute_options(L, 3, allowed, &o, what);
@@ -879,7 +884,8 @@ static int reduce(lua_State *L, int op) {
     }
   }
   /* the accumulators into the results' dtype (values of min/max: exact) */
-  if (acc != res && !is_arg(op)) dlp_row_function(result_dtype, acc_dtype)(res, dlp_dtypes[result_dtype].itemsize, acc, w->acc_size, K);
+  if (acc != res && !is_arg(op))
+    dlp_row_function(result_dtype, acc_dtype)(res, dlp_dtypes[result_dtype].itemsize, acc, w->acc_size, K);
   if (full) {
     if (is_arg(op)) push_value(L, DLP_INT64, aux);
     else push_value(L, result_dtype, res);
