@@ -120,7 +120,7 @@ DEFINE_LEAF(leaf_f32_sse, NO_ATTR, float, v4f, 4, ld_f32, PLAIN)
 DEFINE_LEAF(leaf_sq_f32_sse, NO_ATTR, float, v4f, 4, ld_f32, SQDEV)
 DEFINE_LEAF(leaf_f64_sse, NO_ATTR, double, v2d, 2, ld_f64, PLAIN)
 DEFINE_LEAF(leaf_sq_f64_sse, NO_ATTR, double, v2d, 2, ld_f64, SQDEV)
-#if HAVE_AVX2_VARIANT
+#ifdef HAVE_AVX2_VARIANT
 DEFINE_LEAF(leaf_f32_avx2, AVX2, float, v8f, 8, ld_f32, PLAIN)
 DEFINE_LEAF(leaf_sq_f32_avx2, AVX2, float, v8f, 8, ld_f32, SQDEV)
 DEFINE_LEAF(leaf_f64_avx2, AVX2, double, v4d, 4, ld_f64, PLAIN)
@@ -361,7 +361,7 @@ static void fold_sqdev(int acc_dtype, char *a, int64_t as, const char *mean, con
     return hit;                                           \
   }
 #if defined(__GNUC__)
-#define DEFINE_HIT_FLOAT(name, ATTR, T, V, M, lanes, CMP)                                    \
+#define DEFINE_HIT_FLOAT(name, ATTR, T, V, M, lanes, NOT_CMP)                                  \
   ATTR static int name(const char *x, T b) {                                                \
     V bv, v, w;                                                                             \
     M hit = {0}, hit2 = {0};                                                                \
@@ -369,22 +369,22 @@ static void fold_sqdev(int acc_dtype, char *a, int64_t as, const char *mean, con
     for (int i = 0; i < ARG_BLOCK; i += 2 * lanes) {                                        \
       memcpy(&v, x + i * (int64_t)sizeof(T), sizeof(V));                                    \
       memcpy(&w, x + (i + lanes) * (int64_t)sizeof(T), sizeof(V));                          \
-      hit |= (v CMP bv) | (v != v);                                                         \
-      hit2 |= (w CMP bv) | (w != w);                                                        \
+      hit |= ~(v NOT_CMP bv); /* greater (less), or NaN: b is not NaN here */              \
+      hit2 |= ~(w NOT_CMP bv);                                                              \
     }                                                                                       \
     hit |= hit2;                                                                            \
     for (int k = 1; k < lanes; k++) hit[0] |= hit[k];                                       \
     return hit[0] != 0;                                                                     \
   }
-DEFINE_HIT_FLOAT(hit_o_f32_max_sse, NO_ATTR, float, v4f, v4i, 4, >)
-DEFINE_HIT_FLOAT(hit_o_f32_min_sse, NO_ATTR, float, v4f, v4i, 4, <)
-DEFINE_HIT_FLOAT(hit_o_f64_max_sse, NO_ATTR, double, v2d, v2l, 2, >)
-DEFINE_HIT_FLOAT(hit_o_f64_min_sse, NO_ATTR, double, v2d, v2l, 2, <)
-#if HAVE_AVX2_VARIANT
-DEFINE_HIT_FLOAT(hit_o_f32_max_avx2, AVX2, float, v8f, v8i, 8, >)
-DEFINE_HIT_FLOAT(hit_o_f32_min_avx2, AVX2, float, v8f, v8i, 8, <)
-DEFINE_HIT_FLOAT(hit_o_f64_max_avx2, AVX2, double, v4d, v4l, 4, >)
-DEFINE_HIT_FLOAT(hit_o_f64_min_avx2, AVX2, double, v4d, v4l, 4, <)
+DEFINE_HIT_FLOAT(hit_o_f32_max_sse, NO_ATTR, float, v4f, v4i, 4, <=)
+DEFINE_HIT_FLOAT(hit_o_f32_min_sse, NO_ATTR, float, v4f, v4i, 4, >=)
+DEFINE_HIT_FLOAT(hit_o_f64_max_sse, NO_ATTR, double, v2d, v2l, 2, <=)
+DEFINE_HIT_FLOAT(hit_o_f64_min_sse, NO_ATTR, double, v2d, v2l, 2, >=)
+#ifdef HAVE_AVX2_VARIANT
+DEFINE_HIT_FLOAT(hit_o_f32_max_avx2, AVX2, float, v8f, v8i, 8, <=)
+DEFINE_HIT_FLOAT(hit_o_f32_min_avx2, AVX2, float, v8f, v8i, 8, >=)
+DEFINE_HIT_FLOAT(hit_o_f64_max_avx2, AVX2, double, v4d, v4l, 4, <=)
+DEFINE_HIT_FLOAT(hit_o_f64_min_avx2, AVX2, double, v4d, v4l, 4, >=)
 #define HIT_DISPATCH(name, T) \
   static int name(const char *x, T b) { return have_avx2() ? name##_avx2(x, b) : name##_sse(x, b); }
 #else
