@@ -658,8 +658,8 @@ static int read_dims(lua_State *L, int ndim, int *reduced) {
 static void choose_dtypes(lua_State *L, int op, int in, int opt, int *result, int *acc, const char *what) {
   int kind = dlp_dtype_kind(in);
   if (kind == K_COMPLEX && (is_ordered(op) || op == R_VAR || op == R_STD))
-    luaL_error(L, "%s: %s tensors are not supported (complex numbers have no order%s)", what,
-               dlp_dtypes[in].name, is_ordered(op) ? "" : "; take the variance of the real and imaginary parts");
+    luaL_error(L, "%s: %s tensors are not supported (%s)", what, dlp_dtypes[in].name,
+               is_ordered(op) ? "complex numbers have no order" : "take those of the real and imaginary parts");
   switch (op) {
     case R_SUM: case R_PROD:
       *result = opt >= 0 ? opt : kind == K_BOOL || kind == K_INT ? DLP_INT64 : kind == K_UINT ? DLP_UINT64 : in;
