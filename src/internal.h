@@ -151,6 +151,7 @@ int dlp_dtype_computes(int dtype);
 int dlp_dtype_kind(int dtype);                 /* 0 bool, 1 unsigned, 2 signed, 3 float, 4 complex */
 void dlp_check_computes(lua_State *L, int dtype, const char *what); /* raises: convert first */
 int dlp_promote(int a, int b);                 /* -1 when either does not compute */
+int dlp_promote_many(int n, const int *dtypes); /* NumPy's order-independent promotion of n >= 1 */
 int dlp_can_cast_same_kind(int from, int to);  /* NumPy's casting='same_kind' */
 
 /* ---- convert.c: typed loops over one row of elements ---- */
@@ -367,6 +368,25 @@ int dlp_broadcast_shapes(lua_State *L, int n, const dlp_Tensor *const *tensors, 
  * along dimensions it is stretched over, and where it steps nowhere (dlp_walk_stride). */
 void dlp_broadcast_strides(const dlp_Tensor *t, int ndim, const int64_t *shape, int64_t *strides);
 
+/* ---- kernels.c: the typed inner loops of the elementwise functions ---- */
+enum {
+  /* two inputs */
+  DLP_OP_ADD, DLP_OP_SUB, DLP_OP_MUL, DLP_OP_DIV, DLP_OP_IDIV, DLP_OP_MOD, DLP_OP_POW, DLP_OP_MAXIMUM,
+  DLP_OP_MINIMUM, DLP_OP_EQ, DLP_OP_NE, DLP_OP_LT, DLP_OP_LE, DLP_OP_GT, DLP_OP_GE, DLP_OP_LOGICAL_AND,
+  DLP_OP_LOGICAL_OR, DLP_OP_LOGICAL_XOR, DLP_OP_BAND, DLP_OP_BOR, DLP_OP_BXOR, DLP_OP_SHL, DLP_OP_SHR,
+  /* three: where(cond, a, b) */
+  DLP_OP_WHERE,
+  /* one input */
+  DLP_OP_NEG, DLP_OP_ABS, DLP_OP_SIGN, DLP_OP_SQRT, DLP_OP_EXP, DLP_OP_LOG, DLP_OP_LOG1P, DLP_OP_EXPM1,
+  DLP_OP_SIN, DLP_OP_COS, DLP_OP_TAN, DLP_OP_TANH, DLP_OP_SIGMOID, DLP_OP_FLOOR, DLP_OP_CEIL, DLP_OP_ROUND,
+  DLP_OP_TRUNC, DLP_OP_ISNAN, DLP_OP_ISINF, DLP_OP_ISFINITE, DLP_OP_LOGICAL_NOT, DLP_OP_BNOT,
+  DLP_OP_COUNT
+};
+/* The dtypes loops compute in: bool, int8 .. int64, uint8 .. uint64, float32, float64. */
+#define DLP_NCOMPUTE 11
+int dlp_compute_index(int dtype);            /* -1 when loops do not compute in it */
+dlp_IterLoop dlp_kernel(int op, int compute_dtype); /* NULL when op has no loop for it */
+
 /* ---- operands.c: the operands and options of the computing functions ---- */
 
 /* The options table of a computing function: out (elementwise), dtype, keepdim and correction
@@ -384,6 +404,9 @@ void dlp_read_compute_options(lua_State *L, int arg, unsigned allowed, dlp_Compu
 
 /* ---- reduce.c: sum prod mean var std min max argmin argmax any all ---- */
 void dlp_reduce_register(lua_State *L, int module, int methods, int meta);
+
+/* ---- elementwise.c: arithmetic, comparisons, math, where, clamp, the operators ---- */
+void dlp_elementwise_register(lua_State *L, int module, int methods, int meta);
 
 /* ---- values.c: Lua values <-> tensors ---- */
 void dlp_format_register(lua_State *L, int module, int methods, int meta);
