@@ -402,6 +402,9 @@ enum { DLP_COPT_OUT = 1, DLP_COPT_DTYPE = 2, DLP_COPT_KEEPDIM = 4, DLP_COPT_CORR
 /* Read the table at arg (none or nil: defaults) for the options `allowed`; what names the function. */
 void dlp_read_compute_options(lua_State *L, int arg, unsigned allowed, dlp_ComputeOptions *o, const char *what);
 
+/* ---- reduce.c: sum prod mean var std min max argmin argmax any all ---- */
+void dlp_reduce_register(lua_State *L, int module, int methods, int meta);
+
 /* ---- elementwise.c: arithmetic, comparisons, math, where, clamp, the operators ---- */
 void dlp_elementwise_register(lua_State *L, int module, int methods, int meta);
 
