@@ -6,7 +6,7 @@ local dlpack = require "dlpack"
 local support = require "support"
 
 local raises, raises_plain = support.raises, support.raises_plain
-local unpack = table.unpack or unpack
+local unpack = table.unpack
 local it_int = support.INTEGERS and it or function(name) pending(name .. ": " .. support.NO_INTEGERS) end
 
 -- the bytes of s as lowercase hex
@@ -243,7 +243,8 @@ describe("randint", function()
     raises_plain(function() dlpack.randint(0, 0 / 0, 2) end, "got nan")
     raises(function() dlpack.randint(0, "3", 2) end, "number expected, got string")
     raises(function() dlpack.randint(0, 3) end, "shape expected as a table or as numbers, got no value")
-    raises_plain(function() dlpack.randint(0, 3, 2, "float32") end, "dlpack.randint makes integers or bool, not float32")
+    raises_plain(function() dlpack.randint(0, 3, 2, "float32") end,
+      "dlpack.randint makes integers or bool, not float32")
     raises(function() dlpack.randint(0, 3, 2, "int32", "cpu") end, "unexpected argument")
     raises_plain(function() dlpack.randint(0, 3, {2, -2}) end, "shape[2] must be a non-negative integer, got -2")
     assert.are.same({3, 1}, dlpack.randint(0, 3, unpack({3, 1})).shape)
