@@ -1,0 +1,444 @@
+-- Elementwise computing: arithmetic, comparisons, logic, bitwise, math, where, clamp,
+-- masked_fill, equal, allclose, the Lua operators, out= and the in-place methods.
+local dlpack = require "dlpack"
+local support = require "support"
+
+local INTEGERS = math.type ~= nil and _VERSION >= "Lua 5.3" -- integer subtype, // and bitwise operators
+
+local function values(t) return t:totable() end
+
+describe("elementwise arithmetic", function()
+  it("adds, subtracts, multiplies and divides tensors of one dtype", function()
+    local a = dlpack.tensor({1, 2, 3}, "float32")
+    local b = dlpack.tensor({10, 20, 30}, "float32")
+    assert.same({11, 22, 33}, values(dlpack.add(a, b)))
+    assert.same({-9, -18, -27}, values(a:sub(b)))
+    assert.same({10, 40, 90}, values(a:mul(b)))
+    assert.same({0.5, 1, 1.5}, values(dlpack.div(a, 2)))
+    assert.equal("float32", dlpack.add(a, b).dtype)
+  end)
+
+  it("floors integer division and gives the remainder the divisor's sign", function()
+    local a = dlpack.tensor({7, -7, 7, -7}, "int32")
+    local b = dlpack.tensor({2, 2, -2, -2}, "int32")
+    assert.same({3, -4, -4, 3}, values(dlpack.idiv(a, b)))
+    assert.same({1, 1, -1, -1}, values(dlpack.mod(a, b)))
+    -- the smallest integer divided by -1 wraps, as NumPy's does
+    assert.same({-128}, values(dlpack.idiv(dlpack.tensor({-128}, "int8"), -1)))
+  end)
+
+  it("floor-divides floats as NumPy does", function()
+    local a = dlpack.tensor({1, -1, 5.5}, "float64")
+    assert.same({9, -10, 2}, values(dlpack.idiv(a, dlpack.tensor({0.1, 0.1, 2}))))
+    assert.same({1.5, 0.5}, values(dlpack.mod(dlpack.tensor({5.5, -5.5}), 2)))
+  end)
+
+  it("raises on integer division or modulo by zero, before writing anything", function()
+    local a = dlpack.tensor({1, 2, 3}, "int64")
+    support.raises(function() return dlpack.idiv(a, dlpack.tensor({1, 0, 1}, "int64")) end, "division by zero")
+    support.raises(function() return dlpack.mod(a, 0) end, "division by zero")
+    support.raises(function() a:idiv_(dlpack.tensor({1, 1, 0}, "int64")) end, "division by zero")
+    assert.same({1, 2, 3}, values(a))
+  end)
+
+  it("raises for integers to negative integer powers and computes the others by squaring", function()
+    local a = dlpack.tensor({2, 3, -2}, "int32")
+    assert.same({8, 27, -8}, values(a:pow(3)))
+    support.raises(function() return a:pow(-1) end, "negative integer powers")
+    support.raises(function() return a:pow(dlpack.tensor({1, -1, 1}, "int32")) end, "negative integer powers")
+    assert.same({0.5, 0.25}, values(dlpack.tensor({2, 4}, "float64"):pow(-2):sqrt()))
+  end)
+
+  it("wraps integer overflow", function()
+    assert.same({0, 255}, values(dlpack.tensor({255, 0}, "uint8"):add(dlpack.tensor({1, 255}, "uint8"))))
+    assert.same({-128}, values(dlpack.tensor({127}, "int8") + dlpack.tensor({1}, "int8")))
+  end)
+
+  it("propagates NaN through maximum and minimum", function()
+    local nan = 0 / 0
+    local r = dlpack.maximum(dlpack.tensor({1, nan, 3}), dlpack.tensor({2, 1, nan}))
+    local v = values(r)
+    assert.equal(2, v[1])
+    assert.is_true(v[2] ~= v[2] and v[3] ~= v[3])
+    assert.same({1, 1}, values(dlpack.minimum(dlpack.tensor({1, 5}, "int16"), 1)))
+  end)
+
+  it("treats bool add, mul, maximum and minimum as or, and, or, and; refuses bool sub", function()
+    local a, b = dlpack.tensor({true, true, false}), dlpack.tensor({true, false, false})
+    assert.same({true, true, false}, values(a + b))
+    assert.same({true, false, false}, values(a * b))
+    assert.equal("bool", (a + b).dtype)
+    support.raises(function() return a - b end, "bool")
+    assert.equal("int8", dlpack.idiv(a, true).dtype)
+  end)
+end)
+
+describe("result dtypes (NumPy 2)", function()
+  local cases = {
+    {"int8", "uint8", "int16"}, {"int64", "uint64", "float64"}, {"int32", "float32", "float64"},
+    {"float16", "bfloat16", "float32"}, {"uint8", "float16", "float16"}, {"int16", "float16", "float32"},
+    {"bool", "int8", "int8"}, {"uint32", "int32", "int64"}, {"uint16", "int32", "int32"},
+    {"float32", "float64", "float64"}, {"int8", "bfloat16", "bfloat16"}, {"bool", "bool", "bool"},
+  }
+  for _, c in ipairs(cases) do
+    it(c[1] .. " + " .. c[2] .. " is " .. c[3], function()
+      local a, b = dlpack.ones({2}, c[1]), dlpack.ones({2}, c[2])
+      assert.equal(c[3], dlpack.add(a, b).dtype)
+      assert.equal(c[3], dlpack.add(b, a).dtype)
+    end)
+  end
+
+  it("takes Lua numbers as weak scalars", function()
+    assert.equal("uint8", (dlpack.ones({2}, "uint8") + 1).dtype)
+    assert.equal("float32", (dlpack.ones({2}, "float32") * 0.5).dtype)
+    assert.equal("float16", (2 * dlpack.ones({2}, "float16")).dtype)
+    assert.equal("int64", (dlpack.ones({2}, "bool") + 1).dtype)
+    if INTEGERS then -- on 5.1, 5.2 and LuaJIT 0.5 is a float, 1.0 an integer: numbers are doubles there
+      assert.equal("float64", (dlpack.ones({2}, "int32") * 0.5).dtype)
+      assert.equal("float64", (dlpack.ones({2}, "int32") + 1.0).dtype)
+    end
+    assert.equal("float64", (dlpack.ones({2}, "int32") * 0.5).dtype)
+  end)
+
+  it("refuses a Lua integer the tensor's integer dtype cannot hold", function()
+    support.raises(function() return dlpack.ones({2}, "uint8") + 300 end, "300 is out of range for uint8")
+    support.raises(function() return dlpack.ones({2}, "uint8") - (-1) end, "out of range for uint8")
+  end)
+
+  it("compares with integers outside the dtype by value", function()
+    assert.same({true, true}, values(dlpack.lt(dlpack.tensor({0, 255}, "uint8"), 300)))
+    assert.same({false, false}, values(dlpack.lt(dlpack.tensor({0, 255}, "uint8"), -1)))
+  end)
+
+  it("gives float functions of integers the smallest float that holds them", function()
+    assert.equal("float16", dlpack.exp(dlpack.zeros({1}, "int8")).dtype)
+    assert.equal("float16", dlpack.sqrt(dlpack.zeros({1}, "bool")).dtype)
+    assert.equal("float32", dlpack.sin(dlpack.zeros({1}, "uint16")).dtype)
+    assert.equal("float64", dlpack.log1p(dlpack.zeros({1}, "int32")).dtype)
+    assert.equal("float64", dlpack.div(dlpack.ones({1}, "int8"), dlpack.ones({1}, "int8")).dtype)
+    assert.equal("int16", dlpack.floor(dlpack.ones({1}, "int16")).dtype)
+    assert.equal("bool", dlpack.isnan(dlpack.ones({1}, "int16")).dtype)
+  end)
+
+  it("computes float16 and bfloat16 in float32 and rounds once", function()
+    local a = dlpack.tensor({2049}, "float32"):to("float16") -- 2048 in float16
+    assert.same({2048}, values(a))
+    assert.same({2050}, values(dlpack.add(a, dlpack.tensor({2}, "float16"))))
+    assert.same({256}, values(dlpack.tensor({255}, "bfloat16") + dlpack.tensor({1}, "bfloat16")))
+  end)
+
+  it("refuses the 8-, 6- and 4-bit floats, naming the dtype", function()
+    local t = dlpack.zeros({2}, "float8_e4m3fn")
+    support.raises(function() return t + 1 end, "float8_e4m3fn.*to")
+  end)
+end)
+
+describe("broadcasting", function()
+  it("aligns shapes at the last dimension and stretches size-1 dimensions", function()
+    local a = dlpack.tensor({{1}, {2}}, "int32")           -- {2, 1}
+    local b = dlpack.tensor({10, 20, 30}, "int32")         -- {3}
+    assert.same({{11, 21, 31}, {12, 22, 32}}, values(a + b))
+    assert.same({2, 3}, (a + b).shape)
+  end)
+
+  it("names both shapes when they do not broadcast", function()
+    support.raises(function() return dlpack.zeros({2, 3}) + dlpack.zeros({4}) end, "{2, 3} and {4}")
+  end)
+
+  it("works on transposed, sliced, flipped and expanded views", function()
+    local m = dlpack.tensor({{1, 2, 3}, {4, 5, 6}}, "float64")
+    assert.same({{2, 8}, {4, 10}, {6, 12}}, values(m:transpose(1, 2) * dlpack.tensor({2, 2})))
+    assert.same({{3, 1}, {6, 4}}, values(m:slice(2, 3, 1, -2) + 0))
+    assert.same({{5, 6, 7}, {8, 9, 10}}, values(m + m:select(2, 1):unsqueeze(2):expand({2, 3}):select(1, 2)))
+  end)
+
+  it("handles 0-d and empty tensors", function()
+    local s = dlpack.tensor(5, "int32")
+    assert.equal(0, (s + 1).ndim)
+    assert.equal(6, (s + 1):item())
+    local e = dlpack.zeros({0, 3})
+    assert.same({0, 3}, (e + dlpack.ones({3})).shape)
+  end)
+end)
+
+describe("comparisons, logic and bitwise", function()
+  it("compare to bool tensors", function()
+    local a, b = dlpack.tensor({1, 2, 3}), dlpack.tensor({3, 2, 1})
+    assert.same({false, true, false}, values(dlpack.eq(a, b)))
+    assert.same({true, false, true}, values(a:ne(b)))
+    assert.same({true, false, false}, values(a:lt(b)))
+    assert.same({true, true, false}, values(a:le(b)))
+    assert.same({false, false, true}, values(a:gt(b)))
+    assert.same({false, true, true}, values(a:ge(b)))
+  end)
+
+  it("keeps == an identity test", function()
+    local a = dlpack.tensor({1})
+    assert.is_false(a == a:clone())
+    assert.is_true(a == a)
+  end)
+
+  it("logical functions treat nonzero as true", function()
+    local a, b = dlpack.tensor({0, 1, 2}, "int8"), dlpack.tensor({0, 0, 5}, "float32")
+    assert.same({false, false, true}, values(dlpack.logical_and(a, b)))
+    assert.same({false, true, true}, values(dlpack.logical_or(a, b)))
+    assert.same({false, true, false}, values(dlpack.logical_xor(a, b)))
+    assert.same({true, false, false}, values(dlpack.logical_not(a)))
+  end)
+
+  it("bitwise functions take integers and bool", function()
+    local a, b = dlpack.tensor({12, 10}, "uint8"), dlpack.tensor({10, 6}, "uint8")
+    assert.same({8, 2}, values(dlpack.band(a, b)))
+    assert.same({14, 14}, values(dlpack.bor(a, b)))
+    assert.same({6, 12}, values(dlpack.bxor(a, b)))
+    assert.same({243, 245}, values(dlpack.bnot(a)))
+    assert.same({48, 40}, values(dlpack.shl(a, 2)))
+    assert.same({3, 2}, values(dlpack.shr(a, 2)))
+    assert.same({0, -1}, values(dlpack.shr(dlpack.tensor({5, -5}, "int8"), 9)))
+    assert.same({false, true}, values(dlpack.bnot(dlpack.tensor({true, false}))))
+    support.raises(function() return dlpack.band(dlpack.ones({1}), 1) end, "integer and bool")
+    support.raises(function() return dlpack.shl(dlpack.ones({1}), 1) end, "integer")
+  end)
+end)
+
+describe("unary math", function()
+  it("computes the float functions", function()
+    local x = dlpack.tensor({0, 1, 4}, "float64")
+    assert.same({0, 1, 2}, values(x:sqrt()))
+    assert.same({1, math.exp(1), math.exp(4)}, values(x:exp()))
+    assert.same({0}, values(dlpack.tensor({1}):log()))
+    assert.same({0, math.sin(1), math.sin(4)}, values(x:sin()))
+    assert.same({0.5}, values(dlpack.tensor({0}):sigmoid()))
+    assert.same({0}, values(dlpack.tensor({0}):tanh()))
+  end)
+
+  it("keeps integer dtypes for neg, abs, sign, floor, ceil, round and trunc", function()
+    local i = dlpack.tensor({-3, 0, 5}, "int16")
+    assert.same({3, 0, -5}, values(-i))
+    assert.same({3, 0, 5}, values(i:abs()))
+    assert.same({-1, 0, 1}, values(i:sign()))
+    assert.same({-3, 0, 5}, values(i:round()))
+    assert.equal("int16", i:round().dtype)
+  end)
+
+  it("rounds to nearest even, floors, ceils and truncates floats", function()
+    local f = dlpack.tensor({0.5, 1.5, 2.5, -0.5, -1.7}, "float32")
+    assert.same({0, 2, 2, -0, -2}, values(f:round()))
+    assert.same({0, 1, 2, -1, -2}, values(f:floor()))
+    assert.same({1, 2, 3, -0, -1}, values(f:ceil()))
+    assert.same({0, 1, 2, -0, -1}, values(f:trunc()))
+  end)
+
+  it("classifies floats", function()
+    local f = dlpack.tensor({0 / 0, 1 / 0, -1 / 0, 1})
+    assert.same({true, false, false, false}, values(f:isnan()))
+    assert.same({false, true, true, false}, values(f:isinf()))
+    assert.same({false, false, false, true}, values(f:isfinite()))
+    assert.same({false}, values(dlpack.ones({1}, "int32"):isnan()))
+    assert.same({true}, values(dlpack.ones({1}, "int32"):isfinite()))
+  end)
+end)
+
+describe("Lua operators", function()
+  it("call the functions, with a number on either side", function()
+    local a = dlpack.tensor({1, 2, 4}, "float64")
+    assert.same({3, 4, 6}, values(a + 2))
+    assert.same({3, 4, 6}, values(2 + a))
+    assert.same({1, 0, -2}, values(2 - a))
+    assert.same({2, 4, 8}, values(2 * a))
+    assert.same({4, 2, 1}, values(4 / a))
+    assert.same({1, 0, 0}, values(a % 2))
+    assert.same({1, 4, 16}, values(a ^ 2))
+    assert.same({2, 4, 16}, values(2 ^ a))
+    assert.same({-1, -2, -4}, values(-a))
+  end)
+
+  if INTEGERS then
+    it("include // & | ~ << >> on Lua 5.3 and later", function()
+      local ops = load([[
+        local a = ...
+        return a // 2, a & 6, a | 1, a ~ 3, ~a, a << 1, a >> 1
+      ]])
+      local a = dlpack.tensor({5, 7}, "int32")
+      local r = {ops(a)}
+      assert.same({2, 3}, values(r[1]))
+      assert.same({4, 6}, values(r[2]))
+      assert.same({5, 7}, values(r[3]))
+      assert.same({6, 4}, values(r[4]))
+      assert.same({-6, -8}, values(r[5]))
+      assert.same({10, 14}, values(r[6]))
+      assert.same({2, 3}, values(r[7]))
+    end)
+  end
+end)
+
+describe("out and in place", function()
+  it("writes into out, converting to its dtype, and returns it", function()
+    local out = dlpack.zeros({3}, "int16")
+    local r = dlpack.add(dlpack.tensor({1.7, 2.2, 3.9}), 1, {out = out})
+    assert.equal(out, r)
+    assert.same({2, 3, 4}, values(out))
+  end)
+
+  it("computes in opts.dtype", function()
+    local r = dlpack.add(dlpack.tensor({100}, "int8"), dlpack.tensor({100}, "int8"), {dtype = "int16"})
+    assert.equal("int16", r.dtype)
+    assert.same({200}, values(r))
+  end)
+
+  it("refuses out of another shape, a read-only out, an expanded out and unknown options", function()
+    local a = dlpack.ones({3})
+    support.raises(function() dlpack.add(a, a, {out = dlpack.zeros({4})}) end, "shape")
+    support.raises(function() dlpack.add(a, a, {out = dlpack.zeros({3}):as_readonly()}) end, "read%-only")
+    support.raises(function() dlpack.add(a, a, {out = dlpack.zeros({1}):expand({3})}) end, "expanded")
+    support.raises(function() dlpack.add(a, a, {outt = a}) end, "unknown option 'outt'")
+    support.raises(function() dlpack.add(a, a, {out = 5}) end, "out must be a tensor")
+  end)
+
+  it("updates in place with the _ methods and returns the tensor", function()
+    local t = dlpack.tensor({1, 4, 9}, "float32")
+    assert.equal(t, t:add_(1))
+    assert.same({2, 5, 10}, values(t))
+    t:sqrt_()
+    local function f32(x) return (string.unpack("f", string.pack("f", x))) end
+    assert.same({f32(math.sqrt(2)), f32(math.sqrt(5)), f32(math.sqrt(10))}, values(t))
+    local c = dlpack.tensor({-5, 0.5, 5}):clamp_(0, 1)
+    assert.same({0, 0.5, 1}, values(c))
+  end)
+
+  it("refuses in-place results that the same_kind rule does not cast", function()
+    local i = dlpack.tensor({1, 2}, "int32")
+    support.raises(function() i:div_(2) end, "float64.*int32")
+    support.raises(function() i:add_(0.5) end, "same_kind")
+    support.raises(function() dlpack.tensor({1}, "uint8"):add_(dlpack.tensor({1}, "int8")) end, "int16.*uint8")
+    i:add_(dlpack.tensor({1, 1}, "int64")) -- int64 -> int32 is the same kind
+    assert.same({2, 3}, values(i))
+  end)
+
+  it("reads every input before writing when out overlaps one (NumPy's rule)", function()
+    local s = dlpack.tensor({1, 2, 3, 4, 5}, "float64")
+    dlpack.add(s:narrow(1, 1, 4), 10, {out = s:narrow(1, 2, 4)})
+    assert.same({1, 11, 12, 13, 14}, values(s))
+    local r = dlpack.tensor({1, 2, 3, 4})
+    r:add_(r:slice(1, 4, 1, -1))
+    assert.same({5, 5, 5, 5}, values(r))
+    local m = dlpack.tensor({{1, 2}, {3, 4}})
+    dlpack.add(m:transpose(1, 2), 0, {out = m})
+    assert.same({{1, 3}, {2, 4}}, values(m))
+  end)
+end)
+
+describe("where, clamp, masked_fill, equal, allclose", function()
+  it("where selects and promotes", function()
+    local c = dlpack.tensor({true, false, true})
+    local r = dlpack.where(c, dlpack.tensor({1, 2, 3}, "int8"), dlpack.tensor({10, 20, 30}, "int16"))
+    assert.same({1, 20, 3}, values(r))
+    assert.equal("int16", r.dtype)
+    assert.same({{1, 0}, {1, 0}}, values(dlpack.where(dlpack.tensor({1, 0}, "uint8"), 1, dlpack.zeros({2, 2}, "int8"))))
+  end)
+
+  it("clamp takes either bound or both", function()
+    local t = dlpack.tensor({-2, 0, 2}, "int32")
+    assert.same({-1, 0, 1}, values(t:clamp(-1, 1)))
+    assert.same({-2, 0, 1}, values(t:clamp(nil, 1)))
+    assert.same({0, 0, 2}, values(dlpack.clamp(t, 0)))
+    assert.equal("float64", t:clamp(0.5, 1).dtype)
+    assert.same({1, 1, 1}, values(t:clamp(2, 1))) -- lo > hi gives hi, as NumPy's clip
+    support.raises(function() return t:clamp() end, "bound")
+  end)
+
+  it("masked_fill sets the masked elements in place", function()
+    local t = dlpack.tensor({{1, 2}, {3, 4}}, "int32")
+    assert.equal(t, t:masked_fill(dlpack.tensor({true, false}), 0))
+    assert.same({{0, 2}, {0, 4}}, values(t))
+    support.raises(function() t:masked_fill(dlpack.tensor({true, false}), 0.5) end, "same_kind")
+  end)
+
+  it("equal and allclose", function()
+    local a = dlpack.tensor({1, 2, 3})
+    assert.is_true(dlpack.equal(a, dlpack.tensor({1, 2, 3}, "int32")))
+    assert.is_false(dlpack.equal(a, dlpack.tensor({1, 2, 4})))
+    assert.is_false(dlpack.equal(a, dlpack.tensor({1, 2})))
+    assert.is_false(dlpack.equal(dlpack.tensor({0 / 0}), dlpack.tensor({0 / 0})))
+    assert.is_true(dlpack.allclose(a, a + 1e-9))
+    assert.is_false(dlpack.allclose(a, a + 1e-3))
+    assert.is_true(dlpack.allclose(a, a + 1e-3, 0, 1e-2))
+    assert.is_true(dlpack.allclose(dlpack.tensor({1 / 0}), dlpack.tensor({1 / 0})))
+    assert.is_false(dlpack.allclose(dlpack.tensor({0 / 0}), dlpack.tensor({0 / 0})))
+  end)
+end)
+
+describe("computing safely", function()
+  it("refuses released tensors, strings and tables as operands", function()
+    local a = dlpack.ones({2})
+    local b = dlpack.ones({2})
+    b:release()
+    support.raises(function() return a + b end, "released")
+    support.raises(function() return a + "1" end, "tensor, number or boolean expected, got string")
+    support.raises(function() return dlpack.add(a, {}) end, "got table")
+  end)
+
+  it("raises naming the device for memory the CPU cannot read", function()
+    local fab = require "fabricate"
+    local t = dlpack.from_dlpack((fab.versioned {device_type = 2, device_id = 0, shape = {2}}))
+    support.raises(function() return t + 1 end, "cuda:0")
+    support.raises(function() return dlpack.ones({2}) + t end, "cuda:0")
+    support.raises(function() dlpack.add(dlpack.ones({2}), 1, {out = t}) end, "cuda:0")
+    t:release()
+  end)
+
+  it("is not fooled by an option table whose metamethods release the operands", function()
+    local a, b = dlpack.ones({4}), dlpack.ones({4})
+    local opts = setmetatable({}, {__index = function() a:release(); b:release() end})
+    support.raises(function() dlpack.add(a, b, opts) end, "released")
+  end)
+end)
+
+describe("the iteration engine under the elementwise functions", function()
+  -- element by element with get(), the slow and obvious way
+  local function check_add(a, b)
+    local r = a + b
+    local shape = r.shape
+    local n = r:numel()
+    local idx = {}
+    for k = 0, n - 1 do
+      local rest = k
+      for d = #shape, 1, -1 do
+        idx[d] = rest % shape[d] + 1
+        rest = (rest - idx[d] + 1) / shape[d]
+      end
+      local function at(t)
+        local i = {}
+        local shift = #shape - t.ndim
+        for d = 1, t.ndim do i[d] = t.shape[d] == 1 and 1 or idx[d + shift] end
+        return t:get(table.unpack(i))
+      end
+      assert.equal(at(a) + at(b), r:get(table.unpack(idx)))
+    end
+  end
+
+  it("folds a short broadcast row into long rows, converting dtypes on the way", function()
+    local frame = dlpack.arange(7 * 5 * 3):view({7, 5, 3})
+    check_add(frame, dlpack.tensor({100, 200, 300}, "int32"))
+    check_add(frame:to("uint8"), dlpack.tensor({1, 2, 3}, "int16"))
+    check_add(frame:to("float32"), dlpack.tensor({0.5, 1.5, 2.5}, "float64"))
+    check_add(frame, dlpack.tensor({{1}, {2}, {3}, {4}, {5}}, "int64"))
+    check_add(frame:transpose(1, 2), dlpack.tensor({1, 2, 3, 4, 5, 6, 7}, "int64"):unsqueeze(2))
+    check_add(dlpack.arange(4 * 3 * 2):view({4, 3, 2}):slice(1, 4, 1, -1), dlpack.tensor({10, 20}, "int8"))
+    check_add(dlpack.arange(600):view({200, 3}), dlpack.tensor({1, 2, 3}, "float16"))
+  end)
+
+  it("computes float32 exp within one unit in the last place, with the IEEE special values", function()
+    local x = dlpack.linspace and dlpack.linspace(-104, 89, 20001, "float64")
+              or (dlpack.arange(20001) * (193 / 20000) - 104)
+    x = x:to("float32")
+    local y, ref = x:exp():totable(), x:to("float64"):exp():to("float32"):totable()
+    local function bits(v) return string.unpack("<i4", string.pack("<f", v)) end
+    for i = 1, #y do
+      assert.is_true(math.abs(bits(y[i]) - bits(ref[i])) <= 1, "exp(" .. x:get(i) .. ")")
+    end
+    local s = dlpack.tensor({0 / 0, 1 / 0, -1 / 0, 89, -104, 0}, "float32"):exp():totable()
+    assert.is_true(s[1] ~= s[1])
+    assert.same({1 / 0, 0, 1 / 0, 0, 1}, {s[2], s[3], s[4], s[5], s[6]})
+  end)
+end)
