@@ -66,6 +66,7 @@ dlp_Tensor *dlp_tensor_filled(lua_State *L, int dtype, DLDevice device, int ndim
   DLDevice cpu = {kDLCPU, 0};
   size_t itemsize = dlp_dtypes[dtype].itemsize;
   dlp_Tensor *t = dlp_tensor_new(L, dtype, 0, device, ndim, shape, 0, what);
+  if (dlp_numel(t) == 0) return t; /* its memory may be NULL */
   if (dlp_device_is_host(device)) {
     dlp_fill_row(dlp_first_element(t), (int64_t)itemsize, element, dlp_numel(t), itemsize);
   } else { /* fill on the host, then one copy to the device */
