@@ -75,6 +75,24 @@ describe("manual_seed and the generator", function()
     assert.are.same({0.083862971059882163, 0.37898025066266861}, dlpack.rand(shape, "float64"):totable())
   end)
 
+  it("keeps its state where scripts cannot reach it without the debug library, and checks what it finds", function()
+    dlpack.rand(1)
+    local registry, key = debug.getregistry(), nil
+    for k, v in pairs(registry) do
+      if type(k) == "userdata" and type(v) == "userdata" and getmetatable(v) == nil then key = k end
+    end
+    assert.is_not_nil(key)
+    -- a script with the debug library puts another userdata there: it is not written to
+    local victim = dlpack.zeros({8}, "uint8")
+    registry[key] = victim
+    dlpack.manual_seed(42)
+    assert.are.same({0.083862971059882163}, dlpack.rand(1, "float64"):totable())
+    assert.are.same({0, 0, 0, 0, 0, 0, 0, 0}, victim:totable())
+    registry[key] = 12
+    dlpack.manual_seed(42)
+    assert.are.same({0.083862971059882163}, dlpack.rand(1, "float64"):totable())
+  end)
+
   it("refuses seeds that are not integers", function()
     raises_plain(function() dlpack.manual_seed(1.5) end, "the seed must be an integer from -2^63 to 2^63 - 1, got 1.5")
     raises_plain(function() dlpack.manual_seed(0 / 0) end, "got nan")

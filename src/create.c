@@ -30,7 +30,7 @@ int dlp_check_integer_args(lua_State *L, int arg, int64_t *out, int max, int64_t
   if (type != LUA_TNUMBER)
     return luaL_argerror(L, arg, lua_pushfstring(L, "%s expected as a table or as numbers, got %s", what,
                                                  luaL_typename(L, arg)));
-  for (; lua_type(L, arg + n) == LUA_TNUMBER; n++) { /* numbers are read raw: no metamethod runs */
+  for (int top = lua_gettop(L); arg + n <= top && lua_type(L, arg + n) == LUA_TNUMBER; n++) { /* read raw */
     int isint;
     if (n == max) luaL_argerror(L, arg + n, lua_pushfstring(L, "%s has more than %d entries", what, max));
     lua_Integer v = lua_tointegerx(L, arg + n, &isint);

@@ -60,16 +60,19 @@ static uint64_t next(Generator *g) {
  * checked by its size too, in case a script with the debug library put something else there. */
 static const char generator_key = 0;
 
-/* L's generator, made the first time (an allocation: call it before taking tensor memory). */
+/* L's generator, pushed (the caller keeps it on the stack while it draws), made the first time
+ * (an allocation: call it before taking tensor memory). */
 static Generator *generator(lua_State *L) {
   Generator *g = NULL;
-  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &generator_key) == LUA_TUSERDATA && lua_rawlen(L, -1) == sizeof *g &&
-      !lua_getmetatable(L, -1))
-    g = lua_touserdata(L, -1);
-  lua_pop(L, 1);
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &generator_key) == LUA_TUSERDATA && lua_rawlen(L, -1) == sizeof *g) {
+    if (lua_getmetatable(L, -1)) lua_pop(L, 1); /* not one of ours */
+    else g = lua_touserdata(L, -1);
+  }
   if (g) return g;
+  lua_pop(L, 1);
   g = lua_newuserdatauv(L, sizeof *g, 0);
   seed_generator(g, DEFAULT_SEED);
+  lua_pushvalue(L, -1);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &generator_key);
   return g;
 }
