@@ -120,7 +120,7 @@ int dlp_dtype_from_dl(DLDataType t); /* -1 when not a dtype this module knows */
 DLDataType dlp_dtype_to_dl(int dtype);
 int dlp_check_dtype(lua_State *L, int arg);                 /* a dtype name */
 int dlp_opt_dtype(lua_State *L, int arg, int def);
-int dlp_test_dtype_name(const char *name, size_t len);      /* -1 when unknown */
+int dlp_test_dtype_name(const char *name, size_t len);      /* -1 when unknown; torch aliases too ("float") */
 /* Why the string name (len bytes) is no dtype, pushed: unknown, or cut by an embedded NUL. */
 const char *dlp_push_dtype_error(lua_State *L, const char *name, size_t len);
 
@@ -297,6 +297,25 @@ void dlp_gc_account(lua_State *L, size_t nbytes);
 /* Each subsystem adds its functions to the module table, the tensor methods and the
  * tensor metatable, given as absolute stack indices. */
 void dlp_tensor_register(lua_State *L, int module, int methods, int meta);
+
+/* ---- create.c: more ways to make tensors ---- */
+
+/* A list of at most `max` integers, each at least `min`, given as a table at arg (read as
+ * dlp_check_integers does) or as the numbers from arg on (torch7's zeros(2, 3), t:view(2, -1));
+ * *next is the argument after the list. Raises naming `what` ("shape") and the argument. */
+int dlp_check_integer_args(lua_State *L, int arg, int64_t *out, int max, int64_t min, const char *what, int *next);
+/* A shape so given (non-negative sizes whose product fits in int64). */
+int dlp_check_shape_args(lua_State *L, int arg, int64_t *shape, int *next);
+/* The element 1 (true for bool) of dtype into out; raises for dtypes without element access. */
+void dlp_one_element(lua_State *L, int dtype, void *out);
+/* A new contiguous tensor, pushed, every element the itemsize bytes at element (on a CUDA
+ * device: filled on the host, then copied). An allocation: it may run finalizers. */
+dlp_Tensor *dlp_tensor_filled(lua_State *L, int dtype, DLDevice device, int ndim, const int64_t *shape,
+                              const void *element, const char *what);
+void dlp_create_register(lua_State *L, int module, int methods, int meta);
+
+/* ---- random.c: rand, randn, randint and manual_seed (xoshiro256** per lua_State) ---- */
+void dlp_random_register(lua_State *L, int module, int methods, int meta);
 
 /* ---- views.c ---- */
 void dlp_views_register(lua_State *L, int methods);

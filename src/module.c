@@ -165,6 +165,8 @@ DLPACK_LUA_API int luaopen_dlpack(lua_State *L) {
   lua_rawsetp(L, meta, &library_identity);
   dlp_tensor_register(L, module, methods, meta);
   dlp_views_register(L, methods);
+  dlp_create_register(L, module, methods, meta);
+  dlp_random_register(L, module, methods, meta);
   dlp_copy_register(L, methods);
   dlp_format_register(L, module, methods, meta);
   dlp_reduce_register(L, module, methods, meta);
