@@ -165,6 +165,10 @@ DLPACK_LUA_API int luaopen_dlpack(lua_State *L) {
   lua_rawsetp(L, meta, &library_identity);
   dlp_tensor_register(L, module, methods, meta);
   dlp_views_register(L, methods);
+  dlp_flip_register(L, module, methods, meta);
+  dlp_blas_register(L, module, methods, meta);
+  dlp_matmul_register(L, module, methods, meta);
+  dlp_join_register(L, module, methods, meta);
   dlp_copy_register(L, methods);
   dlp_format_register(L, module, methods, meta);
   dlp_capsule_register(L, module);
