@@ -368,6 +368,25 @@ int dlp_broadcast_shapes(lua_State *L, int n, const dlp_Tensor *const *tensors, 
  * along dimensions it is stretched over, and where it steps nowhere (dlp_walk_stride). */
 void dlp_broadcast_strides(const dlp_Tensor *t, int ndim, const int64_t *shape, int64_t *strides);
 
+/* ---- kernels.c: the typed inner loops of the elementwise functions ---- */
+enum {
+  /* two inputs */
+  DLP_OP_ADD, DLP_OP_SUB, DLP_OP_MUL, DLP_OP_DIV, DLP_OP_IDIV, DLP_OP_MOD, DLP_OP_POW, DLP_OP_MAXIMUM,
+  DLP_OP_MINIMUM, DLP_OP_EQ, DLP_OP_NE, DLP_OP_LT, DLP_OP_LE, DLP_OP_GT, DLP_OP_GE, DLP_OP_LOGICAL_AND,
+  DLP_OP_LOGICAL_OR, DLP_OP_LOGICAL_XOR, DLP_OP_BAND, DLP_OP_BOR, DLP_OP_BXOR, DLP_OP_SHL, DLP_OP_SHR,
+  /* three: where(cond, a, b) */
+  DLP_OP_WHERE,
+  /* one input */
+  DLP_OP_NEG, DLP_OP_ABS, DLP_OP_SIGN, DLP_OP_SQRT, DLP_OP_EXP, DLP_OP_LOG, DLP_OP_LOG1P, DLP_OP_EXPM1,
+  DLP_OP_SIN, DLP_OP_COS, DLP_OP_TAN, DLP_OP_TANH, DLP_OP_SIGMOID, DLP_OP_FLOOR, DLP_OP_CEIL, DLP_OP_ROUND,
+  DLP_OP_TRUNC, DLP_OP_ISNAN, DLP_OP_ISINF, DLP_OP_ISFINITE, DLP_OP_LOGICAL_NOT, DLP_OP_BNOT,
+  DLP_OP_COUNT
+};
+/* The dtypes loops compute in: bool, int8 .. int64, uint8 .. uint64, float32, float64. */
+#define DLP_NCOMPUTE 11
+int dlp_compute_index(int dtype);            /* -1 when loops do not compute in it */
+dlp_IterLoop dlp_kernel(int op, int compute_dtype); /* NULL when op has no loop for it */
+
 /* ---- operands.c: the operands and options of the computing functions ---- */
 
 /* The options table of a computing function: out (elementwise), dtype, keepdim and correction
@@ -382,6 +401,9 @@ typedef struct dlp_ComputeOptions {
 enum { DLP_COPT_OUT = 1, DLP_COPT_DTYPE = 2, DLP_COPT_KEEPDIM = 4, DLP_COPT_CORRECTION = 8 };
 /* Read the table at arg (none or nil: defaults) for the options `allowed`; what names the function. */
 void dlp_read_compute_options(lua_State *L, int arg, unsigned allowed, dlp_ComputeOptions *o, const char *what);
+
+/* ---- elementwise.c: arithmetic, comparisons, math, where, clamp, the operators ---- */
+void dlp_elementwise_register(lua_State *L, int module, int methods, int meta);
 
 /* ---- values.c: Lua values <-> tensors ---- */
 void dlp_format_register(lua_State *L, int module, int methods, int meta);

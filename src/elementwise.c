@@ -1,0 +1,675 @@
+/* Elementwise functions: arithmetic, comparisons, logic, bitwise, math, where, clamp,
+ * masked_fill, equal, allclose, the Lua operators and the in-place `_` methods. One driver
+ * serves them all: operands read (operands.c), result dtype chosen by NumPy 2's rules, shapes
+ * broadcast, the output allocated or checked, inputs that overlap the output copied first, then
+ * the iteration engine (iter.c) runs the typed loop (kernels.c), converting operands whose dtype
+ * is not the loop's in blocks. */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* How an operation chooses its dtypes from the promoted dtype P of its inputs. */
+enum {
+  RULE_ARITH,    /* result P; bool only where the op has a bool loop (else int8, as NumPy) */
+  RULE_DIV,      /* true division: result P for floats, float64 for integers and bool */
+  RULE_COMPARE,  /* result bool, computed in P */
+  RULE_BITWISE,  /* integers and bool only, result P */
+  RULE_SHIFT,    /* integers only (bool computes as int8), result P */
+  RULE_FLOATFN,  /* result: P for floats, the smallest float holding an integer P */
+  RULE_KEEP,     /* result P (neg abs sign floor ceil round trunc) */
+  RULE_CLASSIFY, /* result bool, computed in P */
+  RULE_WHERE,    /* cond any dtype, result the promoted dtype of the two values */
+};
+
+typedef struct OpInfo {
+  const char *name;
+  int arity; /* inputs */
+  int rule;
+} OpInfo;
+
+static const OpInfo ops[DLP_OP_COUNT] = {
+  [DLP_OP_ADD] = {"add", 2, RULE_ARITH}, [DLP_OP_SUB] = {"sub", 2, RULE_ARITH},
+  [DLP_OP_MUL] = {"mul", 2, RULE_ARITH}, [DLP_OP_DIV] = {"div", 2, RULE_DIV},
+  [DLP_OP_IDIV] = {"idiv", 2, RULE_ARITH}, [DLP_OP_MOD] = {"mod", 2, RULE_ARITH},
+  [DLP_OP_POW] = {"pow", 2, RULE_ARITH}, [DLP_OP_MAXIMUM] = {"maximum", 2, RULE_ARITH},
+  [DLP_OP_MINIMUM] = {"minimum", 2, RULE_ARITH}, [DLP_OP_EQ] = {"eq", 2, RULE_COMPARE},
+  [DLP_OP_NE] = {"ne", 2, RULE_COMPARE}, [DLP_OP_LT] = {"lt", 2, RULE_COMPARE},
+  [DLP_OP_LE] = {"le", 2, RULE_COMPARE}, [DLP_OP_GT] = {"gt", 2, RULE_COMPARE},
+  [DLP_OP_GE] = {"ge", 2, RULE_COMPARE}, [DLP_OP_LOGICAL_AND] = {"logical_and", 2, RULE_COMPARE},
+  [DLP_OP_LOGICAL_OR] = {"logical_or", 2, RULE_COMPARE}, [DLP_OP_LOGICAL_XOR] = {"logical_xor", 2, RULE_COMPARE},
+  [DLP_OP_BAND] = {"band", 2, RULE_BITWISE}, [DLP_OP_BOR] = {"bor", 2, RULE_BITWISE},
+  [DLP_OP_BXOR] = {"bxor", 2, RULE_BITWISE}, [DLP_OP_SHL] = {"shl", 2, RULE_SHIFT},
+  [DLP_OP_SHR] = {"shr", 2, RULE_SHIFT}, [DLP_OP_WHERE] = {"where", 3, RULE_WHERE},
+  [DLP_OP_NEG] = {"neg", 1, RULE_KEEP}, [DLP_OP_ABS] = {"abs", 1, RULE_KEEP},
+  [DLP_OP_SIGN] = {"sign", 1, RULE_KEEP}, [DLP_OP_SQRT] = {"sqrt", 1, RULE_FLOATFN},
+  [DLP_OP_EXP] = {"exp", 1, RULE_FLOATFN}, [DLP_OP_LOG] = {"log", 1, RULE_FLOATFN},
+  [DLP_OP_LOG1P] = {"log1p", 1, RULE_FLOATFN}, [DLP_OP_EXPM1] = {"expm1", 1, RULE_FLOATFN},
+  [DLP_OP_SIN] = {"sin", 1, RULE_FLOATFN}, [DLP_OP_COS] = {"cos", 1, RULE_FLOATFN},
+  [DLP_OP_TAN] = {"tan", 1, RULE_FLOATFN}, [DLP_OP_TANH] = {"tanh", 1, RULE_FLOATFN},
+  [DLP_OP_SIGMOID] = {"sigmoid", 1, RULE_FLOATFN}, [DLP_OP_FLOOR] = {"floor", 1, RULE_KEEP},
+  [DLP_OP_CEIL] = {"ceil", 1, RULE_KEEP}, [DLP_OP_ROUND] = {"round", 1, RULE_KEEP},
+  [DLP_OP_TRUNC] = {"trunc", 1, RULE_KEEP}, [DLP_OP_ISNAN] = {"isnan", 1, RULE_CLASSIFY},
+  [DLP_OP_ISINF] = {"isinf", 1, RULE_CLASSIFY}, [DLP_OP_ISFINITE] = {"isfinite", 1, RULE_CLASSIFY},
+  [DLP_OP_LOGICAL_NOT] = {"logical_not", 1, RULE_CLASSIFY}, [DLP_OP_BNOT] = {"bnot", 1, RULE_BITWISE},
+};
+
+/* The dtype a loop computes a result dtype in: float16 and bfloat16 in float32. */
+static int compute_dtype_of(int dtype) {
+  return dtype == DLP_FLOAT16 || dtype == DLP_BFLOAT16 ? DLP_FLOAT32 : dtype;
+}
+
+static int is_integer(int dtype) { int k = dlp_dtype_kind(dtype); return k == 1 || k == 2; }
+
+/* ---- the run: a loop over rows, converting operands in blocks ---- */
+
+#define BLOCK 256
+
+typedef struct Run {
+  dlp_IterLoop kernel;
+  void *kernel_ctx;
+  int nops, converts;
+  dlp_RowFn convert[DLP_ITER_MAX_OPS]; /* inputs: storage -> loop dtype; the output: loop -> storage */
+  int64_t size[DLP_ITER_MAX_OPS];      /* the loop dtype's itemsize per operand */
+} Run;
+
+static void run_rows(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
+  const Run *r = ctx;
+  if (!r->converts) {
+    r->kernel(r->kernel_ctx, data, steps, n);
+    return;
+  }
+  double buffers[DLP_ITER_MAX_OPS][BLOCK]; /* 8 bytes an element: the widest loop dtype */
+  char *ptr[DLP_ITER_MAX_OPS];
+  int64_t step[DLP_ITER_MAX_OPS];
+  for (int64_t start = 0; start < n; start += BLOCK) {
+    int64_t m = n - start < BLOCK ? n - start : BLOCK;
+    for (int k = 0; k < r->nops; k++) {
+      char *at = dlp_offset(data[k], start * steps[k]);
+      if (r->convert[k]) {
+        ptr[k] = (char *)buffers[k];
+        step[k] = r->size[k];
+        if (k > 0) r->convert[k](ptr[k], step[k], at, steps[k], m);
+      } else {
+        ptr[k] = at;
+        step[k] = steps[k];
+      }
+    }
+    r->kernel(r->kernel_ctx, ptr, step, m);
+    if (r->convert[0]) r->convert[0](dlp_offset(data[0], start * steps[0]), steps[0], ptr[0], step[0], m);
+  }
+}
+
+/* ---- operands ---- */
+
+typedef struct Operand {
+  dlp_Tensor *t;         /* NULL for a Lua scalar */
+  int weak;              /* the scalar's kind: DLP_WEAK_* */
+  lua_Integer i;         /* its value, by kind */
+  lua_Number f;
+  unsigned char value[8]; /* the scalar in the loop dtype */
+} Operand;
+
+enum { WEAK_NONE, WEAK_BOOL, WEAK_INT, WEAK_FLOAT };
+
+/* The operand at idx: a tensor (live or not: checked once everything is read) or a Lua number or
+ * boolean. Runs no Lua code. */
+static void read_operand(lua_State *L, int idx, Operand *op, const char *what) {
+  memset(op, 0, sizeof *op);
+  switch (lua_type(L, idx)) {
+    case LUA_TBOOLEAN:
+      op->weak = WEAK_BOOL;
+      op->i = lua_toboolean(L, idx);
+      return;
+    case LUA_TNUMBER: {
+      int isint = 0;
+#if DLP_LUA_INTEGERS
+      isint = lua_isinteger(L, idx);
+      if (isint) op->i = lua_tointeger(L, idx);
+#else
+      /* numbers are doubles: an integral one in int64's range counts as an integer */
+      lua_Number x = lua_tonumber(L, idx);
+      if (x == floor(x) && x >= -9223372036854775808.0 && x < 9223372036854775808.0) {
+        isint = 1;
+        op->i = (lua_Integer)x;
+      }
+#endif
+      op->weak = isint ? WEAK_INT : WEAK_FLOAT;
+      op->f = lua_tonumber(L, idx);
+      return;
+    }
+    default:
+      if ((op->t = dlp_tensor_test(L, idx)) != NULL) return;
+      luaL_error(L, "%s: a tensor, number or boolean expected, got %s", what, luaL_typename(L, idx));
+  }
+}
+
+/* NumPy 2's promotion of a weak Lua scalar with the dtype P of the tensors (-1: none). */
+static int promote_weak(int p, int weak) {
+  int kind = p < 0 ? -1 : dlp_dtype_kind(p);
+  switch (weak) {
+    case WEAK_BOOL: return p < 0 ? DLP_BOOL : p;
+    case WEAK_INT: return p < 0 || kind == 0 ? DLP_INT64 : p;
+    case WEAK_FLOAT: return p < 0 || kind <= 2 ? DLP_FLOAT64 : p;
+    default: return p;
+  }
+}
+
+/* The promoted dtype of n operands, tensors first, then the weak scalars. */
+static int promote_operands(const Operand *o, int n) {
+  int p = -1;
+  for (int k = 0; k < n; k++)
+    if (o[k].t) p = p < 0 ? o[k].t->dtype : dlp_promote(p, o[k].t->dtype);
+  for (int k = 0; k < n; k++)
+    if (!o[k].t) p = promote_weak(p, o[k].weak);
+  return p;
+}
+
+static int fits_integer(int dtype, lua_Integer v) {
+  switch (dtype) {
+    case DLP_INT8: return v >= INT8_MIN && v <= INT8_MAX;
+    case DLP_INT16: return v >= INT16_MIN && v <= INT16_MAX;
+    case DLP_INT32: return v >= INT32_MIN && v <= INT32_MAX;
+    case DLP_UINT8: return v >= 0 && v <= UINT8_MAX;
+    case DLP_UINT16: return v >= 0 && v <= UINT16_MAX;
+    case DLP_UINT32: return v >= 0 && v <= UINT32_MAX;
+    case DLP_UINT64: return v >= 0;
+    default: return 1;
+  }
+}
+
+/* Store the scalar op as an element of dtype (the result's) and then of the loop's dtype. An
+ * integer that the dtype cannot hold raises (NumPy 2's OverflowError). */
+static void scalar_value(lua_State *L, Operand *op, int dtype, int loop_dtype, const char *what) {
+  dlp_Scalar s;
+  unsigned char element[16];
+  memset(&s, 0, sizeof s);
+  if (op->weak == WEAK_FLOAT) {
+    s.kind = DLP_S_FLOAT;
+    s.re = op->f;
+  } else {
+    if (op->weak == WEAK_INT && is_integer(dtype) && !fits_integer(dtype, op->i))
+      luaL_error(L, "%s: %I is out of range for %s (a Lua number takes the tensor's dtype)", what, op->i,
+                 dlp_dtypes[dtype].name);
+    s.kind = DLP_S_INT;
+    s.i = op->i;
+  }
+  dlp_store(dtype, element, &s);
+  dlp_row_function(loop_dtype, dtype)((char *)op->value, 0, (const char *)element, 0, 1);
+}
+
+static void push_shape(lua_State *L, int ndim, const int64_t *shape) {
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  luaL_addchar(&b, '{');
+  for (int i = 0; i < ndim; i++) {
+    lua_pushfstring(L, i ? ", %I" : "%I", (lua_Integer)shape[i]);
+    luaL_addvalue(&b);
+  }
+  luaL_addchar(&b, '}');
+  luaL_pushresult(&b);
+}
+
+/* Whether any element of t (host memory, live) is all zero bytes (integer and bool dtypes), or,
+ * with `negative`, has its sign bit set (signed integers). */
+typedef struct Scan {
+  size_t size;
+  int negative, found;
+} Scan;
+
+static void scan_row(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
+  Scan *s = ctx;
+  static const unsigned char zero[8];
+  const char *p = data[0];
+  for (int64_t i = 0; i < n && !s->found; i++, p += steps[0]) {
+    if (s->negative) s->found = (p[s->size - 1] & 0x80) != 0; /* little-endian: the last byte has the sign */
+    else s->found = memcmp(p, zero, s->size) == 0;
+  }
+}
+
+static int tensor_has(const dlp_Tensor *t, int negative) {
+  int64_t strides[1][DLP_MAX_NDIM];
+  char *data[1] = {dlp_first_element(t)};
+  dlp_Iter it;
+  Scan s = {dlp_dtypes[t->dtype].itemsize, negative, 0};
+  for (int i = 0; i < t->dl.ndim; i++) strides[0][i] = dlp_walk_stride(t, i);
+  dlp_iter_init(&it, 1, t->dl.ndim, t->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1);
+  dlp_iter_run(&it, scan_row, &s);
+  return s.found;
+}
+
+/* ---- the driver ---- */
+
+typedef struct Call {
+  int op;
+  const char *what;  /* the name in messages */
+  int first;         /* stack index of the first input */
+  int out;           /* stack index of the output tensor, 0: a new one */
+  int inplace;       /* the output is the first input (t:add_(u)) */
+  int dtype;         /* opts.dtype, -1 when absent */
+  void *kernel_ctx;  /* for loops that take parameters (allclose) */
+  dlp_IterLoop kernel; /* a loop other than the op's (allclose), computing in `loop_dtype` */
+  int loop_dtype;
+} Call;
+
+/* Run c; pushes and returns the result tensor (the output). */
+static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
+  const OpInfo *info = &ops[c->op];
+  Operand in[3];
+  const dlp_Tensor *tensors[4];
+  int64_t shape[DLP_MAX_NDIM];
+  int n = info->arity, ntensors = 0, top = lua_gettop(L);
+  for (int k = 0; k < n; k++) read_operand(L, c->first + k, &in[k], c->what);
+  for (int k = 0; k < n; k++)
+    if (in[k].t) {
+      dlp_check_host(L, in[k].t, c->what);
+      dlp_check_computes(L, in[k].t->dtype, c->what);
+      if (dlp_dtype_kind(in[k].t->dtype) == 4)
+        luaL_error(L, "%s: complex dtypes do not compute yet (%s)", c->what, dlp_dtypes[in[k].t->dtype].name);
+      tensors[ntensors++] = in[k].t;
+    }
+
+  /* dtypes: p the promoted inputs (where: of the two values), loop the loop's, result the output's */
+  int p = info->rule == RULE_WHERE ? promote_operands(in + 1, 2) : promote_operands(in, n);
+  if (info->rule == RULE_COMPARE) /* uint8 < 300 compares values (NumPy 2), where uint8 + 300 raises */
+    for (int k = 0; k < n; k++)
+      if (!in[k].t && in[k].weak == WEAK_INT && is_integer(p) && !fits_integer(p, in[k].i)) p = dlp_promote(p, DLP_INT64);
+  if (c->dtype >= 0) p = c->dtype;
+  int result = p, kind = dlp_dtype_kind(p);
+  switch (info->rule) {
+    case RULE_ARITH:
+      if (p == DLP_BOOL && !dlp_kernel(c->op, DLP_BOOL)) {
+        if (c->op == DLP_OP_SUB)
+          luaL_error(L, "%s: bool tensors do not subtract (use logical_xor)", c->what);
+        result = DLP_INT8;
+      }
+      break;
+    case RULE_DIV:
+      if (kind <= 2) result = DLP_FLOAT64;
+      break;
+    case RULE_COMPARE: case RULE_CLASSIFY:
+      result = DLP_BOOL;
+      break;
+    case RULE_BITWISE:
+      if (kind > 2) luaL_error(L, "%s: takes integer and bool dtypes, got %s", c->what, dlp_dtypes[p].name);
+      break;
+    case RULE_SHIFT:
+      if (kind > 2) luaL_error(L, "%s: takes integer dtypes, got %s", c->what, dlp_dtypes[p].name);
+      if (kind == 0) result = DLP_INT8;
+      break;
+    case RULE_FLOATFN:
+      if (kind <= 2) {
+        int bits = dlp_dtypes[p].bits;
+        result = bits <= 8 ? DLP_FLOAT16 : bits <= 16 ? DLP_FLOAT32 : DLP_FLOAT64;
+      }
+      break;
+    case RULE_KEEP:
+      if (p == DLP_BOOL && c->op != DLP_OP_ABS)
+        luaL_error(L, "%s: takes numbers, got bool", c->what);
+      break;
+    default:
+      break;
+  }
+  /* the dtype the inputs are read as, and the one the loop writes */
+  int in_dtype = info->rule == RULE_COMPARE || info->rule == RULE_CLASSIFY ? p : result;
+  int loop_in = c->kernel ? c->loop_dtype : compute_dtype_of(in_dtype);
+  int loop_out = info->rule == RULE_COMPARE || info->rule == RULE_CLASSIFY ? DLP_BOOL : loop_in;
+  dlp_IterLoop kernel = c->kernel ? c->kernel : dlp_kernel(c->op, loop_in);
+  if (!kernel) luaL_error(L, "%s: not defined for %s", c->what, dlp_dtypes[in_dtype].name);
+  for (int k = 0; k < n; k++) /* scalars: in the dtype they take, then the loop's */
+    if (!in[k].t) {
+      int take = info->rule == RULE_WHERE && k == 0 ? DLP_BOOL : in_dtype;
+      scalar_value(L, &in[k], take, info->rule == RULE_WHERE && k == 0 ? DLP_BOOL : loop_in, c->what);
+    }
+
+  /* the output */
+  int ndim = dlp_broadcast_shapes(L, ntensors, tensors, shape, c->what);
+  dlp_Tensor *out = NULL;
+  if (c->out) {
+    out = lua_touserdata(L, c->out);
+    dlp_check_host(L, out, c->what);
+    dlp_check_writable(L, out, c->what);
+    dlp_check_computes(L, out->dtype, c->what);
+    int same = out->dl.ndim == ndim;
+    for (int i = 0; same && i < ndim; i++) same = out->dl.shape[i] == shape[i];
+    if (!same) {
+      push_shape(L, out->dl.ndim, out->dl.shape);
+      push_shape(L, ndim, shape);
+      luaL_error(L, "%s: %s has shape %s, the result %s", c->what, c->inplace ? "the tensor" : "out",
+                 lua_tostring(L, -2), lua_tostring(L, -1));
+    }
+    for (int i = 0; i < ndim; i++)
+      if (shape[i] > 1 && dlp_walk_stride(out, i) == 0)
+        luaL_error(L, "%s: %s repeats elements (an expanded view) and cannot be written elementwise", c->what,
+                   c->inplace ? "the tensor" : "out");
+    if (c->inplace && !dlp_can_cast_same_kind(result, out->dtype))
+      luaL_error(L, "%s: the result dtype %s cannot be cast to %s in place (same_kind rule)", c->what,
+                 dlp_dtypes[result].name, dlp_dtypes[out->dtype].name);
+    lua_pushvalue(L, c->out);
+  } else {
+    DLDevice cpu = {kDLCPU, 0};
+    out = dlp_tensor_new(L, result, 0, cpu, ndim, shape, 0, c->what);
+  }
+  int out_idx = lua_gettop(L);
+
+  /* inputs that overlap the output other than element for element are read into temporaries
+   * first (NumPy's rule); allocated before any memory is taken */
+  int64_t strides[DLP_ITER_MAX_OPS][DLP_MAX_NDIM];
+  char *data[DLP_ITER_MAX_OPS];
+  dlp_Tensor *source[3] = {NULL, NULL, NULL};
+  dlp_broadcast_strides(out, ndim, shape, strides[0]);
+  for (int k = 0; k < n; k++) {
+    if (!in[k].t) continue;
+    source[k] = in[k].t;
+    if (c->out && dlp_overlaps(out, in[k].t)) {
+      int same = dlp_first_element(out) == dlp_first_element(in[k].t) && in[k].t->dl.ndim == ndim;
+      dlp_broadcast_strides(in[k].t, ndim, shape, strides[k + 1]);
+      for (int i = 0; same && i < ndim; i++) same = strides[k + 1][i] == strides[0][i];
+      if (!same) {
+        DLDevice cpu = {kDLCPU, 0};
+        source[k] = dlp_tensor_new(L, in[k].t->dtype, 0, cpu, in[k].t->dl.ndim, in[k].t->dl.shape, 0, c->what);
+      }
+    }
+  }
+  /* from here on no Lua code runs until the loop is done (dlp_copy into a fresh temporary
+   * allocates nothing) */
+  dlp_live(L, out, c->what);
+  for (int k = 0; k < n; k++)
+    if (in[k].t) dlp_live(L, in[k].t, c->what);
+  for (int k = 0; k < n; k++)
+    if (source[k] && source[k] != in[k].t) dlp_copy(L, source[k], in[k].t, NULL, c->what);
+
+  /* integer division by zero and negative integer powers raise before anything is written */
+  if (is_integer(loop_in) && (c->op == DLP_OP_IDIV || c->op == DLP_OP_MOD)) {
+    static const unsigned char zero[8];
+    if (source[1] ? tensor_has(source[1], 0) : memcmp(in[1].value, zero, dlp_dtypes[loop_in].itemsize) == 0)
+      luaL_error(L, "%s: integer division by zero", c->what);
+  }
+  if (c->op == DLP_OP_POW && dlp_dtype_kind(loop_in) == 2) {
+    if (source[1] ? dlp_dtype_kind(source[1]->dtype) == 2 && tensor_has(source[1], 1)
+                  : (in[1].value[dlp_dtypes[loop_in].itemsize - 1] & 0x80) != 0)
+      luaL_error(L, "%s: integers to negative integer powers are not allowed", c->what);
+  }
+
+  Run run;
+  memset(&run, 0, sizeof run);
+  run.kernel = kernel;
+  run.kernel_ctx = c->kernel_ctx;
+  run.nops = n + 1;
+  data[0] = dlp_first_element(out);
+  run.size[0] = dlp_dtypes[loop_out].itemsize;
+  if (out->dtype != loop_out) {
+    if (!(run.convert[0] = dlp_row_function(out->dtype, loop_out)))
+      luaL_error(L, "%s: cannot convert %s to %s", c->what, dlp_dtypes[loop_out].name, dlp_dtypes[out->dtype].name);
+    run.converts = 1;
+  }
+  for (int k = 0; k < n; k++) {
+    int want = info->rule == RULE_WHERE && k == 0 ? DLP_BOOL : loop_in;
+    run.size[k + 1] = dlp_dtypes[want].itemsize;
+    if (!source[k]) {
+      data[k + 1] = (char *)in[k].value;
+      for (int i = 0; i < ndim; i++) strides[k + 1][i] = 0;
+      continue;
+    }
+    data[k + 1] = dlp_first_element(source[k]);
+    dlp_broadcast_strides(source[k], ndim, shape, strides[k + 1]);
+    if (source[k]->dtype != want) {
+      run.convert[k + 1] = dlp_row_function(want, source[k]->dtype);
+      run.converts = 1;
+    }
+  }
+  dlp_Iter it;
+  dlp_iter_init(&it, n + 1, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1);
+  dlp_iter_run(&it, run_rows, &run);
+  for (int k = 0; k < n; k++)
+    if (source[k] && source[k] != in[k].t) dlp_tensor_release(source[k]);
+  lua_pushvalue(L, out_idx);
+  lua_replace(L, top + 1);
+  lua_settop(L, top + 1);
+  return out;
+}
+
+/* ---- the Lua functions ---- */
+
+/* dlpack.NAME(a [, b [, c]] [, opts]) and a:NAME(...): the op is the closure's second upvalue. */
+static int l_elementwise(lua_State *L) {
+  Call c;
+  memset(&c, 0, sizeof c);
+  c.op = (int)lua_tointeger(L, lua_upvalueindex(2));
+  c.what = ops[c.op].name;
+  c.first = 1;
+  int n = ops[c.op].arity;
+  dlp_ComputeOptions o;
+  dlp_check_no_more(L, n + 2, c.what, n == 1 ? "a tensor and an options table" : "operands and an options table");
+  dlp_read_compute_options(L, n + 1, DLP_COPT_OUT | DLP_COPT_DTYPE, &o, c.what);
+  c.out = o.out;
+  c.dtype = o.dtype;
+  elementwise(L, &c);
+  return 1;
+}
+
+/* t:NAME_(...): in place, the result cast into t by the same_kind rule; returns t. */
+static int l_inplace(lua_State *L) {
+  Call c;
+  memset(&c, 0, sizeof c);
+  c.op = (int)lua_tointeger(L, lua_upvalueindex(2));
+  c.what = lua_tostring(L, lua_upvalueindex(3));
+  c.first = 1;
+  c.inplace = 1;
+  c.dtype = -1;
+  int n = ops[c.op].arity;
+  dlp_check_no_more(L, n + 1, c.what, n == 1 ? "no argument" : "its operands");
+  dlp_tensor_check(L, 1);
+  c.out = 1;
+  elementwise(L, &c);
+  return 1;
+}
+
+/* Lua operators: __add(a, b) and the like; __unm and __bnot get the operand twice. */
+static int l_operator(lua_State *L) {
+  Call c;
+  memset(&c, 0, sizeof c);
+  c.op = (int)lua_tointeger(L, lua_upvalueindex(2));
+  c.what = ops[c.op].name;
+  c.first = 1;
+  c.dtype = -1;
+  lua_settop(L, ops[c.op].arity);
+  elementwise(L, &c);
+  return 1;
+}
+
+/* ---- clamp, masked_fill, equal, allclose ---- */
+
+/* clamp(t, lo, hi [, opts]) and t:clamp_(lo, hi): maximum with lo, then minimum with hi (NumPy's
+ * clip: lo > hi gives hi); the result dtype promotes t with both bounds. */
+static int clamp(lua_State *L, int inplace) {
+  const char *what = inplace ? "clamp_" : "clamp";
+  dlp_ComputeOptions o;
+  Operand in[3];
+  Call c;
+  if (inplace) {
+    dlp_check_no_more(L, 4, what, "two bounds");
+    dlp_tensor_check(L, 1);
+    dlp_read_compute_options(L, 0, 0, &o, what);
+  } else {
+    dlp_check_no_more(L, 5, what, "a tensor, two bounds and an options table");
+    dlp_read_compute_options(L, 4, DLP_COPT_OUT | DLP_COPT_DTYPE, &o, what);
+  }
+  int lo = !lua_isnoneornil(L, 2), hi = !lua_isnoneornil(L, 3), count = 1;
+  read_operand(L, 1, &in[0], what);
+  if (!in[0].t) luaL_error(L, "%s: a tensor expected, got %s", what, luaL_typename(L, 1));
+  if (!lo && !hi) luaL_error(L, "%s: give a lower bound, an upper bound or both", what);
+  if (lo) read_operand(L, 2, &in[count++], what);
+  if (hi) read_operand(L, 3, &in[count++], what);
+  memset(&c, 0, sizeof c);
+  c.what = what;
+  c.dtype = o.dtype >= 0 ? o.dtype : promote_operands(in, count);
+  c.inplace = inplace;
+  c.out = inplace ? 1 : o.out;
+  /* maximum(t, lo) into out or a new tensor, then minimum(that, hi) in place */
+  int base = lua_gettop(L) + 1;
+  lua_pushvalue(L, 1);
+  lua_pushvalue(L, lo ? 2 : 3);
+  c.op = lo ? DLP_OP_MAXIMUM : DLP_OP_MINIMUM;
+  c.first = base;
+  elementwise(L, &c);
+  if (lo && hi) {
+    int result = lua_gettop(L);
+    lua_pushvalue(L, result);
+    lua_pushvalue(L, 3);
+    c.op = DLP_OP_MINIMUM;
+    c.first = result + 1;
+    c.out = result;
+    c.inplace = 1;
+    elementwise(L, &c);
+  }
+  return 1;
+}
+static int l_clamp(lua_State *L) { return clamp(L, 0); }
+static int l_clamp_(lua_State *L) { return clamp(L, 1); }
+
+/* t:masked_fill(mask, v): where mask is nonzero (any dtype, broadcast to t), t's element becomes
+ * v, cast by the same_kind rule; in place, returns t. */
+static int l_masked_fill(lua_State *L) {
+  Call c;
+  dlp_check_no_more(L, 4, "masked_fill", "a mask and a value");
+  dlp_tensor_check(L, 1);
+  luaL_checkany(L, 3);
+  lua_settop(L, 3);
+  lua_pushvalue(L, 2); /* where(mask, v, t) into t */
+  lua_pushvalue(L, 3);
+  lua_pushvalue(L, 1);
+  memset(&c, 0, sizeof c);
+  c.op = DLP_OP_WHERE;
+  c.what = "masked_fill";
+  c.first = 4;
+  c.out = 1;
+  c.inplace = 1;
+  c.dtype = -1;
+  elementwise(L, &c);
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* Whether every element of the bool tensor at the top of the stack is true; pops it. */
+static int all_true(lua_State *L) {
+  dlp_Tensor *t = lua_touserdata(L, -1);
+  int found = dlp_numel(t) > 0 && tensor_has(t, 0);
+  lua_pop(L, 1);
+  return !found;
+}
+
+static int same_shape(const dlp_Tensor *a, const dlp_Tensor *b) {
+  if (a->dl.ndim != b->dl.ndim) return 0;
+  for (int i = 0; i < a->dl.ndim; i++)
+    if (a->dl.shape[i] != b->dl.shape[i]) return 0;
+  return 1;
+}
+
+/* dlpack.equal(a, b): same shape and equal values (after promotion; NaN is unequal). */
+static int l_equal(lua_State *L) {
+  Call c;
+  dlp_check_no_more(L, 3, "equal", "two tensors");
+  dlp_Tensor *a = dlp_tensor_check(L, 1), *b = dlp_tensor_check(L, 2);
+  if (!same_shape(a, b)) {
+    lua_pushboolean(L, 0);
+    return 1;
+  }
+  memset(&c, 0, sizeof c);
+  c.op = DLP_OP_EQ;
+  c.what = "equal";
+  c.first = 1;
+  c.dtype = -1;
+  elementwise(L, &c);
+  lua_pushboolean(L, all_true(L));
+  return 1;
+}
+
+/* allclose's test, in float64: |a - b| <= atol + rtol * |b| (NumPy's isclose), equal infinities
+ * close, NaN never. */
+static void isclose_f64(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
+  const double *tol = ctx;
+  char *o = data[0];
+  const char *a = data[1], *b = data[2];
+  for (int64_t i = 0; i < n; i++, o += steps[0], a += steps[1], b += steps[2]) {
+    double x, y;
+    memcpy(&x, a, sizeof x);
+    memcpy(&y, b, sizeof y);
+    unsigned char r = x == y || fabs(x - y) <= tol[1] + tol[0] * fabs(y);
+    memcpy(o, &r, 1);
+  }
+}
+
+static int l_allclose(lua_State *L) {
+  Call c;
+  double tol[2];
+  dlp_check_no_more(L, 5, "allclose", "two tensors, rtol and atol");
+  dlp_tensor_check(L, 1);
+  dlp_tensor_check(L, 2);
+  tol[0] = luaL_optnumber(L, 3, 1e-5);
+  tol[1] = luaL_optnumber(L, 4, 1e-8);
+  if (!(tol[0] >= 0) || !(tol[1] >= 0) || isinf(tol[0]) || isinf(tol[1]))
+    luaL_error(L, "allclose: rtol and atol must be finite and non-negative");
+  lua_settop(L, 2);
+  memset(&c, 0, sizeof c);
+  c.op = DLP_OP_EQ; /* its dtype rule: bool results, inputs read as their promoted dtype */
+  c.what = "allclose";
+  c.first = 1;
+  c.dtype = DLP_FLOAT64;
+  c.kernel = isclose_f64;
+  c.kernel_ctx = tol;
+  c.loop_dtype = DLP_FLOAT64;
+  elementwise(L, &c);
+  lua_pushboolean(L, all_true(L));
+  return 1;
+}
+
+/* ---- registration ---- */
+
+static const struct {
+  const char *meta;
+  int op;
+} operators[] = {
+  {"__add", DLP_OP_ADD}, {"__sub", DLP_OP_SUB}, {"__mul", DLP_OP_MUL}, {"__div", DLP_OP_DIV},
+  {"__mod", DLP_OP_MOD}, {"__pow", DLP_OP_POW}, {"__unm", DLP_OP_NEG},
+#if LUA_VERSION_NUM >= 503
+  {"__idiv", DLP_OP_IDIV}, {"__band", DLP_OP_BAND}, {"__bor", DLP_OP_BOR}, {"__bxor", DLP_OP_BXOR},
+  {"__shl", DLP_OP_SHL}, {"__shr", DLP_OP_SHR}, {"__bnot", DLP_OP_BNOT},
+#endif
+};
+
+/* Push a closure of fn with the tensor metatable (the module's convention), the op and a name. */
+static void push_op_function(lua_State *L, int meta, lua_CFunction fn, int op, const char *name) {
+  lua_pushvalue(L, meta);
+  lua_pushinteger(L, op);
+  lua_pushstring(L, name);
+  lua_pushcclosure(L, fn, 3);
+}
+
+void dlp_elementwise_register(lua_State *L, int module, int methods, int meta) {
+  for (int op = 0; op < DLP_OP_COUNT; op++) {
+    const char *name = ops[op].name;
+    push_op_function(L, meta, l_elementwise, op, name);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, module, name);
+    lua_setfield(L, methods, name);
+    if (op == DLP_OP_WHERE) continue;
+    lua_pushfstring(L, "%s_", name);
+    push_op_function(L, meta, l_inplace, op, lua_tostring(L, -1));
+    lua_setfield(L, methods, lua_tostring(L, -2));
+    lua_pop(L, 1);
+  }
+  for (size_t k = 0; k < sizeof operators / sizeof operators[0]; k++) {
+    push_op_function(L, meta, l_operator, operators[k].op, ops[operators[k].op].name);
+    lua_setfield(L, meta, operators[k].meta);
+  }
+  static const luaL_Reg functions[] = {
+    {"clamp", l_clamp}, {"equal", l_equal}, {"allclose", l_allclose}, {NULL, NULL},
+  };
+  static const luaL_Reg method_list[] = {
+    {"clamp", l_clamp}, {"clamp_", l_clamp_}, {"masked_fill", l_masked_fill}, {"equal", l_equal},
+    {"allclose", l_allclose}, {NULL, NULL},
+  };
+  dlp_register(L, module, functions);
+  dlp_register(L, methods, method_list);
+}

@@ -1,0 +1,363 @@
+/* The typed inner loops of the elementwise functions: one loop per (operation, compute dtype),
+ * generated from one expression each. Every loop takes the iteration engine's row (iter.c):
+ * operand k at data[k] (the output first), steps[k] bytes apart, n elements. A loop whose
+ * operands are aligned and contiguous, or a contiguous one against a broadcast scalar, runs as a
+ * plain indexed loop the compiler vectorises (this file is compiled with -O3, see the Makefile);
+ * anything else goes element by element through memcpy, since producers need not align data.
+ *
+ * Compute dtypes: bool, the eight integers, float32 and float64 (float16 and bfloat16 compute in
+ * float32: elementwise.c converts them in blocks). Integer arithmetic wraps, done in unsigned
+ * types (signed overflow is undefined in C); divisors and exponents that would trap or that
+ * NumPy refuses are checked by elementwise.c before any loop runs. Float rules are NumPy's:
+ * maximum/minimum propagate NaN, floor division and remainder follow npy_divmod, round is to
+ * nearest even. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "internal.h"
+
+typedef uint8_t b8; /* bool elements: 0 or 1 */
+
+#define ALIGNED(p, T) ((((uintptr_t)(p)) & (_Alignof(T) - 1)) == 0)
+
+/* A loop over n elements for out = EXPR(x, y), x of type T from data[1], y from data[2], the
+ * result of type R; EXPR sees the values x and y. */
+#define LOOP2(T, R, EXPR)                                                                              \
+  char *o = data[0];                                                                                   \
+  const char *a = data[1], *b = data[2];                                                               \
+  int64_t so = steps[0], sa = steps[1], sb = steps[2];                                                 \
+  (void)ctx;                                                                                           \
+  if (so == (int64_t)sizeof(R) && ALIGNED(o, R) && ALIGNED(a, T) && ALIGNED(b, T)) {                 \
+    R *restrict po = (R *)(void *)o;                                                                   \
+    const T *pa = (const T *)(const void *)a, *pb = (const T *)(const void *)b;                        \
+    if (sa == (int64_t)sizeof(T) && sb == (int64_t)sizeof(T)) {                                        \
+      for (int64_t i = 0; i < n; i++) { T x = pa[i], y = pb[i]; po[i] = (R)(EXPR); }                   \
+      return;                                                                                          \
+    }                                                                                                  \
+    if (sa == (int64_t)sizeof(T) && sb == 0) {                                                         \
+      T y = pb[0];                                                                                     \
+      for (int64_t i = 0; i < n; i++) { T x = pa[i]; po[i] = (R)(EXPR); }                              \
+      return;                                                                                          \
+    }                                                                                                  \
+    if (sa == 0 && sb == (int64_t)sizeof(T)) {                                                         \
+      T x = pa[0];                                                                                     \
+      for (int64_t i = 0; i < n; i++) { T y = pb[i]; po[i] = (R)(EXPR); }                              \
+      return;                                                                                          \
+    }                                                                                                  \
+  }                                                                                                    \
+  for (int64_t i = 0; i < n; i++, o += so, a += sa, b += sb) {                                         \
+    T x, y;                                                                                            \
+    R r;                                                                                               \
+    memcpy(&x, a, sizeof x);                                                                           \
+    memcpy(&y, b, sizeof y);                                                                           \
+    r = (R)(EXPR);                                                                                     \
+    memcpy(o, &r, sizeof r);                                                                           \
+  }
+
+#define LOOP1(T, R, EXPR)                                                                              \
+  char *o = data[0];                                                                                   \
+  const char *a = data[1];                                                                             \
+  int64_t so = steps[0], sa = steps[1];                                                                \
+  (void)ctx;                                                                                           \
+  if (so == (int64_t)sizeof(R) && sa == (int64_t)sizeof(T) && ALIGNED(o, R) && ALIGNED(a, T)) {      \
+    R *restrict po = (R *)(void *)o;                                                                   \
+    const T *pa = (const T *)(const void *)a;                                                          \
+    for (int64_t i = 0; i < n; i++) { T x = pa[i]; po[i] = (R)(EXPR); }                                \
+    return;                                                                                            \
+  }                                                                                                    \
+  for (int64_t i = 0; i < n; i++, o += so, a += sa) {                                                  \
+    T x;                                                                                               \
+    R r;                                                                                               \
+    memcpy(&x, a, sizeof x);                                                                           \
+    r = (R)(EXPR);                                                                                     \
+    memcpy(o, &r, sizeof r);                                                                           \
+  }
+
+#define DEF2(name, T, R, EXPR) \
+  static void name(void *ctx, char *const *data, const int64_t *steps, int64_t n) { LOOP2(T, R, EXPR) }
+#define DEF1(name, T, R, EXPR) \
+  static void name(void *ctx, char *const *data, const int64_t *steps, int64_t n) { LOOP1(T, R, EXPR) }
+
+/* where: out = c ? x : y, with c a bool at data[1] and x, y of type T at data[2], data[3]. */
+#define DEFWHERE(name, T)                                                                              \
+  static void name(void *ctx, char *const *data, const int64_t *steps, int64_t n) {                    \
+    char *o = data[0];                                                                                 \
+    const char *c = data[1], *a = data[2], *b = data[3];                                               \
+    (void)ctx;                                                                                         \
+    for (int64_t i = 0; i < n; i++, o += steps[0], c += steps[1], a += steps[2], b += steps[3]) {      \
+      T v;                                                                                             \
+      memcpy(&v, *c ? a : b, sizeof v);                                                                \
+      memcpy(o, &v, sizeof v);                                                                         \
+    }                                                                                                  \
+  }
+
+/* ---- the scalar rules the expressions use ---- */
+
+/* NumPy's floor division and remainder of floats (npy_divmod): a divisor of 0 gives a / b and
+ * NaN; the quotient is rounded so that a == floordiv * b + mod as nearly as possible. */
+static inline double floordiv_f64(double a, double b) {
+  if (b == 0) return a / b;
+  double mod = fmod(a, b), div = (a - mod) / b;
+  if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1.0;
+  if (div == 0) return copysign(0.0, a / b);
+  double fl = floor(div);
+  return div - fl > 0.5 ? fl + 1.0 : fl;
+}
+static inline double rem_f64(double a, double b) {
+  if (b == 0) return fmod(a, b);
+  double mod = fmod(a, b);
+  if (mod != 0) return (b < 0) != (mod < 0) ? mod + b : mod;
+  return copysign(0.0, b);
+}
+static inline float floordiv_f32(float a, float b) {
+  if (b == 0) return a / b;
+  float mod = fmodf(a, b), div = (a - mod) / b;
+  if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1.0f;
+  if (div == 0) return copysignf(0.0f, a / b);
+  float fl = floorf(div);
+  return div - fl > 0.5f ? fl + 1.0f : fl;
+}
+static inline float rem_f32(float a, float b) {
+  if (b == 0) return fmodf(a, b);
+  float mod = fmodf(a, b);
+  if (mod != 0) return (b < 0) != (mod < 0) ? mod + b : mod;
+  return copysignf(0.0f, b);
+}
+
+/* NaN-propagating maximum and minimum (NumPy's maximum, minimum). */
+#define FMAX(x, y) ((x) != (x) ? (x) : (y) != (y) ? (y) : (x) > (y) ? (x) : (y))
+#define FMIN(x, y) ((x) != (x) ? (x) : (y) != (y) ? (y) : (x) < (y) ? (x) : (y))
+#define MAX(x, y) ((x) > (y) ? (x) : (y))
+#define MIN(x, y) ((x) < (y) ? (x) : (y))
+/* sign keeps 0, -0 and NaN as they are */
+#define SIGN(x) ((x) > 0 ? 1 : (x) < 0 ? -1 : (x))
+
+/* Integer rules, per type: wrapping arithmetic through the unsigned type U; floor division and
+ * remainder with the divisor's sign (b is never 0 here; b == -1 wraps as NumPy's does); powers
+ * by squaring (exponents are never negative here); shifts past the width give 0 (or -1 for a
+ * negative value shifted right), as NumPy's npy_lshift and npy_rshift. */
+#define INTEGER_RULES(T, U, SIGNED, LT0)                                                                    \
+  static inline T add_##T(T a, T b) { return (T)((U)a + (U)b); }                                       \
+  static inline T sub_##T(T a, T b) { return (T)((U)a - (U)b); }                                       \
+  static inline T mul_##T(T a, T b) { return (T)((U)a * (U)b); }                                       \
+  static inline T neg_##T(T a) { return (T)((U)0 - (U)a); }                                            \
+  static inline T floordiv_##T(T a, T b) {                                                             \
+    if (b == 0) return 0; /* unreachable but for dtype= narrowing a divisor to 0: no trap */            \
+    if (SIGNED && b == (T)-1) return neg_##T(a);                                                       \
+    T q = (T)(a / b);                                                                                  \
+    if (SIGNED && (a % b != 0) && (LT0(a) != LT0(b))) q = (T)(q - 1);                                \
+    return q;                                                                                          \
+  }                                                                                                    \
+  static inline T mod_##T(T a, T b) {                                                                  \
+    if (b == 0 || (SIGNED && b == (T)-1)) return 0;                                                    \
+    T r = (T)(a % b);                                                                                  \
+    if (SIGNED && r != 0 && (LT0(r) != LT0(b))) r = (T)(r + b);                                      \
+    return r;                                                                                          \
+  }                                                                                                    \
+  static inline T pow_##T(T a, T b) {                                                                  \
+    U result = 1, base = (U)a;                                                                         \
+    for (U e = (U)b; e; e >>= 1) {                                                                     \
+      if (e & 1) result *= base;                                                                       \
+      base *= base;                                                                                    \
+    }                                                                                                  \
+    return (T)result;                                                                                  \
+  }                                                                                                    \
+  static inline T shl_##T(T a, T b) { return (U)b < sizeof(T) * 8 ? (T)((U)a << (U)b) : 0; }           \
+  static inline T shr_##T(T a, T b) {                                                                  \
+    if ((U)b < sizeof(T) * 8) return (T)(a >> (U)b);                                                   \
+    return LT0(a) ? (T)-1 : 0;                                                                \
+  }                                                                                                    \
+  static inline T abs_##T(T a) { return LT0(a) ? neg_##T(a) : a; }                                   \
+  static inline T sign_##T(T a) { return (T)((a > 0) - LT0(a)); }
+
+#define SIGNED_LT0(v) ((v) < 0)
+#define UNSIGNED_LT0(v) ((void)(v), 0) /* no type-limits warning for "unsigned < 0" */
+INTEGER_RULES(int8_t, uint8_t, 1, SIGNED_LT0)
+INTEGER_RULES(int16_t, uint16_t, 1, SIGNED_LT0)
+INTEGER_RULES(int32_t, uint32_t, 1, SIGNED_LT0)
+INTEGER_RULES(int64_t, uint64_t, 1, SIGNED_LT0)
+INTEGER_RULES(uint8_t, uint8_t, 0, UNSIGNED_LT0)
+INTEGER_RULES(uint16_t, uint16_t, 0, UNSIGNED_LT0)
+INTEGER_RULES(uint32_t, uint32_t, 0, UNSIGNED_LT0)
+INTEGER_RULES(uint64_t, uint64_t, 0, UNSIGNED_LT0)
+
+static inline float logistic_f32(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline double logistic_f64(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+/* ---- the loops, per operation ---- */
+
+/* Operations on every integer type: ints(DO) calls DO(suffix, C type) for each. */
+#define INTS(DO) DO(i8, int8_t) DO(i16, int16_t) DO(i32, int32_t) DO(i64, int64_t) \
+                 DO(u8, uint8_t) DO(u16, uint16_t) DO(u32, uint32_t) DO(u64, uint64_t)
+#define FLOATS(DO) DO(f32, float) DO(f64, double)
+#define ALL(DO) DO(b, b8) INTS(DO) FLOATS(DO)
+
+#define INT_ARITH(s, T)                                                       \
+  DEF2(add_##s, T, T, add_##T(x, y))                                          \
+  DEF2(sub_##s, T, T, sub_##T(x, y))                                          \
+  DEF2(mul_##s, T, T, mul_##T(x, y))                                          \
+  DEF2(idiv_##s, T, T, floordiv_##T(x, y))                                    \
+  DEF2(mod_##s, T, T, mod_##T(x, y))                                          \
+  DEF2(pow_##s, T, T, pow_##T(x, y))                                          \
+  DEF2(max_##s, T, T, MAX(x, y))                                              \
+  DEF2(min_##s, T, T, MIN(x, y))                                              \
+  DEF2(band_##s, T, T, x & y)                                                 \
+  DEF2(bor_##s, T, T, x | y)                                                  \
+  DEF2(bxor_##s, T, T, x ^ y)                                                 \
+  DEF2(shl_##s, T, T, shl_##T(x, y))                                          \
+  DEF2(shr_##s, T, T, shr_##T(x, y))                                          \
+  DEF1(neg_##s, T, T, neg_##T(x))                                             \
+  DEF1(abs_##s, T, T, abs_##T(x))                                             \
+  DEF1(sign_##s, T, T, sign_##T(x))                                           \
+  DEF1(bnot_##s, T, T, ~x)                                                    \
+  DEF1(same_##s, T, T, x)                                                     \
+  DEF1(false_##s, T, b8, 0 * x)                                               \
+  DEF1(true_##s, T, b8, 1 + 0 * x)
+INTS(INT_ARITH)
+
+#define FLOAT_ARITH(s, T, F)                                                  \
+  DEF2(add_##s, T, T, x + y)                                                  \
+  DEF2(sub_##s, T, T, x - y)                                                  \
+  DEF2(mul_##s, T, T, x * y)                                                  \
+  DEF2(div_##s, T, T, x / y)                                                  \
+  DEF2(idiv_##s, T, T, floordiv_##s(x, y))                                    \
+  DEF2(mod_##s, T, T, rem_##s(x, y))                                          \
+  DEF2(pow_##s, T, T, pow##F(x, y))                                           \
+  DEF2(max_##s, T, T, FMAX(x, y))                                             \
+  DEF2(min_##s, T, T, FMIN(x, y))                                             \
+  DEF1(neg_##s, T, T, -x)                                                     \
+  DEF1(abs_##s, T, T, fabs##F(x))                                             \
+  DEF1(sign_##s, T, T, SIGN(x))                                               \
+  DEF1(sqrt_##s, T, T, sqrt##F(x))                                            \
+  DEF1(exp_##s, T, T, exp##F(x))                                              \
+  DEF1(log_##s, T, T, log##F(x))                                              \
+  DEF1(log1p_##s, T, T, log1p##F(x))                                          \
+  DEF1(expm1_##s, T, T, expm1##F(x))                                          \
+  DEF1(sin_##s, T, T, sin##F(x))                                              \
+  DEF1(cos_##s, T, T, cos##F(x))                                              \
+  DEF1(tan_##s, T, T, tan##F(x))                                              \
+  DEF1(tanh_##s, T, T, tanh##F(x))                                            \
+  DEF1(sigmoid_##s, T, T, logistic_##s(x))                                     \
+  DEF1(floor_##s, T, T, floor##F(x))                                          \
+  DEF1(ceil_##s, T, T, ceil##F(x))                                            \
+  DEF1(round_##s, T, T, nearbyint##F(x))                                      \
+  DEF1(trunc_##s, T, T, trunc##F(x))                                          \
+  DEF1(isnan_##s, T, b8, x != x)                                              \
+  DEF1(isinf_##s, T, b8, x - x != x - x && x == x)                            \
+  DEF1(isfinite_##s, T, b8, x - x == x - x)
+FLOAT_ARITH(f32, float, f)
+FLOAT_ARITH(f64, double, )
+
+/* bool: add is or, mul and, maximum or, minimum and (NumPy's bool loops) */
+DEF2(add_b, b8, b8, x | y)
+DEF2(mul_b, b8, b8, x & y)
+DEF2(max_b, b8, b8, x | y)
+DEF2(min_b, b8, b8, x & y)
+DEF2(band_b, b8, b8, x & y)
+DEF2(bor_b, b8, b8, x | y)
+DEF2(bxor_b, b8, b8, x ^ y)
+DEF1(abs_b, b8, b8, x)
+DEF1(bnot_b, b8, b8, !x)
+DEF1(same_b, b8, b8, x)
+DEF1(false_b, b8, b8, 0 * x)
+DEF1(true_b, b8, b8, 1 + 0 * x)
+
+#define COMPARE_AND_LOGIC(s, T)                                               \
+  DEF2(eq_##s, T, b8, x == y)                                                 \
+  DEF2(ne_##s, T, b8, x != y)                                                 \
+  DEF2(lt_##s, T, b8, x < y)                                                  \
+  DEF2(le_##s, T, b8, x <= y)                                                 \
+  DEF2(gt_##s, T, b8, x > y)                                                  \
+  DEF2(ge_##s, T, b8, x >= y)                                                 \
+  DEF2(land_##s, T, b8, (x != 0) & (y != 0))                                  \
+  DEF2(lor_##s, T, b8, (x != 0) | (y != 0))                                   \
+  DEF2(lxor_##s, T, b8, (x != 0) ^ (y != 0))                                  \
+  DEF1(lnot_##s, T, b8, x == 0)                                               \
+  DEFWHERE(where_##s, T)
+ALL(COMPARE_AND_LOGIC)
+
+/* ---- the table: the loop of each operation for each compute dtype (NULL: none) ---- */
+
+/* The row of an operation: its loops for bool, int8 .. int64, uint8 .. uint64, float32, float64. */
+#define ROW_ALL(op) {op##_b, op##_i8, op##_i16, op##_i32, op##_i64, op##_u8, op##_u16, op##_u32, op##_u64, op##_f32, op##_f64}
+#define ROW_NUM(op) {NULL, op##_i8, op##_i16, op##_i32, op##_i64, op##_u8, op##_u16, op##_u32, op##_u64, op##_f32, op##_f64}
+#define ROW_INT_BOOL(op) {op##_b, op##_i8, op##_i16, op##_i32, op##_i64, op##_u8, op##_u16, op##_u32, op##_u64, NULL, NULL}
+#define ROW_INT(op) {NULL, op##_i8, op##_i16, op##_i32, op##_i64, op##_u8, op##_u16, op##_u32, op##_u64, NULL, NULL}
+#define ROW_FLOAT(op) {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, op##_f32, op##_f64}
+/* integers keep their value: floor, ceil, round and trunc of an integer dtype are the integer */
+#define ROW_ROUNDING(op) {same_b, same_i8, same_i16, same_i32, same_i64, same_u8, same_u16, same_u32, same_u64, \
+                          op##_f32, op##_f64}
+#define ROW_CLASSIFY(op, ints) {ints##_b, ints##_i8, ints##_i16, ints##_i32, ints##_i64, ints##_u8, ints##_u16, \
+                                ints##_u32, ints##_u64, op##_f32, op##_f64}
+
+static const dlp_IterLoop loops[DLP_OP_COUNT][DLP_NCOMPUTE] = {
+  [DLP_OP_ADD] = {add_b, add_i8, add_i16, add_i32, add_i64, add_u8, add_u16, add_u32, add_u64, add_f32, add_f64},
+  [DLP_OP_SUB] = ROW_NUM(sub),
+  [DLP_OP_MUL] = {mul_b, mul_i8, mul_i16, mul_i32, mul_i64, mul_u8, mul_u16, mul_u32, mul_u64, mul_f32, mul_f64},
+  [DLP_OP_DIV] = ROW_FLOAT(div),
+  [DLP_OP_IDIV] = ROW_NUM(idiv),
+  [DLP_OP_MOD] = ROW_NUM(mod),
+  [DLP_OP_POW] = ROW_NUM(pow),
+  [DLP_OP_MAXIMUM] = {max_b, max_i8, max_i16, max_i32, max_i64, max_u8, max_u16, max_u32, max_u64, max_f32, max_f64},
+  [DLP_OP_MINIMUM] = {min_b, min_i8, min_i16, min_i32, min_i64, min_u8, min_u16, min_u32, min_u64, min_f32, min_f64},
+  [DLP_OP_EQ] = ROW_ALL(eq),
+  [DLP_OP_NE] = ROW_ALL(ne),
+  [DLP_OP_LT] = ROW_ALL(lt),
+  [DLP_OP_LE] = ROW_ALL(le),
+  [DLP_OP_GT] = ROW_ALL(gt),
+  [DLP_OP_GE] = ROW_ALL(ge),
+  [DLP_OP_LOGICAL_AND] = ROW_ALL(land),
+  [DLP_OP_LOGICAL_OR] = ROW_ALL(lor),
+  [DLP_OP_LOGICAL_XOR] = ROW_ALL(lxor),
+  [DLP_OP_BAND] = ROW_INT_BOOL(band),
+  [DLP_OP_BOR] = ROW_INT_BOOL(bor),
+  [DLP_OP_BXOR] = ROW_INT_BOOL(bxor),
+  [DLP_OP_SHL] = ROW_INT(shl),
+  [DLP_OP_SHR] = ROW_INT(shr),
+  [DLP_OP_WHERE] = ROW_ALL(where),
+  [DLP_OP_NEG] = ROW_NUM(neg),
+  [DLP_OP_ABS] = {abs_b, abs_i8, abs_i16, abs_i32, abs_i64, abs_u8, abs_u16, abs_u32, abs_u64, abs_f32, abs_f64},
+  [DLP_OP_SIGN] = ROW_NUM(sign),
+  [DLP_OP_SQRT] = ROW_FLOAT(sqrt),
+  [DLP_OP_EXP] = ROW_FLOAT(exp),
+  [DLP_OP_LOG] = ROW_FLOAT(log),
+  [DLP_OP_LOG1P] = ROW_FLOAT(log1p),
+  [DLP_OP_EXPM1] = ROW_FLOAT(expm1),
+  [DLP_OP_SIN] = ROW_FLOAT(sin),
+  [DLP_OP_COS] = ROW_FLOAT(cos),
+  [DLP_OP_TAN] = ROW_FLOAT(tan),
+  [DLP_OP_TANH] = ROW_FLOAT(tanh),
+  [DLP_OP_SIGMOID] = ROW_FLOAT(sigmoid),
+  [DLP_OP_FLOOR] = ROW_ROUNDING(floor),
+  [DLP_OP_CEIL] = ROW_ROUNDING(ceil),
+  [DLP_OP_ROUND] = ROW_ROUNDING(round),
+  [DLP_OP_TRUNC] = ROW_ROUNDING(trunc),
+  [DLP_OP_ISNAN] = ROW_CLASSIFY(isnan, false),
+  [DLP_OP_ISINF] = ROW_CLASSIFY(isinf, false),
+  [DLP_OP_ISFINITE] = ROW_CLASSIFY(isfinite, true),
+  [DLP_OP_LOGICAL_NOT] = ROW_ALL(lnot),
+  [DLP_OP_BNOT] = ROW_INT_BOOL(bnot),
+};
+
+int dlp_compute_index(int dtype) {
+  switch (dtype) {
+    case DLP_BOOL: return 0;
+    case DLP_INT8: return 1;
+    case DLP_INT16: return 2;
+    case DLP_INT32: return 3;
+    case DLP_INT64: return 4;
+    case DLP_UINT8: return 5;
+    case DLP_UINT16: return 6;
+    case DLP_UINT32: return 7;
+    case DLP_UINT64: return 8;
+    case DLP_FLOAT32: return 9;
+    case DLP_FLOAT64: return 10;
+    default: return -1;
+  }
+}
+
+dlp_IterLoop dlp_kernel(int op, int compute_dtype) {
+  int k = dlp_compute_index(compute_dtype);
+  return op >= 0 && op < DLP_OP_COUNT && k >= 0 ? loops[op][k] : NULL;
+}
