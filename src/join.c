@@ -60,12 +60,12 @@ static int join(lua_State *L, int stack, const char *what) {
       int same = t->dl.ndim == ndim;
       for (int d = 0; same && d < ndim; d++) same = t->dl.shape[d] == first->dl.shape[d] || (!stack && d == dim);
       if (!same) {
+        if (stack) lua_pushliteral(L, "stack takes tensors of one shape");
+        else lua_pushfstring(L, "only dimension %d may differ", dim + 1);
         push_shape(L, first);
         push_shape(L, t);
         return luaL_error(L, "%s: list[1] has shape %s, list[%d] %s (%s)", what, lua_tostring(L, -2), i,
-                          lua_tostring(L, -1),
-                          stack ? "stack takes tensors of one shape"
-                                : lua_pushfstring(L, "only dimension %d may differ", dim + 1));
+                          lua_tostring(L, -1), lua_tostring(L, -3));
       }
       dtype = dlp_promote(dtype, t->dtype);
     }
