@@ -5,7 +5,7 @@ local dlpack = require "dlpack"
 local support = require "support"
 
 local raises = support.raises
-local unpack = table.unpack or unpack
+local unpack = table.unpack or rawget(_G, "unpack")
 local it_int = support.INTEGERS and it or function(name) pending(name .. ": " .. support.NO_INTEGERS) end
 local REAL = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
               "float16", "bfloat16", "float32", "float64"}

@@ -63,7 +63,8 @@ static void load_blas(void) {
   }
   for (int i = 0; candidates[i]; i++)
     if (try_open(candidates[i])) return;
-  snprintf(loaded.reason, sizeof loaded.reason, "no CBLAS found (tried libopenblas.so.0, libcblas.so.3, libblas.so.3)");
+  snprintf(loaded.reason, sizeof loaded.reason,
+           "no CBLAS found (tried libopenblas.so.0, libcblas.so.3, libblas.so.3)");
 }
 
 const dlp_Blas *dlp_blas(void) {

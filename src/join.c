@@ -53,7 +53,8 @@ static int join(lua_State *L, int stack, const char *what) {
     if (!first) {
       first = t;
       ndim = t->dl.ndim;
-      if (!stack && ndim == 0) return luaL_error(L, "%s: list[1] is 0-d; cat joins along a dimension (use stack)", what);
+      if (!stack && ndim == 0)
+        return luaL_error(L, "%s: list[1] is 0-d; cat joins along a dimension (use stack)", what);
       dim = lua_isnoneornil(L, 2) ? 0 : dlp_check_dim(L, 2, ndim, stack);
       dtype = t->dtype;
     } else {

@@ -158,7 +158,8 @@ static void pack(char *dst, int cd, size_t isz, const char *src, int dtype, int6
   if (rows > 1 && cols > 1 && mr < mc) {
     for (int64_t j = 0; j < cols; j++) f(dst + j * isz, cols * (int64_t)isz, dlp_offset(src, j * cs), rs, rows);
   } else {
-    for (int64_t i = 0; i < rows; i++) f(dst + i * cols * (int64_t)isz, (int64_t)isz, dlp_offset(src, i * rs), cs, cols);
+    for (int64_t i = 0; i < rows; i++)
+      f(dst + i * cols * (int64_t)isz, (int64_t)isz, dlp_offset(src, i * rs), cs, cols);
   }
 }
 
