@@ -31,11 +31,9 @@ end
 
 -- A tensor of the shape whose element n (row-major, from 0) is n % mod - off.
 local function grid(shape, mod, off, dtype)
-  local n = -1
-  return dlpack.tensor(build(shape, function()
-    n = n + 1
-    return n % mod - off
-  end), "float64"):to(dtype)
+  local n = 1
+  for _, size in ipairs(shape) do n = n * size end
+  return (dlpack.arange(n):view(shape) % mod - off):to(dtype)
 end
 
 local function matrix(rows, cols, dtype, seed)
@@ -126,26 +124,12 @@ local CASES = [[
   local out = {}
   -- a tensor of the shape whose element n (row-major, from 0) is n % mod - off
   local function grid(shape, mod, off, dt)
-    local n = -1
-    local function level(d)
-      local t = {}
-      for i = 1, shape[d] do
-        if d == #shape then
-          n = n + 1
-          t[i] = n % mod - off
-        else
-          t[i] = level(d + 1)
-        end
-      end
-      return t
-    end
-    return dlpack.tensor(level(1), "float64"):to(dt)
+    local n = 1
+    for _, size in ipairs(shape) do n = n * size end
+    return (dlpack.arange(n):view(shape) % mod - off):to(dt)
   end
   local function add(t)
-    local n = t:numel()
-    local flat = t:contiguous():view({n}):totable()
-    for i = 1, n do flat[i] = tostring(flat[i]) end
-    out[#out + 1] = table.concat(flat, ",")
+    out[#out + 1] = t:tobytes()
   end
   for _, dt in ipairs({"float32", "float64", "float16", "int32"}) do
     for _, size in ipairs({{1, 1, 1}, {1, 5, 1}, {3, 1, 4}, {5, 7, 3}, {9, 17, 33}, {70, 300, 530}}) do
@@ -176,14 +160,20 @@ describe("dlpack.matmul", function()
   end)
 
   it("reads every layout in place or packed: transposed, sliced, narrowed, flipped, reversed", function()
-    for _, dt in ipairs({"float32", "float64", "int32", "float16", "uint8", "bool"}) do
+    for _, dt in ipairs({"float32", "float64", "int32", "float16", "bool"}) do
       for _, size in ipairs({{3, 4, 5}, {1, 4, 5}, {3, 1, 5}, {3, 4, 1}, {1, 1, 1}, {6, 9, 2}}) do
         local x, y = matrix(size[1], size[2], dt, 3), matrix(size[2], size[3], dt, 4)
-        local want = ref(x, y, dt == "bool")
+        local want, xs, ys = ref(x, y, dt == "bool"), {}, {}
+        local bytes = dlpack.tensor(want, dt):tobytes()
+        for _, l in ipairs(LAYOUT_NAMES) do xs[l], ys[l] = LAYOUTS[l](x, dt), LAYOUTS[l](y, dt) end
+        -- every pair for the dtypes CBLAS takes in place; the others are always packed
+        local blas = dt == "float32" or dt == "float64"
         for _, la in ipairs(LAYOUT_NAMES) do
           for _, lb in ipairs(LAYOUT_NAMES) do
-            local r = dlpack.matmul(LAYOUTS[la](x, dt), LAYOUTS[lb](y, dt))
-            assert.are.same(want, r:totable(), dt .. " " .. la .. " x " .. lb)
+            if blas or la == lb or la == "contiguous" or lb == "contiguous" then
+              local r = dlpack.matmul(xs[la], ys[lb]):tobytes()
+              if r ~= bytes then assert.are.same(want, dlpack.matmul(xs[la], ys[lb]):totable(), la .. " x " .. lb) end
+            end
           end
         end
       end
@@ -347,7 +337,7 @@ describe("dlpack.matmul", function()
     os.remove(file)
     local reason, rest = out:match("^([^\n]*)\n(.*)$")
     assert.are.equal("DLPACK_LUA_BLAS=none", reason, out:sub(1, 500))
-    assert.is_true(#here > 1000)
+    assert.is_true(#here > 100000)
     assert.is_true(rest == here, "the products differ without BLAS")
   end)
 
