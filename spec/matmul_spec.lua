@@ -192,6 +192,18 @@ describe("dlpack.matmul", function()
     end
   end)
 
+  it("reads elements wherever a producer puts them (misaligned)", function()
+    local fab = require "fabricate"
+    local d = "\0" .. string.pack("<dddd", 1, 2, 3, 4) .. "\0\0\0\0\0\0\0"
+    local f = "\0" .. string.pack("<ffff", 1, 2, 3, 4) .. "\0\0\0"
+    local a = dlpack.from_dlpack((fab.versioned {code = 2, bits = 64, shape = {2, 2}, byte_offset = 1, data = d}))
+    local b = dlpack.from_dlpack((fab.versioned {code = 2, bits = 32, shape = {2, 2}, byte_offset = 1, data = f}))
+    assert.are.same({{7, 10}, {15, 22}}, dlpack.matmul(a, a):totable())
+    assert.are.same({{7, 10}, {15, 22}}, dlpack.matmul(b, b):totable())
+    assert.are.same({{7, 15}, {10, 22}}, dlpack.matmul(b:transpose(1, 2), a:transpose(1, 2)):totable())
+    assert.are.equal(7, dlpack.matmul(a:select(1, 1), b:select(2, 1)))
+  end)
+
   it("promotes mixed dtypes as the arithmetic does", function()
     local cases = {
       {"int8", "uint8", "int16"}, {"int32", "float32", "float64"}, {"float16", "bfloat16", "float32"},

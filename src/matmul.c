@@ -172,7 +172,8 @@ static void choose_layout(const Plan *p, Side *s) {
   s->direct = 0;
   s->trans = CBLAS_NO_TRANS;
   s->ld = s->cols;
-  if (!same_bits(s->t->dtype, p->cd)) return;
+  /* elements may sit at any address (producers need not align them): typed reads need it */
+  if (!same_bits(s->t->dtype, p->cd) || (uintptr_t)dlp_first_element(s->t) % p->isz != 0) return;
   if (p->blas) {
     s->direct = blas_layout(s, p->isz);
     if (!s->direct) {
