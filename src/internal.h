@@ -319,6 +319,7 @@ void dlp_random_register(lua_State *L, int module, int methods, int meta);
 
 /* ---- views.c ---- */
 void dlp_views_register(lua_State *L, int methods);
+void dlp_flip_register(lua_State *L, int module, int methods, int meta); /* t:flip, dlpack.flip */
 
 /* ---- copy.c ---- */
 
@@ -496,6 +497,25 @@ void dlp_cuda_hold_drop(dlp_CudaHold *h);
 dlp_CudaStream *dlp_cuda_test_stream_object(lua_State *L, int idx);
 void dlp_cuda_push_wrapped(lua_State *L, uintptr_t handle, int device);
 int dlp_cuda_wrap_stream(lua_State *L);                    /* dlpack.unsafe.wrap_stream */
+
+/* ---- blas.c: the system's CBLAS, opened at run time (DLPACK_LUA_BLAS chooses; see there) ---- */
+typedef void (*dlp_SgemmFn)(int order, int transa, int transb, int m, int n, int k, float alpha, const float *a,
+                            int lda, const float *b, int ldb, float beta, float *c, int ldc);
+typedef void (*dlp_DgemmFn)(int order, int transa, int transb, int m, int n, int k, double alpha, const double *a,
+                            int lda, const double *b, int ldb, double beta, double *c, int ldc);
+typedef struct dlp_Blas {
+  dlp_SgemmFn sgemm;
+  dlp_DgemmFn dgemm;
+  const char *name; /* the library, as it was opened */
+} dlp_Blas;
+const dlp_Blas *dlp_blas(void); /* NULL: none (the module's kernel computes); any thread */
+void dlp_blas_register(lua_State *L, int module, int methods, int meta);
+
+/* ---- matmul.c: dlpack.matmul, dlpack.dot ---- */
+void dlp_matmul_register(lua_State *L, int module, int methods, int meta);
+
+/* ---- join.c: dlpack.cat, dlpack.stack ---- */
+void dlp_join_register(lua_State *L, int module, int methods, int meta);
 
 /* ---- hostapi.c ---- */
 void dlp_hostapi_register(lua_State *L);                    /* the registry function table */

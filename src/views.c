@@ -257,6 +257,59 @@ static int l_as_readonly(lua_State *L) {
   return 1;
 }
 
+/* flip(dims): dims a dimension, a table of them, or nil for all (NumPy's flip); each flipped
+ * dimension is walked backwards: its stride negated, the first element its last one. */
+static int flip(lua_State *L, const char *what) {
+  int64_t dims[DLP_MAX_NDIM];
+  int flipped[DLP_MAX_NDIM] = {0};
+  dlp_check_no_more(L, 3, what, "a dimension or a table of dimensions");
+  dlp_Tensor *t = check_viewable(L, what);
+  int ndim = t->dl.ndim;
+  if (lua_isnoneornil(L, 2)) {
+    for (int d = 0; d < ndim; d++) flipped[d] = 1;
+  } else if (lua_type(L, 2) == LUA_TNUMBER) {
+    flipped[dlp_check_dim(L, 2, ndim, 0)] = 1;
+  } else {
+    if (!lua_istable(L, 2))
+      return luaL_argerror(L, 2, lua_pushfstring(L, "a dimension or a table of dimensions expected, got %s",
+                                                 luaL_typename(L, 2)));
+    int n = dlp_check_integers(L, 2, dims, DLP_MAX_NDIM, INT64_MIN, "dims");
+    for (int i = 0; i < n; i++) {
+      int64_t d = dims[i] < 0 ? dims[i] + ndim + 1 : dims[i];
+      if (d < 1 || d > ndim)
+        return luaL_argerror(L, 2, lua_pushfstring(L, "dims[%d] is not a dimension of a %d-d tensor", i + 1, ndim));
+      if (flipped[d - 1]++)
+        return luaL_argerror(L, 2, lua_pushfstring(L, "dimension %d repeats", (int)d));
+    }
+  }
+  int64_t numel = dlp_numel(t);
+  dlp_Tensor *v = same_view(L, t, what);
+  for (int d = 0; d < ndim; d++) {
+    int64_t size = t->dl.shape[d], stride = t->dl.strides[d];
+    /* only dimensions that step matter (and an empty tensor's strides may be anything) */
+    if (!flipped[d] || size <= 1 || numel == 0) continue;
+    if (stride == INT64_MIN) {
+      dlp_tensor_release(v);
+      return luaL_error(L, "%s: stride of dimension %d cannot be negated", what, d + 1);
+    }
+    v->dl.strides[d] = -stride;
+    dlp_view_move(L, v, size - 1, stride, what);
+  }
+  dlp_tensor_seal(L, v, what);
+  return 1;
+}
+
+static int l_flip(lua_State *L) { return flip(L, "flip"); }
+static int l_flip_function(lua_State *L) { return flip(L, "dlpack.flip"); }
+
+void dlp_flip_register(lua_State *L, int module, int methods, int meta) {
+  static const luaL_Reg functions[] = {{"flip", l_flip_function}, {NULL, NULL}};
+  static const luaL_Reg method_list[] = {{"flip", l_flip}, {NULL, NULL}};
+  (void)meta;
+  dlp_register(L, module, functions);
+  dlp_register(L, methods, method_list);
+}
+
 void dlp_views_register(lua_State *L, int methods) {
   static const luaL_Reg method_list[] = {
     {"view", l_view}, {"reshape", l_reshape}, {"transpose", l_transpose}, {"permute", l_permute},
