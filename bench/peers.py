@@ -68,6 +68,18 @@ if np is not None:
     report("make_drop", "numpy", lambda: np.zeros(262144, np.float32))
     report("frombytes", "numpy", lambda: np.frombuffer(bytes8, np.uint8).copy())
     report("tobytes_strided", "numpy", lambda: m.T.tobytes())
+    # computing (issue 16): the inputs bench/run.lua makes
+    M4 = 4 * 1024 * 1024
+    fa = np.tile((np.arange(64, dtype=np.float32) / 16 - 2), M4 // 64)
+    fb, fc = np.full(M4, 0.75, np.float32), np.empty(M4, np.float32)
+    frame = np.tile(np.array([(i * 37) % 256 for i in range(256)], np.uint8),
+                    480 * 640 * 3 // 256).reshape(480, 640, 3)
+    mean = np.array([0.485, 0.456, 0.406], np.float32).reshape(3, 1, 1)
+    std = np.array([0.229, 0.224, 0.225], np.float32).reshape(3, 1, 1)
+    report("add_f32_out", "numpy", lambda: np.add(fa, fb, out=fc))
+    report("exp_f32", "numpy", lambda: np.exp(fa, out=fc))
+    report("sum_f32", "numpy", lambda: np.sum(fa))
+    report("normalize_frame", "numpy", lambda: (frame.transpose(2, 0, 1).astype(np.float32) / 255 - mean) / std)
 
 try:
     import torch
