@@ -63,30 +63,47 @@ static int is_integer(int dtype) { int k = dlp_dtype_kind(dtype); return k == 1 
 
 /* ---- the run: a loop over rows, converting operands in blocks ---- */
 
-#define BLOCK 256
+#define BLOCK 512
 
 typedef struct Run {
   dlp_IterLoop kernel;
   void *kernel_ctx;
-  int nops, converts;
+  int nops, converts, periodic;
   dlp_RowFn convert[DLP_ITER_MAX_OPS]; /* inputs: storage -> loop dtype; the output: loop -> storage */
   int64_t size[DLP_ITER_MAX_OPS];      /* the loop dtype's itemsize per operand */
+  /* a periodic input repeats `period` elements, `pstep` bytes apart, along the row (fold_periodic) */
+  int64_t period[DLP_ITER_MAX_OPS], pstep[DLP_ITER_MAX_OPS];
 } Run;
 
+/* One row: the kernel straight on the operands when no operand needs converting or tiling; else
+ * block by block, inputs converted into buffers and periodic inputs read from a tile that repeats
+ * their period to the block's length, the output converted back from its buffer. */
 static void run_rows(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
   const Run *r = ctx;
-  if (!r->converts) {
+  if (!r->converts && !r->periodic) {
     r->kernel(r->kernel_ctx, data, steps, n);
     return;
   }
   double buffers[DLP_ITER_MAX_OPS][BLOCK]; /* 8 bytes an element: the widest loop dtype */
   char *ptr[DLP_ITER_MAX_OPS];
-  int64_t step[DLP_ITER_MAX_OPS];
-  for (int64_t start = 0; start < n; start += BLOCK) {
-    int64_t m = n - start < BLOCK ? n - start : BLOCK;
+  int64_t step[DLP_ITER_MAX_OPS], block = BLOCK;
+  for (int k = 1; k < r->nops; k++) /* a tile holds whole periods: blocks are as long as a tile */
+    if (r->period[k]) {
+      int64_t p = r->period[k];
+      block = BLOCK / p * p;
+      char *tile = (char *)buffers[k];
+      if (r->convert[k]) r->convert[k](tile, r->size[k], data[k], r->pstep[k], p);
+      else for (int64_t i = 0; i < p; i++) memcpy(tile + i * r->size[k], data[k] + i * r->pstep[k], (size_t)r->size[k]);
+      for (int64_t i = p; i < block; i++) memcpy(tile + i * r->size[k], tile + (i - p) * r->size[k], (size_t)r->size[k]);
+    }
+  for (int64_t start = 0; start < n; start += block) {
+    int64_t m = n - start < block ? n - start : block;
     for (int k = 0; k < r->nops; k++) {
       char *at = dlp_offset(data[k], start * steps[k]);
-      if (r->convert[k]) {
+      if (r->period[k]) {
+        ptr[k] = (char *)buffers[k];
+        step[k] = r->size[k];
+      } else if (r->convert[k]) {
         ptr[k] = (char *)buffers[k];
         step[k] = r->size[k];
         if (k > 0) r->convert[k](ptr[k], step[k], at, steps[k], m);
@@ -98,6 +115,38 @@ static void run_rows(void *ctx, char *const *data, const int64_t *steps, int64_t
     r->kernel(r->kernel_ctx, ptr, step, m);
     if (r->convert[0]) r->convert[0](dlp_offset(data[0], start * steps[0]), steps[0], ptr[0], step[0], m);
   }
+}
+
+/* Broadcasting a short row ({480, 640, 3} + {3}) leaves the iteration engine rows of 3 elements,
+ * where a call per row costs more than the work. When every operand either runs on contiguously
+ * from the innermost dimension into the next (the output among them) or repeats its innermost
+ * row along the next one (stride 0 there), the two dimensions become one long row, and the
+ * repeating inputs are read from a tile of their period (run_rows). */
+#define MAX_PERIOD 16
+
+static void fold_periodic(dlp_Iter *it, Run *r) {
+  int nd = it->ndim, inner = nd - 1, outer = nd - 2;
+  if (nd < 2 || it->shape[inner] > MAX_PERIOD) return;
+  int64_t p = it->shape[inner], periodic = 0;
+  for (int k = 0; k < it->nops; k++) {
+    int64_t span;
+    if (dlp_mul(it->strides[k][inner], p, &span) && span == it->strides[k][outer]) continue;
+    if (k == 0 || it->strides[k][outer] != 0) return;
+    periodic = 1;
+  }
+  if (!periodic) return;
+  for (int k = 0; k < it->nops; k++) {
+    if (it->strides[k][outer] == 0 && k > 0) {
+      r->period[k] = p;
+      r->pstep[k] = it->strides[k][inner];
+      r->periodic = 1;
+      it->strides[k][outer] = 0; /* the tile stands for the whole row */
+    } else {
+      it->strides[k][outer] = it->strides[k][inner];
+    }
+  }
+  it->shape[outer] *= p; /* fits: the output holds that many elements */
+  it->ndim = nd - 1;
 }
 
 /* ---- operands ---- */
@@ -420,6 +469,7 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
   }
   dlp_Iter it;
   dlp_iter_init(&it, n + 1, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1);
+  fold_periodic(&it, &run);
   dlp_iter_run(&it, run_rows, &run);
   for (int k = 0; k < n; k++)
     if (source[k] && source[k] != in[k].t) dlp_tensor_release(source[k]);
