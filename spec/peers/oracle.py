@@ -313,9 +313,7 @@ def float_diff(got, want, tol, info=None):
     if isinstance(tol, str) and tol == "exact":
         bad |= fin & (g != w)
     elif isinstance(tol, str) and tol == "ulp":
-        units = 1 if want.dtype == np.float16 else 4
-        allowed = units * np.spacing(np.abs(want).astype(want.dtype)).astype(np.float64)
-        bad |= fin & (np.abs(g - w) > allowed)
+        bad |= fin & (np.abs(g - w) > ulp_bound(want))
     else:  # an absolute bound per element (an array or a number) computed by the caller
         bad |= fin & (np.abs(g - w) > tol)
     if bad.any():
@@ -324,6 +322,21 @@ def float_diff(got, want, tol, info=None):
         return "first at %s: got %r, NumPy %r (%d elements differ)" % (
             list(k), g[k].item(), w[k].item(), int(bad.sum()))
     return None
+
+
+def ulp_bound(r):
+    """The 'ulp' tolerance of the float array r, in its own dtype: 4 units in the last place, 1 for
+    float16 (see the module docstring)."""
+    units = 1 if r.dtype == np.float16 else 4
+    return units * np.spacing(np.abs(r)).astype(np.float64)
+
+
+def out_tol(tol, result):
+    """The tolerance of a result converted into another dtype (out=): that of the result's own
+    dtype, so that 4 ulp of a float32 result are not judged in float64 ulps."""
+    if isinstance(tol, str) and tol == "ulp" and result.dtype.kind == "f":
+        return ulp_bound(result)
+    return tol
 
 
 def diff(got, want, tol="exact"):
@@ -476,10 +489,18 @@ UNARY = [  # (Lua name, NumPy function, tolerance, operator)
 ]
 
 
-def unrounded_out(result_dtype, out_dtype):
-    """The KNOWN 'out-rounding' case: a float result going into an out that is wider or integer."""
+def unrounded_out(got, compute, inputs, result_dtype, out_dtype, tol):
+    """The KNOWN 'out-rounding' case: a float result going into an out that is wider or an
+    integer, and `got` is what computing in the wider type (float32 at least, out's when it is
+    a wider float) and converting into out gives."""
     r, o = np.dtype(result_dtype), np.dtype(out_dtype)
-    return r.kind == "f" and r != o and (o.kind != "f" or o.itemsize > r.itemsize)
+    if not (r.kind == "f" and r != o and (o.kind != "f" or o.itemsize > r.itemsize)):
+        return False
+    wide = o if o.kind == "f" else np.dtype(np.float32) if r.itemsize < 4 else r
+    with np.errstate(all="ignore"):
+        alt = np.asarray(compute(*[x.astype(wide) if isinstance(x, np.ndarray) and x.dtype.kind != "b"
+                                   else x for x in inputs]))
+    return diff(got, cast_like_copy(alt.astype(wide), o), tol) is None
 
 
 def integer_result(dtype_a, dtype_b):
@@ -544,6 +565,17 @@ def run_binary(spec):
                   (lambda a=a, b=b, m=as_method: H.method(name, to_lua(a), to_lua(b)) if m else
                    H.call(name, None, None, to_lua(a), to_lua(b))),
                   lambda a=a, b=b: np_binary(ufunc, a, b), tol)
+        # short rows broadcast along long ones ({480, 640, 3} + {3}): periods 1 to 17 (the module
+        # folds periods up to 16 into long rows, reading the short operand from a tile)
+        for k in range(36):
+            da, db = DTYPES[int(rng.integers(12))], DTYPES[int(rng.integers(12))]
+            shape, short = periodic_shapes(rng, k)
+            a = operand(rng, da, shape, ["contiguous", "flipped", "sliced"][k % 3])
+            b = binary_domain(name, a, operand(rng, db, short, ["contiguous", "flipped", "sliced", "expanded"][k % 4]))
+            if k % 2:  # the short operand first
+                a, b = b, binary_domain(name, b, a)
+            check(line, desc_call(name, a, b), lambda a=a, b=b: H.call(name, None, None, to_lua(a), to_lua(b)),
+                  lambda a=a, b=b: np_binary(ufunc, a, b), tol)
         # a broadcast mismatch raises
         a, b = values(rng, "int32", (2, 3)), values(rng, "int32", (4,))
         check(line, desc_call(name, a, b), lambda: H.call(name, None, None, to_lua(a), to_lua(b)),
@@ -568,6 +600,13 @@ SCALARS = [0, 1, 2, 7, -1, -3, 100, 127, 128, 255, 256, 300, -129, 70000, 2 ** 3
 
 def pick_scalar(rng):
     return SCALARS[int(rng.integers(len(SCALARS)))]
+
+
+def periodic_shapes(rng, k):
+    """A long shape and a short one broadcast along it: (..., n, p) and (p,), (1, p) or (..., 1, p)."""
+    p, n = int(rng.integers(1, 18)), int(rng.integers(2, 200))
+    shape = ((int(rng.integers(1, 4)),) if k % 3 == 0 else ()) + (n, p)
+    return shape, [(p,), (1, p), shape[:-2] + (1, p)][k % 3]
 
 
 def binary_scalars(name, ufunc, tol, rng):
@@ -600,6 +639,8 @@ def binary_out(name, ufunc, tol, rng):
         da, db, do = (DTYPES[int(rng.integers(12))] for _ in range(3))
         shape = rand_shape(rng)
         sa, sb = broadcast_pair(rng, shape)
+        if k % 3 == 2:
+            sa, sb = periodic_shapes(rng, k // 3)
         a = operand(rng, da, sa, LAYOUTS[int(rng.integers(5))])
         b = binary_domain(name, a, operand(rng, db, sb, LAYOUTS[int(rng.integers(5))]))
         try:
@@ -619,11 +660,16 @@ def binary_out(name, ufunc, tol, rng):
             return cast_like_copy(np_binary(ufunc, a, b), out.dtype)
 
         def known(got, want, lua_err, np_err, a=a, b=b, out=out):
-            if np_err is None and lua_err is None and unrounded_out(np_binary(ufunc, a, b).dtype, out.dtype):
+            if np_err is None and lua_err is None and unrounded_out(
+                    got, lambda x, y: ufunc(x, y), (a, b), np_binary(ufunc, a, b).dtype, out.dtype, tol):
                 return "out-rounding"
             return None
 
-        if check(line, desc_call(name + " out=" + str(out.dtype), a, b), run_lua, run_np, tol, known=known) and \
+        try:
+            otol = out_tol(tol, np_binary(ufunc, a, b))
+        except NP_ERRORS:
+            otol = tol
+        if check(line, desc_call(name + " out=" + str(out.dtype), a, b), run_lua, run_np, otol, known=known) and \
                 "same" in res and not res["same"]:
             line.fail("%s: returns another tensor than out" % desc_call(name, a, b)())
     line.emit()
@@ -863,11 +909,16 @@ def run_unary(spec):
                 return out
 
             def known(got, want, lua_err, np_err, a=a, out=out):
-                if np_err is None and lua_err is None and unrounded_out(np_unary(fn, a).dtype, out.dtype):
+                if np_err is None and lua_err is None and unrounded_out(
+                        got, fn, (a,), np_unary(fn, a).dtype, out.dtype, tol):
                     return "out-rounding"
                 return known_bool(got, want, lua_err, np_err, a)
+            try:
+                otol = out_tol(tol, np_unary(fn, a))
+            except NP_ERRORS:
+                otol = tol
             check(line, desc_call(name + " out=" + do, a), run_lua,
-                  lambda a=a, out=out: cast_like_copy(np_unary(fn, a), out.dtype), tol, known=known)
+                  lambda a=a, out=out: cast_like_copy(np_unary(fn, a), out.dtype), otol, known=known)
         # out = the input itself reversed, views made in Lua (NumPy reads the input first)
         for k in range(6):
             dt = DTYPES[int(rng.integers(12))]
@@ -885,10 +936,15 @@ def run_unary(spec):
                 return theirs
 
             def known(got, want, lua_err, np_err, base=base):
-                if np_err is None and lua_err is None and unrounded_out(np_unary(fn, base).dtype, base.dtype):
+                if np_err is None and lua_err is None and unrounded_out(
+                        got, lambda x: fn(x)[::-1], (base,), np_unary(fn, base).dtype, base.dtype, tol):
                     return "out-rounding"
                 return known_bool(got, want, lua_err, np_err, base)
-            check(line, desc_call(name + " out=the input reversed", base), run_lua, run_np, tol, known=known)
+            try:
+                otol = out_tol(tol, np_unary(fn, base)[::-1])
+            except NP_ERRORS:
+                otol = tol
+            check(line, desc_call(name + " out=the input reversed", base), run_lua, run_np, otol, known=known)
         line.emit()
     title = "%s: in place %s_ (same_kind)" % (name, name)
     reason = missing(None, method=name + "_")
