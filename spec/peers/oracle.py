@@ -128,8 +128,6 @@ KNOWN = {
                      "(NumPy has no such loop and raises)",
     "dtype-float16": "dtype = 'float16' computes from the operands converted to float32, not to float16 "
                      "(NumPy converts the operands to float16 first)",
-    "rounding-bool": "floor, ceil, round and trunc raise on bool tensors (NumPy: bool for floor/ceil/trunc, "
-                     "float16 for round)",
     "allclose-inf": "allclose(a, b) with a finite element of a against an infinity in b is true "
                     "(NumPy's isclose: an infinity is close only to itself)",
 }
@@ -476,13 +474,19 @@ def sigmoid(x):
     return (one / (one + np.exp(-x.astype(work)))).astype(dtype)
 
 
+def round_(x):
+    """np.round, except that bool keeps bool (docs/api.md: the rounding functions keep integers
+    and bool, as NumPy's floor, ceil and trunc do; NumPy's round alone gives bool float16)."""
+    return np.array(x, copy=True) if x.dtype == np.bool_ else np.round(x)
+
+
 UNARY = [  # (Lua name, NumPy function, tolerance, operator)
     ("neg", "negative", "exact", "-"), ("abs", "absolute", "exact", None), ("sign", "sign", "exact", None),
     ("sqrt", "sqrt", "exact", None), ("exp", "exp", "ulp", None), ("log", "log", "ulp", None),
     ("log1p", "log1p", "ulp", None), ("expm1", "expm1", "ulp", None), ("sin", "sin", "ulp", None),
     ("cos", "cos", "ulp", None), ("tan", "tan", "ulp", None), ("tanh", "tanh", "ulp", None),
     ("sigmoid", "sigmoid", "ulp", None), ("floor", "floor", "exact", None), ("ceil", "ceil", "exact", None),
-    ("round", "round", "exact", None), ("trunc", "trunc", "exact", None),
+    ("round", "round", "exact", None),  # bool keeps bool: see round_ ("trunc", "trunc", "exact", None),
     ("isnan", "isnan", "exact", None), ("isinf", "isinf", "exact", None),
     ("isfinite", "isfinite", "exact", None), ("logical_not", "logical_not", "exact", None),
     ("bnot", "invert", "exact", "~"),
@@ -875,14 +879,8 @@ def negative_powers(rng):
 
 def run_unary(spec):
     name, fn, tol, op = spec
-    fn = sigmoid if fn == "sigmoid" else getattr(np, fn)
+    fn = {"sigmoid": sigmoid, "round": round_}.get(fn) or getattr(np, fn)
     rng = rng_for(name)
-
-    def known_bool(got, want, lua_err, np_err, a=None):
-        if name in ("floor", "ceil", "round", "trunc") and a is not None and a.dtype == np.bool_ and \
-                lua_err is not None and np_err is None:
-            return "rounding-bool"
-        return None
 
     reason = missing(name)
     title = "%s: every dtype and layout" % name
@@ -896,7 +894,7 @@ def run_unary(spec):
             as_method = k % 2 == 1
             check(line, desc_call(name, a),
                   lambda a=a, m=as_method: H.method(name, to_lua(a)) if m else H.call(name, None, None, to_lua(a)),
-                  lambda a=a: np_unary(fn, a), tol, known=lambda *r, a=a: known_bool(*r, a=a))
+                  lambda a=a: np_unary(fn, a), tol)
         line.emit()
         line = Line("%s: out= a tensor of any dtype and layout" % name)
         for k in range(24):
@@ -912,7 +910,7 @@ def run_unary(spec):
                 if np_err is None and lua_err is None and unrounded_out(
                         got, fn, (a,), np_unary(fn, a).dtype, out.dtype, tol):
                     return "out-rounding"
-                return known_bool(got, want, lua_err, np_err, a)
+                return None
             try:
                 otol = out_tol(tol, np_unary(fn, a))
             except NP_ERRORS:
@@ -939,7 +937,7 @@ def run_unary(spec):
                 if np_err is None and lua_err is None and unrounded_out(
                         got, lambda x: fn(x)[::-1], (base,), np_unary(fn, base).dtype, base.dtype, tol):
                     return "out-rounding"
-                return known_bool(got, want, lua_err, np_err, base)
+                return None
             try:
                 otol = out_tol(tol, np_unary(fn, base)[::-1])
             except NP_ERRORS:
@@ -967,8 +965,7 @@ def run_unary(spec):
                     raise TypeError("same_kind: %s into %s" % (r.dtype, theirs.dtype))
                 theirs[...] = r
                 return theirs
-            check(line, desc_call(name + "_", a.copy()), run_lua, run_np, tol,
-                  known=lambda *r, a=a: known_bool(*r, a=a))
+            check(line, desc_call(name + "_", a.copy()), run_lua, run_np, tol)
         line.emit()
     if op:
         title = "%s: the Lua operator %sa" % (name, op)
@@ -1064,18 +1061,20 @@ def run_where():
 
 def run_masked_fill():
     rng = rng_for("masked_fill")
-    title = "masked_fill: in place, broadcast mask, a value of the tensor's kind"
+    title = "masked_fill: in place, a broadcast mask of any dtype, values of every kind (same_kind)"
     reason = missing(None, method="masked_fill")
     if reason:
         skip(title, reason)
         return
     line = Line(title)
-    for k in range(3 * len(DTYPES)):
+    fills = [7, -1, 300, 0, 2.5, float("nan"), -7.0, 1e30, True, False]
+    for k in range(4 * len(DTYPES)):
         dt = DTYPES[k % 12]
         shape = rand_shape(rng)
         a = writable_like(rng, dt, shape)
-        mask = operand(rng, "bool", broadcast_pair(rng, shape)[0], LAYOUTS[int(rng.integers(5))])
-        v = True if dt == "bool" else [7, -1, 300, 0][k % 4] if dt in INTS else [2.5, float("nan"), -7, 1e30][k % 4]
+        mask = operand(rng, "bool" if k % 5 else DTYPES[int(rng.integers(12))], broadcast_pair(rng, shape)[0],
+                       LAYOUTS[int(rng.integers(5))])
+        v = fills[int(rng.integers(len(fills)))]
         mine, theirs = a, a.copy()
 
         def run_lua(mine=mine, mask=mask, v=v):
@@ -1086,8 +1085,8 @@ def run_masked_fill():
             return mine
 
         def run_np(theirs=theirs, mask=mask, v=v):
-            with np.errstate(all="ignore"):
-                theirs[np.broadcast_to(mask, theirs.shape)] = v
+            with np.errstate(all="ignore"):  # NumPy's copyto: the same_kind rule, weak Lua numbers
+                np.copyto(theirs, v, where=np.broadcast_to(mask != 0, theirs.shape), casting="same_kind")
             return theirs
         check(line, desc_call("masked_fill(mask, %r)" % (v,), a.copy(), mask), run_lua, run_np)
     line.emit()
