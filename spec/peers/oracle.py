@@ -25,7 +25,9 @@ exp log log1p expm1 sin cos tan tanh sigmoid and float pow may differ by 4 units
 place (NumPy's own float32 loops are off by up to 3 ulp from the exact result, a libm by 1;
 float16, computed in float32 and rounded once, by 1 ulp). Sums and means may differ by
 2*log2(n+1)*eps*sum(|x|) (two pairwise summations, NumPy's bound), products by 2*n*eps*|p|,
-var by 16*log2(n+2)*eps*mean(x^2) (std compared squared), matmul by 2*k*eps*(|A|@|B|).
+var by B = 16*log2(n+2)*eps*mean(x^2), std by min(sqrt(B), B/(2 std)), matmul by 2*k*eps*(|A|@|B|). float16 var
+and std are NumPy's of the float32 values rounded to float16: NumPy squares float16 deviations
+in float16 (infinite from 256 on), the contract computes float16 in float32.
 NaN equals NaN; an infinity must be the same infinity.
 
 Each function prints a few TAP lines ("oracle: add: every dtype pair (... cases)", "...:
@@ -128,6 +130,8 @@ KNOWN = {
                      "(NumPy has no such loop and raises)",
     "dtype-float16": "dtype = 'float16' computes from the operands converted to float32, not to float16 "
                      "(NumPy converts the operands to float16 first)",
+    "join-promotion": "cat and stack of three or more dtypes promote them pairwise from the left "
+                      "(uint16, int8, float16 give float64); NumPy promotes them together (float32)",
     "allclose-inf": "allclose(a, b) with a finite element of a against an infinity in b is true "
                     "(NumPy's isclose: an infinity is close only to itself)",
 }
@@ -1115,6 +1119,9 @@ def reduction_tol(name, a, axis, want, keepdim=False):
             bound = 2 * (n + 1) * eps * np.abs(np.asarray(want, np.float64))
         elif name in ("var", "std"):
             bound = 16 * math.log2(n + 2) * eps * np.mean(x * x, axis=axis, keepdims=bool(keepdim))
+            if name == "std":  # |sqrt(u) - sqrt(v)| <= min(sqrt|u - v|, |u - v| / (2 sqrt v))
+                w = np.abs(np.asarray(want, np.float64))
+                bound = np.minimum(np.sqrt(bound), np.where(w > 0, bound / (2 * np.where(w > 0, w, 1)), np.inf))
         else:
             return "exact"
     return np.asarray(bound, np.float64) + np.spacing(np.abs(np.asarray(want, np.float64)))
@@ -1171,7 +1178,12 @@ def run_reduction(spec):
                 if name in ("min", "max") and axis is not None:
                     arg = (np.argmin if name == "min" else np.argmax)(a, axis=axis[0], **kw)
                     return np.asarray(fn(a, axis=axis, **kw)), np.asarray(arg + 1).astype(np.int64)
-                r = fn(a, axis=axis, **kw)
+                if name in ("var", "std") and a.dtype == np.float16:
+                    # NumPy squares float16 deviations in float16 (inf from 256 on); the module
+                    # computes float16 in float32 and rounds once, as the contract says
+                    r = np.asarray(fn(a.astype(np.float32), axis=axis, **kw)).astype(np.float16)
+                else:
+                    r = fn(a, axis=axis, **kw)
                 return np.asarray(r) if axis is not None else r[()] if isinstance(r, np.ndarray) else r
 
         def run_lua(a=a, dim=dim, keepdim=keepdim, correction=correction, m=as_method):
@@ -1279,10 +1291,28 @@ def run_cat_stack(name):
             dt = DTYPES[int(rng.integers(12))] if k % 2 else DTYPES[k % 12]
             parts.append(operand(rng, dt, s, LAYOUTS[int(rng.integers(5))]))
         dim = d + 1 if rng.random() < 0.7 else d - (nd + (1 if name == "stack" else 0))
-        check(line, desc_call("%s(dim=%d)" % (name, dim), *parts),
-              lambda parts=parts, dim=dim: H.call(name, None, None, H.list(*[to_lua(p) for p in parts]), dim),
-              lambda parts=parts, d=d: (np.concatenate if name == "cat" else np.stack)(parts, axis=d))
+        join(line, name, parts, d, dim)
+    # three dtypes whose promotion depends on grouping: NumPy promotes them together
+    # (uint16, int8, float16 -> float32), not pairwise ((uint16, int8) -> int32, then float64)
+    for dts in (("uint16", "int8", "float16"), ("float16", "uint8", "int16"), ("int64", "uint64", "float16")):
+        parts = [values(rng, dt, (2, 3)) for dt in dts]
+        join(line, name, parts, 0, 1)
     line.emit()
+
+
+def join(line, name, parts, d, dim):
+    def known(got, want, lua_err, np_err):
+        if len(parts) >= 3 and isinstance(got, np.ndarray) and isinstance(want, np.ndarray) and \
+                got.dtype != want.dtype:
+            left = parts[0].dtype
+            for p in parts[1:]:
+                left = np.result_type(left, p.dtype)
+            if got.dtype == left:
+                return "join-promotion"
+        return None
+    check(line, desc_call("%s(dim=%d)" % (name, dim), *parts),
+          lambda: H.call(name, None, None, H.list(*[to_lua(p) for p in parts]), dim),
+          lambda: (np.concatenate if name == "cat" else np.stack)(parts, axis=d), known=known)
 
 
 def run_flip():
