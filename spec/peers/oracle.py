@@ -77,9 +77,11 @@ function H.call(name, out, dtype, ...)
   return dlpack[name](unpack(args, 1, args.n))
 end
 function H.method(name, self, ...) return self[name](self, ...) end
-function H.reduce(name, as_method, t, dim, keepdim, correction)
+function H.reduce(name, as_method, t, dim, keepdim, correction, dtype)
   local opts
-  if keepdim ~= nil or correction ~= nil then opts = {keepdim = keepdim, correction = correction} end
+  if keepdim ~= nil or correction ~= nil or dtype ~= nil then
+    opts = {keepdim = keepdim, correction = correction, dtype = dtype}
+  end
   if as_method then return t[name](t, dim, opts) end
   return dlpack[name](t, dim, opts)
 end
@@ -333,12 +335,36 @@ def ulp_bound(r):
     return units * np.spacing(np.abs(r)).astype(np.float64)
 
 
-def out_tol(tol, result):
-    """The tolerance of a result converted into another dtype (out=): that of the result's own
-    dtype, so that 4 ulp of a float32 result are not judged in float64 ulps."""
-    if isinstance(tol, str) and tol == "ulp" and result.dtype.kind == "f":
-        return ulp_bound(result)
-    return tol
+def diff_converted(got, result, out_dtype, tol):
+    """Where `got` differs from the float (or other) array `result` converted into out_dtype as
+    copy converts, judged with the tolerance of result's own dtype; through a conversion to an
+    integer or bool an 'ulp' tolerance becomes the range of conversions of result -+ its bound
+    (a last-place difference may cross an integer)."""
+    result = np.asarray(result)
+    o = np.dtype(out_dtype)
+    want = cast_like_copy(result, o)
+    if not (isinstance(tol, str) and tol == "ulp" and result.dtype.kind == "f"):
+        return diff(got, want, tol)
+    bound = ulp_bound(result)
+    if o.kind == "f":
+        return diff(got, want, bound)
+    if not isinstance(got, np.ndarray) or got.dtype != o or got.shape != want.shape:
+        return diff(got, want)
+    bound = np.nan_to_num(bound, nan=0.0, posinf=0.0)
+    r = result.astype(np.float64)
+    with np.errstate(all="ignore"):
+        if o.kind == "b":
+            tolerable = np.abs(r) <= bound  # within a last place of 0: either truth value
+        else:
+            lo, hi = cast_like_copy(r - bound, o), cast_like_copy(r + bound, o)
+            g = got.astype(np.float64)
+            tolerable = (g >= np.minimum(lo, hi).astype(np.float64)) & (g <= np.maximum(lo, hi).astype(np.float64))
+    bad = (got != want) & ~tolerable
+    if bad.any():
+        k = tuple(int(i) for i in np.argwhere(bad)[0]) if bad.ndim else ()
+        return "first at %s: got %r, NumPy %r (%d elements differ)" % (
+            list(k), got[k].item(), want[k].item(), int(bad.sum()))
+    return None
 
 
 def diff(got, want, tol="exact"):
@@ -498,24 +524,26 @@ UNARY = [  # (Lua name, NumPy function, tolerance, operator)
 
 
 def unrounded_out(got, compute, inputs, result_dtype, out_dtype, tol):
-    """The KNOWN 'out-rounding' case: a float result going into an out that is wider or an
-    integer, and `got` is what computing in the wider type (float32 at least, out's when it is
-    a wider float) and converting into out gives."""
+    """The KNOWN 'out-rounding' case: a float result going into an out of another dtype, and
+    `got` is what computing in the loop's type (float32 for a float16 result), skipping the
+    rounding to the result dtype, and converting into out gives."""
     r, o = np.dtype(result_dtype), np.dtype(out_dtype)
-    if not (r.kind == "f" and r != o and (o.kind != "f" or o.itemsize > r.itemsize)):
+    if not (r.kind == "f" and r != o):
         return False
-    wide = o if o.kind == "f" else np.dtype(np.float32) if r.itemsize < 4 else r
+    wide = np.dtype(np.float32) if r.itemsize < 4 else r
     with np.errstate(all="ignore"):
-        alt = np.asarray(compute(*[x.astype(wide) if isinstance(x, np.ndarray) and x.dtype.kind != "b"
-                                   else x for x in inputs]))
-    return diff(got, cast_like_copy(alt.astype(wide), o), tol) is None
+        alt = np.asarray(compute(*[x.astype(wide) if isinstance(x, np.ndarray) else x for x in inputs]))
+    return diff_converted(got, alt.astype(wide), o, tol) is None
 
 
-def integer_result(dtype_a, dtype_b):
-    """Whether NumPy computes a with b in an integer loop (bool pairs use int8 loops for idiv/mod)."""
+def integer_result(a, b):
+    """Whether NumPy computes a with b (arrays, dtypes, or Lua numbers as weak scalars) in an
+    integer loop (bool pairs use int8 loops for idiv/mod)."""
+    def arg(x):
+        return x.dtype if isinstance(x, np.ndarray) else x
     try:
-        return np.result_type(dtype_a, dtype_b).kind in "biu"
-    except TypeError:
+        return np.result_type(arg(a), arg(b)).kind in "biu"
+    except (TypeError, ValueError, OverflowError):
         return False
 
 
@@ -523,8 +551,7 @@ def binary_domain(name, a, b):
     """Adjust the right operand (an array or a number) for the value cases: no integer
     division by zero (it raises: tested on its own), no negative integer exponents (NumPy
     raises: tested on its own, with the scalars)."""
-    bd = b.dtype if isinstance(b, np.ndarray) else type(b)
-    if name in ("idiv", "mod") and integer_result(a.dtype if isinstance(a, np.ndarray) else type(a), bd):
+    if name in ("idiv", "mod") and integer_result(a, b):
         if isinstance(b, np.ndarray):
             b = np.where(b == 0, np.ones((), b.dtype), b) if b.dtype != np.bool_ else np.ones_like(b)
         elif b == 0:
@@ -673,11 +700,11 @@ def binary_out(name, ufunc, tol, rng):
                 return "out-rounding"
             return None
 
-        try:
-            otol = out_tol(tol, np_binary(ufunc, a, b))
-        except NP_ERRORS:
-            otol = tol
-        if check(line, desc_call(name + " out=" + str(out.dtype), a, b), run_lua, run_np, otol, known=known) and \
+        def compare(got, want, a=a, b=b, out=out):
+            return diff_converted(got, np_binary(ufunc, a, b), out.dtype, tol)
+
+        if check(line, desc_call(name + " out=" + str(out.dtype), a, b), run_lua, run_np, compare=compare,
+                 known=known) and \
                 "same" in res and not res["same"]:
             line.fail("%s: returns another tensor than out" % desc_call(name, a, b)())
     line.emit()
@@ -915,12 +942,9 @@ def run_unary(spec):
                         got, fn, (a,), np_unary(fn, a).dtype, out.dtype, tol):
                     return "out-rounding"
                 return None
-            try:
-                otol = out_tol(tol, np_unary(fn, a))
-            except NP_ERRORS:
-                otol = tol
             check(line, desc_call(name + " out=" + do, a), run_lua,
-                  lambda a=a, out=out: cast_like_copy(np_unary(fn, a), out.dtype), otol, known=known)
+                  lambda a=a, out=out: cast_like_copy(np_unary(fn, a), out.dtype), known=known,
+                  compare=lambda got, want, a=a, out=out: diff_converted(got, np_unary(fn, a), out.dtype, tol))
         # out = the input itself reversed, views made in Lua (NumPy reads the input first)
         for k in range(6):
             dt = DTYPES[int(rng.integers(12))]
@@ -942,11 +966,8 @@ def run_unary(spec):
                         got, lambda x: fn(x)[::-1], (base,), np_unary(fn, base).dtype, base.dtype, tol):
                     return "out-rounding"
                 return None
-            try:
-                otol = out_tol(tol, np_unary(fn, base)[::-1])
-            except NP_ERRORS:
-                otol = tol
-            check(line, desc_call(name + " out=the input reversed", base), run_lua, run_np, otol, known=known)
+            check(line, desc_call(name + " out=the input reversed", base), run_lua, run_np, known=known,
+                  compare=lambda got, want, base=base: diff_converted(got, np_unary(fn, base)[::-1], base.dtype, tol))
         line.emit()
     title = "%s: in place %s_ (same_kind)" % (name, name)
     reason = missing(None, method=name + "_")
@@ -1164,21 +1185,31 @@ def run_reduction(spec):
         correction = None
         if name in ("var", "std") and rng.random() < 0.5:
             correction = 1
+        dtype = None
+        if name in ("sum", "prod", "mean", "var", "std") and rng.random() < 0.25:
+            if name in ("var", "std") or (name == "mean" and dt not in FLOATS):
+                dtype = "float64"
+            elif dt in FLOATS:
+                dtype = ["float32", "float64"][k % 2]
+            else:
+                dtype = ["int64", "float64"][k % 2]
         as_method = k % 2 == 1
 
-        def run_np(a=a, axis=axis, keepdim=keepdim, correction=correction):
+        def run_np(a=a, axis=axis, keepdim=keepdim, correction=correction, dtype=dtype):
             with np.errstate(all="ignore"), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 kw = {"keepdims": bool(keepdim)}
                 if correction is not None:
                     kw["ddof"] = correction
+                if dtype is not None:
+                    kw["dtype"] = dtype
                 if name in ("argmin", "argmax"):
                     r = fn(a, axis=None if axis is None else axis[0], **kw)
                     return np.int64(r + 1) if axis is None else np.asarray(r + 1).astype(np.int64)
                 if name in ("min", "max") and axis is not None:
                     arg = (np.argmin if name == "min" else np.argmax)(a, axis=axis[0], **kw)
                     return np.asarray(fn(a, axis=axis, **kw)), np.asarray(arg + 1).astype(np.int64)
-                if name in ("var", "std") and a.dtype == np.float16:
+                if name in ("var", "std") and a.dtype == np.float16 and dtype is None:
                     # NumPy squares float16 deviations in float16 (inf from 256 on); the module
                     # computes float16 in float32 and rounds once, as the contract says
                     r = np.asarray(fn(a.astype(np.float32), axis=axis, **kw)).astype(np.float16)
@@ -1186,8 +1217,8 @@ def run_reduction(spec):
                     r = fn(a, axis=axis, **kw)
                 return np.asarray(r) if axis is not None else r[()] if isinstance(r, np.ndarray) else r
 
-        def run_lua(a=a, dim=dim, keepdim=keepdim, correction=correction, m=as_method):
-            return H.reduce(name, m, to_lua(a), dim, keepdim, correction)
+        def run_lua(a=a, dim=dim, keepdim=keepdim, correction=correction, m=as_method, dtype=dtype):
+            return H.reduce(name, m, to_lua(a), dim, keepdim, correction, dtype)
 
         def compare(got, want, a=a, axis=axis, keepdim=keepdim):
             if isinstance(want, tuple):
@@ -1195,9 +1226,19 @@ def run_reduction(spec):
             if name in ("any", "all") and axis is None:
                 return diff(got, np.bool_(want))
             return diff(got, want, reduction_tol(name, a, axis, want, keepdim))
-        check(line, desc_call("%s(dim=%s, keepdim=%s%s)" % (
+        check(line, desc_call("%s(dim=%s, keepdim=%s%s%s)" % (
             name, list(dim.values()) if hasattr(dim, "values") else dim, keepdim,
-            "" if correction is None else ", correction=%d" % correction), a), run_lua, run_np, compare=compare)
+            "" if correction is None else ", correction=%d" % correction,
+            "" if dtype is None else ", dtype=%s" % dtype), a), run_lua, run_np, compare=compare)
+    # dims out of range or repeated raise (NumPy's AxisError)
+    a = values(rng, "float32", (2, 3))
+    for dim, axis in ((0, 5), (3, 5), (-3, 5), ((1, 1), (0, 0)), ((1, 3), (0, 5))):
+        if single and isinstance(dim, tuple):
+            continue
+        check(line, desc_call("%s(dim=%s)" % (name, dim), a),
+              lambda dim=dim: H.reduce(name, False, to_lua(a), H.list(*dim) if isinstance(dim, tuple) else dim),
+              lambda axis=axis: (np.argmax if name == "argmax" else np.argmin if name == "argmin" else fn)(
+                  a, axis=axis))
     line.emit()
 
 
@@ -1365,7 +1406,7 @@ def run_equal_allclose(name):
             b = operand(rng, db, broadcast_pair(rng, shape)[0], "contiguous")
         else:
             with np.errstate(all="ignore"):
-                b = (a.astype(np.float64) * (1 + float(rng.choice([1e-9, 1e-6, 1e-3])))).astype(
+                b = np.asarray(a.astype(np.float64) * (1 + float(rng.choice([1e-9, 1e-6, 1e-3])))).astype(
                     a.dtype if a.dtype.kind == "f" else np.float64)
         if name == "equal":
             check(line, desc_call(name, a, b), lambda a=a, b=b: H.call(name, None, None, to_lua(a), to_lua(b)),
