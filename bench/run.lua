@@ -317,6 +317,33 @@ else
   peer_row("sum_f32", "  the same vs NumPy", 1.0, sum, "numpy", "np.sum(a)")
 end
 
+why = lacks("argmax")
+if why then
+  skip_row("dlpack.argmax(a) float32 4M", why)
+else
+  peer_row("argmax_f32", "dlpack.argmax(a) float32 4M", 1.2,
+           function(n) for _ = 1, n do local _ = dlpack.argmax(fa) end end, "numpy", "np.argmax(a)")
+end
+
+why = lacks("matmul")
+if why then
+  skip_row("dlpack.matmul(a, b) float32 512x512", why)
+else
+  local ma = dlpack.frombytes(string.rep(pattern, 512 * 512 / 64), "float32", {512, 512})
+  local mb = dlpack.full({512, 512}, 0.5, "float32")
+  peer_row("matmul_f32", "dlpack.matmul(a, b) float32 512x512", 1.3,
+           function(n) for _ = 1, n do local _ = dlpack.matmul(ma, mb) end end, "numpy", "a @ b")
+end
+
+why = lacks("add")
+if why then
+  skip_row("dlpack.add(a, b) of 3 elements (allocating)", why)
+else
+  local s1, s2 = dlpack.tensor({1, 2, 3}, "float32"), dlpack.tensor({4, 5, 6}, "float32")
+  peer_row("add_small", "dlpack.add(a, b) of 3 elements (allocating)", 1.0,
+           function(n) for _ = 1, n do local _ = dlpack.add(s1, s2) end end, "numpy", "np.add(a, b)")
+end
+
 -- The motivating case of issue 16: a 480x640x3 uint8 camera frame normalised for a model,
 -- channels first, written the natural way.
 why = lacks("div", "sub")
