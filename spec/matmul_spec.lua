@@ -353,6 +353,39 @@ describe("dlpack.matmul", function()
     assert.is_true(rest == here, "the products differ without BLAS")
   end)
 
+  -- Debian's reference BLAS, found as libblas.so.3 by a search where no libopenblas.so.0 has
+  -- CBLAS (a library without it stands in for one): passed by, the module's kernel computes.
+  local function exists(path)
+    local f = io.open(path)
+    if f then f:close() end
+    return f ~= nil
+  end
+  local reference, libm
+  for _, triplet in ipairs({"x86_64-linux-gnu", "aarch64-linux-gnu"}) do
+    local r = "/usr/lib/" .. triplet .. "/blas/libblas.so.3"
+    local m = "/lib/" .. triplet .. "/libm.so.6"
+    if exists(r) and exists(m) then reference, libm = r, m end
+  end
+  local it_reference = reference and it or function(name) pending(name .. ": no Debian reference BLAS here") end
+  it_reference("passes by the reference BLAS in its search (slower than its own kernel)", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir " .. dir .. " && ln -s " .. reference .. " " .. dir .. "/libblas.so.3 && ln -s " ..
+                      libm .. " " .. dir .. "/libopenblas.so.0"))
+    local run = "LD_LIBRARY_PATH=%s %s LUA_PATH='lua/?.lua;;' LUA_CPATH='%s/?.so;;' %s -e " ..
+                "'local d = require \"dlpack\"; print(d.blas()); print(d.matmul(d.ones({3}), d.ones({3})) == 3)' 2>&1"
+    local p = assert(io.popen(string.format(run, dir, "", support.BUILD, support.LUA)))
+    local out = p:read("*a")
+    p:close()
+    p = assert(io.popen(string.format(run, dir, "DLPACK_LUA_BLAS=libblas.so.3", support.BUILD, support.LUA)))
+    local forced = p:read("*a")
+    p:close()
+    os.execute("rm -r " .. dir)
+    assert.are.equal("nil\tlibblas.so.3 is the reference BLAS, slower than the module's own kernel " ..
+                     "(DLPACK_LUA_BLAS=libblas.so.3 uses it)\ntrue\n", out)
+    assert.are.equal("libblas.so.3\ntrue\n", forced)
+  end)
+
   it("says which BLAS it uses", function()
     local name, why = dlpack.blas()
     if name then
