@@ -66,8 +66,18 @@ $(BUILD)/obj/%.o: src/%.c $(HEADERS)
 
 # The elementwise loops (src/kernels.c) are plain indexed loops written for the vectoriser: -O3
 # turns it on for them whatever CFLAGS says (GCC's -O2 vectorises only loops it need not version),
-# and -fno-math-errno lets sqrt and friends compile to instructions (errno is never read here).
-$(BUILD)/obj/kernels.o: ALL_CFLAGS += -O3 -fno-math-errno
+# -fno-math-errno lets sqrt and friends compile to instructions (errno is never read here), and
+# -fno-trapping-math lets selects on floats vectorise (the floating-point exception flags are never
+# read either); neither changes a result.
+$(BUILD)/obj/kernels.o: ALL_CFLAGS += -O3 -fno-math-errno -fno-trapping-math
+# On x86-64 the same loops are compiled a second time for AVX2, chosen at run time (kernels.c).
+ifneq ($(filter x86_64%,$(shell $(CC) -dumpmachine)),)
+OBJECTS += $(BUILD)/obj/kernels_avx2.o
+$(BUILD)/obj/kernels.o: ALL_CFLAGS += -DDLP_HAVE_AVX2_KERNELS=1
+$(BUILD)/obj/kernels_avx2.o: src/kernels.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -O3 -fno-math-errno -fno-trapping-math -mavx2 -DDLP_KERNELS_AVX2 -c $< -o $@
+endif
 
 $(MODULE): $(OBJECTS)
 	@mkdir -p $(@D)

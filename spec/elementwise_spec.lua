@@ -393,3 +393,100 @@ describe("computing safely", function()
     support.raises(function() dlpack.add(a, b, opts) end, "released")
   end)
 end)
+
+describe("the iteration engine under the elementwise functions", function()
+  -- element by element with get(), the slow and obvious way
+  local function check_add(a, b)
+    local r = a + b
+    local shape = r.shape
+    local n = r:numel()
+    local idx = {}
+    for k = 0, n - 1 do
+      local rest = k
+      for d = #shape, 1, -1 do
+        idx[d] = rest % shape[d] + 1
+        rest = (rest - idx[d] + 1) / shape[d]
+      end
+      local function at(t)
+        local i = {}
+        local shift = #shape - t.ndim
+        for d = 1, t.ndim do i[d] = t.shape[d] == 1 and 1 or idx[d + shift] end
+        return t:get(table.unpack(i))
+      end
+      assert.equal(at(a) + at(b), r:get(table.unpack(idx)))
+    end
+  end
+
+  it("folds a short broadcast row into long rows, converting dtypes on the way", function()
+    local frame = dlpack.arange(7 * 5 * 3):view({7, 5, 3})
+    check_add(frame, dlpack.tensor({100, 200, 300}, "int32"))
+    check_add(frame:to("uint8"), dlpack.tensor({1, 2, 3}, "int16"))
+    check_add(frame:to("float32"), dlpack.tensor({0.5, 1.5, 2.5}, "float64"))
+    check_add(frame, dlpack.tensor({{1}, {2}, {3}, {4}, {5}}, "int64"))
+    check_add(frame:transpose(1, 2), dlpack.tensor({1, 2, 3, 4, 5, 6, 7}, "int64"):unsqueeze(2))
+    check_add(dlpack.arange(4 * 3 * 2):view({4, 3, 2}):slice(1, 4, 1, -1), dlpack.tensor({10, 20}, "int8"))
+    check_add(dlpack.arange(600):view({200, 3}), dlpack.tensor({1, 2, 3}, "float16"))
+  end)
+
+  it("computes float32 exp within one unit in the last place, with the IEEE special values", function()
+    local x = dlpack.linspace and dlpack.linspace(-104, 89, 20001, "float64")
+              or (dlpack.arange(20001) * (193 / 20000) - 104)
+    x = x:to("float32")
+    local y, ref = x:exp():totable(), x:to("float64"):exp():to("float32"):totable()
+    local function bits(v) return string.unpack("<i4", string.pack("<f", v)) end
+    for i = 1, #y do
+      assert.is_true(math.abs(bits(y[i]) - bits(ref[i])) <= 1, "exp(" .. x:get(i) .. ")")
+    end
+    local s = dlpack.tensor({0 / 0, 1 / 0, -1 / 0, 89, -104, 0}, "float32"):exp():totable()
+    assert.is_true(s[1] ~= s[1])
+    assert.same({1 / 0, 0, 1 / 0, 0, 1}, {s[2], s[3], s[4], s[5], s[6]})
+  end)
+end)
+
+describe("NumPy's finer rules", function()
+  it("promotes three dtypes together, not pairwise from the left", function()
+    local r = dlpack.clamp(dlpack.ones({2}, "uint16"), dlpack.zeros({2}, "int8"), dlpack.ones({2}, "float16"))
+    assert.equal("float32", r.dtype) -- pairwise from the left would give float64
+  end)
+
+  it("rounds to a float16 result before writing a wider out", function()
+    local out = dlpack.zeros({1}, "float32")
+    dlpack.add(dlpack.tensor({2048}, "float16"), dlpack.tensor({1}, "float16"), {out = out})
+    assert.same({2048}, values(out)) -- 2049 is not a float16
+  end)
+
+  it("converts operands to a float16 dtype= before computing", function()
+    assert.same({2048}, values(dlpack.add(dlpack.tensor({2049}, "int16"), 0, {dtype = "float16"})))
+  end)
+
+  it("refuses true division in an integer dtype", function()
+    support.raises(function() return dlpack.div(dlpack.ones({1}, "int32"), 2, {dtype = "int32"}) end, "float dtype")
+  end)
+
+  it("counts an infinity close only to itself", function()
+    assert.is_false(dlpack.allclose(dlpack.tensor({1}), dlpack.tensor({1 / 0})))
+    assert.is_false(dlpack.allclose(dlpack.tensor({1 / 0}), dlpack.tensor({-1 / 0})))
+  end)
+
+  it("writes into empty outs whatever their strides", function()
+    local out = dlpack.zeros({0, 1}):expand({0, 3})
+    assert.equal(out, dlpack.add(dlpack.zeros({0, 3}), 1, {out = out}))
+  end)
+
+  it("sees overlap between two imports of the same memory", function()
+    local base = dlpack.tensor({1, 2, 3, 4, 5}, "float64")
+    local a = dlpack.from_dlpack(dlpack.to_dlpack(base))
+    local b = dlpack.from_dlpack(dlpack.to_dlpack(base))
+    dlpack.add(a:narrow(1, 1, 4), 10, {out = b:narrow(1, 2, 4)})
+    assert.same({1, 11, 12, 13, 14}, values(base))
+  end)
+end)
+
+describe("short broadcast rows through float16", function()
+  it("tiles an operand converted to float16 first", function()
+    local r = dlpack.add(dlpack.zeros({4, 3}, "float16"), dlpack.tensor({2049, 1, 2}, "int16"))
+    assert.equal("float32", r.dtype) -- float16 + int16
+    local h = dlpack.add(dlpack.zeros({4, 3}, "float16"), dlpack.tensor({2049, 1, 2}, "int16"), {dtype = "float16"})
+    assert.same({2048, 1, 2}, values(h[4]))
+  end)
+end)

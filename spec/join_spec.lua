@@ -215,3 +215,12 @@ describe("joining under hostile finalizers", function()
     assert.is_true(r.value > 0)
   end)
 end)
+
+describe("cat and stack of several dtypes", function()
+  it("promote them together, as NumPy does, not pairwise from the left", function()
+    local dlpack = require "dlpack"
+    local list = {dlpack.ones({1}, "uint16"), dlpack.ones({1}, "int8"), dlpack.ones({1}, "float16")}
+    assert.equal("float32", dlpack.cat(list).dtype) -- from the left: int32, then float64
+    assert.equal("float32", dlpack.stack(list).dtype)
+  end)
+end)

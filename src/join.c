@@ -72,6 +72,17 @@ static int join(lua_State *L, int stack, const char *what) {
     }
     lua_rawseti(L, hold, i);
   }
+  /* NumPy promotes the dtypes together, the highest kinds first (as dlp_promote_many) */
+  if (n > 1) {
+    dtype = -1;
+    for (int kind = 4; kind >= 0; kind--)
+      for (int i = 1; i <= (int)n; i++) {
+        lua_rawgeti(L, hold, i);
+        int d = ((const dlp_Tensor *)lua_touserdata(L, -1))->dtype;
+        lua_pop(L, 1);
+        if (dlp_dtype_kind(d) == kind) dtype = dtype < 0 ? d : dlp_promote(dtype, d);
+      }
+  }
   /* the result's shape */
   int rdim = ndim + stack;
   for (int d = 0, k = 0; d < rdim; d++) shape[d] = stack && d == dim ? (int64_t)n : first->dl.shape[k++];

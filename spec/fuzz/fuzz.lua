@@ -1977,6 +1977,8 @@ end)
 
 -- at the edges: package tricks, lua_close, sizes at the int64 edge (spec/fuzz/edges.lua)
 require("fuzz.edges").register(op, { dlpack = dlpack, fab = fab, T = T })
+-- the more ways to make tensors: *_like, linspace, eye, random, shapes as numbers (spec/fuzz/create.lua)
+require("fuzz.create").register(op, { dlpack = dlpack, T = T, info = info, values = values, NSLOT = NSLOT })
 
 ---------------------------------------------------------------------------
 -- Running a seed
