@@ -472,6 +472,28 @@ describe("dlpack.dot", function()
   end)
 end)
 
+describe("matrix products from several threads", function()
+  it("give every state its own exact products at once (one BLAS, one kernel)", function()
+    local fab = require "fabricate"
+    local results = fab.run_threads([[
+      local dlpack = require "dlpack"
+      local _, index = ...
+      wait_all()
+      for round = 1, 20 do
+        for _, dt in ipairs({"float32", "float64", "int32"}) do
+          local n = 64 + index + round
+          local a = dlpack.ones({n, 100}, dt)
+          local b = dlpack.full({100, n}, index, dt)
+          local r = dlpack.matmul(a, b:transpose(1, 2):contiguous():transpose(1, 2))
+          assert(r:get(n, n) == 100 * index and r:get(1, 1) == 100 * index, dt)
+        end
+      end
+      return index
+    ]], 4)
+    for i, r in ipairs(results) do assert.is_true(r.ok, tostring(r.value) .. " in thread " .. i) end
+  end)
+end)
+
 describe("matrix products under hostile finalizers", function()
   it("fail cleanly when an operand is released during the call", function()
     local fab = require "fabricate"
