@@ -30,7 +30,7 @@ if [[ -x $PY ]]; then
     if make -q LUA="$lua" "build/$lua/dlpack/core.so" >/dev/null 2>&1; then
       DLPACK_ORACLE_LUA=$lupa run_tap "python3 spec/peers/oracle.py ($lupa)" "$PY" spec/peers/oracle.py
     else
-      echo "ok - NumPy oracle under $lupa # SKIP build/$lua is missing or out of date (make LUA=$lua; stages 15-18 build it)"
+      echo "ok - NumPy oracle under $lupa # SKIP build/$lua is missing or stale (make LUA=$lua; stages 15-18 make it)"
     fi
   done
 else
