@@ -156,7 +156,10 @@ typedef struct Operand {
   int weak;              /* the scalar's kind: DLP_WEAK_* */
   lua_Integer i;         /* its value, by kind */
   lua_Number f;
-  unsigned char value[8]; /* the scalar in the loop dtype */
+  union {
+    unsigned char bytes[8]; /* the scalar in the loop dtype */
+    double align;           /* aligned for the loops' fast paths */
+  } value;
 } Operand;
 
 enum { WEAK_NONE, WEAK_BOOL, WEAK_INT, WEAK_FLOAT };
@@ -244,7 +247,7 @@ static void scalar_value(lua_State *L, Operand *op, int dtype, int loop_dtype, c
     s.i = op->i;
   }
   dlp_store(dtype, element, &s);
-  dlp_row_function(loop_dtype, dtype)((char *)op->value, 0, (const char *)element, 0, 1);
+  dlp_row_function(loop_dtype, dtype)((char *)op->value.bytes, 0, (const char *)element, 0, 1);
 }
 
 static void push_shape(lua_State *L, int ndim, const int64_t *shape) {
@@ -353,8 +356,8 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
       }
       break;
     case RULE_KEEP:
-      if (p == DLP_BOOL && c->op != DLP_OP_ABS)
-        luaL_error(L, "%s: takes numbers, got bool", c->what);
+      if (p == DLP_BOOL && (c->op == DLP_OP_NEG || c->op == DLP_OP_SIGN)) /* NumPy has no loop for them */
+        luaL_error(L, "%s: takes numbers, got bool (use logical_not)", c->what);
       break;
     default:
       break;
@@ -431,12 +434,12 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
   /* integer division by zero and negative integer powers raise before anything is written */
   if (is_integer(loop_in) && (c->op == DLP_OP_IDIV || c->op == DLP_OP_MOD)) {
     static const unsigned char zero[8];
-    if (source[1] ? tensor_has(source[1], 0) : memcmp(in[1].value, zero, dlp_dtypes[loop_in].itemsize) == 0)
+    if (source[1] ? tensor_has(source[1], 0) : memcmp(in[1].value.bytes, zero, dlp_dtypes[loop_in].itemsize) == 0)
       luaL_error(L, "%s: integer division by zero", c->what);
   }
   if (c->op == DLP_OP_POW && dlp_dtype_kind(loop_in) == 2) {
     if (source[1] ? dlp_dtype_kind(source[1]->dtype) == 2 && tensor_has(source[1], 1)
-                  : (in[1].value[dlp_dtypes[loop_in].itemsize - 1] & 0x80) != 0)
+                  : (in[1].value.bytes[dlp_dtypes[loop_in].itemsize - 1] & 0x80) != 0)
       luaL_error(L, "%s: integers to negative integer powers are not allowed", c->what);
   }
 
@@ -456,7 +459,7 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
     int want = info->rule == RULE_WHERE && k == 0 ? DLP_BOOL : loop_in;
     run.size[k + 1] = dlp_dtypes[want].itemsize;
     if (!source[k]) {
-      data[k + 1] = (char *)in[k].value;
+      data[k + 1] = (char *)in[k].value.bytes;
       for (int i = 0; i < ndim; i++) strides[k + 1][i] = 0;
       continue;
     }

@@ -130,8 +130,8 @@ static inline float rem_f32(float a, float b) {
 #define FMIN(x, y) ((x) != (x) ? (x) : (y) != (y) ? (y) : (x) < (y) ? (x) : (y))
 #define MAX(x, y) ((x) > (y) ? (x) : (y))
 #define MIN(x, y) ((x) < (y) ? (x) : (y))
-/* sign keeps 0, -0 and NaN as they are */
-#define SIGN(x) ((x) > 0 ? 1 : (x) < 0 ? -1 : (x))
+/* sign of a float: 0 for both zeros, NaN for NaN (NumPy's) */
+#define SIGN(x) ((x) > 0 ? 1 : (x) < 0 ? -1 : (x) == 0 ? 0 : (x))
 
 /* Integer rules, per type: wrapping arithmetic through the unsigned type U; floor division and
  * remainder with the divisor's sign (b is never 0 here; b == -1 wraps as NumPy's does); powers
