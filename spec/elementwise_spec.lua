@@ -442,3 +442,42 @@ describe("the iteration engine under the elementwise functions", function()
     assert.same({1 / 0, 0, 1 / 0, 0, 1}, {s[2], s[3], s[4], s[5], s[6]})
   end)
 end)
+
+describe("NumPy's finer rules", function()
+  it("promotes three dtypes together, not pairwise from the left", function()
+    local r = dlpack.clamp(dlpack.ones({2}, "uint16"), dlpack.zeros({2}, "int8"), dlpack.ones({2}, "float16"))
+    assert.equal("float32", r.dtype) -- pairwise from the left would give float64
+  end)
+
+  it("rounds to a float16 result before writing a wider out", function()
+    local out = dlpack.zeros({1}, "float32")
+    dlpack.add(dlpack.tensor({2048}, "float16"), dlpack.tensor({1}, "float16"), {out = out})
+    assert.same({2048}, values(out)) -- 2049 is not a float16
+  end)
+
+  it("converts operands to a float16 dtype= before computing", function()
+    assert.same({2048}, values(dlpack.add(dlpack.tensor({2049}, "int16"), 0, {dtype = "float16"})))
+  end)
+
+  it("refuses true division in an integer dtype", function()
+    support.raises(function() return dlpack.div(dlpack.ones({1}, "int32"), 2, {dtype = "int32"}) end, "float dtype")
+  end)
+
+  it("counts an infinity close only to itself", function()
+    assert.is_false(dlpack.allclose(dlpack.tensor({1}), dlpack.tensor({1 / 0})))
+    assert.is_false(dlpack.allclose(dlpack.tensor({1 / 0}), dlpack.tensor({-1 / 0})))
+  end)
+
+  it("writes into empty outs whatever their strides", function()
+    local out = dlpack.zeros({0, 1}):expand({0, 3})
+    assert.equal(out, dlpack.add(dlpack.zeros({0, 3}), 1, {out = out}))
+  end)
+
+  it("sees overlap between two imports of the same memory", function()
+    local base = dlpack.tensor({1, 2, 3, 4, 5}, "float64")
+    local a = dlpack.from_dlpack(dlpack.to_dlpack(base))
+    local b = dlpack.from_dlpack(dlpack.to_dlpack(base))
+    dlpack.add(a:narrow(1, 1, 4), 10, {out = b:narrow(1, 2, 4)})
+    assert.same({1, 11, 12, 13, 14}, values(base))
+  end)
+end)

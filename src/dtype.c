@@ -348,3 +348,14 @@ int dlp_can_cast_same_kind(int from, int to) {
   if (dlp_promote(from, to) == to) return 1; /* a safe cast */
   return dlp_dtype_kind(from) <= dlp_dtype_kind(to);
 }
+
+/* NumPy promotes several dtypes as if the highest kinds came first (bool < unsigned < signed <
+ * float < complex): uint16, int8 and float16 give float32, where pairing from the left would
+ * give float64 (int32 first). Checked against numpy.result_type for every triple and quadruple. */
+int dlp_promote_many(int n, const int *dtypes) {
+  int result = -1;
+  for (int kind = 4; kind >= 0; kind--)
+    for (int k = 0; k < n; k++)
+      if (dlp_dtype_kind(dtypes[k]) == kind) result = result < 0 ? dtypes[k] : dlp_promote(result, dtypes[k]);
+  return result;
+}

@@ -69,8 +69,12 @@ typedef struct Run {
   dlp_IterLoop kernel;
   void *kernel_ctx;
   int nops, converts, periodic;
-  dlp_RowFn convert[DLP_ITER_MAX_OPS]; /* inputs: storage -> loop dtype; the output: loop -> storage */
+  /* inputs: storage -> loop dtype; the output: loop -> storage. Where the dtype the function
+   * computes is float16 or bfloat16 (computed in float32), values go through it: convert_mid
+   * first (inputs: storage -> mid; the output: loop -> mid), then convert from mid. */
+  dlp_RowFn convert[DLP_ITER_MAX_OPS], convert_mid[DLP_ITER_MAX_OPS];
   int64_t size[DLP_ITER_MAX_OPS];      /* the loop dtype's itemsize per operand */
+  int64_t mid_size[DLP_ITER_MAX_OPS];
   /* a periodic input repeats `period` elements, `pstep` bytes apart, along the row (fold_periodic) */
   int64_t period[DLP_ITER_MAX_OPS], pstep[DLP_ITER_MAX_OPS];
 } Run;
@@ -85,6 +89,7 @@ static void run_rows(void *ctx, char *const *data, const int64_t *steps, int64_t
     return;
   }
   double buffers[DLP_ITER_MAX_OPS][BLOCK]; /* 8 bytes an element: the widest loop dtype */
+  uint16_t mid[BLOCK];                     /* float16 or bfloat16 values on their way */
   char *ptr[DLP_ITER_MAX_OPS];
   int64_t step[DLP_ITER_MAX_OPS], block = BLOCK;
   for (int k = 1; k < r->nops; k++) /* a tile holds whole periods: blocks are as long as a tile */
@@ -106,14 +111,37 @@ static void run_rows(void *ctx, char *const *data, const int64_t *steps, int64_t
       } else if (r->convert[k]) {
         ptr[k] = (char *)buffers[k];
         step[k] = r->size[k];
-        if (k > 0) r->convert[k](ptr[k], step[k], at, steps[k], m);
+        if (k > 0 && r->convert_mid[k]) {
+          r->convert_mid[k]((char *)mid, r->mid_size[k], at, steps[k], m);
+          r->convert[k](ptr[k], step[k], (char *)mid, r->mid_size[k], m);
+        } else if (k > 0) {
+          r->convert[k](ptr[k], step[k], at, steps[k], m);
+        }
       } else {
         ptr[k] = at;
         step[k] = steps[k];
       }
     }
     r->kernel(r->kernel_ctx, ptr, step, m);
-    if (r->convert[0]) r->convert[0](dlp_offset(data[0], start * steps[0]), steps[0], ptr[0], step[0], m);
+    if (r->convert_mid[0]) {
+      r->convert_mid[0]((char *)mid, r->mid_size[0], ptr[0], step[0], m);
+      r->convert[0](dlp_offset(data[0], start * steps[0]), steps[0], (char *)mid, r->mid_size[0], m);
+    } else if (r->convert[0]) {
+      r->convert[0](dlp_offset(data[0], start * steps[0]), steps[0], ptr[0], step[0], m);
+    }
+  }
+}
+
+/* The conversions of one operand from dtype `from` to `to` through `mid` (-1: none), into r. */
+static void plan_conversion(Run *r, int k, int from, int mid, int to) {
+  if (from == to && (mid < 0 || mid == from)) return;
+  r->converts = 1;
+  if (mid >= 0 && mid != from && mid != to) {
+    r->convert_mid[k] = dlp_row_function(mid, from);
+    r->mid_size[k] = dlp_dtypes[mid].itemsize;
+    r->convert[k] = dlp_row_function(to, mid);
+  } else {
+    r->convert[k] = dlp_row_function(to, from);
   }
 }
 
@@ -209,9 +237,10 @@ static int promote_weak(int p, int weak) {
 
 /* The promoted dtype of n operands, tensors first, then the weak scalars. */
 static int promote_operands(const Operand *o, int n) {
-  int p = -1;
+  int p = -1, dtypes[3], count = 0;
   for (int k = 0; k < n; k++)
-    if (o[k].t) p = p < 0 ? o[k].t->dtype : dlp_promote(p, o[k].t->dtype);
+    if (o[k].t) dtypes[count++] = o[k].t->dtype;
+  if (count) p = dlp_promote_many(count, dtypes);
   for (int k = 0; k < n; k++)
     if (!o[k].t) p = promote_weak(p, o[k].weak);
   return p;
@@ -290,6 +319,17 @@ static int tensor_has(const dlp_Tensor *t, int negative) {
   return s.found;
 }
 
+/* Whether the bytes a and b reach (host memory) overlap, whoever owns them: two imports of one
+ * producer's memory have different owners but may share bytes. */
+static int bytes_overlap(const dlp_Tensor *a, const dlp_Tensor *b) {
+  dlp_Span sa, sb;
+  dlp_span_of(a->dl.ndim, a->dl.shape, a->dl.strides, a->dtype, a->flags, &sa);
+  dlp_span_of(b->dl.ndim, b->dl.shape, b->dl.strides, b->dtype, b->flags, &sb);
+  if (sa.numel == 0 || sb.numel == 0) return 0;
+  uintptr_t a0 = (uintptr_t)dlp_first_element(a), b0 = (uintptr_t)dlp_first_element(b);
+  return a0 + (uintptr_t)sa.lo < b0 + (uintptr_t)sb.hi && b0 + (uintptr_t)sb.lo < a0 + (uintptr_t)sa.hi;
+}
+
 /* ---- the driver ---- */
 
 typedef struct Call {
@@ -337,6 +377,8 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
       }
       break;
     case RULE_DIV:
+      if (c->dtype >= 0 && kind <= 2)
+        luaL_error(L, "%s: true division computes in a float dtype, got dtype %s", c->what, dlp_dtypes[p].name);
       if (kind <= 2) result = DLP_FLOAT64;
       break;
     case RULE_COMPARE: case RULE_CLASSIFY:
@@ -390,7 +432,7 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
       luaL_error(L, "%s: %s has shape %s, the result %s", c->what, c->inplace ? "the tensor" : "out",
                  lua_tostring(L, -2), lua_tostring(L, -1));
     }
-    for (int i = 0; i < ndim; i++)
+    for (int i = 0; i < ndim && dlp_numel(out) > 0; i++)
       if (shape[i] > 1 && dlp_walk_stride(out, i) == 0)
         luaL_error(L, "%s: %s repeats elements (an expanded view) and cannot be written elementwise", c->what,
                    c->inplace ? "the tensor" : "out");
@@ -413,7 +455,7 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
   for (int k = 0; k < n; k++) {
     if (!in[k].t) continue;
     source[k] = in[k].t;
-    if (c->out && dlp_overlaps(out, in[k].t)) {
+    if (c->out && bytes_overlap(out, in[k].t)) {
       int same = dlp_first_element(out) == dlp_first_element(in[k].t) && in[k].t->dl.ndim == ndim;
       dlp_broadcast_strides(in[k].t, ndim, shape, strides[k + 1]);
       for (int i = 0; same && i < ndim; i++) same = strides[k + 1][i] == strides[0][i];
@@ -450,11 +492,8 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
   run.nops = n + 1;
   data[0] = dlp_first_element(out);
   run.size[0] = dlp_dtypes[loop_out].itemsize;
-  if (out->dtype != loop_out) {
-    if (!(run.convert[0] = dlp_row_function(out->dtype, loop_out)))
-      luaL_error(L, "%s: cannot convert %s to %s", c->what, dlp_dtypes[loop_out].name, dlp_dtypes[out->dtype].name);
-    run.converts = 1;
-  }
+  /* results are rounded to the result dtype before going into an out of another (NumPy) */
+  plan_conversion(&run, 0, loop_out, result, out->dtype);
   for (int k = 0; k < n; k++) {
     int want = info->rule == RULE_WHERE && k == 0 ? DLP_BOOL : loop_in;
     run.size[k + 1] = dlp_dtypes[want].itemsize;
@@ -465,10 +504,8 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
     }
     data[k + 1] = dlp_first_element(source[k]);
     dlp_broadcast_strides(source[k], ndim, shape, strides[k + 1]);
-    if (source[k]->dtype != want) {
-      run.convert[k + 1] = dlp_row_function(want, source[k]->dtype);
-      run.converts = 1;
-    }
+    /* inputs are converted to the dtype the function computes first (float16 before float32) */
+    plan_conversion(&run, k + 1, source[k]->dtype, info->rule == RULE_WHERE && k == 0 ? -1 : in_dtype, want);
   }
   dlp_Iter it;
   dlp_iter_init(&it, n + 1, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1);
@@ -638,8 +675,8 @@ static int l_equal(lua_State *L) {
   return 1;
 }
 
-/* allclose's test, in float64: |a - b| <= atol + rtol * |b| (NumPy's isclose), equal infinities
- * close, NaN never. */
+/* allclose's test, in float64: |a - b| <= atol + rtol * |b| (NumPy's isclose); an infinity is
+ * close only to itself, NaN to nothing. */
 static void isclose_f64(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
   const double *tol = ctx;
   char *o = data[0];
@@ -648,7 +685,7 @@ static void isclose_f64(void *ctx, char *const *data, const int64_t *steps, int6
     double x, y;
     memcpy(&x, a, sizeof x);
     memcpy(&y, b, sizeof y);
-    unsigned char r = x == y || fabs(x - y) <= tol[1] + tol[0] * fabs(y);
+    unsigned char r = x == y || (isfinite(x) && isfinite(y) && fabs(x - y) <= tol[1] + tol[0] * fabs(y));
     memcpy(o, &r, 1);
   }
 }

@@ -151,6 +151,7 @@ int dlp_dtype_computes(int dtype);
 int dlp_dtype_kind(int dtype);                 /* 0 bool, 1 unsigned, 2 signed, 3 float, 4 complex */
 void dlp_check_computes(lua_State *L, int dtype, const char *what); /* raises: convert first */
 int dlp_promote(int a, int b);                 /* -1 when either does not compute */
+int dlp_promote_many(int n, const int *dtypes); /* NumPy's order-independent promotion of n >= 1 */
 int dlp_can_cast_same_kind(int from, int to);  /* NumPy's casting='same_kind' */
 
 /* ---- convert.c: typed loops over one row of elements ---- */
