@@ -97,7 +97,10 @@ static void run_rows(void *ctx, char *const *data, const int64_t *steps, int64_t
       int64_t p = r->period[k];
       block = BLOCK / p * p;
       char *tile = (char *)buffers[k];
-      if (r->convert[k]) r->convert[k](tile, r->size[k], data[k], r->pstep[k], p);
+      if (r->convert_mid[k]) { /* through float16 or bfloat16, as the blocks below */
+        r->convert_mid[k]((char *)mid, r->mid_size[k], data[k], r->pstep[k], p);
+        r->convert[k](tile, r->size[k], (char *)mid, r->mid_size[k], p);
+      } else if (r->convert[k]) r->convert[k](tile, r->size[k], data[k], r->pstep[k], p);
       else for (int64_t i = 0; i < p; i++) memcpy(tile + i * r->size[k], data[k] + i * r->pstep[k], (size_t)r->size[k]);
       for (int64_t i = p; i < block; i++) memcpy(tile + i * r->size[k], tile + (i - p) * r->size[k], (size_t)r->size[k]);
     }
