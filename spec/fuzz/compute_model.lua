@@ -53,6 +53,18 @@ function M.promote(a, b)
   return INT_OF.i[bits(u) * 2]
 end
 
+-- numpy.result_type of several tensor dtypes: NumPy promotes the highest kinds first (so uint16,
+-- int8 and float16 give float32, where pairing from the left would give float64).
+function M.promote_many(list)
+  local p
+  for _, k in ipairs({ "f", "i", "u", "b" }) do
+    for _, d in ipairs(list) do
+      if kind(d) == k then p = p and M.promote(p, d) or d end
+    end
+  end
+  return p
+end
+
 -- A weak Lua scalar ("b", "i", "f") beside the tensors' promoted dtype p (nil: no tensor).
 function M.promote_weak(p, w)
   if w == "b" then return p or "bool" end
@@ -341,7 +353,8 @@ function UN.sign(c, x)
   local k = kind(c)
   if k == "f" then
     if x > 0 then return 1.0 elseif x < 0 then return -1.0 end
-    return x
+    if x == 0 then return 0.0 end
+    return x -- NaN
   end
   if k == "u" then return x ~= 0 and 1 or 0 end
   return x > 0 and 1 or x < 0 and -1 or 0
@@ -394,10 +407,11 @@ function M.dtypes(fn, ops, dtype)
   local spec = M.FN[fn]
   local rule = spec[2]
   local first = rule == "where" and 2 or 1
-  local p
+  local strong = {}
   for k = first, #ops do
-    if ops[k].dtype then p = p and M.promote(p, ops[k].dtype) or ops[k].dtype end
+    if ops[k].dtype then strong[#strong + 1] = ops[k].dtype end
   end
+  local p = M.promote_many(strong)
   for k = first, #ops do
     if ops[k].weak then p = M.promote_weak(p, ops[k].weak) end
   end
@@ -411,7 +425,7 @@ function M.dtypes(fn, ops, dtype)
     p = dtype
     -- the dtype option where the contract is clear: the computing dtype and the result
     local k = kind(p)
-    if rule == "div" and k ~= "f" then return nil end
+    if rule == "div" and k ~= "f" then return nil, "div with an integer dtype" end
     if rule == "floatfn" and k ~= "f" then return nil end
     if rule == "arith" and k == "b" and not M.BOOL_LOOP[fn] then return nil end
     if (fn == "idiv" or fn == "mod" or fn == "pow") and k ~= "f" then return nil end
@@ -434,7 +448,7 @@ function M.dtypes(fn, ops, dtype)
   elseif rule == "floatfn" then
     if k ~= "f" then result = FLOAT_OF_RANK[int_float_rank(p)] end
   elseif rule == "keep" then
-    if k == "b" and fn ~= "abs" then return nil, "bool " .. fn end
+    if k == "b" and (fn == "neg" or fn == "sign") then return nil, "bool " .. fn end
   end
   local compute = (rule == "compare" or rule == "classify") and p or result
   return p, result, compute
