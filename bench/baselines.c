@@ -199,6 +199,77 @@ static int b_permute3(lua_State *L) {
   return 0;
 }
 
+/* ---- computing: the loops a C programmer writes for the same work ---- */
+
+/* add_f32(c, a, b, n): c[i] = a[i] + b[i], float32, contiguous */
+static int b_add_f32(lua_State *L) {
+  int64_t len;
+  float *restrict c = (float *)data_of(L, 1, &len);
+  const float *restrict a = (const float *)data_of(L, 2, NULL), *restrict b = (const float *)data_of(L, 3, NULL);
+  for (lua_Integer k = luaL_checkinteger(L, 4); k > 0; k--) {
+    for (int64_t i = 0; i < len; i++) c[i] = a[i] + b[i];
+    __asm__ volatile("" : : "r"(c) : "memory");
+  }
+  return 0;
+}
+
+/* NumPy's pairwise summation (numpy/_core/src/umath/loops_utils.h.src): blocks of up to 128
+ * elements summed in 8 interleaved accumulators, halves above that; the accuracy the contract
+ * asks of a float sum, in the shape a C programmer would vectorise. */
+static float pairwise_f32(const float *a, int64_t n) {
+  if (n < 8) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++) s += a[i];
+    return s;
+  }
+  if (n <= 128) {
+    float r[8];
+    int64_t i;
+    for (int j = 0; j < 8; j++) r[j] = a[j];
+    for (i = 8; i < n - n % 8; i += 8)
+      for (int j = 0; j < 8; j++) r[j] += a[i + j];
+    float s = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+    for (; i < n; i++) s += a[i];
+    return s;
+  }
+  int64_t half = n / 2;
+  half -= half % 8;
+  return pairwise_f32(a, half) + pairwise_f32(a + half, n - half);
+}
+
+/* sum_f32(a, n) -> the sum of the last repeat */
+static int b_sum_f32(lua_State *L) {
+  int64_t len;
+  const float *a = (const float *)data_of(L, 1, &len);
+  float s = 0.0f;
+  for (lua_Integer k = luaL_checkinteger(L, 2); k > 0; k--) {
+    s = pairwise_f32(a, len);
+    __asm__ volatile("" : : "r"(a) : "memory");
+  }
+  lua_pushnumber(L, (lua_Number)s);
+  return 1;
+}
+
+/* normalize_frame(out, frame, mean, std, n): out (C x H x W float32, contiguous) =
+ * (frame (H x W x C uint8, contiguous) / 255 - mean[c]) / std[c]; mean, std float32 {C} */
+static int b_normalize_frame(lua_State *L) {
+  const dlpack_lua_api *api = dlpack_lua_get_api(L);
+  const DLTensor *ft = api->check_tensor(L, 2, NULL);
+  float *restrict out = (float *)data_of(L, 1, NULL);
+  const uint8_t *restrict frame = (const uint8_t *)data_of(L, 2, NULL);
+  const float *mean = (const float *)data_of(L, 3, NULL), *sd = (const float *)data_of(L, 4, NULL);
+  int64_t H = ft->shape[0], W = ft->shape[1], C = ft->shape[2];
+  for (lua_Integer k = luaL_checkinteger(L, 5); k > 0; k--) {
+    for (int64_t c = 0; c < C; c++) {
+      const float m = mean[c], d = sd[c];
+      float *restrict o = out + c * H * W;
+      for (int64_t p = 0; p < H * W; p++) o[p] = ((float)frame[p * C + c] / 255.0f - m) / d;
+    }
+    __asm__ volatile("" : : "r"(out) : "memory");
+  }
+  return 0;
+}
+
 /* ---- the floor of an exchange: a finalised userdata and a malloc ---- */
 
 typedef struct Floor {
@@ -279,6 +350,7 @@ int luaopen_bench_baselines(lua_State *L) {
     {"malloc_memset_free", b_malloc_memset_free}, {"malloc_memcpy_free", b_malloc_memcpy_free},
     {"f64_to_f32", b_f64_to_f32}, {"i32_to_f64", b_i32_to_f64}, {"f32_to_f16", b_f32_to_f16},
     {"f32_to_bf16", b_f32_to_bf16}, {"transpose", b_transpose}, {"permute3", b_permute3}, {"now", b_now},
+    {"add_f32", b_add_f32}, {"sum_f32", b_sum_f32}, {"normalize_frame", b_normalize_frame},
     {NULL, NULL},
   };
   luaL_newlib(L, plain);

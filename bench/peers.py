@@ -68,6 +68,23 @@ if np is not None:
     report("make_drop", "numpy", lambda: np.zeros(262144, np.float32))
     report("frombytes", "numpy", lambda: np.frombuffer(bytes8, np.uint8).copy())
     report("tobytes_strided", "numpy", lambda: m.T.tobytes())
+    # computing (issue 16): the inputs bench/run.lua makes
+    M4 = 4 * 1024 * 1024
+    fa = np.tile((np.arange(64, dtype=np.float32) / 16 - 2), M4 // 64)
+    fb, fc = np.full(M4, 0.75, np.float32), np.empty(M4, np.float32)
+    frame = np.tile(np.array([(i * 37) % 256 for i in range(256)], np.uint8),
+                    480 * 640 * 3 // 256).reshape(480, 640, 3)
+    mean = np.array([0.485, 0.456, 0.406], np.float32).reshape(3, 1, 1)
+    std = np.array([0.229, 0.224, 0.225], np.float32).reshape(3, 1, 1)
+    report("add_f32_out", "numpy", lambda: np.add(fa, fb, out=fc))
+    report("exp_f32", "numpy", lambda: np.exp(fa, out=fc))
+    report("sum_f32", "numpy", lambda: np.sum(fa))
+    report("normalize_frame", "numpy", lambda: (frame.transpose(2, 0, 1).astype(np.float32) / 255 - mean) / std)
+    report("argmax_f32", "numpy", lambda: np.argmax(fa))
+    ma, mb = fa[:512 * 512].reshape(512, 512).copy(), np.full((512, 512), 0.5, np.float32)
+    report("matmul_f32", "numpy", lambda: ma @ mb)
+    s1, s2 = np.array([1, 2, 3], np.float32), np.array([4, 5, 6], np.float32)
+    report("add_small", "numpy", lambda: np.add(s1, s2))
 
 try:
     import torch

@@ -481,3 +481,12 @@ describe("NumPy's finer rules", function()
     assert.same({1, 11, 12, 13, 14}, values(base))
   end)
 end)
+
+describe("short broadcast rows through float16", function()
+  it("tiles an operand converted to float16 first", function()
+    local r = dlpack.add(dlpack.zeros({4, 3}, "float16"), dlpack.tensor({2049, 1, 2}, "int16"))
+    assert.equal("float32", r.dtype) -- float16 + int16
+    local h = dlpack.add(dlpack.zeros({4, 3}, "float16"), dlpack.tensor({2049, 1, 2}, "int16"), {dtype = "float16"})
+    assert.same({2048, 1, 2}, values(h[4]))
+  end)
+end)

@@ -49,9 +49,18 @@ DLDataType dlp_dtype_to_dl(int dtype) {
   return t;
 }
 
+/* torch's names for some dtypes, accepted wherever a dtype name is; t.dtype gives the canonical one. */
+static const struct { const char *name; int dtype; } dtype_aliases[] = {
+  {"float", DLP_FLOAT32}, {"double", DLP_FLOAT64}, {"half", DLP_FLOAT16}, {"long", DLP_INT64},
+  {"int", DLP_INT32}, {"short", DLP_INT16}, {"byte", DLP_UINT8}, {"char", DLP_INT8},
+};
+
 int dlp_test_dtype_name(const char *name, size_t len) {
   for (int i = 0; i < DLP_NDTYPES; i++)
     if (strlen(dlp_dtypes[i].name) == len && memcmp(dlp_dtypes[i].name, name, len) == 0) return i;
+  for (size_t i = 0; i < sizeof dtype_aliases / sizeof dtype_aliases[0]; i++)
+    if (strlen(dtype_aliases[i].name) == len && memcmp(dtype_aliases[i].name, name, len) == 0)
+      return dtype_aliases[i].dtype;
   return -1;
 }
 

@@ -97,7 +97,7 @@ static void run_rows(void *ctx, char *const *data, const int64_t *steps, int64_t
       int64_t p = r->period[k];
       block = BLOCK / p * p;
       char *tile = (char *)buffers[k];
-      if (r->convert_mid[k]) { /* through float16 or bfloat16, as the blocks below */
+      if (r->convert_mid[k]) {
         r->convert_mid[k]((char *)mid, r->mid_size[k], data[k], r->pstep[k], p);
         r->convert[k](tile, r->size[k], (char *)mid, r->mid_size[k], p);
       } else if (r->convert[k]) r->convert[k](tile, r->size[k], data[k], r->pstep[k], p);

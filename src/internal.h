@@ -120,7 +120,7 @@ int dlp_dtype_from_dl(DLDataType t); /* -1 when not a dtype this module knows */
 DLDataType dlp_dtype_to_dl(int dtype);
 int dlp_check_dtype(lua_State *L, int arg);                 /* a dtype name */
 int dlp_opt_dtype(lua_State *L, int arg, int def);
-int dlp_test_dtype_name(const char *name, size_t len);      /* -1 when unknown */
+int dlp_test_dtype_name(const char *name, size_t len);      /* -1 when unknown; torch aliases too ("float") */
 /* Why the string name (len bytes) is no dtype, pushed: unknown, or cut by an embedded NUL. */
 const char *dlp_push_dtype_error(lua_State *L, const char *name, size_t len);
 
@@ -298,8 +298,28 @@ void dlp_gc_account(lua_State *L, size_t nbytes);
  * tensor metatable, given as absolute stack indices. */
 void dlp_tensor_register(lua_State *L, int module, int methods, int meta);
 
+/* ---- create.c: more ways to make tensors ---- */
+
+/* A list of at most `max` integers, each at least `min`, given as a table at arg (read as
+ * dlp_check_integers does) or as the numbers from arg on (torch7's zeros(2, 3), t:view(2, -1));
+ * *next is the argument after the list. Raises naming `what` ("shape") and the argument. */
+int dlp_check_integer_args(lua_State *L, int arg, int64_t *out, int max, int64_t min, const char *what, int *next);
+/* A shape so given (non-negative sizes whose product fits in int64). */
+int dlp_check_shape_args(lua_State *L, int arg, int64_t *shape, int *next);
+/* The element 1 (true for bool) of dtype into out; raises for dtypes without element access. */
+void dlp_one_element(lua_State *L, int dtype, void *out);
+/* A new contiguous tensor, pushed, every element the itemsize bytes at element (on a CUDA
+ * device: filled on the host, then copied). An allocation: it may run finalizers. */
+dlp_Tensor *dlp_tensor_filled(lua_State *L, int dtype, DLDevice device, int ndim, const int64_t *shape,
+                              const void *element, const char *what);
+void dlp_create_register(lua_State *L, int module, int methods, int meta);
+
+/* ---- random.c: rand, randn, randint and manual_seed (xoshiro256** per lua_State) ---- */
+void dlp_random_register(lua_State *L, int module, int methods, int meta);
+
 /* ---- views.c ---- */
 void dlp_views_register(lua_State *L, int methods);
+void dlp_flip_register(lua_State *L, int module, int methods, int meta); /* t:flip, dlpack.flip */
 
 /* ---- copy.c ---- */
 
@@ -402,6 +422,9 @@ enum { DLP_COPT_OUT = 1, DLP_COPT_DTYPE = 2, DLP_COPT_KEEPDIM = 4, DLP_COPT_CORR
 /* Read the table at arg (none or nil: defaults) for the options `allowed`; what names the function. */
 void dlp_read_compute_options(lua_State *L, int arg, unsigned allowed, dlp_ComputeOptions *o, const char *what);
 
+/* ---- reduce.c: sum prod mean var std min max argmin argmax any all ---- */
+void dlp_reduce_register(lua_State *L, int module, int methods, int meta);
+
 /* ---- elementwise.c: arithmetic, comparisons, math, where, clamp, the operators ---- */
 void dlp_elementwise_register(lua_State *L, int module, int methods, int meta);
 
@@ -474,6 +497,25 @@ void dlp_cuda_hold_drop(dlp_CudaHold *h);
 dlp_CudaStream *dlp_cuda_test_stream_object(lua_State *L, int idx);
 void dlp_cuda_push_wrapped(lua_State *L, uintptr_t handle, int device);
 int dlp_cuda_wrap_stream(lua_State *L);                    /* dlpack.unsafe.wrap_stream */
+
+/* ---- blas.c: the system's CBLAS, opened at run time (DLPACK_LUA_BLAS chooses; see there) ---- */
+typedef void (*dlp_SgemmFn)(int order, int transa, int transb, int m, int n, int k, float alpha, const float *a,
+                            int lda, const float *b, int ldb, float beta, float *c, int ldc);
+typedef void (*dlp_DgemmFn)(int order, int transa, int transb, int m, int n, int k, double alpha, const double *a,
+                            int lda, const double *b, int ldb, double beta, double *c, int ldc);
+typedef struct dlp_Blas {
+  dlp_SgemmFn sgemm;
+  dlp_DgemmFn dgemm;
+  const char *name; /* the library, as it was opened */
+} dlp_Blas;
+const dlp_Blas *dlp_blas(void); /* NULL: none (the module's kernel computes); any thread */
+void dlp_blas_register(lua_State *L, int module, int methods, int meta);
+
+/* ---- matmul.c: dlpack.matmul, dlpack.dot ---- */
+void dlp_matmul_register(lua_State *L, int module, int methods, int meta);
+
+/* ---- join.c: dlpack.cat, dlpack.stack ---- */
+void dlp_join_register(lua_State *L, int module, int methods, int meta);
 
 /* ---- hostapi.c ---- */
 void dlp_hostapi_register(lua_State *L);                    /* the registry function table */

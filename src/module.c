@@ -165,8 +165,15 @@ DLPACK_LUA_API int luaopen_dlpack(lua_State *L) {
   lua_rawsetp(L, meta, &library_identity);
   dlp_tensor_register(L, module, methods, meta);
   dlp_views_register(L, methods);
+  dlp_create_register(L, module, methods, meta);
+  dlp_random_register(L, module, methods, meta);
+  dlp_flip_register(L, module, methods, meta);
+  dlp_blas_register(L, module, methods, meta);
+  dlp_matmul_register(L, module, methods, meta);
+  dlp_join_register(L, module, methods, meta);
   dlp_copy_register(L, methods);
   dlp_format_register(L, module, methods, meta);
+  dlp_reduce_register(L, module, methods, meta);
   dlp_capsule_register(L, module);
   dlp_protocol_register(L, module, methods, meta);
   dlp_cuda_register(L, module);

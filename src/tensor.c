@@ -420,14 +420,15 @@ static void check_bytes(lua_State *L, int ndim, const int64_t *shape, int dtype)
                                         dlp_dtypes[dtype].name));
 }
 
+/* The shape at 1 (a table, or numbers: zeros(2, 3)), the dtype and device after it. */
 static int create(lua_State *L, int zeroed) {
   int64_t shape[DLP_MAX_NDIM];
-  dlp_check_no_more(L, 4, zeroed ? "dlpack.zeros" : "dlpack.empty", "a shape, a dtype and a device");
-  int ndim = dlp_check_shape(L, 1, shape);
-  int dtype = dlp_opt_dtype(L, 2, DLP_FLOAT32);
+  int next, ndim = dlp_check_shape_args(L, 1, shape, &next);
+  dlp_check_no_more(L, next + 2, zeroed ? "dlpack.zeros" : "dlpack.empty", "a shape, a dtype and a device");
+  int dtype = dlp_opt_dtype(L, next, DLP_FLOAT32);
   check_bytes(L, ndim, shape, dtype);
   DLDevice device = {kDLCPU, 0};
-  if (!lua_isnoneornil(L, 3)) device = dlp_check_device(L, 3, 3, NULL);
+  if (!lua_isnoneornil(L, next + 1)) device = dlp_check_device(L, next + 1, next + 1, NULL);
   dlp_tensor_new(L, dtype, 0, device, ndim, shape, zeroed, zeroed ? "dlpack.zeros" : "dlpack.empty");
   return 1;
 }
@@ -435,40 +436,27 @@ static int create(lua_State *L, int zeroed) {
 static int l_empty(lua_State *L) { return create(L, 0); }
 static int l_zeros(lua_State *L) { return create(L, 1); }
 
-/* A new tensor of the shape at 1, dtype at dtype_arg and device after it, every element the value
- * at `value` (0: one, as true for bool). */
-static int create_filled(lua_State *L, int value, int dtype_arg, const char *what) {
+/* A new tensor of the shape at 1 (ones: also numbers), every element the value at `value` (0:
+ * one, as true for bool), the dtype and device after them. */
+static int create_filled(lua_State *L, int value, const char *what) {
   int64_t shape[DLP_MAX_NDIM];
   unsigned char element[16];
-  DLDevice cpu = {kDLCPU, 0}, device = cpu;
-  dlp_check_no_more(L, dtype_arg + 2, what,
+  DLDevice device = {kDLCPU, 0};
+  int next = 3, ndim = value ? dlp_check_shape(L, 1, shape) : dlp_check_shape_args(L, 1, shape, &next);
+  dlp_check_no_more(L, next + 2, what,
                     value ? "a shape, a value, a dtype and a device" : "a shape, a dtype and a device");
-  int ndim = dlp_check_shape(L, 1, shape);
   if (value) luaL_checkany(L, value);
-  int dtype = dlp_opt_dtype(L, dtype_arg, DLP_FLOAT32);
-  if (!lua_isnoneornil(L, dtype_arg + 1)) device = dlp_check_device(L, dtype_arg + 1, dtype_arg + 1, NULL);
-  if (!value) {
-    lua_settop(L, dtype_arg + 1);
-    if (dtype == DLP_BOOL) lua_pushboolean(L, 1);
-    else lua_pushinteger(L, 1);
-    value = lua_gettop(L);
-  }
-  dlp_check_element(L, value, dtype, element, what); /* before allocating anything */
+  int dtype = dlp_opt_dtype(L, next, DLP_FLOAT32);
+  if (!lua_isnoneornil(L, next + 1)) device = dlp_check_device(L, next + 1, next + 1, NULL);
+  if (value) dlp_check_element(L, value, dtype, element, what); /* before allocating anything */
+  else dlp_one_element(L, dtype, element);
   check_bytes(L, ndim, shape, dtype);
-  dlp_Tensor *t = dlp_tensor_new(L, dtype, 0, device, ndim, shape, 0, what);
-  if (dlp_device_is_host(device)) {
-    dlp_fill(L, t, value, what);
-  } else { /* fill on the host, then one copy to the device */
-    dlp_Tensor *staging = dlp_tensor_new(L, dtype, 0, cpu, ndim, shape, 0, what);
-    dlp_fill(L, staging, value, what);
-    dlp_cuda_copy(L, t, staging, NULL, what);
-    lua_pop(L, 1);
-  }
+  dlp_tensor_filled(L, dtype, device, ndim, shape, element, what);
   return 1;
 }
 
-static int l_full(lua_State *L) { return create_filled(L, 2, 3, "dlpack.full"); }
-static int l_ones(lua_State *L) { return create_filled(L, 0, 2, "dlpack.ones"); }
+static int l_full(lua_State *L) { return create_filled(L, 2, "dlpack.full"); }
+static int l_ones(lua_State *L) { return create_filled(L, 0, "dlpack.ones"); }
 
 /* dlpack.arange([start,] stop [, step] [, dtype]), as NumPy's: start, start + step, ... strictly
  * before stop, ceil((stop - start) / step) elements (none when that is not positive). The

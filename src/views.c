@@ -20,11 +20,13 @@ static dlp_Tensor *same_view(lua_State *L, const dlp_Tensor *t, const char *what
   return dlp_tensor_alias(L, 1, t->dl.device, what);
 }
 
-/* Read a shape table at arg where one entry may be -1, for `numel` elements. */
-static int infer_shape(lua_State *L, int arg, int64_t numel, int64_t *shape) {
-  int unknown = -1;
+/* Read a shape at arg (a table or numbers) where one entry may be -1, for `numel` elements; no
+ * argument may follow it. */
+static int infer_shape(lua_State *L, int arg, int64_t numel, int64_t *shape, const char *what) {
+  int unknown = -1, next;
   int64_t known = 1;
-  int ndim = dlp_check_integers(L, arg, shape, DLP_MAX_NDIM, -1, "shape");
+  int ndim = dlp_check_integer_args(L, arg, shape, DLP_MAX_NDIM, -1, "shape", &next);
+  dlp_check_no_more(L, next, what, "a shape (a table or sizes)");
   for (int i = 0; i < ndim; i++) {
     if (shape[i] == -1) {
       if (unknown >= 0) luaL_argerror(L, arg, "only one dimension can be -1");
@@ -56,7 +58,7 @@ static void push_reshaped(lua_State *L, int idx, int ndim, const int64_t *shape,
 static int l_view(lua_State *L) {
   int64_t shape[DLP_MAX_NDIM];
   dlp_Tensor *t = check_viewable(L, "view");
-  int ndim = infer_shape(L, 2, dlp_numel(t), shape);
+  int ndim = infer_shape(L, 2, dlp_numel(t), shape, "view");
   if (!dlp_is_contiguous(t))
     return luaL_error(L, "view: the tensor is not contiguous (use reshape, or contiguous() first)");
   push_reshaped(L, 1, ndim, shape, "view");
@@ -66,7 +68,7 @@ static int l_view(lua_State *L) {
 static int l_reshape(lua_State *L) {
   int64_t shape[DLP_MAX_NDIM];
   dlp_Tensor *t = check_viewable(L, "reshape");
-  int ndim = infer_shape(L, 2, dlp_numel(t), shape);
+  int ndim = infer_shape(L, 2, dlp_numel(t), shape, "reshape");
   int source = 1;
   if (!dlp_is_contiguous(t)) {
     dlp_check_host(L, t, "reshape");
@@ -93,7 +95,8 @@ static int l_permute(lua_State *L) {
   int64_t perm[DLP_MAX_NDIM];
   int seen[DLP_MAX_NDIM] = {0};
   dlp_Tensor *t = check_viewable(L, "permute");
-  int n = dlp_check_integers(L, 2, perm, DLP_MAX_NDIM, INT64_MIN, "permutation");
+  int next, n = dlp_check_integer_args(L, 2, perm, DLP_MAX_NDIM, INT64_MIN, "permutation", &next);
+  dlp_check_no_more(L, next, "permute", "a permutation (a table or dimensions)");
   if (n != t->dl.ndim) return luaL_argerror(L, 2, lua_pushfstring(L, "expected %d dimensions", t->dl.ndim));
   for (int i = 0; i < n; i++) {
     int64_t d = perm[i] < 0 ? perm[i] + n + 1 : perm[i];
@@ -220,7 +223,8 @@ static int l_unsqueeze(lua_State *L) {
 static int l_expand(lua_State *L) {
   int64_t want[DLP_MAX_NDIM], numel;
   dlp_Tensor *t = check_viewable(L, "expand");
-  int ndim = dlp_check_integers(L, 2, want, DLP_MAX_NDIM, -1, "shape");
+  int next, ndim = dlp_check_integer_args(L, 2, want, DLP_MAX_NDIM, -1, "shape", &next);
+  dlp_check_no_more(L, next, "expand", "a shape (a table or sizes)");
   if (ndim < t->dl.ndim)
     return luaL_argerror(L, 2, lua_pushfstring(L, "expected %d to %d sizes", t->dl.ndim, DLP_MAX_NDIM));
   int lead = ndim - t->dl.ndim;
@@ -251,6 +255,59 @@ static int l_as_readonly(lua_State *L) {
   dlp_Tensor *v = same_view(L, t, "as_readonly");
   v->flags |= DLP_FLAG_READ_ONLY;
   return 1;
+}
+
+/* flip(dims): dims a dimension, a table of them, or nil for all (NumPy's flip); each flipped
+ * dimension is walked backwards: its stride negated, the first element its last one. */
+static int flip(lua_State *L, const char *what) {
+  int64_t dims[DLP_MAX_NDIM];
+  int flipped[DLP_MAX_NDIM] = {0};
+  dlp_check_no_more(L, 3, what, "a dimension or a table of dimensions");
+  dlp_Tensor *t = check_viewable(L, what);
+  int ndim = t->dl.ndim;
+  if (lua_isnoneornil(L, 2)) {
+    for (int d = 0; d < ndim; d++) flipped[d] = 1;
+  } else if (lua_type(L, 2) == LUA_TNUMBER) {
+    flipped[dlp_check_dim(L, 2, ndim, 0)] = 1;
+  } else {
+    if (!lua_istable(L, 2))
+      return luaL_argerror(L, 2, lua_pushfstring(L, "a dimension or a table of dimensions expected, got %s",
+                                                 luaL_typename(L, 2)));
+    int n = dlp_check_integers(L, 2, dims, DLP_MAX_NDIM, INT64_MIN, "dims");
+    for (int i = 0; i < n; i++) {
+      int64_t d = dims[i] < 0 ? dims[i] + ndim + 1 : dims[i];
+      if (d < 1 || d > ndim)
+        return luaL_argerror(L, 2, lua_pushfstring(L, "dims[%d] is not a dimension of a %d-d tensor", i + 1, ndim));
+      if (flipped[d - 1]++)
+        return luaL_argerror(L, 2, lua_pushfstring(L, "dimension %d repeats", (int)d));
+    }
+  }
+  int64_t numel = dlp_numel(t);
+  dlp_Tensor *v = same_view(L, t, what);
+  for (int d = 0; d < ndim; d++) {
+    int64_t size = t->dl.shape[d], stride = t->dl.strides[d];
+    /* only dimensions that step matter (and an empty tensor's strides may be anything) */
+    if (!flipped[d] || size <= 1 || numel == 0) continue;
+    if (stride == INT64_MIN) {
+      dlp_tensor_release(v);
+      return luaL_error(L, "%s: stride of dimension %d cannot be negated", what, d + 1);
+    }
+    v->dl.strides[d] = -stride;
+    dlp_view_move(L, v, size - 1, stride, what);
+  }
+  dlp_tensor_seal(L, v, what);
+  return 1;
+}
+
+static int l_flip(lua_State *L) { return flip(L, "flip"); }
+static int l_flip_function(lua_State *L) { return flip(L, "dlpack.flip"); }
+
+void dlp_flip_register(lua_State *L, int module, int methods, int meta) {
+  static const luaL_Reg functions[] = {{"flip", l_flip_function}, {NULL, NULL}};
+  static const luaL_Reg method_list[] = {{"flip", l_flip}, {NULL, NULL}};
+  (void)meta;
+  dlp_register(L, module, functions);
+  dlp_register(L, methods, method_list);
 }
 
 void dlp_views_register(lua_State *L, int methods) {

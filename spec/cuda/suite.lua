@@ -162,6 +162,25 @@ describe("memory", function()
     end
   end)
 
+  it("zeros_like, ones_like, empty_like and full_like make their tensor on t's device", function()
+    for _, c in ipairs(cases) do
+      local t = dlpack.zeros({2, 3}, "int16", c.device)
+      local z, o, e = dlpack.zeros_like(t), dlpack.ones_like(t, "float64"), dlpack.empty_like(t)
+      local f = dlpack.full_like(t, -3)
+      for _, r in ipairs({z, o, e, f}) do
+        assert.are.equal(c.device, r.device, c.device)
+        assert.are.same({2, 3}, r.shape, c.device)
+      end
+      assert.are.same({{0, 0, 0}, {0, 0, 0}}, z:to("cpu"):totable(), c.device)
+      assert.are.same({{1.0, 1.0, 1.0}, {1.0, 1.0, 1.0}}, o:to("cpu"):totable(), c.device)
+      assert.are.same({{-3, -3, -3}, {-3, -3, -3}}, f:to("cpu"):totable(), c.device)
+      assert.are.equal(esc(string.pack("hhhhhh", -3, -3, -3, -3, -3, -3)), read(f:data_ptr(), 12), c.device)
+      assert.are.equal("cpu", dlpack.full_like(t, 2, nil, "cpu").device)
+      assert.are.same({{5, 5, 5}, {5, 5, 5}}, dlpack.full_like(dlpack.zeros({2, 3}), 5, "int32", c.device):to("cpu")
+        :totable(), c.device)
+    end
+  end)
+
   it("of a zero-size tensor needs no allocation", function()
     for _, c in ipairs(cases) do
       local t = dlpack.zeros({0, 4}, "float32", c.device)

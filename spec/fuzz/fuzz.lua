@@ -1980,6 +1980,8 @@ require("fuzz.edges").register(op, { dlpack = dlpack, fab = fab, T = T })
 -- the computing functions, checked against spec/fuzz/compute_model.lua (spec/fuzz/compute.lua)
 require("fuzz.compute").register(op, { dlpack = dlpack, T = T, info = info, values = values, live = live,
   NSLOT = NSLOT })
+-- the more ways to make tensors: *_like, linspace, eye, random, shapes as numbers (spec/fuzz/create.lua)
+require("fuzz.create").register(op, { dlpack = dlpack, T = T, info = info, values = values, NSLOT = NSLOT })
 
 ---------------------------------------------------------------------------
 -- Running a seed

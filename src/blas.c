@@ -1,0 +1,92 @@
+/* The system's CBLAS, found at run time (as cuda.c finds the CUDA driver): no build-time
+ * dependency, and a module that works, more slowly, where no BLAS is installed. The first
+ * matrix product of the process opens the first of the libraries below that exports
+ * cblas_sgemm and cblas_dgemm, once for every thread and lua_State (pthread_once), and keeps
+ * it loaded for the life of the process (OpenBLAS's threads must not outlive its code).
+ *
+ * DLPACK_LUA_BLAS, read once at that point, chooses: unset or empty, the search below;
+ * "none", no BLAS (the module's own kernel does every product: the specs compare both);
+ * anything else, that library alone (a file name dlopen searches for, or a path). */
+#define _GNU_SOURCE /* RTLD_NODELETE */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* OpenBLAS (Debian: libopenblas0-pthread, libopenblas0-openmp, libopenblas0-serial), ATLAS's
+ * CBLAS, then whatever libblas.so.3 is: OpenBLAS or BLIS through Debian's alternatives, or
+ * the reference BLAS (libblas3), which exports the CBLAS functions too. All are LP64: their
+ * integers are 32-bit ints (the ILP64 builds have other names: libopenblas64.so.0). */
+static const char *const candidates[] = {"libopenblas.so.0", "libcblas.so.3", "libblas.so.3", NULL};
+
+static struct {
+  pthread_once_t once;
+  dlp_Blas blas;
+  char reason[256];
+} loaded = {PTHREAD_ONCE_INIT, {NULL, NULL, NULL}, ""};
+
+static char library[256];
+
+static int try_open(const char *name) {
+  void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  if (!lib) {
+    const char *why = dlerror();
+    snprintf(loaded.reason, sizeof loaded.reason, "%s cannot be loaded: %s", name, why ? why : "not found");
+    return 0;
+  }
+  void *s = dlsym(lib, "cblas_sgemm"), *d = dlsym(lib, "cblas_dgemm");
+  if (!s || !d) {
+    snprintf(loaded.reason, sizeof loaded.reason, "%s exports no cblas_sgemm and cblas_dgemm", name);
+    dlclose(lib);
+    return 0;
+  }
+  /* a function pointer from dlsym's object pointer: POSIX guarantees it converts */
+  memcpy(&loaded.blas.sgemm, &s, sizeof s);
+  memcpy(&loaded.blas.dgemm, &d, sizeof d);
+  snprintf(library, sizeof library, "%s", name);
+  loaded.blas.name = library;
+  return 1;
+}
+
+static void load_blas(void) {
+  const char *choice = getenv("DLPACK_LUA_BLAS");
+  if (choice && strcmp(choice, "none") == 0) {
+    snprintf(loaded.reason, sizeof loaded.reason, "DLPACK_LUA_BLAS=none");
+    return;
+  }
+  if (choice && *choice) {
+    try_open(choice);
+    return;
+  }
+  for (int i = 0; candidates[i]; i++)
+    if (try_open(candidates[i])) return;
+  snprintf(loaded.reason, sizeof loaded.reason,
+           "no CBLAS found (tried libopenblas.so.0, libcblas.so.3, libblas.so.3)");
+}
+
+const dlp_Blas *dlp_blas(void) {
+  pthread_once(&loaded.once, load_blas);
+  return loaded.blas.sgemm ? &loaded.blas : NULL;
+}
+
+/* dlpack.blas(): the library the matrix products use, or nil and why none is. */
+static int l_blas(lua_State *L) {
+  const dlp_Blas *b = dlp_blas();
+  if (b) {
+    lua_pushstring(L, b->name);
+    return 1;
+  }
+  lua_pushnil(L);
+  lua_pushstring(L, loaded.reason);
+  return 2;
+}
+
+void dlp_blas_register(lua_State *L, int module, int methods, int meta) {
+  static const luaL_Reg functions[] = {{"blas", l_blas}, {NULL, NULL}};
+  (void)methods;
+  (void)meta;
+  dlp_register(L, module, functions);
+}

@@ -1,0 +1,144 @@
+/* Joining tensors: dlpack.cat(list, dim) and dlpack.stack(list, dim).
+ *
+ * The list is read raw (lua_rawlen, lua_rawgeti: no __len or __index runs), every entry
+ * checked and kept in a private table, so that the script cannot change what is joined nor
+ * let the collector take a tensor midway. Mixed dtypes promote as the arithmetic does
+ * (dlp_promote). Then the result is allocated (finalizers may run and release an entry: each
+ * is checked live after it), and each entry is copied, converting, into its place through the
+ * iteration engine, with no Lua call in between. */
+#include <limits.h>
+#include <string.h>
+
+#include "internal.h"
+
+typedef struct Copy {
+  dlp_RowFn row;
+} Copy;
+
+static void copy_row(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
+  ((const Copy *)ctx)->row(data[0], steps[0], data[1], steps[1], n);
+}
+
+static void push_shape(lua_State *L, const dlp_Tensor *t) {
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  luaL_addchar(&b, '{');
+  for (int i = 0; i < t->dl.ndim; i++) {
+    lua_pushfstring(L, i ? ", %I" : "%I", (lua_Integer)t->dl.shape[i]);
+    luaL_addvalue(&b);
+  }
+  luaL_addchar(&b, '}');
+  luaL_pushresult(&b);
+}
+
+static int join(lua_State *L, int stack, const char *what) {
+  int64_t shape[DLP_MAX_NDIM], cstrides[DLP_MAX_NDIM];
+  dlp_check_no_more(L, 3, what, "a list of tensors and a dimension");
+  if (!lua_istable(L, 1))
+    return luaL_argerror(L, 1, lua_pushfstring(L, "a table of tensors expected, got %s", luaL_typename(L, 1)));
+  size_t n = lua_rawlen(L, 1);
+  if (n == 0) return luaL_argerror(L, 1, "the list of tensors is empty");
+  if (n > INT_MAX / 2) return luaL_argerror(L, 1, "too many tensors");
+  lua_settop(L, 2);
+  lua_createtable(L, (int)n, 0); /* holds the entries until the copies are done */
+  int hold = 3, dtype = -1, ndim = 0, dim = 0;
+  const dlp_Tensor *first = NULL;
+  for (int i = 1; i <= (int)n; i++) {
+    lua_rawgeti(L, 1, i);
+    const dlp_Tensor *t = dlp_tensor_test(L, -1);
+    if (!t) return luaL_error(L, "%s: list[%d] is %s, not a tensor", what, i, luaL_typename(L, -1));
+    if (!t->owner) return luaL_error(L, "%s: list[%d] was released", what, i);
+    dlp_check_host(L, t, what);
+    dlp_check_computes(L, t->dtype, what);
+    if (!first) {
+      first = t;
+      ndim = t->dl.ndim;
+      if (!stack && ndim == 0)
+        return luaL_error(L, "%s: list[1] is 0-d; cat joins along a dimension (use stack)", what);
+      dim = lua_isnoneornil(L, 2) ? 0 : dlp_check_dim(L, 2, ndim, stack);
+      dtype = t->dtype;
+    } else {
+      int same = t->dl.ndim == ndim;
+      for (int d = 0; same && d < ndim; d++) same = t->dl.shape[d] == first->dl.shape[d] || (!stack && d == dim);
+      if (!same) {
+        if (stack) lua_pushliteral(L, "stack takes tensors of one shape");
+        else lua_pushfstring(L, "only dimension %d may differ", dim + 1);
+        push_shape(L, first);
+        push_shape(L, t);
+        return luaL_error(L, "%s: list[1] has shape %s, list[%d] %s (%s)", what, lua_tostring(L, -2), i,
+                          lua_tostring(L, -1), lua_tostring(L, -3));
+      }
+      dtype = dlp_promote(dtype, t->dtype);
+    }
+    lua_rawseti(L, hold, i);
+  }
+  /* NumPy promotes the dtypes together, the highest kinds first (as dlp_promote_many) */
+  if (n > 1) {
+    dtype = -1;
+    for (int kind = 4; kind >= 0; kind--)
+      for (int i = 1; i <= (int)n; i++) {
+        lua_rawgeti(L, hold, i);
+        int d = ((const dlp_Tensor *)lua_touserdata(L, -1))->dtype;
+        lua_pop(L, 1);
+        if (dlp_dtype_kind(d) == kind) dtype = dtype < 0 ? d : dlp_promote(dtype, d);
+      }
+  }
+  /* the result's shape */
+  int rdim = ndim + stack;
+  for (int d = 0, k = 0; d < rdim; d++) shape[d] = stack && d == dim ? (int64_t)n : first->dl.shape[k++];
+  if (!stack) {
+    int64_t total = 0;
+    for (int i = 1; i <= (int)n; i++) {
+      lua_rawgeti(L, hold, i);
+      const dlp_Tensor *t = lua_touserdata(L, -1);
+      lua_pop(L, 1);
+      if (!dlp_add(total, t->dl.shape[dim], &total))
+        return luaL_error(L, "%s: the joined dimension would be larger than fits in 64 bits", what);
+    }
+    shape[dim] = total;
+  }
+  DLDevice cpu = {kDLCPU, 0};
+  dlp_Tensor *r = dlp_tensor_new(L, dtype, 0, cpu, rdim, shape, 0, what);
+  /* no Lua code runs from here on: lua_rawgeti and lua_pop do not allocate */
+  for (int i = 1; i <= (int)n; i++) {
+    lua_rawgeti(L, hold, i);
+    dlp_live(L, lua_touserdata(L, -1), what);
+    lua_pop(L, 1);
+  }
+  if (dlp_numel(r) == 0) return 1;
+  int64_t itemsize = dlp_dtypes[dtype].itemsize;
+  dlp_contiguous_strides(rdim, shape, cstrides);
+  char *base = dlp_first_element(r);
+  int64_t at = 0; /* cat: where along dim the next entry goes */
+  for (int i = 1; i <= (int)n; i++) {
+    lua_rawgeti(L, hold, i);
+    const dlp_Tensor *t = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    int64_t strides[2][DLP_MAX_NDIM];
+    char *data[2];
+    /* the destination: the result's (byte) strides less the stacked dimension, from its place */
+    for (int d = 0, k = 0; d < rdim; d++) {
+      if (stack && d == dim) continue;
+      strides[0][k++] = cstrides[d] * itemsize;
+    }
+    dlp_broadcast_strides(t, ndim, t->dl.shape, strides[1]);
+    data[0] = base + (stack ? (int64_t)(i - 1) : at) * cstrides[dim] * itemsize;
+    data[1] = dlp_first_element(t);
+    if (!stack) at += t->dl.shape[dim];
+    Copy c = {dlp_row_function(dtype, t->dtype)};
+    dlp_Iter it;
+    dlp_iter_init(&it, 2, ndim, t->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1);
+    dlp_iter_run(&it, copy_row, &c);
+  }
+  return 1;
+}
+
+static int l_cat(lua_State *L) { return join(L, 0, "dlpack.cat"); }
+static int l_stack(lua_State *L) { return join(L, 1, "dlpack.stack"); }
+
+void dlp_join_register(lua_State *L, int module, int methods, int meta) {
+  static const luaL_Reg functions[] = {{"cat", l_cat}, {"stack", l_stack}, {NULL, NULL}};
+  (void)methods;
+  (void)meta;
+  dlp_register(L, module, functions);
+}

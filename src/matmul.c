@@ -1,0 +1,420 @@
+/* Matrix products: dlpack.matmul and dlpack.dot (NumPy's rules), over any strided layout.
+ *
+ * Every product is computed in one of four types: float64 (float64 results), float32
+ * (float32, float16 and bfloat16 results: computed in float32, rounded once), uint32 (the
+ * integers of 32 bits or less) or uint64 (64-bit integers and bool). Unsigned arithmetic wraps
+ * modulo 2^32 or 2^64, which is the integer type's own wrapping once truncated to it, with no
+ * undefined behaviour on signed overflow; bool is "any product nonzero", the count of true
+ * products being nonzero (in 64 bits it cannot wrap to 0). float32 and float64 go through
+ * the system's CBLAS when blas.c found one, the rest and every size CBLAS cannot take (its
+ * integers are 32-bit) through the cache-blocked kernel below.
+ *
+ * An operand that is already a matrix of the compute type with a layout the kernel (unit
+ * stride along its rows) or CBLAS (unit stride along either dimension, the other one at least
+ * as large as the size: transposed views go as CblasTrans) can read is read in place; any
+ * other (converted dtypes, negative or zero strides) is packed into a contiguous temporary,
+ * once per distinct matrix of a batch. The result is fresh contiguous memory, so it never
+ * overlaps an operand. Operands are read, the result and the temporaries allocated, and only
+ * then are the operands' memory taken (internal.h's rules). */
+#include <limits.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* ---- the module's kernel: C (M x N) = A (M x K) . B (K x N), rows of A and B contiguous ----
+ * Blocked as the classic GotoBLAS loops without the packing: NC columns of B by KC rows stay
+ * in cache while every MR x NR tile of C accumulates in registers (the fixed-size inner loops
+ * are unrolled and vectorised by the compiler). lda, ldb, ldc are element strides between
+ * rows, of any sign. */
+
+#define KC 256
+#define NC 512
+
+#define DEFINE_GEMM(name, T, MR, NR, ATTR)                                                                 \
+  ATTR static void name(int64_t M, int64_t N, int64_t K, const T *A, int64_t lda, const T *B, int64_t ldb, T *C, \
+                   int64_t ldc) {                                                                          \
+    for (int64_t j0 = 0; j0 < N; j0 += NC) {                                                               \
+      int64_t jn = N - j0 < NC ? N - j0 : NC;                                                              \
+      for (int64_t k0 = 0; k0 < K; k0 += KC) {                                                             \
+        int64_t kc = K - k0 < KC ? K - k0 : KC;                                                            \
+        for (int64_t i = 0; i < M; i += MR) {                                                              \
+          int64_t mr = M - i < MR ? M - i : MR;                                                            \
+          const T *a = A + i * lda + k0;                                                                   \
+          for (int64_t j = j0; j < j0 + jn; j += NR) {                                                     \
+            int64_t nr = j0 + jn - j < NR ? j0 + jn - j : NR;                                              \
+            const T *b = B + k0 * ldb + j;                                                                 \
+            T acc[MR][NR];                                                                                 \
+            memset(acc, 0, sizeof acc);                                                                    \
+            if (mr == MR && nr == NR) {                                                                    \
+              for (int64_t k = 0; k < kc; k++) {                                                           \
+                const T *row = b + k * ldb;                                                                \
+                for (int r = 0; r < MR; r++) {                                                             \
+                  T av = a[r * lda + k];                                                                   \
+                  for (int v = 0; v < NR; v++) acc[r][v] += av * row[v];                                   \
+                }                                                                                          \
+              }                                                                                            \
+            } else {                                                                                       \
+              for (int64_t k = 0; k < kc; k++) {                                                           \
+                const T *row = b + k * ldb;                                                                \
+                for (int r = 0; r < mr; r++) {                                                             \
+                  T av = a[r * lda + k];                                                                   \
+                  for (int v = 0; v < nr; v++) acc[r][v] += av * row[v];                                   \
+                }                                                                                          \
+              }                                                                                            \
+            }                                                                                              \
+            for (int r = 0; r < mr; r++) {                                                                 \
+              T *c = C + (i + r) * ldc + j;                                                                \
+              if (k0 == 0)                                                                                 \
+                for (int v = 0; v < nr; v++) c[v] = acc[r][v];                                             \
+              else                                                                                         \
+                for (int v = 0; v < nr; v++) c[v] += acc[r][v];                                            \
+            }                                                                                              \
+          }                                                                                                \
+        }                                                                                                  \
+      }                                                                                                    \
+    }                                                                                                      \
+  }
+
+DEFINE_GEMM(gemm_f32, float, 4, 8, )
+DEFINE_GEMM(gemm_f64, double, 4, 4, )
+DEFINE_GEMM(gemm_u32, uint32_t, 4, 8, )
+DEFINE_GEMM(gemm_u64, uint64_t, 4, 4, )
+
+/* The same loops for AVX2, chosen at run time where the CPU has it: twice the lanes (and
+ * vpmulld for 32-bit integers). Every element is summed in the same order as above, so the
+ * two give the same bits. */
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define HAVE_AVX2_KERNELS 1
+#define AVX2 __attribute__((target("avx2")))
+DEFINE_GEMM(gemm_f32_avx2, float, 4, 16, AVX2)
+DEFINE_GEMM(gemm_f64_avx2, double, 4, 8, AVX2)
+DEFINE_GEMM(gemm_u32_avx2, uint32_t, 4, 16, AVX2)
+DEFINE_GEMM(gemm_u64_avx2, uint64_t, 4, 8, AVX2)
+#undef AVX2
+#endif
+#undef DEFINE_GEMM
+
+static void gemm(int cd, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda, const void *B, int64_t ldb,
+                 void *C) {
+#ifdef HAVE_AVX2_KERNELS
+  if (__builtin_cpu_supports("avx2")) {
+    if (cd == DLP_FLOAT32) gemm_f32_avx2(M, N, K, A, lda, B, ldb, C, N);
+    else if (cd == DLP_FLOAT64) gemm_f64_avx2(M, N, K, A, lda, B, ldb, C, N);
+    else if (cd == DLP_UINT32) gemm_u32_avx2(M, N, K, A, lda, B, ldb, C, N);
+    else gemm_u64_avx2(M, N, K, A, lda, B, ldb, C, N);
+    return;
+  }
+#endif
+  if (cd == DLP_FLOAT32) gemm_f32(M, N, K, A, lda, B, ldb, C, N);
+  else if (cd == DLP_FLOAT64) gemm_f64(M, N, K, A, lda, B, ldb, C, N);
+  else if (cd == DLP_UINT32) gemm_u32(M, N, K, A, lda, B, ldb, C, N);
+  else gemm_u64(M, N, K, A, lda, B, ldb, C, N);
+}
+
+/* ---- the plan of one call ---- */
+
+enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
+
+/* One operand seen as a batch of rows x cols matrices. */
+typedef struct Side {
+  const dlp_Tensor *t;
+  int64_t rows, cols;
+  int64_t rs, cs;      /* byte strides of the matrix dimensions (0 where the size is 1) */
+  int direct;          /* read in place (else packed) */
+  int trans;           /* CBLAS: CBLAS_NO_TRANS or CBLAS_TRANS */
+  int64_t ld;          /* element stride between rows (of the transposed matrix when trans) */
+  int64_t bs[DLP_MAX_NDIM]; /* byte strides along the batch dimensions (0: broadcast) */
+} Side;
+
+typedef struct Plan {
+  int dtype, cd;       /* result and compute dtypes */
+  size_t isz;          /* the compute type's size */
+  int64_t M, N, K;
+  int nb;              /* batch dimensions */
+  int64_t batch[DLP_MAX_NDIM];
+  Side a, b;
+  const dlp_Blas *blas; /* NULL: the module's kernel */
+  int cbuf;            /* the result goes through a compute-type buffer (another dtype) */
+} Plan;
+
+/* int64 and int32 elements are read and written as the unsigned integers they equal modulo
+ * 2^64 and 2^32 */
+static int same_bits(int dtype, int cd) {
+  return dtype == cd || (dtype == DLP_INT64 && cd == DLP_UINT64) || (dtype == DLP_INT32 && cd == DLP_UINT32);
+}
+
+/* Integers of 32 bits or less compute in uint32 (the result modulo 2^8 or 2^16 is the same);
+ * bool in uint64, where a count of true products never wraps to 0. */
+static int compute_dtype(int dtype) {
+  if (dtype == DLP_FLOAT64) return DLP_FLOAT64;
+  if (dtype == DLP_FLOAT32 || dtype == DLP_FLOAT16 || dtype == DLP_BFLOAT16) return DLP_FLOAT32;
+  if (dtype == DLP_BOOL || dlp_dtypes[dtype].bits == 64) return DLP_UINT64;
+  return DLP_UINT32;
+}
+
+/* Can CBLAS read the matrix of s in place? Sets trans and ld. */
+static int blas_layout(Side *s, size_t isz) {
+  int64_t rows = s->rows, cols = s->cols, rs = s->rs / (int64_t)isz, cs = s->cs / (int64_t)isz;
+  if ((cols == 1 || cs == 1) && (rows == 1 || rs >= cols)) {
+    s->trans = CBLAS_NO_TRANS;
+    s->ld = rows == 1 ? cols : rs;
+  } else if ((rows == 1 || rs == 1) && (cols == 1 || cs >= rows)) {
+    s->trans = CBLAS_TRANS;
+    s->ld = cols == 1 ? rows : cs;
+  } else {
+    return 0;
+  }
+  return s->ld <= INT_MAX;
+}
+
+/* Decide whether s is read in place, for the kernel (rows contiguous, any row stride) or CBLAS. */
+static void choose_layout(const Plan *p, Side *s) {
+  s->direct = 0;
+  s->trans = CBLAS_NO_TRANS;
+  s->ld = s->cols;
+  /* elements may sit at any address (producers need not align them): typed reads need it */
+  if (!same_bits(s->t->dtype, p->cd) || (uintptr_t)dlp_first_element(s->t) % p->isz != 0) return;
+  if (p->blas) {
+    s->direct = blas_layout(s, p->isz);
+    if (!s->direct) {
+      s->trans = CBLAS_NO_TRANS;
+      s->ld = s->cols;
+    }
+  } else if (s->cols == 1 || s->cs == (int64_t)p->isz) {
+    s->direct = 1;
+    s->ld = s->rs / (int64_t)p->isz;
+  }
+}
+
+/* Pack the rows x cols matrix at src (byte strides rs, cs) into contiguous rows of the compute
+ * dtype, converting; along whichever dimension the source steps through faster. */
+static void pack(char *dst, int cd, size_t isz, const char *src, int dtype, int64_t rows, int64_t cols, int64_t rs,
+                 int64_t cs) {
+  dlp_RowFn f = dlp_row_function(cd, dtype);
+  int64_t mr = rs < 0 ? -rs : rs, mc = cs < 0 ? -cs : cs;
+  if (rows > 1 && cols > 1 && mr < mc) {
+    for (int64_t j = 0; j < cols; j++) f(dst + j * isz, cols * (int64_t)isz, dlp_offset(src, j * cs), rs, rows);
+  } else {
+    for (int64_t i = 0; i < rows; i++)
+      f(dst + i * cols * (int64_t)isz, (int64_t)isz, dlp_offset(src, i * rs), cs, cols);
+  }
+}
+
+/* One product: a and b point at the first elements of this batch's matrices, c at the result's
+ * M x N elements (contiguous); pa, pb, cb the temporaries the plan needs. */
+static void product(const Plan *p, const char *a, const char *b, char *c, char *pa, char *pb, char *cb,
+                    int pack_a, int pack_b) {
+  const Side *sa = &p->a, *sb = &p->b;
+  const char *A = a, *B = b;
+  int64_t lda = sa->ld, ldb = sb->ld;
+  if (!sa->direct) {
+    if (pack_a) pack(pa, p->cd, p->isz, a, sa->t->dtype, p->M, p->K, sa->rs, sa->cs);
+    A = pa;
+    lda = p->K;
+  }
+  if (!sb->direct) {
+    if (pack_b) pack(pb, p->cd, p->isz, b, sb->t->dtype, p->K, p->N, sb->rs, sb->cs);
+    B = pb;
+    ldb = p->N;
+  }
+  char *C = p->cbuf ? cb : c;
+  if (p->blas) {
+    int ta = sa->direct ? sa->trans : CBLAS_NO_TRANS, tb = sb->direct ? sb->trans : CBLAS_NO_TRANS;
+    if (p->cd == DLP_FLOAT32)
+      p->blas->sgemm(CBLAS_ROW_MAJOR, ta, tb, (int)p->M, (int)p->N, (int)p->K, 1.0f, (const float *)A, (int)lda,
+                     (const float *)B, (int)ldb, 0.0f, (float *)C, (int)p->N);
+    else
+      p->blas->dgemm(CBLAS_ROW_MAJOR, ta, tb, (int)p->M, (int)p->N, (int)p->K, 1.0, (const double *)A, (int)lda,
+                     (const double *)B, (int)ldb, 0.0, (double *)C, (int)p->N);
+  } else {
+    gemm(p->cd, p->M, p->N, p->K, A, lda, B, ldb, C);
+  }
+  if (p->cbuf) {
+    int64_t n = p->M * p->N;
+    dlp_row_function(p->dtype, p->cd)(c, dlp_dtypes[p->dtype].itemsize, cb, (int64_t)p->isz, n);
+  }
+}
+
+/* ---- reading the operands ---- */
+
+static void push_shape(lua_State *L, const dlp_Tensor *t) {
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  luaL_addchar(&b, '{');
+  for (int i = 0; i < t->dl.ndim; i++) {
+    lua_pushfstring(L, i ? ", %I" : "%I", (lua_Integer)t->dl.shape[i]);
+    luaL_addvalue(&b);
+  }
+  luaL_addchar(&b, '}');
+  luaL_pushresult(&b);
+}
+
+static void shapes_error(lua_State *L, const dlp_Tensor *a, const dlp_Tensor *b, const char *what, const char *why) {
+  push_shape(L, a);
+  push_shape(L, b);
+  luaL_error(L, "%s: shapes %s and %s %s", what, lua_tostring(L, -2), lua_tostring(L, -1), why);
+}
+
+static const dlp_Tensor *operand(lua_State *L, int arg, const char *what) {
+  dlp_Tensor *t = dlp_tensor_test(L, arg);
+  if (!t) {
+    if (lua_type(L, arg) == LUA_TNUMBER || lua_type(L, arg) == LUA_TBOOLEAN)
+      luaL_error(L, "%s: operand %d is a Lua %s; matrix products take tensors (use mul to scale)", what, arg,
+                 luaL_typename(L, arg));
+    luaL_error(L, "%s: operand %d must be a tensor, got %s", what, arg, luaL_typename(L, arg));
+  }
+  if (!t->owner) luaL_error(L, "%s: operand %d was released", what, arg);
+  dlp_check_host(L, t, what);
+  dlp_check_computes(L, t->dtype, what);
+  if (dlp_dtype_kind(t->dtype) == 4)
+    luaL_error(L, "%s: operand %d is %s; complex matrix products are not supported (yet)", what, arg,
+               dlp_dtypes[t->dtype].name);
+  if (t->dl.ndim == 0)
+    luaL_error(L, "%s: operand %d is 0-d; matrix products take 1-d or more (use mul to scale)", what, arg);
+  return t;
+}
+
+/* Fill the plan from the operands at 1 and 2; returns the result's ndim and shape. */
+static int plan_of(lua_State *L, Plan *p, int64_t *shape, const char *what) {
+  const dlp_Tensor *a = operand(L, 1, what), *b = operand(L, 2, what);
+  int an = a->dl.ndim, bn = b->dl.ndim;
+  memset(p, 0, sizeof *p);
+  p->a.t = a;
+  p->b.t = b;
+  p->dtype = dlp_promote(a->dtype, b->dtype);
+  p->cd = compute_dtype(p->dtype);
+  p->isz = dlp_dtypes[p->cd].itemsize;
+  /* a 1-d a is a row (1 x K), a 1-d b a column (K x 1) */
+  p->M = an == 1 ? 1 : a->dl.shape[an - 2];
+  p->K = a->dl.shape[an - 1];
+  p->N = bn == 1 ? 1 : b->dl.shape[bn - 1];
+  int64_t kb = bn == 1 ? b->dl.shape[0] : b->dl.shape[bn - 2];
+  if (kb != p->K) {
+    lua_pushfstring(L, "do not multiply: the inner sizes differ (%I and %I)", (lua_Integer)p->K, (lua_Integer)kb);
+    shapes_error(L, a, b, what, lua_tostring(L, -1));
+  }
+  p->a.rows = p->M;
+  p->a.cols = p->K;
+  p->a.rs = an == 1 ? 0 : dlp_walk_stride(a, an - 2);
+  p->a.cs = dlp_walk_stride(a, an - 1);
+  p->b.rows = p->K;
+  p->b.cols = p->N;
+  p->b.rs = dlp_walk_stride(b, bn == 1 ? 0 : bn - 2);
+  p->b.cs = bn == 1 ? 0 : dlp_walk_stride(b, bn - 1);
+  /* the batch dimensions broadcast as NumPy's */
+  int na = an > 2 ? an - 2 : 0, nbb = bn > 2 ? bn - 2 : 0;
+  p->nb = na > nbb ? na : nbb;
+  for (int i = 0; i < p->nb; i++) {
+    int ia = i - (p->nb - na), ib = i - (p->nb - nbb);
+    int64_t sa = ia >= 0 ? a->dl.shape[ia] : 1, sb = ib >= 0 ? b->dl.shape[ib] : 1;
+    if (sa != sb && sa != 1 && sb != 1) shapes_error(L, a, b, what, "do not broadcast (their batch dimensions)");
+    p->batch[i] = sa == 1 ? sb : sa;
+    p->a.bs[i] = ia >= 0 ? dlp_walk_stride(a, ia) : 0;
+    p->b.bs[i] = ib >= 0 ? dlp_walk_stride(b, ib) : 0;
+  }
+  int ndim = 0;
+  for (int i = 0; i < p->nb; i++) shape[ndim++] = p->batch[i];
+  if (an > 1) shape[ndim++] = p->M;
+  if (bn > 1) shape[ndim++] = p->N;
+  /* CBLAS takes int sizes: larger products go to the kernel */
+  const dlp_Blas *blas = p->cd == DLP_FLOAT32 || p->cd == DLP_FLOAT64 ? dlp_blas() : NULL;
+  if (blas && p->M <= INT_MAX && p->N <= INT_MAX && p->K <= INT_MAX) p->blas = blas;
+  choose_layout(p, &p->a);
+  choose_layout(p, &p->b);
+  p->cbuf = !same_bits(p->dtype, p->cd);
+  return ndim;
+}
+
+/* A userdata for the temporaries, pushed (an allocation: before any memory is taken); raises
+ * when their size does not fit. */
+static char *scratch(lua_State *L, const Plan *p, char **pa, char **pb, char **cb, const char *what) {
+  int64_t na = 0, nb = 0, nc = 0, total;
+  int ok = (p->a.direct || dlp_mul(p->M, p->K, &na)) && (p->b.direct || dlp_mul(p->K, p->N, &nb)) &&
+           (!p->cbuf || dlp_mul(p->M, p->N, &nc)) && dlp_add(na, nb, &total) && dlp_add(total, nc, &total) &&
+           dlp_mul(total, (int64_t)p->isz, &total) && (uint64_t)total <= PTRDIFF_MAX / 2;
+  if (!ok) luaL_error(L, "%s: the temporaries of this product would take more bytes than fit", what);
+  char *base = lua_newuserdatauv(L, (size_t)total, 0);
+  *pa = base;
+  *pb = base + na * (int64_t)p->isz;
+  *cb = base + (na + nb) * (int64_t)p->isz;
+  return base;
+}
+
+/* Every batch of the product into out (the result's M x N matrices, contiguous). */
+static void run_plan(const Plan *p, char *out, char *pa, char *pb, char *cb) {
+  int64_t idx[DLP_MAX_NDIM] = {0};
+  const char *a = dlp_first_element(p->a.t), *b = dlp_first_element(p->b.t);
+  const char *last_a = NULL, *last_b = NULL;
+  int64_t step = p->M * p->N * (int64_t)dlp_dtypes[p->dtype].itemsize;
+  for (;;) {
+    /* a broadcast operand's matrix is packed once */
+    product(p, a, b, out, pa, pb, cb, a != last_a, b != last_b);
+    last_a = a;
+    last_b = b;
+    out += step;
+    int i = p->nb - 1;
+    for (; i >= 0; i--) { /* bs * (size - 1) fits: the operands have elements */
+      if (++idx[i] < p->batch[i]) {
+        a = dlp_offset(a, p->a.bs[i]);
+        b = dlp_offset(b, p->b.bs[i]);
+        break;
+      }
+      a = dlp_offset(a, -p->a.bs[i] * (p->batch[i] - 1));
+      b = dlp_offset(b, -p->b.bs[i] * (p->batch[i] - 1));
+      idx[i] = 0;
+    }
+    if (i < 0) return;
+  }
+}
+
+static int matmul(lua_State *L, int dot, const char *what) {
+  Plan p;
+  int64_t shape[DLP_MAX_NDIM];
+  char *pa, *pb, *cb;
+  dlp_check_no_more(L, 3, what, "two tensors");
+  if (dot) {
+    for (int arg = 1; arg <= 2; arg++) {
+      const dlp_Tensor *t = dlp_tensor_test(L, arg);
+      if (t && t->dl.ndim == 0)
+        luaL_error(L, "%s: operand %d is 0-d; NumPy's dot multiplies then, use mul", what, arg);
+      if (t && t->dl.ndim > 2)
+        luaL_error(L, "%s: operand %d has %d dimensions; dot takes 1-d and 2-d tensors (use matmul for batches "
+                      "of matrices)", what, arg, t->dl.ndim);
+    }
+  }
+  int ndim = plan_of(L, &p, shape, what);
+  int scalar = p.a.t->dl.ndim == 1 && p.b.t->dl.ndim == 1;
+  int64_t numel;
+  if (!dlp_numel_of(ndim, shape, &numel)) luaL_error(L, "%s: the result would have more elements than fit", what);
+  int computes = numel > 0 && p.K > 0;
+  /* allocations first (they may run finalizers, which may release the operands) */
+  uint64_t value[2] = {0, 0}; /* a scalar result: one element of any dtype, aligned */
+  char *out = (char *)value;
+  if (!scalar) {
+    DLDevice cpu = {kDLCPU, 0};
+    dlp_Tensor *r = dlp_tensor_new(L, p.dtype, 0, cpu, ndim, shape, !computes, what);
+    out = dlp_first_element(r);
+  }
+  if (computes) {
+    scratch(L, &p, &pa, &pb, &cb, what);
+    dlp_live(L, p.a.t, what);
+    dlp_live(L, p.b.t, what);
+    run_plan(&p, out, pa, pb, cb);
+    lua_pop(L, 1); /* the temporaries */
+  }
+  if (scalar) dlp_push_element(L, p.dtype, value); /* k = 0: the zero of the dtype */
+  return 1;
+}
+
+static int l_matmul(lua_State *L) { return matmul(L, 0, "dlpack.matmul"); }
+static int l_dot(lua_State *L) { return matmul(L, 1, "dlpack.dot"); }
+static int m_matmul(lua_State *L) { return matmul(L, 0, "matmul"); }
+static int m_dot(lua_State *L) { return matmul(L, 1, "dot"); }
+
+void dlp_matmul_register(lua_State *L, int module, int methods, int meta) {
+  static const luaL_Reg functions[] = {{"matmul", l_matmul}, {"dot", l_dot}, {NULL, NULL}};
+  static const luaL_Reg method_list[] = {{"matmul", m_matmul}, {"dot", m_dot}, {NULL, NULL}};
+  (void)meta;
+  dlp_register(L, module, functions);
+  dlp_register(L, methods, method_list);
+}

@@ -1,0 +1,260 @@
+/* Random tensors: dlpack.rand, randn, randint, and the generator behind them, manual_seed.
+ *
+ * The generator is xoshiro256** (Blackman and Vigna), one per lua_State (its coroutines share
+ * it), seeded through splitmix64 from a 64-bit seed: 0 until dlpack.manual_seed(n) says
+ * otherwise. Every number is computed from the generator's 64-bit outputs with integer
+ * arithmetic and IEEE-754 double operations (one rounding each: no fused multiply-add), and the
+ * logarithm randn needs is computed here from those operations, not taken from the C library,
+ * whose log may differ in the last bit between platforms: the same seed gives the same numbers
+ * on every platform and Lua version. docs/api.md ("Random numbers") gives each step, so that
+ * another implementation can reproduce them. */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#define DEFAULT_SEED 0
+
+/* ---- the generator ---- */
+
+typedef struct Generator {
+  uint64_t s[4];
+} Generator;
+
+static uint64_t splitmix64(uint64_t *x) {
+  uint64_t z = (*x += 0x9e3779b97f4a7c15u);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+  return z ^ (z >> 31);
+}
+
+/* splitmix64's first four outputs: never all zero (it is a bijection of its counter). */
+static void seed_generator(Generator *g, uint64_t seed) {
+  uint64_t x = seed;
+  for (int k = 0; k < 4; k++) g->s[k] = splitmix64(&x);
+}
+
+static uint64_t rotl(uint64_t x, int k) {
+  return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t next(Generator *g) {
+  uint64_t *s = g->s;
+  uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+  s[2] ^= s[0];
+  s[3] ^= s[1];
+  s[1] ^= s[2];
+  s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = rotl(s[3], 45);
+  return result;
+}
+
+/* The registry holds each state's generator under this address: a userdata without a metatable,
+ * checked by its size too, in case a script with the debug library put something else there. */
+static const char generator_key = 0;
+
+/* L's generator, pushed (the caller keeps it on the stack while it draws), made the first time
+ * (an allocation: call it before taking tensor memory). */
+static Generator *generator(lua_State *L) {
+  Generator *g = NULL;
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &generator_key) == LUA_TUSERDATA && lua_rawlen(L, -1) == sizeof *g) {
+    if (lua_getmetatable(L, -1)) lua_pop(L, 1); /* not one of ours */
+    else g = lua_touserdata(L, -1);
+  }
+  if (g) return g;
+  lua_pop(L, 1);
+  g = lua_newuserdatauv(L, sizeof *g, 0);
+  seed_generator(g, DEFAULT_SEED);
+  lua_pushvalue(L, -1);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &generator_key);
+  return g;
+}
+
+/* dlpack.manual_seed(n): n an integer (on Lua 5.1, 5.2 and LuaJIT an integral number within
+ * int64); a negative seed is its 64 bits as two's complement. */
+static int l_manual_seed(lua_State *L) {
+  int isint;
+  dlp_check_no_more(L, 2, "dlpack.manual_seed", "a seed");
+  if (lua_type(L, 1) != LUA_TNUMBER) return luaL_typeerror(L, 1, "number");
+  lua_Integer n = lua_tointegerx(L, 1, &isint);
+  if (!isint) {
+    lua_Number x = lua_tonumber(L, 1);
+    lua_pushvalue(L, 1);
+    return luaL_argerror(L, 1, lua_pushfstring(L, "the seed must be an integer from -2^63 to 2^63 - 1, got %s",
+                                               x != x ? "nan" : lua_tostring(L, -1)));
+  }
+  seed_generator(generator(L), (uint64_t)n);
+  return 0;
+}
+
+/* ---- drawing ---- */
+
+/* A uniform integer in [0, range), range >= 1: Lemire's multiply-and-reject, unbiased. The high
+ * and low 64 bits of x * range, from 32-bit halves. */
+static uint64_t mul_wide(uint64_t a, uint64_t b, uint64_t *low) {
+  uint64_t a0 = (uint32_t)a, a1 = a >> 32, b0 = (uint32_t)b, b1 = b >> 32;
+  uint64_t p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
+  uint64_t mid = (p00 >> 32) + (uint32_t)p01 + (uint32_t)p10;
+  *low = (mid << 32) | (uint32_t)p00;
+  return p11 + (p01 >> 32) + (p10 >> 32) + (mid >> 32);
+}
+
+static uint64_t below(Generator *g, uint64_t range) {
+  uint64_t low, high = mul_wide(next(g), range, &low);
+  if (low < range) {
+    uint64_t threshold = (0 - range) % range; /* 2^64 mod range: the draws that would bias */
+    while (low < threshold) high = mul_wide(next(g), range, &low);
+  }
+  return high;
+}
+
+/* The natural logarithm of x (positive, finite), from IEEE-754 operations alone: x = m * 2^e
+ * with m in [sqrt(1/2), sqrt(2)), then log(m) = 2 atanh(f) with f = (m - 1) / (m + 1), by its
+ * series to f^25 (|f| < 0.1716: the next term is below 2^-60 of the sum). Within about 2 ulp of
+ * the true value, and the same bits everywhere. */
+static double det_log(double x) {
+  int e;
+  double m = frexp(x, &e); /* exact: x = m * 2^e, m in [0.5, 1) */
+  if (m < 0.70710678118654752440) {
+    m = m * 2;
+    e = e - 1;
+  }
+  double f = (m - 1) / (m + 1), f2 = f * f, p = 1.0 / 25;
+  for (int k = 11; k >= 0; k--) p = p * f2 + 1.0 / (2 * k + 1);
+  return (double)e * 0.69314718055994530942 + 2 * f * p;
+}
+
+/* A double in [-1, 1) from 53 random bits: exact. */
+static double signed_unit(Generator *g) {
+  return (double)(next(g) >> 11) * 0x1p-52 - 1;
+}
+
+/* Store the double v as an element of the float dtype at p (rounded to nearest even). */
+static void put_float(int dtype, char *p, double v) {
+  switch (dtype) {
+    case DLP_FLOAT64: memcpy(p, &v, sizeof v); return;
+    case DLP_FLOAT32: { float f = (float)v; memcpy(p, &f, sizeof f); return; }
+    case DLP_FLOAT16: { uint16_t h = dlp_half_from_double(v); memcpy(p, &h, sizeof h); return; }
+    default: { uint16_t h = dlp_bfloat_from_double(v); memcpy(p, &h, sizeof h); return; }
+  }
+}
+
+/* Uniform in [0, 1): as many of the top bits of one output as the dtype has significant bits
+ * (53, 24, 11, 8), times 2^-bits; every value is exact in the dtype. */
+static void fill_uniform(Generator *g, int dtype, char *p, int64_t n) {
+  size_t itemsize = dlp_dtypes[dtype].itemsize;
+  int bits = dtype == DLP_FLOAT64 ? 53 : dtype == DLP_FLOAT32 ? 24 : dtype == DLP_FLOAT16 ? 11 : 8;
+  double scale = ldexp(1, -bits);
+  for (int64_t i = 0; i < n; i++, p += itemsize) put_float(dtype, p, (double)(next(g) >> (64 - bits)) * scale);
+}
+
+/* Standard normal: Marsaglia's polar method. u, v in [-1, 1) (signed_unit, u first), s = u*u +
+ * v*v, drawn again until 0 < s < 1; then u * r and v * r with r = sqrt(-2 log(s) / s) are two
+ * elements, in that order (an odd count drops the last v * r). Computed in double, then rounded. */
+static void fill_normal(Generator *g, int dtype, char *p, int64_t n) {
+  size_t itemsize = dlp_dtypes[dtype].itemsize;
+  for (int64_t i = 0; i < n; i += 2) {
+    double u, v, s;
+    do {
+      u = signed_unit(g);
+      v = signed_unit(g);
+      s = u * u + v * v;
+    } while (s >= 1 || s == 0);
+    double r = sqrt(-2 * det_log(s) / s);
+    put_float(dtype, p, u * r);
+    p += itemsize;
+    if (i + 1 < n) {
+      put_float(dtype, p, v * r);
+      p += itemsize;
+    }
+  }
+}
+
+/* ---- the functions ---- */
+
+/* dlpack.rand(shape [, dtype]) and randn: shape a table or numbers (rand(2, 3, "float64")). */
+static int random_floats(lua_State *L, int normal, const char *what) {
+  int64_t shape[DLP_MAX_NDIM];
+  int next_arg, ndim = dlp_check_shape_args(L, 1, shape, &next_arg);
+  dlp_check_no_more(L, next_arg + 1, what, "a shape and a dtype");
+  int dtype = dlp_opt_dtype(L, next_arg, DLP_FLOAT32);
+  if (dtype < DLP_FLOAT16 || dtype > DLP_FLOAT64)
+    return luaL_argerror(L, next_arg, lua_pushfstring(L, "%s makes float16, bfloat16, float32 or float64, not %s%s",
+                                                      what, dlp_dtypes[dtype].name,
+                                                      dtype <= DLP_UINT64 ? " (use dlpack.randint)" : ""));
+  Generator *g = generator(L);
+  dlp_Tensor *t = dlp_tensor_new(L, dtype, 0, (DLDevice){kDLCPU, 0}, ndim, shape, 0, what);
+  (normal ? fill_normal : fill_uniform)(g, dtype, dlp_first_element(t), dlp_numel(t));
+  return 1;
+}
+
+static int l_rand(lua_State *L) { return random_floats(L, 0, "dlpack.rand"); }
+static int l_randn(lua_State *L) { return random_floats(L, 1, "dlpack.randn"); }
+
+/* A bound of randint: an integer within int64. */
+static int64_t check_bound(lua_State *L, int arg, const char *name) {
+  int isint;
+  if (lua_type(L, arg) != LUA_TNUMBER) return luaL_typeerror(L, arg, "number");
+  lua_Integer v = lua_tointegerx(L, arg, &isint);
+  if (!isint) {
+    lua_Number x = lua_tonumber(L, arg);
+    lua_pushvalue(L, arg);
+    luaL_argerror(L, arg, lua_pushfstring(L, "%s must be an integer from -2^63 to 2^63 - 1, got %s", name,
+                                          x != x ? "nan" : lua_tostring(L, -1)));
+  }
+  return v;
+}
+
+/* The smallest and largest values of an integer dtype or bool (uint64: those within int64). */
+static void integer_limits(int dtype, int64_t *lo, int64_t *hi) {
+  int bits = dlp_dtypes[dtype].bits;
+  if (dtype == DLP_BOOL) *lo = 0, *hi = 1;
+  else if (dtype >= DLP_UINT8) *lo = 0, *hi = bits == 64 ? INT64_MAX : (int64_t)((UINT64_C(1) << bits) - 1);
+  else *lo = bits == 64 ? INT64_MIN : -(INT64_C(1) << (bits - 1)), *hi = bits == 64 ? INT64_MAX : -*lo - 1;
+}
+
+/* dlpack.randint(lo, hi, shape [, dtype]): uniform integers in [lo, hi), one draw each (more when
+ * Lemire's method rejects one). */
+static int l_randint(lua_State *L) {
+  int64_t shape[DLP_MAX_NDIM], min, max;
+  int64_t lo = check_bound(L, 1, "lo"), hi = check_bound(L, 2, "hi");
+  int next_arg, ndim = dlp_check_shape_args(L, 3, shape, &next_arg);
+  dlp_check_no_more(L, next_arg + 1, "dlpack.randint", "lo, hi, a shape and a dtype");
+  int dtype = dlp_opt_dtype(L, next_arg, DLP_INT64);
+  if (dtype > DLP_UINT64)
+    return luaL_argerror(L, next_arg, lua_pushfstring(L, "dlpack.randint makes integers or bool, not %s",
+                                                      dlp_dtypes[dtype].name));
+  if (lo >= hi)
+    return luaL_argerror(L, 2, lua_pushfstring(L, "hi must be greater than lo (lo %I, hi %I)", (lua_Integer)lo,
+                                               (lua_Integer)hi));
+  integer_limits(dtype, &min, &max);
+  if (lo < min || hi - 1 > max)
+    return luaL_error(L, "dlpack.randint: the range [%I, %I) does not fit %s (%I to %I)", (lua_Integer)lo,
+                      (lua_Integer)hi, dlp_dtypes[dtype].name, (lua_Integer)min, (lua_Integer)max);
+  Generator *g = generator(L);
+  dlp_Tensor *t = dlp_tensor_new(L, dtype, 0, (DLDevice){kDLCPU, 0}, ndim, shape, 0, "dlpack.randint");
+  uint64_t range = (uint64_t)hi - (uint64_t)lo; /* 1 to 2^64 - 1 */
+  size_t itemsize = dlp_dtypes[dtype].itemsize;
+  char *p = dlp_first_element(t);
+  dlp_Scalar s = {DLP_S_INT, 0, 0, 0, 0};
+  for (int64_t i = 0, n = dlp_numel(t); i < n; i++, p += itemsize) {
+    s.i = (int64_t)((uint64_t)lo + below(g, range)); /* within [lo, hi): no wrap */
+    dlp_store(dtype, p, &s);
+  }
+  return 1;
+}
+
+void dlp_random_register(lua_State *L, int module, int methods, int meta) {
+  static const luaL_Reg functions[] = {
+    {"rand", l_rand}, {"randn", l_randn}, {"randint", l_randint}, {"manual_seed", l_manual_seed}, {NULL, NULL},
+  };
+  (void)methods, (void)meta;
+  dlp_register(L, module, functions);
+}
