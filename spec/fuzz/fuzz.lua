@@ -1977,6 +1977,9 @@ end)
 
 -- at the edges: package tricks, lua_close, sizes at the int64 edge (spec/fuzz/edges.lua)
 require("fuzz.edges").register(op, { dlpack = dlpack, fab = fab, T = T })
+-- the computing functions, checked against spec/fuzz/compute_model.lua (spec/fuzz/compute.lua)
+require("fuzz.compute").register(op, { dlpack = dlpack, T = T, info = info, values = values, live = live,
+  NSLOT = NSLOT })
 -- the more ways to make tensors: *_like, linspace, eye, random, shapes as numbers (spec/fuzz/create.lua)
 require("fuzz.create").register(op, { dlpack = dlpack, T = T, info = info, values = values, NSLOT = NSLOT })
 
