@@ -315,7 +315,6 @@ end)
 
 describe("temporaries under the generational collector", function()
   it("are collected though they live through minor collections (a full one every 64 MiB)", function()
-    local dlpack = require "dlpack"
     local generational = _VERSION == "Lua 5.4"
     local old
     if generational then old = collectgarbage("generational") end
