@@ -671,3 +671,14 @@ describe("a plain Lua model", function()
     end
   end)
 end)
+
+describe("full reductions on Luas without integers", function()
+  it("raise for an integer result a double cannot hold, as element reads do", function()
+    local t = dlpack.frombytes(string.pack("<i8i8", 2 ^ 62, 3), "int64")
+    if _VERSION >= "Lua 5.3" then -- integers: the exact value
+      assert.equal(math.tointeger(2 ^ 62) + 3, t:sum())
+    else
+      support.raises(function() return t:sum() end, "no exact lua number")
+    end
+  end)
+end)
