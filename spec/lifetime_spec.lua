@@ -312,3 +312,23 @@ describe("memory", function()
   end)
 end)
 
+
+describe("temporaries under the generational collector", function()
+  it("are collected though they live through minor collections (a full one every 64 MiB)", function()
+    local generational = _VERSION == "Lua 5.4"
+    local old
+    if generational then old = collectgarbage("generational") end
+    local alive = setmetatable({}, {__mode = "k"})
+    local x = dlpack.zeros({256 * 1024}) -- 1 MiB
+    for _ = 1, 200 do
+      local a = x + 1 -- lives through the two allocations after it: old in a minor-only world
+      local b = a * 2
+      local c = b - a
+      alive[a], alive[b], alive[c] = true, true, true
+    end
+    local n = 0
+    for _ in pairs(alive) do n = n + 1 end
+    if generational and old == "incremental" then collectgarbage("incremental") end
+    assert.is_true(n < 150, n .. " of 600 temporaries still alive")
+  end)
+end)

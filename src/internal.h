@@ -62,6 +62,7 @@ typedef struct dlp_State {
   int closing;          /* the module's cleanup at lua_close has run */
   int isolated;         /* its scripts' capsules go back when it closes (dlpack_lua_isolate_capsules) */
   dlp_Tracked *tracked; /* objects its cleanup releases */
+  size_t external;      /* bytes of new tensor memory since the last full collection it asked for */
 } dlp_State;
 
 /* The record of L; NULL when the module was never opened in L. */
@@ -74,6 +75,8 @@ dlp_State *dlp_state(lua_State *L);
  * new object to dlp_track so that the cleanup releases it if nothing else does. Else NULL. */
 dlp_State *dlp_state_for_new(lua_State *L, const char *kind);
 void dlp_track(dlp_State *st, dlp_Tracked *node, void (*close)(dlp_Tracked *self));
+/* Count nbytes of new tensor memory; whether a full collection is due now (see module.c). */
+int dlp_state_external(lua_State *L, size_t nbytes);
 
 /* ---- layout.c: checked arithmetic (each returns 0 on overflow and writes nothing useful) ---- */
 

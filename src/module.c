@@ -59,6 +59,25 @@ dlp_State *dlp_state(lua_State *L) {
   return st;
 }
 
+/* Lua 5.4's generational collector frees only young garbage in its minor collections, and the
+ * steps dlp_gc_account asks for are minor ones: a temporary that lived through two of them (the
+ * operands of an expression such as (x / 255 - mean) / std) grows old, and old garbage waits for
+ * a major collection, which only the Lua heap's own growth brings on. Tensors' memory is outside
+ * that heap, so a frame loop reached a gigabyte before one came. A full collection is therefore
+ * asked for after each 64 MiB of new tensor memory, or four times the Lua heap when that is
+ * larger, so that its cost stays a fraction of the work that made the garbage. */
+#define EXTERNAL_MIN ((size_t)64 << 20)
+
+int dlp_state_external(lua_State *L, size_t nbytes) {
+  dlp_State *st = dlp_state(L);
+  if (!st) return 0;
+  st->external += nbytes;
+  size_t heap = (size_t)lua_gc(L, LUA_GCCOUNT, 0) * 1024 * 4;
+  if (st->external < (heap > EXTERNAL_MIN ? heap : EXTERNAL_MIN)) return 0;
+  st->external = 0;
+  return 1;
+}
+
 void dlp_untrack(dlp_Tracked *node) {
   if (!node->pprev) return;
   *node->pprev = node->next;
@@ -106,6 +125,7 @@ static void state_open(lua_State *L) {
   st->closing = 0;
   st->isolated = 0;
   st->tracked = NULL;
+  st->external = 0;
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, state_gc);
   lua_setfield(L, -2, "__gc");

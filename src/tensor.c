@@ -316,7 +316,8 @@ void dlp_keep_guard(lua_State *L, int owner) {
 void dlp_gc_account(lua_State *L, size_t nbytes) {
   size_t kb = nbytes / 1024;
   if (kb == 0 || !dlp_gc_running(L)) return;
-  lua_gc(L, LUA_GCSTEP, kb > INT_MAX ? INT_MAX : (int)kb);
+  if (dlp_state_external(L, nbytes)) lua_gc(L, LUA_GCCOLLECT, 0);
+  else lua_gc(L, LUA_GCSTEP, kb > INT_MAX ? INT_MAX : (int)kb);
 }
 
 int dlp_check_dim(lua_State *L, int arg, int ndim, int extra) {
