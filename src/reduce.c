@@ -363,7 +363,7 @@ static void fold_sqdev(int acc_dtype, char *a, int64_t as, const char *mean, con
 #if defined(__GNUC__)
 #define DEFINE_HIT_FLOAT(name, ATTR, T, V, M, lanes, NOT_CMP)                                  \
   ATTR static int name(const char *x, T b) {                                                \
-    V bv, v, w;                                                                             \
+    V bv = {0}, v, w;                                                                       \
     M hit = {0}, hit2 = {0};                                                                \
     for (int k = 0; k < lanes; k++) bv[k] = b;                                              \
     for (int i = 0; i < ARG_BLOCK; i += 2 * lanes) {                                        \
@@ -684,20 +684,10 @@ static void choose_dtypes(lua_State *L, int op, int in, int opt, int *result, in
   }
 }
 
-/* Push the element at p (dtype) as a Lua value: integers as integers on Lua 5.3 and later (uint64
- * from 2^63 up as the integer with the same bits, as element reads), as doubles before. */
+/* Push the element at p (dtype) as a Lua value, as element reads do: on Lua 5.1, 5.2 and LuaJIT
+ * an integer a double cannot hold exactly raises rather than coming back rounded. */
 static void push_value(lua_State *L, int dtype, const void *p) {
-  dlp_Scalar s;
-  dlp_load(dtype, p, &s);
-  if (dtype == DLP_BOOL) lua_pushboolean(L, s.i != 0);
-#if DLP_LUA_INTEGERS
-  else if (s.kind == DLP_S_INT) lua_pushinteger(L, (lua_Integer)s.i);
-  else if (s.kind == DLP_S_UINT) lua_pushinteger(L, (lua_Integer)s.u);
-#else
-  else if (s.kind == DLP_S_INT) lua_pushnumber(L, (lua_Number)s.i);
-  else if (s.kind == DLP_S_UINT) lua_pushnumber(L, (lua_Number)s.u);
-#endif
-  else lua_pushnumber(L, (lua_Number)s.re);
+  dlp_push_element(L, dtype, p);
 }
 
 static int reduce(lua_State *L, int op) {
