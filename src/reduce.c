@@ -849,7 +849,7 @@ static int reduce(lua_State *L, int op) {
       const int64_t(*sp)[DLP_MAX_NDIM] = (const int64_t(*)[DLP_MAX_NDIM])st;
       char *d[3] = {aux, aux, data[1]};
       int64_t st2[2][DLP_MAX_NDIM];
-      memset(aux, 0, (size_t)(K * w->acc_size));
+      if (K > 0) memset(aux, 0, (size_t)(K * w->acc_size)); /* K == 0: aux may be NULL (an empty result) */
       d[1] = dlp_first_element(t);
       for (int i = 0; i < ndim; i++) st2[0][i] = st[0][i], st2[1][i] = in_st[i];
       w->nops = 2;
