@@ -567,7 +567,7 @@ describe("a plain Lua model", function()
   it("agrees on random shapes, layouts, dims and dtypes", function()
     math.randomseed(16)
     local dtypes = {"int32", "float64", "float32", "uint8", "int64", "int16", "uint32"}
-    for _ = 1, 150 do
+    for _ = 1, support.trials(150) do
       local ndim = math.random(1, 4)
       local shape = {}
       for i = 1, ndim do shape[i] = math.random(1, 5) end
@@ -636,7 +636,7 @@ describe("a plain Lua model", function()
 
   it("agrees on long rows (the vectorised blocks), forwards, backwards and strided", function()
     math.randomseed(61)
-    for _ = 1, 24 do
+    for _ = 1, support.trials(24) do
       local a, b = math.random(1, 3), math.random(200, 900)
       local values = {}
       for i = 1, a * b do values[i] = math.random(0, 999) end

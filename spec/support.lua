@@ -25,6 +25,18 @@ support.NUMERIC = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32
                    "float16", "bfloat16", "float32", "float64"}
 support.ACCESSIBLE = {"bool", table.unpack(support.NUMERIC)}
 
+-- Stage 11 runs every spec under a collector that works at every allocation (spec/helper.lua),
+-- and stage 60 under valgrind (DLPACK_SPEC_FEWER_TRIALS=1), to find lifetime and memory bugs;
+-- there, value checks that repeat over many random cases (models, long rows) run
+-- `support.trials(n)` times, a tenth of the plain stage's n: they cost those stages the most,
+-- and the values they check do not depend on the collector or the memory checker.
+function support.trials(n)
+  if os.getenv("DLPACK_SPEC_GC") == "incremental" or os.getenv("DLPACK_SPEC_FEWER_TRIALS") then
+    return math.max(1, math.floor(n / 10))
+  end
+  return n
+end
+
 -- Calls fn, which must raise; returns the error value as raised.
 local function error_of(fn)
   local ok, err = pcall(fn)

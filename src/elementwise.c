@@ -41,6 +41,7 @@ static const OpInfo ops[DLP_OP_COUNT] = {
   [DLP_OP_BAND] = {"band", 2, RULE_BITWISE}, [DLP_OP_BOR] = {"bor", 2, RULE_BITWISE},
   [DLP_OP_BXOR] = {"bxor", 2, RULE_BITWISE}, [DLP_OP_SHL] = {"shl", 2, RULE_SHIFT},
   [DLP_OP_SHR] = {"shr", 2, RULE_SHIFT}, [DLP_OP_WHERE] = {"where", 3, RULE_WHERE},
+  [DLP_OP_CLAMP] = {"clamp", 3, RULE_ARITH},
   [DLP_OP_NEG] = {"neg", 1, RULE_KEEP}, [DLP_OP_ABS] = {"abs", 1, RULE_KEEP},
   [DLP_OP_SIGN] = {"sign", 1, RULE_KEEP}, [DLP_OP_SQRT] = {"sqrt", 1, RULE_FLOATFN},
   [DLP_OP_EXP] = {"exp", 1, RULE_FLOATFN}, [DLP_OP_LOG] = {"log", 1, RULE_FLOATFN},
@@ -395,6 +396,8 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
       if (kind == 0) result = DLP_INT8;
       break;
     case RULE_FLOATFN:
+      if (c->dtype >= 0 && kind <= 2)
+        luaL_error(L, "%s: computes in a float dtype, got dtype %s", c->what, dlp_dtypes[p].name);
       if (kind <= 2) {
         int bits = dlp_dtypes[p].bits;
         result = bits <= 8 ? DLP_FLOAT16 : bits <= 16 ? DLP_FLOAT32 : DLP_FLOAT64;
@@ -573,12 +576,12 @@ static int l_operator(lua_State *L) {
 
 /* ---- clamp, masked_fill, equal, allclose ---- */
 
-/* clamp(t, lo, hi [, opts]) and t:clamp_(lo, hi): maximum with lo, then minimum with hi (NumPy's
- * clip: lo > hi gives hi); the result dtype promotes t with both bounds. */
+/* clamp(t, lo, hi [, opts]) and t:clamp_(lo, hi): min(max(t, lo), hi) in one pass (NumPy's clip:
+ * lo > hi gives hi), or maximum or minimum alone when a bound is nil; the result dtype promotes t
+ * with the bounds given. */
 static int clamp(lua_State *L, int inplace) {
   const char *what = inplace ? "clamp_" : "clamp";
   dlp_ComputeOptions o;
-  Operand in[3];
   Call c;
   if (inplace) {
     dlp_check_no_more(L, 4, what, "two bounds");
@@ -588,34 +591,25 @@ static int clamp(lua_State *L, int inplace) {
     dlp_check_no_more(L, 5, what, "a tensor, two bounds and an options table");
     dlp_read_compute_options(L, 4, DLP_COPT_OUT | DLP_COPT_DTYPE, &o, what);
   }
-  int lo = !lua_isnoneornil(L, 2), hi = !lua_isnoneornil(L, 3), count = 1;
-  read_operand(L, 1, &in[0], what);
-  if (!in[0].t) luaL_error(L, "%s: a tensor expected, got %s", what, luaL_typename(L, 1));
+  int lo = !lua_isnoneornil(L, 2), hi = !lua_isnoneornil(L, 3);
+  if (!dlp_tensor_test(L, 1)) luaL_error(L, "%s: a tensor expected, got %s", what, luaL_typename(L, 1));
   if (!lo && !hi) luaL_error(L, "%s: give a lower bound, an upper bound or both", what);
-  if (lo) read_operand(L, 2, &in[count++], what);
-  if (hi) read_operand(L, 3, &in[count++], what);
   memset(&c, 0, sizeof c);
   c.what = what;
-  c.dtype = o.dtype >= 0 ? o.dtype : promote_operands(in, count);
+  c.dtype = o.dtype;
   c.inplace = inplace;
   c.out = inplace ? 1 : o.out;
-  /* maximum(t, lo) into out or a new tensor, then minimum(that, hi) in place */
-  int base = lua_gettop(L) + 1;
+  c.first = lua_gettop(L) + 1;
   lua_pushvalue(L, 1);
-  lua_pushvalue(L, lo ? 2 : 3);
-  c.op = lo ? DLP_OP_MAXIMUM : DLP_OP_MINIMUM;
-  c.first = base;
-  elementwise(L, &c);
   if (lo && hi) {
-    int result = lua_gettop(L);
-    lua_pushvalue(L, result);
+    c.op = DLP_OP_CLAMP;
+    lua_pushvalue(L, 2);
     lua_pushvalue(L, 3);
-    c.op = DLP_OP_MINIMUM;
-    c.first = result + 1;
-    c.out = result;
-    c.inplace = 1;
-    elementwise(L, &c);
+  } else {
+    c.op = lo ? DLP_OP_MAXIMUM : DLP_OP_MINIMUM;
+    lua_pushvalue(L, lo ? 2 : 3);
   }
+  elementwise(L, &c);
   return 1;
 }
 static int l_clamp(lua_State *L) { return clamp(L, 0); }

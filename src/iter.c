@@ -63,12 +63,13 @@ void dlp_iter_init(dlp_Iter *it, int nops, int ndim, const int64_t *shape, char 
   it->nops = nops;
   it->numel = 1;
   for (int op = 0; op < nops; op++) it->data[op] = data[op];
-  for (int i = 0; i < ndim; i++) {
-    if (shape[i] == 0) {
+  for (int i = 0; i < ndim; i++)
+    if (shape[i] == 0) { /* before multiplying: an empty shape's other sizes may be anything */
       it->numel = 0;
       it->ndim = 0;
       return;
     }
+  for (int i = 0; i < ndim; i++) {
     it->numel *= shape[i]; /* fits: the caller's shapes are checked tensors' */
     if (shape[i] > 1) order[k++] = i;
   }

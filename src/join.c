@@ -40,7 +40,9 @@ static int join(lua_State *L, int stack, const char *what) {
   if (n == 0) return luaL_argerror(L, 1, "the list of tensors is empty");
   if (n > INT_MAX / 2) return luaL_argerror(L, 1, "too many tensors");
   lua_settop(L, 2);
-  lua_createtable(L, (int)n, 0); /* holds the entries until the copies are done */
+  /* holds the entries until the copies are done; grown as they are read, since a sparse list's
+   * length (lua_rawlen's border) may be far more than it holds */
+  lua_newtable(L);
   int hold = 3, dtype = -1, ndim = 0, dim = 0;
   const dlp_Tensor *first = NULL;
   for (int i = 1; i <= (int)n; i++) {
@@ -55,6 +57,8 @@ static int join(lua_State *L, int stack, const char *what) {
       ndim = t->dl.ndim;
       if (!stack && ndim == 0)
         return luaL_error(L, "%s: list[1] is 0-d; cat joins along a dimension (use stack)", what);
+      if (stack && ndim >= DLP_MAX_NDIM)
+        return luaL_error(L, "%s: the result would have more than %d dimensions", what, DLP_MAX_NDIM);
       dim = lua_isnoneornil(L, 2) ? 0 : dlp_check_dim(L, 2, ndim, stack);
       dtype = t->dtype;
     } else {

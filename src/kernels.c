@@ -92,6 +92,34 @@ typedef uint8_t b8; /* bool elements: 0 or 1 */
     }                                                                                                  \
   }
 
+/* clamp: out = min(max(x, lo), hi), x, lo, hi of type T at data[1], data[2], data[3] (NumPy's clip,
+ * NaN propagating for floats); scalar bounds over a contiguous x run as a plain indexed loop. */
+#define DEFCLAMP(name, T, MAXF, MINF)                                                                  \
+  static void name(void *ctx, char *const *data, const int64_t *steps, int64_t n) {                    \
+    char *o = data[0];                                                                                 \
+    const char *a = data[1], *lo = data[2], *hi = data[3];                                             \
+    (void)ctx;                                                                                         \
+    if (steps[0] == (int64_t)sizeof(T) && steps[1] == (int64_t)sizeof(T) && steps[2] == 0 &&           \
+        steps[3] == 0 && ALIGNED(o, T) && ALIGNED(a, T)) {                                             \
+      T *restrict po = (T *)(void *)o;                                                                 \
+      const T *pa = (const T *)(const void *)a;                                                        \
+      T l, h;                                                                                          \
+      memcpy(&l, lo, sizeof l);                                                                        \
+      memcpy(&h, hi, sizeof h);                                                                        \
+      for (int64_t i = 0; i < n; i++) { T x = pa[i], m = MAXF(x, l); po[i] = MINF(m, h); }             \
+      return;                                                                                          \
+    }                                                                                                  \
+    for (int64_t i = 0; i < n; i++, o += steps[0], a += steps[1], lo += steps[2], hi += steps[3]) {    \
+      T x, l, h, m, r;                                                                                 \
+      memcpy(&x, a, sizeof x);                                                                         \
+      memcpy(&l, lo, sizeof l);                                                                        \
+      memcpy(&h, hi, sizeof h);                                                                        \
+      m = MAXF(x, l);                                                                                  \
+      r = MINF(m, h);                                                                                  \
+      memcpy(o, &r, sizeof r);                                                                         \
+    }                                                                                                  \
+  }
+
 /* ---- the scalar rules the expressions use ---- */
 
 /* NumPy's floor division and remainder of floats (npy_divmod): a divisor of 0 gives a / b and
@@ -140,7 +168,7 @@ static inline float rem_f32(float a, float b) {
 #define INTEGER_RULES(T, U, SIGNED, LT0)                                                                    \
   static inline T add_##T(T a, T b) { return (T)((U)a + (U)b); }                                       \
   static inline T sub_##T(T a, T b) { return (T)((U)a - (U)b); }                                       \
-  static inline T mul_##T(T a, T b) { return (T)((U)a * (U)b); }                                       \
+  static inline T mul_##T(T a, T b) { return (T)(U)(1u * (U)a * (U)b); } /* 1u: never in int */                                       \
   static inline T neg_##T(T a) { return (T)((U)0 - (U)a); }                                            \
   static inline T floordiv_##T(T a, T b) {                                                             \
     if (b == 0) return 0; /* unreachable but for dtype= narrowing a divisor to 0: no trap */            \
@@ -158,8 +186,8 @@ static inline float rem_f32(float a, float b) {
   static inline T pow_##T(T a, T b) {                                                                  \
     U result = 1, base = (U)a;                                                                         \
     for (U e = (U)b; e; e >>= 1) {                                                                     \
-      if (e & 1) result *= base;                                                                       \
-      base *= base;                                                                                    \
+      if (e & 1) result = (U)(1u * result * base);                                                     \
+      base = (U)(1u * base * base);                                                                    \
     }                                                                                                  \
     return (T)result;                                                                                  \
   }                                                                                                    \
@@ -224,6 +252,7 @@ static inline double logistic_f64(double x) { return 1.0 / (1.0 + exp(-x)); }
 #define ALL(DO) DO(b, b8) INTS(DO) FLOATS(DO)
 
 #define INT_ARITH(s, T)                                                       \
+  DEFCLAMP(clamp_##s, T, MAX, MIN)                                            \
   DEF2(add_##s, T, T, add_##T(x, y))                                          \
   DEF2(sub_##s, T, T, sub_##T(x, y))                                          \
   DEF2(mul_##s, T, T, mul_##T(x, y))                                          \
@@ -247,6 +276,7 @@ static inline double logistic_f64(double x) { return 1.0 / (1.0 + exp(-x)); }
 INTS(INT_ARITH)
 
 #define FLOAT_ARITH(s, T, F)                                                  \
+  DEFCLAMP(clamp_##s, T, FMAX, FMIN)                                          \
   DEF2(add_##s, T, T, x + y)                                                  \
   DEF2(sub_##s, T, T, x - y)                                                  \
   DEF2(mul_##s, T, T, x * y)                                                  \
@@ -282,6 +312,7 @@ FLOAT_ARITH(f32, float, f)
 FLOAT_ARITH(f64, double, )
 
 /* bool: add is or, mul and, maximum or, minimum and (NumPy's bool loops) */
+DEFCLAMP(clamp_b, b8, MAX, MIN)
 DEF2(add_b, b8, b8, x | y)
 DEF2(mul_b, b8, b8, x & y)
 DEF2(max_b, b8, b8, x | y)
@@ -348,6 +379,7 @@ static const dlp_IterLoop loops[DLP_OP_COUNT][DLP_NCOMPUTE] = {
   [DLP_OP_SHL] = ROW_INT(shl),
   [DLP_OP_SHR] = ROW_INT(shr),
   [DLP_OP_WHERE] = ROW_ALL(where),
+  [DLP_OP_CLAMP] = ROW_ALL(clamp),
   [DLP_OP_NEG] = ROW_NUM(neg),
   [DLP_OP_ABS] = {abs_b, abs_i8, abs_i16, abs_i32, abs_i64, abs_u8, abs_u16, abs_u32, abs_u64, abs_f32, abs_f64},
   [DLP_OP_SIGN] = ROW_NUM(sign),

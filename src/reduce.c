@@ -690,6 +690,13 @@ static void push_value(lua_State *L, int dtype, const void *p) {
   dlp_push_element(L, dtype, p);
 }
 
+/* a * b, or INT64_MAX when that does not fit: an empty tensor's other sizes may multiply past
+ * 64 bits ({0, 2^40, 2^40}), and then only whether a count is 0 matters */
+static int64_t saturating_mul(int64_t a, int64_t b) {
+  int64_t r;
+  return dlp_mul(a, b, &r) ? r : INT64_MAX;
+}
+
 static int reduce(lua_State *L, int op) {
   const char *what = op_names[op];
   int reduced[DLP_MAX_NDIM], result_dtype, acc_dtype, ndim, keep_shape_ndim = 0;
@@ -709,10 +716,10 @@ static int reduce(lua_State *L, int op) {
   choose_dtypes(L, op, t->dtype, o.dtype, &result_dtype, &acc_dtype, what);
   for (int i = 0; i < ndim; i++) {
     if (reduced[i]) {
-      m *= t->dl.shape[i]; /* fits: a factor of the tensor's element count */
+      m = saturating_mul(m, t->dl.shape[i]); /* exact unless the tensor is empty */
       if (o.keepdim) out_shape[keep_shape_ndim++] = 1;
     } else {
-      K *= t->dl.shape[i];
+      K = saturating_mul(K, t->dl.shape[i]);
       out_shape[keep_shape_ndim++] = t->dl.shape[i];
     }
   }
@@ -753,14 +760,14 @@ static int reduce(lua_State *L, int op) {
     shape[i] = t->dl.shape[i];
     in_st[i] = dlp_walk_stride(t, i);
     out_el[i] = reduced[i] ? 0 : s;
-    if (!reduced[i]) s *= shape[i];
+    if (!reduced[i]) s = saturating_mul(s, shape[i]);
   }
   for (int i = 0; i < ndim; i++) {
     if (!reduced[i]) continue;
     rsize[nr] = shape[i];
     walked[nr] = !(in_st[i] == 0 && shape[i] > 1);
     if (!walked[nr]) {
-      rep *= shape[i];
+      rep = saturating_mul(rep, shape[i]);
       shape[i] = 1;
       any_dropped = 1;
     }
