@@ -779,7 +779,7 @@ local function clamp(S, env)
     elseif lo.none and hi.none then
       p = { err = "no bound" }
     else
-      -- promote t with the bounds; maximum(t, lo) then minimum(that, hi), both in that dtype
+      -- promote t with the bounds together (NumPy's rule for several dtypes)
       local ks = { kt }
       if not lo.none then ks[#ks + 1] = klo end
       if not hi.none then ks[#ks + 1] = khi end
@@ -796,30 +796,28 @@ local function clamp(S, env)
           pd = CM.promote_many(strong)
           for _, o in ipairs(ops) do if o.weak then pd = CM.promote_weak(pd, o.weak) end end
         end
-        local step1 = lo.none and "minimum" or "maximum"
-        local p1 = predict(step1, { kt, lo.none and khi or klo }, pd, k_out, inplace)
-        if not p1 or p1.err or lo.none or hi.none then
-          p = p1
+        if lo.none or hi.none then
+          p = predict(lo.none and "minimum" or "maximum", { kt, lo.none and khi or klo }, pd, k_out, inplace)
         else
-          -- the second step, in place into the first's output
-          local mid = { dtype = p1.dtype, shape = p1.shape, tbl = p1.values, host = true, computes = true }
-          local has_unknown = false
-          CM.each(p1.shape, function(idx) if model.at(p1.values, idx) == nil then has_unknown = true end end)
-          if has_unknown then mid.tbl = nil end
-          local p2 = predict("minimum", { mid, khi }, pd, mid, true)
-          if p2 and p2.err then
-            p = p2 -- it must raise; the first step has written already
-          elseif p2 then
-            p = p2
-            if not mid.tbl then p.values = nil end
+          -- one pass, min(max(t, lo), hi) in that dtype: modelled as maximum into a fresh tensor,
+          -- then minimum of that with hi into the output (out's rules apply once, at the end)
+          local p1 = predict("maximum", { kt, klo }, pd, nil, false)
+          if not p1 or p1.err then
+            p = p1
+          else
+            local mid = { dtype = p1.dtype, shape = p1.shape, tbl = p1.values, host = true, computes = true }
+            local has_unknown = false
+            CM.each(p1.shape, function(idx) if model.at(p1.values, idx) == nil then has_unknown = true end end)
+            if has_unknown then mid.tbl = nil end
+            p = predict("minimum", { mid, khi }, pd, k_out, inplace)
+            if p and not p.err and not mid.tbl then p.values = nil end
           end
         end
       end
     end
     local ident
     if inplace then ident = t.v else ident = orec and orec.t end
-    check(S, env, desc, p, ok, res, target, ident,
-      (p and p.err and (lo.none or hi.none)) and before or (p and not p.err and before) or nil)
+    check(S, env, desc, p, ok, res, target, ident, p and before or nil) -- one pass: nothing written on error
   end
   drop(env, fresh_recs({ t, lo, hi, orec and orec.fresh and { rec = orec } or nil }), res,
     { t.v, lo.v, hi.v, orec and orec.t })
