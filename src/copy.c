@@ -276,19 +276,6 @@ static void copy_repacked(dlp_Tensor *dst, const dlp_Tensor *src) {
 
 /* ---- dlp_copy ---- */
 
-static void push_shape_string(lua_State *L, const dlp_Tensor *t) {
-  luaL_Buffer b;
-  luaL_buffinit(L, &b);
-  luaL_addchar(&b, '{');
-  for (int i = 0; i < t->dl.ndim; i++) {
-    if (i) luaL_addstring(&b, ", ");
-    lua_pushinteger(L, t->dl.shape[i]);
-    luaL_addvalue(&b);
-  }
-  luaL_addchar(&b, '}');
-  luaL_pushresult(&b);
-}
-
 /* Spans fit: checked when the tensors were made. */
 int dlp_overlaps(const dlp_Tensor *a, const dlp_Tensor *b) {
   dlp_Span sa, sb;
@@ -305,8 +292,8 @@ void dlp_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStream *st
   int same = dst->dl.ndim == src->dl.ndim;
   for (int i = 0; same && i < dst->dl.ndim; i++) same = dst->dl.shape[i] == src->dl.shape[i];
   if (!same) {
-    push_shape_string(L, dst);
-    push_shape_string(L, src);
+    dlp_push_shape(L, dst->dl.ndim, dst->dl.shape);
+    dlp_push_shape(L, src->dl.ndim, src->dl.shape);
     luaL_error(L, "%s: shapes differ (destination %s, source %s)", what, lua_tostring(L, -2), lua_tostring(L, -1));
   }
   dlp_check_writable(L, dst, what);

@@ -283,18 +283,6 @@ static void scalar_value(lua_State *L, Operand *op, int dtype, int loop_dtype, c
   dlp_row_function(loop_dtype, dtype)((char *)op->value.bytes, 0, (const char *)element, 0, 1);
 }
 
-static void push_shape(lua_State *L, int ndim, const int64_t *shape) {
-  luaL_Buffer b;
-  luaL_buffinit(L, &b);
-  luaL_addchar(&b, '{');
-  for (int i = 0; i < ndim; i++) {
-    lua_pushfstring(L, i ? ", %I" : "%I", (lua_Integer)shape[i]);
-    luaL_addvalue(&b);
-  }
-  luaL_addchar(&b, '}');
-  luaL_pushresult(&b);
-}
-
 /* Whether any element of t (host memory, live) is all zero bytes (integer and bool dtypes), or,
  * with `negative`, has its sign bit set (signed integers). */
 typedef struct Scan {
@@ -433,8 +421,8 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
     int same = out->dl.ndim == ndim;
     for (int i = 0; same && i < ndim; i++) same = out->dl.shape[i] == shape[i];
     if (!same) {
-      push_shape(L, out->dl.ndim, out->dl.shape);
-      push_shape(L, ndim, shape);
+      dlp_push_shape(L, out->dl.ndim, out->dl.shape);
+      dlp_push_shape(L, ndim, shape);
       luaL_error(L, "%s: %s has shape %s, the result %s", c->what, c->inplace ? "the tensor" : "out",
                  lua_tostring(L, -2), lua_tostring(L, -1));
     }

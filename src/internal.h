@@ -361,6 +361,7 @@ enum { DLP_OPT_DTYPE = 1, DLP_OPT_DEVICE = 2, DLP_OPT_COPY = 4, DLP_OPT_STREAM =
 void dlp_read_options(lua_State *L, int arg, unsigned allowed, dlp_Options *o);
 /* Names a script passes are compared with their length: a NUL inside one ends it for C. */
 const char *dlp_push_quoted(lua_State *L, const char *s, size_t len); /* 'name', a NUL as \0 */
+const char *dlp_push_shape(lua_State *L, int ndim, const int64_t *shape); /* "{2, 3}", for messages */
 /* The index in names (NULL-terminated) of the string argument arg, as luaL_checkoption, but
  * refusing a string with an embedded NUL (what: "capsule name"). */
 int dlp_check_option(lua_State *L, int arg, const char *const names[], const char *what);

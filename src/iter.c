@@ -29,19 +29,9 @@ int dlp_broadcast_shapes(lua_State *L, int n, const dlp_Tensor *const *tensors, 
       for (int j = 0; j < k; j++) {
         int at = tensors[j]->dl.ndim - (ndim - shift - i);
         if (at >= 0 && tensors[j]->dl.shape[at] != 1) {
-          luaL_Buffer b;
-          luaL_buffinit(L, &b);
-          for (int side = 0; side < 2; side++) {
-            const dlp_Tensor *s = side ? t : tensors[j];
-            luaL_addstring(&b, side ? " and {" : "{");
-            for (int d = 0; d < s->dl.ndim; d++) {
-              lua_pushfstring(L, d ? ", %I" : "%I", (lua_Integer)s->dl.shape[d]);
-              luaL_addvalue(&b);
-            }
-            luaL_addchar(&b, '}');
-          }
-          luaL_pushresult(&b);
-          luaL_error(L, "%s: shapes %s do not broadcast", what, lua_tostring(L, -1));
+          const char *first = dlp_push_shape(L, tensors[j]->dl.ndim, tensors[j]->dl.shape);
+          luaL_error(L, "%s: shapes %s and %s do not broadcast", what, first,
+                     dlp_push_shape(L, t->dl.ndim, t->dl.shape));
         }
       }
     }

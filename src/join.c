@@ -19,18 +19,6 @@ static void copy_row(void *ctx, char *const *data, const int64_t *steps, int64_t
   ((const Copy *)ctx)->row(data[0], steps[0], data[1], steps[1], n);
 }
 
-static void push_shape(lua_State *L, const dlp_Tensor *t) {
-  luaL_Buffer b;
-  luaL_buffinit(L, &b);
-  luaL_addchar(&b, '{');
-  for (int i = 0; i < t->dl.ndim; i++) {
-    lua_pushfstring(L, i ? ", %I" : "%I", (lua_Integer)t->dl.shape[i]);
-    luaL_addvalue(&b);
-  }
-  luaL_addchar(&b, '}');
-  luaL_pushresult(&b);
-}
-
 static int join(lua_State *L, int stack, const char *what) {
   int64_t shape[DLP_MAX_NDIM], cstrides[DLP_MAX_NDIM];
   dlp_check_no_more(L, 3, what, "a list of tensors and a dimension");
@@ -67,8 +55,8 @@ static int join(lua_State *L, int stack, const char *what) {
       if (!same) {
         if (stack) lua_pushliteral(L, "stack takes tensors of one shape");
         else lua_pushfstring(L, "only dimension %d may differ", dim + 1);
-        push_shape(L, first);
-        push_shape(L, t);
+        dlp_push_shape(L, first->dl.ndim, first->dl.shape);
+        dlp_push_shape(L, t->dl.ndim, t->dl.shape);
         return luaL_error(L, "%s: list[1] has shape %s, list[%d] %s (%s)", what, lua_tostring(L, -2), i,
                           lua_tostring(L, -1), lua_tostring(L, -3));
       }

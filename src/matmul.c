@@ -237,21 +237,9 @@ static void product(const Plan *p, const char *a, const char *b, char *c, char *
 
 /* ---- reading the operands ---- */
 
-static void push_shape(lua_State *L, const dlp_Tensor *t) {
-  luaL_Buffer b;
-  luaL_buffinit(L, &b);
-  luaL_addchar(&b, '{');
-  for (int i = 0; i < t->dl.ndim; i++) {
-    lua_pushfstring(L, i ? ", %I" : "%I", (lua_Integer)t->dl.shape[i]);
-    luaL_addvalue(&b);
-  }
-  luaL_addchar(&b, '}');
-  luaL_pushresult(&b);
-}
-
 static void shapes_error(lua_State *L, const dlp_Tensor *a, const dlp_Tensor *b, const char *what, const char *why) {
-  push_shape(L, a);
-  push_shape(L, b);
+  dlp_push_shape(L, a->dl.ndim, a->dl.shape);
+  dlp_push_shape(L, b->dl.ndim, b->dl.shape);
   luaL_error(L, "%s: shapes %s and %s %s", what, lua_tostring(L, -2), lua_tostring(L, -1), why);
 }
 

@@ -1,6 +1,7 @@
 /* Options: the one reader of the option tables of t:to, t:copy, to_dlpack, __dlpack and
  * from_dlpack, so that each option means the same and is refused the same everywhere; and the
  * checks of the names and trailing arguments scripts pass. */
+#include <stdio.h>
 #include <string.h>
 
 #include "internal.h"
@@ -15,6 +16,20 @@ const char *dlp_push_quoted(lua_State *L, const char *s, size_t len) {
   }
   luaL_addlstring(&b, s, len);
   luaL_addchar(&b, '\'');
+  luaL_pushresult(&b);
+  return lua_tostring(L, -1);
+}
+
+const char *dlp_push_shape(lua_State *L, int ndim, const int64_t *shape) {
+  luaL_Buffer b;
+  char buf[32];
+  luaL_buffinit(L, &b);
+  luaL_addchar(&b, '{');
+  for (int i = 0; i < ndim; i++) {
+    snprintf(buf, sizeof buf, i ? ", %lld" : "%lld", (long long)shape[i]);
+    luaL_addstring(&b, buf);
+  }
+  luaL_addchar(&b, '}');
   luaL_pushresult(&b);
   return lua_tostring(L, -1);
 }

@@ -159,21 +159,6 @@ static int l_tobytes(lua_State *L) {
   return 1;
 }
 
-/* "{2, 3}", pushed */
-static const char *push_shape(lua_State *L, int ndim, const int64_t *shape) {
-  luaL_Buffer b;
-  char buf[32];
-  luaL_buffinit(L, &b);
-  luaL_addchar(&b, '{');
-  for (int i = 0; i < ndim; i++) {
-    snprintf(buf, sizeof buf, i ? ", %lld" : "%lld", (long long)shape[i]);
-    luaL_addstring(&b, buf);
-  }
-  luaL_addchar(&b, '}');
-  luaL_pushresult(&b);
-  return lua_tostring(L, -1);
-}
-
 static int l_frombytes(lua_State *L) {
   size_t len;
   const char *s = luaL_checklstring(L, 1, &len);
@@ -197,7 +182,7 @@ static int l_frombytes(lua_State *L) {
   dlp_numel_of(ndim, shape, &numel); /* fits: counted from len, or dlp_check_shape */
   if (!dlp_bytes_of(dtype, numel, 0, &bytes) || bytes != (int64_t)len)
     return luaL_argerror(L, 1, lua_pushfstring(L, "the shape %s holds %I %s element%s (%s), but the string has %I bytes",
-                                              push_shape(L, ndim, shape), (lua_Integer)numel, name, numel == 1 ? "" : "s",
+                                              dlp_push_shape(L, ndim, shape), (lua_Integer)numel, name, numel == 1 ? "" : "s",
                                               dlp_bytes_of(dtype, numel, 0, &bytes)
                                                   ? lua_pushfstring(L, "%I bytes", (lua_Integer)bytes)
                                                   : "more bytes than fit in 64 bits",
