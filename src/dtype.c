@@ -239,9 +239,12 @@ static const char *number_text(lua_State *L, int idx) {
   return lua_tostring(L, -1);
 }
 
+int dlp_integer_fits(int dtype, int64_t v) {
+  return dtype >= DLP_UINT8 ? v >= 0 && (uint64_t)v <= uint_max[dtype] : v >= int_min[dtype] && v <= int_max[dtype];
+}
+
 void dlp_check_integer_range(lua_State *L, int dtype, int64_t v, const char *what) {
-  int fits = dtype >= DLP_UINT8 ? v >= 0 && (uint64_t)v <= uint_max[dtype] : v >= int_min[dtype] && v <= int_max[dtype];
-  if (!fits) luaL_error(L, "%s: %I is out of range for %s", what, (lua_Integer)v, dlp_dtypes[dtype].name);
+  if (!dlp_integer_fits(dtype, v)) luaL_error(L, "%s: %I is out of range for %s", what, (lua_Integer)v, dlp_dtypes[dtype].name);
 }
 
 /* The Lua number at idx as an element of integer dtype `dtype`, into s. Floats go by value:

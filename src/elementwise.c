@@ -250,19 +250,6 @@ static int promote_operands(const Operand *o, int n) {
   return p;
 }
 
-static int fits_integer(int dtype, lua_Integer v) {
-  switch (dtype) {
-    case DLP_INT8: return v >= INT8_MIN && v <= INT8_MAX;
-    case DLP_INT16: return v >= INT16_MIN && v <= INT16_MAX;
-    case DLP_INT32: return v >= INT32_MIN && v <= INT32_MAX;
-    case DLP_UINT8: return v >= 0 && v <= UINT8_MAX;
-    case DLP_UINT16: return v >= 0 && v <= UINT16_MAX;
-    case DLP_UINT32: return v >= 0 && v <= UINT32_MAX;
-    case DLP_UINT64: return v >= 0;
-    default: return 1;
-  }
-}
-
 /* Store the scalar op as an element of dtype (the result's) and then of the loop's dtype. An
  * integer that the dtype cannot hold raises (NumPy 2's OverflowError). */
 static void scalar_value(lua_State *L, Operand *op, int dtype, int loop_dtype, const char *what) {
@@ -273,7 +260,7 @@ static void scalar_value(lua_State *L, Operand *op, int dtype, int loop_dtype, c
     s.kind = DLP_S_FLOAT;
     s.re = op->f;
   } else {
-    if (op->weak == WEAK_INT && is_integer(dtype) && !fits_integer(dtype, op->i))
+    if (op->weak == WEAK_INT && is_integer(dtype) && !dlp_integer_fits(dtype, op->i))
       luaL_error(L, "%s: %I is out of range for %s (a Lua number takes the tensor's dtype)", what, op->i,
                  dlp_dtypes[dtype].name);
     s.kind = DLP_S_INT;
@@ -357,7 +344,7 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
   int p = info->rule == RULE_WHERE ? promote_operands(in + 1, 2) : promote_operands(in, n);
   if (info->rule == RULE_COMPARE) /* uint8 < 300 compares values (NumPy 2), where uint8 + 300 raises */
     for (int k = 0; k < n; k++)
-      if (!in[k].t && in[k].weak == WEAK_INT && is_integer(p) && !fits_integer(p, in[k].i)) p = dlp_promote(p, DLP_INT64);
+      if (!in[k].t && in[k].weak == WEAK_INT && is_integer(p) && !dlp_integer_fits(p, in[k].i)) p = dlp_promote(p, DLP_INT64);
   if (c->dtype >= 0) p = c->dtype;
   int result = p, kind = dlp_dtype_kind(p);
   switch (info->rule) {

@@ -145,6 +145,7 @@ void dlp_push_element(lua_State *L, int dtype, const void *p);
 void dlp_check_element(lua_State *L, int idx, int dtype, void *out, const char *what);
 /* Raises unless the integer value v fits the integer dtype (a value: negatives never fit uint64). */
 void dlp_check_integer_range(lua_State *L, int dtype, int64_t v, const char *what);
+int dlp_integer_fits(int dtype, int64_t v); /* the same test, for an integer dtype, without raising */
 void dlp_check_access(lua_State *L, int dtype);            /* raises unless element access works */
 
 /* Type promotion for computing (NumPy 2's result_type; bfloat16 promotes as float16 does, and
