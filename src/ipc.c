@@ -458,17 +458,16 @@ static int l_listen(lua_State *L) {
 static int l_accept(lua_State *L) {
   Listener *l = luaL_checkudata(L, 1, LISTENER_MT);
   double timeout = check_timeout(L, 2);
-  if (l->fd < 0) return luaL_error(L, "accept: the listener is closed");
-  Channel *ch = push_channel(L);
+  Channel *ch = push_channel(L); /* an allocation: a finalizer may close the listener */
   int64_t deadline = deadline_of(timeout);
   for (;;) {
+    if (l->fd < 0) return luaL_error(L, "accept: the listener is closed");
     int ready = wait_for(l->fd, POLLIN, deadline, NULL);
     if (ready < 0) return luaL_error(L, "accept: poll failed: %s", strerror(errno));
     if (ready == 0) {
       lua_pushnil(L);
       return 1;
     }
-    if (l->fd < 0) return luaL_error(L, "accept: the listener is closed");
     ch->fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
     if (ch->fd >= 0) return 1;
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
@@ -637,7 +636,7 @@ static ssize_t receive_record(int sock, unsigned char *b, size_t cap, int *fds, 
   *ctrunc = (msg.msg_flags & MSG_CTRUNC) != 0;
   if (n == 0 && *nfds == 0) { /* an empty record, or the end: a closed peer also hangs up */
     struct pollfd p = {sock, POLLIN | POLLRDHUP, 0};
-    if (poll(&p, 1, 0) == 0 || (p.revents & (POLLHUP | POLLRDHUP))) return -1;
+    if (poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP))) return -1;
   }
   return n;
 }
