@@ -437,7 +437,7 @@ static int l_listen(lua_State *L) {
   if (rc != 0 && errno == EADDRINUSE && path[0] != '@') {
     /* a socket file nobody listens on any more (its process died): replace it */
     struct stat sb;
-    int probe = new_socket(), refused = 0;
+    int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), refused = 0; /* a full queue: EAGAIN */
     if (probe >= 0 && lstat(path, &sb) == 0 && S_ISSOCK(sb.st_mode))
       refused = connect(probe, (struct sockaddr *)&a, alen) != 0 && errno == ECONNREFUSED;
     if (probe >= 0) close(probe);
@@ -490,15 +490,22 @@ static int l_connect(lua_State *L) {
   Channel *ch = push_channel(L);
   int64_t deadline = deadline_of(timeout);
   for (;;) {
-    if ((ch->fd = new_socket()) < 0) return luaL_error(L, "dlpack.ipc.connect: socket failed: %s", strerror(errno));
-    if (connect(ch->fd, (struct sockaddr *)&a, alen) == 0) return 1;
+    /* non-blocking: a blocking connect to a listener whose queue is full waits without end */
+    if ((ch->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0)
+      return luaL_error(L, "dlpack.ipc.connect: socket failed: %s", strerror(errno));
+    if (connect(ch->fd, (struct sockaddr *)&a, alen) == 0) {
+      fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) & ~O_NONBLOCK); /* as accept's channels */
+      return 1;
+    }
     int err = errno;
     close(ch->fd);
     ch->fd = -1;
     int absent = err == ENOENT || err == ECONNREFUSED || err == EAGAIN;
     if (!absent || !has_timeout)
       return luaL_error(L, "dlpack.ipc.connect: cannot connect to '%s': %s", lua_tostring(L, 1),
-                        absent ? "nobody listens there" : strerror(err));
+                        err == EAGAIN ? "the listener's queue is full (it accepts nothing)"
+                        : absent      ? "nobody listens there"
+                                      : strerror(err));
     if (deadline >= 0 && now_ms() >= deadline) {
       lua_pushnil(L);
       return 1;
