@@ -199,7 +199,13 @@ dlp_Owner *dlp_ipc_new_owner(lua_State *L, DLDevice device, size_t nbytes, const
     luaL_error(L, "%s: shareable memory on %s is not supported (cpu only)", what, lua_tostring(L, -1));
   }
   int fd = memfd_create("dlpack", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) luaL_error(L, "%s: memfd_create failed: %s", what, strerror(errno));
+  if (fd < 0 && (errno == EMFILE || errno == ENFILE) && dlp_gc_running(L)) {
+    lua_gc(L, LUA_GCCOLLECT, 0); /* garbage shareable tensors hold descriptors: free them, try again */
+    fd = memfd_create("dlpack", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  }
+  if (fd < 0)
+    luaL_error(L, "%s: memfd_create failed: %s%s", what, strerror(errno),
+               errno == EMFILE ? " (EMFILE: every shareable tensor holds a descriptor; see ulimit -n)" : "");
   void *p = NULL;
   int err = 0;
   if (ftruncate(fd, (off_t)nbytes) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
@@ -437,7 +443,8 @@ static int l_listen(lua_State *L) {
   if (rc != 0 && errno == EADDRINUSE && path[0] != '@') {
     /* a socket file nobody listens on any more (its process died): replace it */
     struct stat sb;
-    int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), refused = 0; /* a full queue: EAGAIN */
+    /* non-blocking: a live listener whose queue is full answers EAGAIN (blocking, it hangs) */
+    int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), refused = 0;
     if (probe >= 0 && lstat(path, &sb) == 0 && S_ISSOCK(sb.st_mode))
       refused = connect(probe, (struct sockaddr *)&a, alen) != 0 && errno == ECONNREFUSED;
     if (probe >= 0) close(probe);
@@ -654,6 +661,24 @@ static ssize_t receive_record(int sock, unsigned char *b, size_t cap, int *fds, 
   return n;
 }
 
+/* Whether this process can take one more descriptor. The kernel cannot install a descriptor
+ * attached to a message when none is free: it drops it (MSG_CTRUNC) and the message with it. So
+ * recv checks first, and when none is free collects once (garbage tensors hold descriptors):
+ * finalizers run then, and may close the channel (1 is returned then) or receive on it. */
+static int descriptor_free(lua_State *L, Channel *ch) {
+  for (int collected = 0; ch->fd >= 0; collected = 1) {
+    int probe = fcntl(ch->fd, F_DUPFD_CLOEXEC, 0);
+    if (probe >= 0) {
+      close(probe);
+      return 1;
+    }
+    int none = errno == EMFILE || errno == ENFILE;
+    if (!none || collected || !dlp_gc_running(L)) return !none;
+    lua_gc(L, LUA_GCCOLLECT, 0);
+  }
+  return 1;
+}
+
 /* ch:recv([timeout]) -> tensor, or nil when the timeout passed */
 static int l_recv(lua_State *L) {
   Channel *ch = check_channel(L, 1, "recv");
@@ -671,13 +696,19 @@ static int l_recv(lua_State *L) {
       lua_pushnil(L);
       return 1;
     }
+    if (!descriptor_free(L, ch))
+      return luaL_error(L, "recv: no descriptor is free in this process for the message's memory (EMFILE: "
+                           "release received tensors, or see ulimit -n); the message waits");
+    if (ch->fd < 0) return luaL_error(L, "recv: the channel is closed");
     n = receive_record(ch->fd, buf, sizeof buf, fds, &nfds, &trunc, &ctrunc);
     if (n != -2 || (errno != EAGAIN && errno != EWOULDBLOCK)) break;
   }
   if (n == -1) return luaL_error(L, "recv: the peer closed the channel");
   if (n == -2) return luaL_error(L, "recv: %s", strerror(errno));
   const char *err = trunc ? "a message longer than the longest valid one (truncated)"
-                  : ctrunc ? "too many descriptors attached (the kernel dropped some)"
+                  : ctrunc && nfds == MAX_RECEIVED_FDS ? "too many descriptors attached (the kernel dropped some)"
+                  : ctrunc ? "the kernel dropped its descriptors: no descriptor was free in this process (EMFILE: "
+                             "see ulimit -n); the message is lost"
                   : decode(buf, (size_t)n, &m, why, sizeof why);
   if (!err && nfds != 1) err = say(why, sizeof why, "a message needs one descriptor, it came with %d", nfds);
   if (!err && m.device.device_type != kDLCPU) err = "cuda tensors cannot be received here (cpu only)";
