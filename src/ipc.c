@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,6 +36,9 @@
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010
 #endif
+/* statfs's f_type of memfds (shmem) and of MFD_HUGETLB ones (<linux/magic.h>) */
+#define SHMEM_MAGIC 0x01021994
+#define HUGETLB_MAGIC 0x958458f6
 #ifndef MFD_CLOEXEC
 #define MFD_CLOEXEC 0x0001U
 #define MFD_ALLOW_SEALING 0x0002U
@@ -234,6 +238,7 @@ void dlp_ipc_account_descriptor(lua_State *L) {
 static dlp_Owner *map_shared(int fd, const Message *m, int *readonly, char *why, size_t whylen) {
   dlp_Span span;
   struct stat st;
+  struct statfs fs;
   int seals = fcntl(fd, F_GET_SEALS);
   int access = fcntl(fd, F_GETFL);
   const char *err = NULL;
@@ -242,6 +247,10 @@ static dlp_Owner *map_shared(int fd, const Message *m, int *readonly, char *why,
     err = "the memfd is not sealed against shrinking and growing (it could shrink under the mapping)";
   else if (fstat(fd, &st) != 0 || access < 0) err = "fstat failed on the descriptor";
   else if (!S_ISREG(st.st_mode)) err = "the descriptor is not a memfd";
+  else if (fstatfs(fd, &fs) != 0 || (unsigned long)fs.f_type != SHMEM_MAGIC)
+    /* hugetlb pages a peer punches out are not there again at the next touch: SIGBUS */
+    err = (unsigned long)fs.f_type == HUGETLB_MAGIC ? "a hugetlb memfd is refused (its pages can vanish under the "
+                                                       "mapping: SIGBUS)" : "the descriptor is not a memfd";
   else if ((uint64_t)st.st_size != m->size)
     err = say(why, whylen, "the message says %llu bytes, the memfd has %lld", (unsigned long long)m->size,
                    (long long)st.st_size);
