@@ -698,17 +698,25 @@ static int l_recv(lua_State *L) {
   Message m;
   int64_t deadline = deadline_of(timeout);
   ssize_t n;
+  /* This call's holder of the mapping until its tensor is made (its __gc releases it if that
+   * raises): its own, since a finalizer run by an allocation may call recv on the channel too. */
+  Channel *holder = NULL;
   for (;;) {
+    if (ch->fd < 0) return luaL_error(L, "recv: the channel is closed");
     int ready = wait_for(ch->fd, POLLIN, deadline, NULL);
     if (ready < 0) return luaL_error(L, "recv: poll failed: %s", strerror(errno));
     if (ready == 0) {
       lua_pushnil(L);
       return 1;
     }
+    if (!holder) { /* made once a message waits: an allocation, its finalizers may close or take */
+      holder = push_channel(L);
+      continue;
+    }
     if (!descriptor_free(L, ch))
       return luaL_error(L, "recv: no descriptor is free in this process for the message's memory (EMFILE: "
                            "release received tensors, or see ulimit -n); the message waits");
-    if (ch->fd < 0) return luaL_error(L, "recv: the channel is closed");
+    if (ch->fd < 0) continue;
     n = receive_record(ch->fd, buf, sizeof buf, fds, &nfds, &trunc, &ctrunc);
     if (n != -2 || (errno != EAGAIN && errno != EWOULDBLOCK)) break;
   }
@@ -723,11 +731,10 @@ static int l_recv(lua_State *L) {
   if (!err && m.device.device_type != kDLCPU) err = "cuda tensors cannot be received here (cpu only)";
   for (int i = err ? 0 : 1; i < nfds; i++) close(fds[i]);
   if (err) return luaL_error(L, "recv: %s", err);
-  if (ch->pending) dlp_owner_release(ch->pending); /* left by a recv that raised, or one this interrupted */
-  ch->pending = map_shared(fds[0], &m, &readonly, why, sizeof why);
-  if (!ch->pending) return luaL_error(L, "recv: %s", why);
+  holder->pending = map_shared(fds[0], &m, &readonly, why, sizeof why);
+  if (!holder->pending) return luaL_error(L, "recv: %s", why);
   /* the tensor's allocation may run finalizers, which may close the channel or recv on it */
-  push_mapped(L, lua_upvalueindex(1), &m, readonly, &ch->pending, "recv");
+  push_mapped(L, lua_upvalueindex(1), &m, readonly, &holder->pending, "recv");
   return 1;
 }
 
