@@ -448,7 +448,7 @@ static int l_listen(lua_State *L) {
   if (st) dlp_track(st, &l->track, close_tracked_listener);
   snprintf(l->path, sizeof l->path, "%s", path);
   if ((l->fd = new_socket()) < 0) return luaL_error(L, "dlpack.ipc.listen: socket failed: %s", strerror(errno));
-  int rc = bind(l->fd, (struct sockaddr *)&a, alen);
+  int rc = bind(l->fd, (struct sockaddr *)&a, alen), notsock = 0;
   if (rc != 0 && errno == EADDRINUSE && path[0] != '@') {
     /* a socket file nobody listens on any more (its process died): replace it */
     struct stat sb;
@@ -456,6 +456,8 @@ static int l_listen(lua_State *L) {
     int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), refused = 0;
     if (probe >= 0 && lstat(path, &sb) == 0 && S_ISSOCK(sb.st_mode))
       refused = connect(probe, (struct sockaddr *)&a, alen) != 0 && errno == ECONNREFUSED;
+    else if (lstat(path, &sb) == 0 && !S_ISSOCK(sb.st_mode))
+      notsock = 1;
     if (probe >= 0) close(probe);
     if (refused && unlink(path) == 0) rc = bind(l->fd, (struct sockaddr *)&a, alen);
     else errno = EADDRINUSE;
@@ -465,7 +467,9 @@ static int l_listen(lua_State *L) {
     close(l->fd);
     l->fd = -1;
     return luaL_error(L, "dlpack.ipc.listen: cannot listen at '%s': %s", path,
-                      err == EADDRINUSE ? "address in use (another listener has it)" : strerror(err));
+                      notsock ? "a file that is not a socket is there (left alone)"
+                      : err == EADDRINUSE ? "address in use (another listener has it)"
+                                          : strerror(err));
   }
   struct stat sb;
   if (path[0] != '@' && stat(path, &sb) == 0) {
