@@ -13,9 +13,9 @@ proves it still works. A case whose outcomes end in `closed` closes the connecti
 
 Outcomes, in the order the receiver sees them: `error` (recv must raise), `tensor` (a writable
 tensor), `readonly` (a read-only tensor), `closed` (recv must raise an error containing "closed").
-A tensor outcome's expected value is the --list line's fourth field: `dtype;shape;values` (values in
-row-major order, comma-separated), and `skip:` followed by the reason where the case cannot be made
-on this machine (it then sends nothing).
+A tensor outcome's expected value is the --list line's fourth field: `dtype;shape;strides;values`
+(comma-separated lists; strides in elements as sent, values in row-major order), or `skip:` and
+the reason where the case cannot be made on this machine (it then sends nothing).
 
 Standard library only. Every message is built by `encode`, a correct encoder; the cases spoil one
 thing each.
@@ -173,7 +173,8 @@ class Tensor:
         self.seals, self.flags, self.mfd_flags = seals, flags, mfd_flags
 
     def expect(self):
-        return "%s;%s;%s" % (self.dtype, ",".join(map(str, self.shape)), ",".join(repr(v) for v in self.values))
+        return "%s;%s;%s;%s" % (self.dtype, ",".join(map(str, self.shape)), ",".join(map(str, self.strides)),
+                                ",".join(repr(v) for v in self.values))
 
     def fd(self):
         return memfd(self.size, self.seals, self.mfd_flags,
@@ -1023,7 +1024,7 @@ def self_test():
                     ok = isinstance(got, Refused) and (outcome == "error") == (str(got) != "closed")
                 else:
                     ok = not isinstance(got, Refused) and got[4] == (outcome == "readonly") and \
-                        expect.split(";")[2] == ",".join(repr(v) for v in got[3])
+                        expect.split(";")[3] == ",".join(repr(v) for v in got[3])
                 print("%s %d %s: %s -> %s" % ("ok" if ok else "not ok", n, name, outcome, got))
                 failures += not ok
             if not outcomes.endswith("closed"):
