@@ -224,10 +224,13 @@ dlp_Owner *dlp_ipc_new_owner(lua_State *L, DLDevice device, size_t nbytes, const
 static dlp_Owner *map_shared(int fd, const Message *m, int *readonly, char *why, size_t whylen) {
   dlp_Span span;
   struct stat st;
-  int seals = fcntl(fd, F_GET_SEALS);
+  int seals = fcntl(fd, F_GET_SEALS), seals_errno = errno;
   int access = fcntl(fd, F_GETFL);
   const char *err = NULL;
-  if (seals < 0) err = errno == EINVAL ? "the descriptor is not a memfd (it cannot be sealed)" : "F_GET_SEALS failed";
+  if (seals < 0)
+    err = seals_errno == EINVAL ? "the descriptor is not a memfd (it cannot be sealed)"
+                                : say(why, whylen, "the descriptor is not a usable memfd (F_GET_SEALS: %s)",
+                                      strerror(seals_errno));
   else if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
     err = "the memfd is not sealed against shrinking and growing (it could shrink under the mapping)";
   else if (fstat(fd, &st) != 0 || access < 0) err = "fstat failed on the descriptor";
@@ -625,8 +628,10 @@ static ssize_t receive_record(int sock, unsigned char *b, size_t cap, int *fds, 
   msg.msg_control = control.buf;
   msg.msg_controllen = sizeof control.buf;
   *nfds = 0;
+  /* A peer that closes with records of ours unread leaves ECONNRESET, which the kernel reports once,
+   * before the records the peer sent that are still queued: those come next, then the end. */
   do n = recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-  while (n < 0 && errno == EINTR);
+  while (n < 0 && (errno == EINTR || errno == ECONNRESET));
   if (n < 0) return -2;
   for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
@@ -635,9 +640,9 @@ static ssize_t receive_record(int sock, unsigned char *b, size_t cap, int *fds, 
   }
   *trunc = (msg.msg_flags & MSG_TRUNC) != 0;
   *ctrunc = (msg.msg_flags & MSG_CTRUNC) != 0;
-  if (n == 0 && *nfds == 0) { /* an empty record, or the end: a closed peer also hangs up */
-    struct pollfd p = {sock, POLLIN | POLLRDHUP, 0};
-    if (poll(&p, 1, 0) == 0 || (p.revents & (POLLHUP | POLLRDHUP))) return -1;
+  if (n == 0 && *nfds == 0) { /* the end, or an empty record from a peer still there: the end hangs up */
+    struct pollfd p = {sock, POLLRDHUP, 0};
+    if (poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP))) return -1;
   }
   return n;
 }
