@@ -239,7 +239,8 @@ static dlp_Owner *map_shared(int fd, const Message *m, int *readonly, char *why,
     err = say(why, whylen, "the message says %llu bytes, the memfd has %lld", (unsigned long long)m->size,
                    (long long)st.st_size);
   else if (!dlp_span_of(m->ndim, m->shape, m->strides, m->dtype, m->flags, &span))
-    err = "the layout reaches beyond 64-bit offsets";
+    err = dlp_is_packed(m->dtype, m->flags) ? "packed sub-byte elements need a contiguous layout"
+                                            : "the layout reaches beyond 64-bit offsets";
   int64_t lo = 0, hi = 0;
   if (!err && span.numel > 0 &&
       (m->offset > INT64_MAX || !dlp_add((int64_t)m->offset, span.lo, &lo) || !dlp_add((int64_t)m->offset, span.hi, &hi) ||
