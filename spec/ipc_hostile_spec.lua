@@ -142,6 +142,12 @@ local ERRORS = {
   ["flags-high-bit"] = "flags",
   ["device-unknown"] = "device",
   ["device-zero"] = "device",
+  ["cpu-device-id-1"] = "id 1",
+  ["cuda-with-memfd"] = "cuda",
+  ["float4-packed-strided"] = "contiguous",
+  ["float4-packed-short"] = "outside the 1 bytes",
+  ["eight-descriptors"] = "came with 8",
+  ["nine-descriptors"] = "too many descriptors",
   ["no-descriptor"] = "descriptor",
   ["two-descriptors"] = "descriptor",
   ["hundreds-of-descriptors"] = "descriptor",
@@ -176,7 +182,11 @@ local function parse_expect(s)
   local function list(x)
     local t = {}
     for v in x:gmatch("[^,]+") do
-      if v ~= "*" then t[#t + 1] = assert(tonumber(v), v) end -- "*": too many values to compare
+      if v == "true" or v == "false" then
+        t[#t + 1] = v == "true"
+      elseif v ~= "*" then -- "*": values not compared
+        t[#t + 1] = assert(tonumber(v), v)
+      end
     end
     return t
   end
@@ -216,6 +226,12 @@ local function check_tensor(t, expect, readonly)
   end
   local values = e.values[1] == nil and expect:find("*", 1, true) and {} or flatten(t:totable(), {})
   if not same_list(values, e.values) then return "values " .. show(values) .. ", expected " .. show(e.values) end
+  if #e.values > 0 then -- the copy path reads the same elements
+    local copy = t:clone()
+    local copied = flatten(copy:totable(), {})
+    copy:release()
+    if not same_list(copied, e.values) then return "a clone's values " .. show(copied) end
+  end
   if t.readonly ~= readonly then return "readonly is " .. tostring(t.readonly) end
   if t.shareable ~= true then return "a received tensor is not shareable" end
   return nil

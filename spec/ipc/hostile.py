@@ -574,6 +574,26 @@ def _(p):
     p.send(PLAIN.message(device=(0, 0)), [PLAIN.fd()])
 
 
+@case("cpu-device-id-1", "error", "device cpu with device_id 1")
+def _(p):
+    p.send(PLAIN.message(device=(CPU, 1)), [PLAIN.fd()])
+
+
+@case("cuda-with-memfd", "error", "device cuda:0 with a sealed memfd (not a CUDA allocation's handle)")
+def _(p):
+    p.send(PLAIN.message(device=(2, 0)), [PLAIN.fd()])
+
+
+@case("float4-packed-strided", "error", "float4_e2m1fn {3} stride 2, packed (sub-byte elements have no address)")
+def _(p):
+    p.send(encode([3], strides=[2], code_bits_lanes=(17, 4, 1), size=4096), [memfd(4096)])
+
+
+@case("float4-packed-short", "error", "float4_e2m1fn {3} packed (2 bytes) in a memfd of 1 byte")
+def _(p):
+    p.send(encode([3], code_bits_lanes=(17, 4, 1), size=1), [memfd(1)])
+
+
 # descriptors
 
 @case("no-descriptor", "error", "a valid message with no descriptor")
@@ -584,6 +604,17 @@ def _(p):
 @case("two-descriptors", "error", "a valid message with two valid memfds (both must be closed)")
 def _(p):
     p.send(PLAIN.message(), [PLAIN.fd(), PLAIN.fd()])
+
+
+@case("eight-descriptors", "error", "a valid message with 8 valid memfds (as many as the receiver's control buffer "
+      "may hold: all must be closed)")
+def _(p):
+    p.send(PLAIN.message(), [PLAIN.fd() for _ in range(8)])
+
+
+@case("nine-descriptors", "error", "a valid message with 9 valid memfds")
+def _(p):
+    p.send(PLAIN.message(), [PLAIN.fd() for _ in range(9)])
 
 
 @case("hundreds-of-descriptors", "error", "a valid message with %d descriptors: a valid memfd, then dups of "
@@ -852,6 +883,68 @@ def _(p):
     p.send(FAR.message(), [FAR.fd()])
 
 
+class Raw(Tensor):
+    """A tensor of a dtype struct cannot write: its bytes given, its values not compared (or given)."""
+
+    def __init__(self, name, code_bits_lanes, shape, strides, data, flags=0, values="*"):
+        Tensor.__init__(self, shape, [], strides=strides, size=len(data), flags=flags)
+        self.name, self.cbl, self.data, self.raw_values = name, code_bits_lanes, data, values
+
+    def expect(self):
+        return "%s;%s;%s;%s" % (self.name, ",".join(map(str, self.shape)), ",".join(map(str, self.strides)),
+                                self.raw_values)
+
+    def fd(self):
+        return memfd(self.size, writes=[(0, self.data)])
+
+    def message(self, **spoil):
+        return encode(self.shape, strides=self.strides, code_bits_lanes=self.cbl, size=self.size, flags=self.flags,
+                      **spoil)
+
+
+FLOAT4 = Raw("float4_e2m1fn", (17, 4, 1), [3], [1], b"\x21\x03")
+
+
+@case("float4-packed", "tensor", "float4_e2m1fn {3} packed in 2 bytes", FLOAT4)
+def _(p):
+    p.send(FLOAT4.message(), [FLOAT4.fd()])
+
+
+FLOAT4_PADDED = Raw("float4_e2m1fn", (17, 4, 1), [3], [2], b"\x01\xff\x02\xff\x03", flags=4)
+
+
+@case("float4-padded", "tensor", "float4_e2m1fn {3} stride 2, one byte each (IS_SUBBYTE_TYPE_PADDED)",
+      FLOAT4_PADDED)
+def _(p):
+    p.send(FLOAT4_PADDED.message(), [FLOAT4_PADDED.fd()])
+
+
+BOOLS = Raw("bool", (6, 8, 1), [4], [1], b"\x00\x01\x02\xff", values="false,true,true,true")
+
+
+@case("bool-bytes", "tensor", "bool {4} holding the bytes 0, 1, 2, 255 (not only 0 and 1)", BOOLS)
+def _(p):
+    p.send(BOOLS.message(), [BOOLS.fd()])
+
+
+NDIM64 = Tensor([1] * 64, [3.5], offset=8)
+
+
+@case("ndim-64", "tensor", "a float64 of 64 dimensions of size 1 (the largest message)", NDIM64)
+def _(p):
+    msg = NDIM64.message()
+    assert len(msg) == MAX_MESSAGE
+    p.send(msg, [NDIM64.fd()])
+
+
+TIB = Tensor([2], [-1.0, 1.0], offset=(1 << 40) - 16, size=1 << 40)
+
+
+@case("sparse-1tib", "tensor", "float64 {2} in the last 16 bytes of a sparse 1 TiB memfd", TIB)
+def _(p):
+    p.send(TIB.message(), [TIB.fd()])
+
+
 INTS = Tensor([2, 2], [-(1 << 31), (1 << 31) - 1, 0, -1], dtype="int32", strides=[1, 2])
 
 
@@ -917,7 +1010,15 @@ class Refused(Exception):
 
 
 KNOWN = {(0, 8), (0, 16), (0, 32), (0, 64), (1, 8), (1, 16), (1, 32), (1, 64), (2, 16), (2, 32), (2, 64),
-         (4, 16), (5, 64), (5, 128), (6, 8)}
+         (4, 16), (5, 64), (5, 128), (6, 8), (7, 8), (8, 8), (9, 8), (10, 8), (11, 8), (12, 8), (13, 8), (14, 8),
+         (15, 6), (16, 6), (17, 4)}
+FORMATS = {(2, 64): "d", (0, 32): "i", (6, 8): "?"}
+
+
+def render(values):
+    """Values as --list writes them (booleans in Lua's spelling)."""
+    return ",".join(("true" if v else "false") if isinstance(v, bool) else str(v) if v == "*" else repr(v)
+                    for v in values)
 
 
 def receive(sock):
@@ -963,7 +1064,7 @@ def receive(sock):
         struct.pack_into("<I", zeroed, CRC_AT, 0)
         if zlib.crc32(bytes(zeroed)) & 0xFFFFFFFF != crc:
             raise Refused("crc")
-        if dev != CPU:
+        if dev != CPU or dev_id != 0:
             raise Refused("device")
         if (code, bits) not in KNOWN or lanes != 1:
             raise Refused("dtype")
@@ -971,7 +1072,8 @@ def receive(sock):
             raise Refused("flags")
         shape = struct.unpack_from("<%dq" % ndim, data, HEADER)
         strides = struct.unpack_from("<%dq" % ndim, data, HEADER + 8 * ndim)
-        itemsize = bits // 8
+        packed = bits < 8 and not flags_ & 4
+        itemsize = max(bits // 8, 1)
         numel = 1
         for n in shape:
             if n < 0:
@@ -982,12 +1084,20 @@ def receive(sock):
         if offset >= 1 << 63 or size >= 1 << 63:
             raise Refused("offset or size out of range")
         lo = hi = 0
-        if numel:
+        if numel and packed:
+            step = 1
+            for n, st in reversed(list(zip(shape, strides))):
+                if n != 1 and st != step:
+                    raise Refused("a packed layout that is not contiguous")
+                step *= n
+            hi, itemsize = 0, (numel * bits + 7) // 8
+        elif numel:
             for n, st in zip(shape, strides):
                 if st < 0:
                     lo += (n - 1) * st * itemsize
                 else:
                     hi += (n - 1) * st * itemsize
+        if numel:
             if not (-(1 << 63) <= offset + lo and offset + hi + itemsize < 1 << 63):
                 raise Refused("layout overflows")
             if offset + lo < 0 or offset + hi + itemsize > size:
@@ -1008,12 +1118,12 @@ def receive(sock):
             raise Refused("write-only descriptor")
         readonly = bool(mode == os.O_RDONLY or seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE) or flags_ & 1)
         values = []
-        if numel > 1 << 20:
+        if numel > 1 << 20 or (code, bits) not in FORMATS:
             values = ["*"]
         elif numel:
             first = (offset + lo) // mmap.PAGESIZE * mmap.PAGESIZE
             m = mmap.mmap(fd, offset + hi + itemsize - first, offset=first, prot=mmap.PROT_READ)
-            fmt = "<" + {(2, 64): "d", (0, 32): "i"}[(code, bits)]
+            fmt = "<" + FORMATS[(code, bits)]
             for idx in indices(list(shape)):
                 at = offset - first + itemsize * sum(i * st for i, st in zip(idx, strides))
                 values.append(struct.unpack_from(fmt, m, at)[0])
@@ -1062,7 +1172,7 @@ def self_test():
                 else:
                     values = expect.split(";")[3]
                     ok = not isinstance(got, Refused) and got[4] == (outcome == "readonly") and \
-                        values in ("*", ",".join(repr(v) for v in got[3]))
+                        values in ("*", render(got[3]))
                 print("%s %d %s: %s -> %s" % ("ok" if ok else "not ok", n, name, outcome, got))
                 failures += not ok
             if not outcomes.endswith("closed"):
