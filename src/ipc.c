@@ -218,6 +218,10 @@ dlp_Owner *dlp_ipc_new_owner(lua_State *L, DLDevice device, size_t nbytes, const
   return o;
 }
 
+void dlp_ipc_account_descriptor(lua_State *L) {
+  if (dlp_state_descriptor(L) && dlp_gc_running(L)) lua_gc(L, LUA_GCCOLLECT, 0);
+}
+
 /* Map the pages of the file at fd that m's layout reaches, after checking that they exist and
  * cannot stop existing (the threat model). Takes fd: on success the owner holds it, on failure
  * it is closed. NULL (and why) on failure; *readonly says how it was mapped. */
@@ -295,6 +299,8 @@ static void push_mapped(lua_State *L, int metatable, const Message *m, int reado
   memcpy(t->dl.shape, m->shape, (size_t)m->ndim * sizeof(int64_t));
   memcpy(t->dl.strides, m->strides, (size_t)m->ndim * sizeof(int64_t));
   dlp_tensor_seal(L, t, what);
+  dlp_gc_account(L, o->nbytes);
+  dlp_ipc_account_descriptor(L);
 }
 
 /* ---- time and waiting ---- */
@@ -462,17 +468,16 @@ static int l_listen(lua_State *L) {
 static int l_accept(lua_State *L) {
   Listener *l = luaL_checkudata(L, 1, LISTENER_MT);
   double timeout = check_timeout(L, 2);
-  if (l->fd < 0) return luaL_error(L, "accept: the listener is closed");
-  Channel *ch = push_channel(L);
+  Channel *ch = push_channel(L); /* an allocation: a finalizer may close the listener */
   int64_t deadline = deadline_of(timeout);
   for (;;) {
+    if (l->fd < 0) return luaL_error(L, "accept: the listener is closed");
     int ready = wait_for(l->fd, POLLIN, deadline, NULL);
     if (ready < 0) return luaL_error(L, "accept: poll failed: %s", strerror(errno));
     if (ready == 0) {
       lua_pushnil(L);
       return 1;
     }
-    if (l->fd < 0) return luaL_error(L, "accept: the listener is closed");
     ch->fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
     if (ch->fd >= 0) return 1;
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
@@ -641,8 +646,8 @@ static ssize_t receive_record(int sock, unsigned char *b, size_t cap, int *fds, 
   }
   *trunc = (msg.msg_flags & MSG_TRUNC) != 0;
   *ctrunc = (msg.msg_flags & MSG_CTRUNC) != 0;
-  if (n == 0 && *nfds == 0) { /* the end, or an empty record from a peer still there: the end hangs up */
-    struct pollfd p = {sock, POLLRDHUP, 0};
+  if (n == 0 && *nfds == 0) { /* an empty record, or the end: a closed peer also hangs up */
+    struct pollfd p = {sock, POLLIN | POLLRDHUP, 0};
     if (poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP))) return -1;
   }
   return n;
