@@ -509,3 +509,35 @@ describe("dlpack.ipc round trips", function()
     child.finish()
   end)
 end)
+
+describe("examples/ipc_producer.lua and examples/ipc_consumer.lua", function()
+  -- Both lines printed: the producer's (marks seen, checksum) and the consumer's (checksum).
+  local function check(out, frames)
+    local marked, total, mine = out:match("producer: %d+ frames .-(%d+) of (%d+) came back with the consumer's mark" ..
+                                          ".-checksum (%x+)")
+    local theirs = out:match("consumer: " .. frames .. " frames .-checksum (%x+)")
+    assert.are.same({tostring(frames), tostring(frames)}, {marked, total}, out)
+    assert.is_truthy(theirs, out)
+    assert.are.equal(mine, theirs, out)
+  end
+
+  it("run together (the producer starts the consumer with --spawn)", function()
+    local p = assert(io.popen(LUA .. " examples/ipc_producer.lua --spawn --frames 20 --path " .. unique("demo") ..
+                              " 2>&1"))
+    local out = p:read("*a")
+    p:close()
+    check(out, 20)
+  end)
+
+  it("run alone each, the consumer first, on a socket file", function()
+    local path = unique("demo", true)
+    local consumer = assert(io.popen(LUA .. " examples/ipc_consumer.lua --path " .. path .. " 2>&1"))
+    local producer = assert(io.popen(LUA .. " examples/ipc_producer.lua --frames 12 --path " .. path .. " 2>&1"))
+    local out = producer:read("*a")
+    producer:close()
+    out = out .. consumer:read("*a")
+    consumer:close()
+    check(out, 12)
+    assert.is_false(exists(path))
+  end)
+end)
