@@ -410,6 +410,31 @@ describe("dlpack.ipc with a peer that is gone", function()
   end)
 end)
 
+describe("dlpack.ipc with a peer that sends an empty record", function()
+  -- Lua cannot send one: a Python peer (standard library only) does.
+  local has_python = os.execute("python3 -c '' 2>/dev/null")
+  local it_python = (has_python == true or has_python == 0) and it or function(name)
+    pending(name .. ": python3 not found")
+  end
+  it_python("says the message is too short, not that the channel closed, and goes on", function()
+    local path = unique("empty")
+    local l = ipc.listen(path)
+    local script = "import socket, sys\n" ..
+      "s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n" ..
+      "s.connect('\\0' + sys.argv[1][1:])\n" ..
+      "s.send(b'')\n" ..
+      "sys.stdin.read()\n" -- stays until the spec closes the pipe's other end
+    local p = assert(io.popen("python3 -c " .. shell_quote(script) .. " " .. path, "w"))
+    local ch = assert(l:accept(10))
+    l:close()
+    raises_plain(function() ch:recv(5) end, "too short")
+    assert.is_nil(ch:recv(0)) -- still open: nothing more is there
+    p:close()
+    raises_plain(function() ch:recv(5) end, "closed")
+    ch:close()
+  end)
+end)
+
 describe("dlpack.ipc socket paths", function()
   it("replaces a socket file left behind by a process that died, and removes its own on close", function()
     local path = unique("stale", true)
