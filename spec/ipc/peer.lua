@@ -74,6 +74,9 @@ local function next_tensor()
 end
 
 if mode == "echo" then
+  -- LuaJIT maps machine code for the traces it compiles, whenever it compiles one: off, as the
+  -- spec counts the mappings of this process.
+  if rawget(_G, "jit") then rawget(_G, "jit").off() end
   while true do
     local t = next_tensor()
     if not t then break end
