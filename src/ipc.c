@@ -646,7 +646,9 @@ static ssize_t receive_record(int sock, unsigned char *b, size_t cap, int *fds, 
   }
   *trunc = (msg.msg_flags & MSG_TRUNC) != 0;
   *ctrunc = (msg.msg_flags & MSG_CTRUNC) != 0;
-  if (n == 0 && *nfds == 0) { /* an empty record, or the end: a closed peer also hangs up */
+  /* An empty record, or the end: a closed peer also hangs up. An empty record from a live peer
+   * is a message too short to be one (decode says so), not the end of the channel. */
+  if (n == 0 && *nfds == 0) {
     struct pollfd p = {sock, POLLIN | POLLRDHUP, 0};
     if (poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP))) return -1;
   }
