@@ -45,6 +45,7 @@ FABRICATE   = $(BUILD)/fabricate.so
 FAKECUDA    = $(BUILD)/fakecuda.so
 HOST        = $(BUILD)/host
 HOST_CPP    = $(BUILD)/host-cpp
+HOST_IPC    = $(BUILD)/host-ipc
 CXX        ?= c++
 PEERS       = $(BUILD)/peers
 
@@ -106,6 +107,9 @@ $(FAKECUDA): spec/c/fakecuda.c src/cuda_driver.h
 	$(CC) -shared $(ALL_CFLAGS) -Isrc -o $@ $< $(LDLIBS)
 
 $(HOST): examples/host.c $(STATIC)
+	$(CC) $(ALL_CFLAGS) -fvisibility=default -Isrc -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)
+
+$(HOST_IPC): examples/host_ipc.c $(STATIC)
 	$(CC) $(ALL_CFLAGS) -fvisibility=default -Isrc -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)
 
 # The same C API from C++ (examples/host.cpp): dlpack_lua.h gives Lua's functions C linkage.
@@ -170,7 +174,7 @@ install: $(MODULE) $(STATIC)
 	install -d $(DESTDIR)$(INST_LIBDIR)/dlpack $(DESTDIR)$(INST_LUADIR)/dlpack $(DESTDIR)$(INST_INCDIR) $(DESTDIR)$(INST_ARCDIR)
 	install -m 755 $(MODULE) $(DESTDIR)$(INST_LIBDIR)/dlpack/core.so
 	install -m 644 lua/dlpack.lua $(DESTDIR)$(INST_LUADIR)/dlpack.lua
-	install -m 644 lua/dlpack/unsafe.lua lua/dlpack/ffi.lua $(DESTDIR)$(INST_LUADIR)/dlpack/
+	install -m 644 lua/dlpack/unsafe.lua lua/dlpack/ipc.lua lua/dlpack/entry.lua lua/dlpack/ffi.lua $(DESTDIR)$(INST_LUADIR)/dlpack/
 	install -m 644 src/dlpack_lua.h src/dlpack_abi.h $(DESTDIR)$(INST_INCDIR)/
 	install -m 644 $(STATIC) $(DESTDIR)$(INST_ARCDIR)/
 	install -d $(DESTDIR)$(INST_ARCDIR)/pkgconfig

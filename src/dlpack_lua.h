@@ -56,6 +56,10 @@ DLPACK_LUA_API int luaopen_dlpack_core(lua_State *L);
  * leave it out. */
 DLPACK_LUA_API int dlpack_lua_open_unsafe(lua_State *L);
 
+/* Open `dlpack.ipc` (tensors shared between processes, docs/ipc.md) the same way:
+ * luaL_requiref(L, "dlpack.ipc", dlpack_lua_open_ipc, 0). Not named luaopen_* either: it opens sockets. */
+DLPACK_LUA_API int dlpack_lua_open_ipc(lua_State *L);
+
 /* Push a versioned managed tensor as a tensor, taking ownership; raises (after calling its deleter) if invalid. */
 DLPACK_LUA_API void dlpack_lua_push_versioned(lua_State *L, DLManagedTensorVersioned *managed);
 /* Push a legacy managed tensor as a tensor, taking ownership; raises (after calling its deleter) if invalid. */
@@ -94,11 +98,22 @@ DLPACK_LUA_API void *dlpack_lua_check_stream(lua_State *L, int idx);
 /* Push a non-owning dlpack.cuda.Stream for a host's cudaStream_t on device (the host keeps it alive). */
 DLPACK_LUA_API void dlpack_lua_push_stream(lua_State *L, void *stream, int device);
 
+/* dlpack.ipc for hosts that have their own sockets and descriptors (docs/ipc.md). Each takes ownership of fd:
+ * it is closed if they raise. Push a dlpack.ipc channel for a connected AF_UNIX SOCK_SEQPACKET socket. */
+DLPACK_LUA_API void dlpack_lua_push_channel(lua_State *L, int fd);
+/* Push a cpu tensor on the memfd fd (sealed against shrinking and growing, checked as a received one is) with the
+ * layout's dtype, shape and strides (NULL: row-major); layout->byte_offset is the file offset of its first element,
+ * layout->data is ignored. flags: READ_ONLY and IS_SUBBYTE_TYPE_PADDED. Raises naming what is wrong. */
+DLPACK_LUA_API void dlpack_lua_push_shared(lua_State *L, int fd, const DLTensor *layout, uint64_t flags);
+/* For a shareable tensor at idx (t.shareable): a new descriptor of its memfd (close-on-exec; the caller closes it),
+ * and in *offset the file offset of its first element. -1 for anything else. */
+DLPACK_LUA_API int dlpack_lua_shared_fd(lua_State *L, int idx, uint64_t *offset);
+
 /* The registry key of the function table below (a light userdata to a static struct). */
 #define DLPACK_LUA_API_KEY "dlpack.api"
 /* Version of the function table; new fields are only ever appended (2 added the stream functions,
- * 3 push_capsule and isolate_capsules). */
-#define DLPACK_LUA_API_VERSION 3
+ * 3 push_capsule and isolate_capsules, 4 the dlpack.ipc functions). */
+#define DLPACK_LUA_API_VERSION 4
 
 typedef struct dlpack_lua_api {
   int version; /* DLPACK_LUA_API_VERSION of the module that filled it */
@@ -116,6 +131,10 @@ typedef struct dlpack_lua_api {
   /* version >= 3 */
   void (*push_capsule)(lua_State *L, void *managed, int versioned);
   void (*isolate_capsules)(lua_State *L);
+  /* version >= 4 */
+  void (*push_channel)(lua_State *L, int fd);
+  void (*push_shared)(lua_State *L, int fd, const DLTensor *layout, uint64_t flags);
+  int (*shared_fd)(lua_State *L, int idx, uint64_t *offset);
 } dlpack_lua_api;
 
 /* Fetch the table from the registry of L (NULL if dlpack was not opened in L). */

@@ -91,6 +91,9 @@ static const dlpack_lua_api api = {
   dlpack_lua_push_stream,
   dlpack_lua_push_capsule,
   dlpack_lua_isolate_capsules,
+  dlpack_lua_push_channel,
+  dlpack_lua_push_shared,
+  dlpack_lua_shared_fd,
 };
 
 void dlp_hostapi_register(lua_State *L) {

@@ -214,6 +214,9 @@ struct dlp_Owner {
   uintptr_t lo, hi; /* the addresses [lo, hi) that tensors on this memory may reach */
   /* CUDA: the stream the last work on this memory was issued on (NULL: the legacy default stream) */
   _Atomic(dlp_CudaStream *) stream;
+  /* shareable memory (dlpack.ipc): the memfd that `memory` maps from file offset fd_offset, or -1 */
+  int fd;
+  int64_t fd_offset;
 };
 
 dlp_Owner *dlp_owner_new_memory(size_t nbytes, int zeroed); /* cpu; NULL when out of memory */
@@ -248,10 +251,14 @@ dlp_Tensor *dlp_tensor_check_with(lua_State *L, int idx, int metatable);
 /* Raises "<what>: ... released" unless t is live; call it after the last call that can run Lua
  * code and before touching t's memory. */
 void dlp_live(lua_State *L, const dlp_Tensor *t, const char *what);
-/* A new contiguous tensor with fresh memory (cpu or CUDA); flags may say SUBBYTE_PADDED. An
+/* A new contiguous tensor with fresh memory (cpu or CUDA); flags may say SUBBYTE_PADDED; alloc:
+ * 0, or DLP_ALLOC_ZEROED, or DLP_ALLOC_SHAREABLE (dlpack.ipc's memory, always zeroed). An
  * allocation: it may run finalizers. */
+enum { DLP_ALLOC_ZEROED = 1, DLP_ALLOC_SHAREABLE = 2 };
 dlp_Tensor *dlp_tensor_new(lua_State *L, int dtype, uint64_t flags, DLDevice device, int ndim,
-                           const int64_t *shape, int zeroed, const char *what);
+                           const int64_t *shape, int alloc, const char *what);
+/* empty/zeros(shape [, dtype [, device]]) with the arguments from 1 on: the new tensor, pushed. */
+int dlp_create(lua_State *L, int alloc, const char *what);
 /* A new view of the tensor at idx, pushed: allocated first, then the source is checked live and
  * its dtype, device, data, offset, flags and owner taken; the caller fills shape and strides,
  * may move the first element (dlp_view_move) and must finish with dlp_tensor_seal. */
@@ -521,6 +528,12 @@ void dlp_matmul_register(lua_State *L, int module, int methods, int meta);
 
 /* ---- join.c: dlpack.cat, dlpack.stack ---- */
 void dlp_join_register(lua_State *L, int module, int methods, int meta);
+
+/* ---- ipc.c: dlpack.ipc, tensors shared between processes (docs/ipc.md) ---- */
+int dlp_is_shareable(const dlp_Tensor *t);      /* t.shareable: its memory is a memfd's */
+/* An owner of nbytes of fresh shareable memory on device (zeroed); raises naming what. */
+dlp_Owner *dlp_ipc_new_owner(lua_State *L, DLDevice device, size_t nbytes, const char *what);
+void dlp_ipc_unmap(dlp_Owner *o);               /* owner.c, on the last release: unmap, close fd */
 
 /* ---- hostapi.c ---- */
 void dlp_hostapi_register(lua_State *L);                    /* the registry function table */

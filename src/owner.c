@@ -158,6 +158,8 @@ static dlp_Owner *new_owner(void *memory, DLDevice device, void *managed, int ve
   o->lo = lo;
   o->hi = hi;
   atomic_init(&o->stream, NULL);
+  o->fd = -1;
+  o->fd_offset = 0;
   return o;
 }
 
@@ -198,6 +200,7 @@ void dlp_managed_delete(void *managed, int versioned) {
 void dlp_owner_release(dlp_Owner *o) {
   if (atomic_fetch_sub_explicit(&o->refs, 1, memory_order_acq_rel) != 1) return;
   if (o->managed) dlp_managed_delete(o->managed, o->versioned);
+  else if (o->fd >= 0) dlp_ipc_unmap(o);
   else if (o->memory && o->device.device_type == kDLCPU) deallocate(o->memory, o->nbytes, o->mapped);
   else if (o->memory) dlp_cuda_free(o->device, o->memory);
   dlp_CudaStream *s = atomic_load(&o->stream);

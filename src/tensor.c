@@ -377,7 +377,7 @@ int dlp_check_shape(lua_State *L, int arg, int64_t *shape) {
 }
 
 dlp_Tensor *dlp_tensor_new(lua_State *L, int dtype, uint64_t flags, DLDevice device, int ndim,
-                           const int64_t *shape, int zeroed, const char *what) {
+                           const int64_t *shape, int alloc, const char *what) {
   dlp_Tensor *t;
   dlp_Owner *o;
   int64_t numel, bytes;
@@ -390,10 +390,12 @@ dlp_Tensor *dlp_tensor_new(lua_State *L, int dtype, uint64_t flags, DLDevice dev
                lua_tostring(L, -1));
   }
   t = dlp_tensor_push(L, ndim); /* first, so that a failure below leaves nothing behind */
-  if (device.device_type == kDLCPU) {
-    o = dlp_owner_new_memory((size_t)bytes, zeroed);
+  if (alloc & DLP_ALLOC_SHAREABLE) {
+    o = dlp_ipc_new_owner(L, device, (size_t)bytes, what);
+  } else if (device.device_type == kDLCPU) {
+    o = dlp_owner_new_memory((size_t)bytes, alloc & DLP_ALLOC_ZEROED);
   } else {
-    void *memory = dlp_cuda_alloc(L, device, (size_t)bytes, zeroed, what);
+    void *memory = dlp_cuda_alloc(L, device, (size_t)bytes, alloc & DLP_ALLOC_ZEROED, what);
     o = dlp_owner_new_block(memory, device, (size_t)bytes);
     if (!o) dlp_cuda_free(device, memory);
   }
@@ -421,21 +423,20 @@ static void check_bytes(lua_State *L, int ndim, const int64_t *shape, int dtype)
                                         dlp_dtypes[dtype].name));
 }
 
-/* The shape at 1 (a table, or numbers: zeros(2, 3)), the dtype and device after it. */
-static int create(lua_State *L, int zeroed) {
+int dlp_create(lua_State *L, int alloc, const char *what) {
   int64_t shape[DLP_MAX_NDIM];
   int next, ndim = dlp_check_shape_args(L, 1, shape, &next);
-  dlp_check_no_more(L, next + 2, zeroed ? "dlpack.zeros" : "dlpack.empty", "a shape, a dtype and a device");
+  dlp_check_no_more(L, next + 2, what, "a shape, a dtype and a device");
   int dtype = dlp_opt_dtype(L, next, DLP_FLOAT32);
   check_bytes(L, ndim, shape, dtype);
   DLDevice device = {kDLCPU, 0};
   if (!lua_isnoneornil(L, next + 1)) device = dlp_check_device(L, next + 1, next + 1, NULL);
-  dlp_tensor_new(L, dtype, 0, device, ndim, shape, zeroed, zeroed ? "dlpack.zeros" : "dlpack.empty");
+  dlp_tensor_new(L, dtype, 0, device, ndim, shape, alloc, what);
   return 1;
 }
 
-static int l_empty(lua_State *L) { return create(L, 0); }
-static int l_zeros(lua_State *L) { return create(L, 1); }
+static int l_empty(lua_State *L) { return dlp_create(L, 0, "dlpack.empty"); }
+static int l_zeros(lua_State *L) { return dlp_create(L, DLP_ALLOC_ZEROED, "dlpack.zeros"); }
 
 /* A new tensor of the shape at 1 (ones: also numbers), every element the value at `value` (0:
  * one, as true for bool), the dtype and device after them. */
@@ -636,6 +637,7 @@ static int push_property(lua_State *L, dlp_Tensor *t, const char *k) {
   }
   else if (strcmp(k, "byte_offset") == 0) lua_pushinteger(L, (lua_Integer)t->dl.byte_offset);
   else if (strcmp(k, "readonly") == 0) lua_pushboolean(L, (t->flags & DLP_FLAG_READ_ONLY) != 0);
+  else if (strcmp(k, "shareable") == 0) lua_pushboolean(L, dlp_is_shareable(t));
   else return 0;
   return 1;
 }

@@ -1,0 +1,881 @@
+/* dlpack.ipc: tensors shared between processes of one machine, without copying.
+ *
+ * Shareable memory is an anonymous memfd, sealed so that it can neither shrink nor grow, mapped
+ * MAP_SHARED. A tensor on it crosses a SOCK_SEQPACKET Unix socket as one record (the layout, in
+ * the wire format of docs/ipc.md) with the descriptor attached (SCM_RIGHTS); the receiver checks
+ * everything the peer says before it maps the pages the layout reaches. The peer may be hostile:
+ * see docs/ipc.md, "Threat model". Every descriptor and mapping has one owner at every moment,
+ * so that no error path leaks one. */
+#define _GNU_SOURCE /* memfd_create, accept4, MSG_CMSG_CLOEXEC, F_ADD_SEALS */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* Older C libraries lack these names; the values are Linux's. */
+#ifndef F_ADD_SEALS
+#define F_ADD_SEALS 1033
+#define F_GET_SEALS 1034
+#define F_SEAL_SEAL 0x0001
+#define F_SEAL_SHRINK 0x0002
+#define F_SEAL_GROW 0x0004
+#define F_SEAL_WRITE 0x0008
+#endif
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
+#ifndef MFD_CLOEXEC
+#define MFD_CLOEXEC 0x0001U
+#define MFD_ALLOW_SEALING 0x0002U
+#endif
+
+#define CHANNEL_MT "dlpack.ipc.Channel"
+#define LISTENER_MT "dlpack.ipc.Listener"
+
+/* ---- the wire format (docs/ipc.md): version 1 ---- */
+
+#define WIRE_MAGIC "DLIP"
+#define WIRE_VERSION 1
+#define WIRE_KIND_TENSOR 1
+#define WIRE_HEADER 56 /* bytes before the shape */
+#define WIRE_MAX (WIRE_HEADER + 16 * DLP_MAX_NDIM)
+#define WIRE_FLAGS (DLP_FLAG_READ_ONLY | DLP_FLAG_SUBBYTE_PADDED)
+/* Descriptors one recvmsg takes: more than one is an error, and these are the ones it can close
+ * (the kernel drops those that do not fit, and says so with MSG_CTRUNC). */
+#define MAX_RECEIVED_FDS 8
+
+typedef struct Message {
+  DLDevice device;
+  int dtype; /* dlp_Dtype */
+  int ndim;
+  uint64_t flags, size, offset; /* offset: of the element at index (0, ..., 0) in the file */
+  int64_t shape[DLP_MAX_NDIM], strides[DLP_MAX_NDIM];
+} Message;
+
+static void put32(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put64(unsigned char *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get32(const unsigned char *p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
+  return v;
+}
+static uint64_t get64(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+  return v;
+}
+
+/* Format into why (whylen bytes) and return it: the error messages of the checks below. */
+static const char *say(char *why, size_t whylen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static const char *say(char *why, size_t whylen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, whylen, fmt, ap);
+  va_end(ap);
+  return why;
+}
+
+/* CRC-32 as zlib computes it (reflected, polynomial 0xEDB88320); messages are small. */
+static uint32_t crc32_of(const unsigned char *p, size_t n) {
+  uint32_t c = 0xFFFFFFFFu;
+  while (n--) {
+    c ^= *p++;
+    for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+  }
+  return ~c;
+}
+
+static size_t encode(const Message *m, unsigned char *b) {
+  size_t n = WIRE_HEADER + 16 * (size_t)m->ndim;
+  DLDataType dt = dlp_dtype_to_dl(m->dtype);
+  memcpy(b, WIRE_MAGIC, 4);
+  b[4] = WIRE_VERSION, b[5] = 0;
+  b[6] = WIRE_KIND_TENSOR, b[7] = 0;
+  put32(b + 8, (uint32_t)n);
+  put32(b + 12, 0);
+  put32(b + 16, (uint32_t)m->device.device_type);
+  put32(b + 20, (uint32_t)m->device.device_id);
+  b[24] = dt.code, b[25] = dt.bits, b[26] = 1, b[27] = 0;
+  put32(b + 28, (uint32_t)m->ndim);
+  put64(b + 32, m->flags);
+  put64(b + 40, m->size);
+  put64(b + 48, m->offset);
+  for (int i = 0; i < m->ndim; i++) {
+    put64(b + WIRE_HEADER + 8 * i, (uint64_t)m->shape[i]);
+    put64(b + WIRE_HEADER + 8 * (m->ndim + i), (uint64_t)m->strides[i]);
+  }
+  put32(b + 12, crc32_of(b, n));
+  return n;
+}
+
+/* NULL when the n bytes at b are a valid message (decoded into m), else why not (in why). */
+static const char *decode(unsigned char *b, size_t n, Message *m, char *why, size_t whylen) {
+  if (n < WIRE_HEADER) return say(why, whylen, "a message of %zu bytes is too short (at least %d)", n, WIRE_HEADER);
+  if (n > WIRE_MAX) return say(why, whylen, "a message longer than %d bytes is not one", WIRE_MAX);
+  if (memcmp(b, WIRE_MAGIC, 4) != 0) return "not a dlpack.ipc message (wrong magic)";
+  unsigned version = b[4] | (unsigned)b[5] << 8, kind = b[6] | (unsigned)b[7] << 8;
+  if (version != WIRE_VERSION)
+    return say(why, whylen, "unsupported message version %u (this module speaks version %d)", version,
+                    WIRE_VERSION);
+  if (kind != WIRE_KIND_TENSOR) return say(why, whylen, "unknown message kind %u", kind);
+  if (get32(b + 8) != n)
+    return say(why, whylen, "the length field says %lu bytes, the message has %zu", (unsigned long)get32(b + 8), n);
+  uint32_t crc = get32(b + 12);
+  put32(b + 12, 0);
+  if (crc32_of(b, n) != crc) return "the checksum does not match (a corrupt message)";
+  uint32_t ndim = get32(b + 28);
+  if (ndim > DLP_MAX_NDIM) return say(why, whylen, "ndim %lu is more than %d", (unsigned long)ndim, DLP_MAX_NDIM);
+  if (n != WIRE_HEADER + 16 * (size_t)ndim)
+    return say(why, whylen, "a message for ndim %lu has %zu bytes, not %zu", (unsigned long)ndim, n,
+                    WIRE_HEADER + 16 * (size_t)ndim);
+  m->ndim = (int)ndim;
+  m->device.device_type = (DLDeviceType)(int32_t)get32(b + 16);
+  m->device.device_id = (int32_t)get32(b + 20);
+  if (!(m->device.device_type == kDLCPU && m->device.device_id == 0) && m->device.device_type != kDLCUDA)
+    return say(why, whylen, "device type %ld id %ld cannot be shared (cpu:0 and cuda only)",
+                    (long)(int32_t)get32(b + 16), (long)m->device.device_id);
+  if (!dlp_device_is_valid(m->device)) return say(why, whylen, "device id %ld is out of range", (long)m->device.device_id);
+  DLDataType dt = {b[24], b[25], (uint16_t)(b[26] | b[27] << 8)};
+  if (dt.lanes != 1) return say(why, whylen, "dtypes with %u lanes are not shared", (unsigned)dt.lanes);
+  if ((m->dtype = dlp_dtype_from_dl(dt)) < 0)
+    return say(why, whylen, "unknown dtype (code %u, %u bits)", (unsigned)dt.code, (unsigned)dt.bits);
+  m->flags = get64(b + 32);
+  if (m->flags & ~(uint64_t)WIRE_FLAGS)
+    return say(why, whylen, "unknown flags 0x%llx", (unsigned long long)(m->flags & ~(uint64_t)WIRE_FLAGS));
+  m->size = get64(b + 40);
+  m->offset = get64(b + 48);
+  for (int i = 0; i < m->ndim; i++) {
+    m->shape[i] = (int64_t)get64(b + WIRE_HEADER + 8 * i);
+    m->strides[i] = (int64_t)get64(b + WIRE_HEADER + 8 * (m->ndim + i));
+    if (m->shape[i] < 0) return say(why, whylen, "negative size %lld in the shape", (long long)m->shape[i]);
+  }
+  int64_t numel;
+  if (!dlp_numel_of(m->ndim, m->shape, &numel)) return "the shape has more elements than fit in 64 bits";
+  return NULL;
+}
+
+/* ---- shareable memory ---- */
+
+static size_t page_size(void) {
+  long p = sysconf(_SC_PAGESIZE);
+  return p > 0 ? (size_t)p : 4096;
+}
+
+int dlp_is_shareable(const dlp_Tensor *t) {
+  return t->owner && t->owner->fd >= 0;
+}
+
+/* Where in its file the element at index (0, ..., 0) of a shareable tensor lies. */
+static uint64_t file_offset_of(const dlp_Tensor *t) {
+  const dlp_Owner *o = t->owner;
+  uintptr_t first = (uintptr_t)dlp_first_element(t);
+  return (uint64_t)o->fd_offset + (o->memory ? (uint64_t)(first - (uintptr_t)o->memory) : 0);
+}
+
+void dlp_ipc_unmap(dlp_Owner *o) {
+  if (o->memory && o->nbytes) munmap(o->memory, o->nbytes);
+  close(o->fd);
+}
+
+dlp_Owner *dlp_ipc_new_owner(lua_State *L, DLDevice device, size_t nbytes, const char *what) {
+  DLDevice cpu = {kDLCPU, 0};
+  if (device.device_type != kDLCPU) {
+    dlp_push_device_name(L, device);
+    luaL_error(L, "%s: shareable memory on %s is not supported (cpu only)", what, lua_tostring(L, -1));
+  }
+  int fd = memfd_create("dlpack", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) luaL_error(L, "%s: memfd_create failed: %s", what, strerror(errno));
+  void *p = NULL;
+  int err = 0;
+  if (ftruncate(fd, (off_t)nbytes) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    err = errno;
+  else if (nbytes > 0 && (p = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
+    err = errno, p = NULL;
+  dlp_Owner *o = err ? NULL : dlp_owner_new_block(p, cpu, nbytes);
+  if (!o) {
+    if (p) munmap(p, nbytes);
+    close(fd);
+    if (!err) luaL_error(L, "%s: not enough memory", what);
+    luaL_error(L, "%s: cannot make %I bytes of shareable memory: %s", what, (lua_Integer)nbytes, strerror(err));
+  }
+  o->fd = fd;
+  o->fd_offset = 0;
+  return o;
+}
+
+/* Map the pages of the file at fd that m's layout reaches, after checking that they exist and
+ * cannot stop existing (the threat model). Takes fd: on success the owner holds it, on failure
+ * it is closed. NULL (and why) on failure; *readonly says how it was mapped. */
+static dlp_Owner *map_shared(int fd, const Message *m, int *readonly, char *why, size_t whylen) {
+  dlp_Span span;
+  struct stat st;
+  int seals = fcntl(fd, F_GET_SEALS);
+  int access = fcntl(fd, F_GETFL);
+  const char *err = NULL;
+  if (seals < 0) err = errno == EINVAL ? "the descriptor is not a memfd (it cannot be sealed)" : "F_GET_SEALS failed";
+  else if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
+    err = "the memfd is not sealed against shrinking and growing (it could shrink under the mapping)";
+  else if (fstat(fd, &st) != 0 || access < 0) err = "fstat failed on the descriptor";
+  else if (!S_ISREG(st.st_mode)) err = "the descriptor is not a memfd";
+  else if ((uint64_t)st.st_size != m->size)
+    err = say(why, whylen, "the message says %llu bytes, the memfd has %lld", (unsigned long long)m->size,
+                   (long long)st.st_size);
+  else if (!dlp_span_of(m->ndim, m->shape, m->strides, m->dtype, m->flags, &span))
+    err = "the layout reaches beyond 64-bit offsets";
+  int64_t lo = 0, hi = 0;
+  if (!err && span.numel > 0 &&
+      (m->offset > INT64_MAX || !dlp_add((int64_t)m->offset, span.lo, &lo) || !dlp_add((int64_t)m->offset, span.hi, &hi) ||
+       lo < 0 || (uint64_t)hi > m->size))
+    err = say(why, whylen, "the layout reaches outside the %llu bytes of the memfd", (unsigned long long)m->size);
+  if (err) {
+    if (err != why) snprintf(why, whylen, "%s", err);
+    close(fd);
+    return NULL;
+  }
+  *readonly = (m->flags & DLP_FLAG_READ_ONLY) || (access & O_ACCMODE) == O_RDONLY ||
+              (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE));
+  DLDevice cpu = {kDLCPU, 0};
+  void *p = NULL;
+  size_t start = 0, length = 0;
+  if (span.numel > 0) {
+    start = (size_t)lo & ~(page_size() - 1);
+    length = (size_t)hi - start;
+    p = mmap(NULL, length, *readonly ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)start);
+    if (p == MAP_FAILED) {
+      snprintf(why, whylen, "mmap of the memfd failed: %s", strerror(errno));
+      close(fd);
+      return NULL;
+    }
+  }
+  dlp_Owner *o = dlp_owner_new_block(p, cpu, length);
+  if (!o) {
+    snprintf(why, whylen, "not enough memory");
+    if (p) munmap(p, length);
+    close(fd);
+    return NULL;
+  }
+  o->fd = fd;
+  o->fd_offset = (int64_t)start;
+  return o;
+}
+
+/* A tensor with m's layout on o's mapping, pushed; takes *pending (the caller's slot for o, which
+ * a finalizer may have emptied: then the tensor is released and this raises). */
+static void push_mapped(lua_State *L, int metatable, const Message *m, int readonly, dlp_Owner **pending,
+                        const char *what) {
+  dlp_Tensor *t = dlp_tensor_push_with(L, m->ndim, metatable);
+  dlp_Owner *o = *pending;
+  if (!o) luaL_error(L, "%s: the channel was closed while the tensor was made", what);
+  *pending = NULL;
+  t->owner = o;
+  t->dl.data = o->memory ? (char *)o->memory + (m->offset - (uint64_t)o->fd_offset) : NULL;
+  t->dl.device = m->device;
+  t->dl.dtype = dlp_dtype_to_dl(m->dtype);
+  t->dtype = m->dtype;
+  t->flags = (m->flags & DLP_FLAG_SUBBYTE_PADDED) | (readonly ? DLP_FLAG_READ_ONLY : 0);
+  memcpy(t->dl.shape, m->shape, (size_t)m->ndim * sizeof(int64_t));
+  memcpy(t->dl.strides, m->strides, (size_t)m->ndim * sizeof(int64_t));
+  dlp_tensor_seal(L, t, what);
+}
+
+/* ---- time and waiting ---- */
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Seconds at arg: absent, nil or huge waits without end (-1); 0 polls. */
+static double check_timeout(lua_State *L, int arg) {
+  if (lua_isnoneornil(L, arg)) return -1;
+  lua_Number s = luaL_checknumber(L, arg);
+  if (!(s >= 0)) luaL_argerror(L, arg, "timeout must be a number of seconds, 0 or more");
+  return s > 1e9 ? -1 : (double)s;
+}
+
+static int64_t deadline_of(double timeout) {
+  return timeout < 0 ? -1 : now_ms() + (int64_t)(timeout * 1000 + 0.999);
+}
+
+/* Wait for events on fd until the deadline (-1: none). 1 ready, 0 timed out, -1 failed (errno).
+ * A signal does not end the wait early. */
+static int wait_for(int fd, short events, int64_t deadline, short *revents) {
+  for (;;) {
+    int ms = -1;
+    if (deadline >= 0) {
+      int64_t left = deadline - now_ms();
+      ms = left <= 0 ? 0 : left > INT_MAX ? INT_MAX : (int)left;
+    }
+    struct pollfd p = {fd, events, 0};
+    int n = poll(&p, 1, ms);
+    if (n > 0) {
+      if (revents) *revents = p.revents;
+      return 1;
+    }
+    if (n == 0 && (ms == 0 || now_ms() >= deadline)) return 0;
+    if (n < 0 && errno != EINTR) return -1;
+  }
+}
+
+/* ---- channels and listeners ---- */
+
+typedef struct Channel {
+  int fd;              /* -1 once closed */
+  dlp_Owner *pending;  /* a received block not yet in a tensor */
+  dlp_Tracked track;   /* see dlp_state_for_new */
+} Channel;
+
+typedef struct Listener {
+  int fd;
+  int made_file;       /* close removes the socket file, if it is still the one it made */
+  dev_t dev;
+  ino_t ino;
+  char path[sizeof(((struct sockaddr_un *)0)->sun_path) + 1];
+  dlp_Tracked track;
+} Listener;
+
+static void close_channel(Channel *ch) {
+  dlp_untrack(&ch->track);
+  if (ch->pending) {
+    dlp_owner_release(ch->pending);
+    ch->pending = NULL;
+  }
+  if (ch->fd >= 0) close(ch->fd);
+  ch->fd = -1;
+}
+
+static void close_listener(Listener *l) {
+  struct stat st;
+  dlp_untrack(&l->track);
+  if (l->fd < 0) return;
+  if (l->made_file && stat(l->path, &st) == 0 && st.st_dev == l->dev && st.st_ino == l->ino) unlink(l->path);
+  close(l->fd);
+  l->fd = -1;
+}
+
+static void close_tracked_channel(dlp_Tracked *node) {
+  close_channel((Channel *)((char *)node - offsetof(Channel, track)));
+}
+static void close_tracked_listener(dlp_Tracked *node) {
+  close_listener((Listener *)((char *)node - offsetof(Listener, track)));
+}
+
+/* An allocation: made before the descriptor it will hold exists, so that nothing leaks. */
+static Channel *push_channel(lua_State *L) {
+  dlp_State *st = dlp_state_for_new(L, "a channel");
+  Channel *ch = lua_newuserdatauv(L, sizeof *ch, 0);
+  memset(ch, 0, sizeof *ch);
+  ch->fd = -1;
+  luaL_setmetatable(L, CHANNEL_MT);
+  if (st) dlp_track(st, &ch->track, close_tracked_channel);
+  return ch;
+}
+
+static Channel *check_channel(lua_State *L, int idx, const char *what) {
+  Channel *ch = luaL_checkudata(L, idx, CHANNEL_MT);
+  if (ch->fd < 0) luaL_error(L, "%s: the channel is closed", what);
+  return ch;
+}
+
+/* The socket address for path (argument arg): a file, or the abstract namespace after '@'. */
+static socklen_t check_address(lua_State *L, int arg, struct sockaddr_un *a) {
+  size_t len;
+  const char *path = luaL_checklstring(L, arg, &len);
+  memset(a, 0, sizeof *a);
+  a->sun_family = AF_UNIX;
+  if (len == 0 || memchr(path, '\0', len)) luaL_argerror(L, arg, "a socket path must be non-empty, with no NUL");
+  if (len > sizeof a->sun_path - 1)
+    luaL_argerror(L, arg, lua_pushfstring(L, "a socket path has at most %d bytes", (int)sizeof a->sun_path - 1));
+  if (path[0] == '@') { /* abstract: a NUL, then the name */
+    memcpy(a->sun_path + 1, path + 1, len - 1);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len);
+  }
+  memcpy(a->sun_path, path, len);
+  return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + 1);
+}
+
+static int new_socket(void) {
+  return socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+}
+
+/* listen(path) -> listener */
+static int l_listen(lua_State *L) {
+  struct sockaddr_un a;
+  socklen_t alen = check_address(L, 1, &a);
+  const char *path = lua_tostring(L, 1);
+  dlp_State *st = dlp_state_for_new(L, "a listener");
+  Listener *l = lua_newuserdatauv(L, sizeof *l, 0);
+  memset(l, 0, sizeof *l);
+  l->fd = -1;
+  luaL_setmetatable(L, LISTENER_MT);
+  if (st) dlp_track(st, &l->track, close_tracked_listener);
+  snprintf(l->path, sizeof l->path, "%s", path);
+  if ((l->fd = new_socket()) < 0) return luaL_error(L, "dlpack.ipc.listen: socket failed: %s", strerror(errno));
+  int rc = bind(l->fd, (struct sockaddr *)&a, alen);
+  if (rc != 0 && errno == EADDRINUSE && path[0] != '@') {
+    /* a socket file nobody listens on any more (its process died): replace it */
+    struct stat sb;
+    int probe = new_socket(), refused = 0;
+    if (probe >= 0 && lstat(path, &sb) == 0 && S_ISSOCK(sb.st_mode))
+      refused = connect(probe, (struct sockaddr *)&a, alen) != 0 && errno == ECONNREFUSED;
+    if (probe >= 0) close(probe);
+    if (refused && unlink(path) == 0) rc = bind(l->fd, (struct sockaddr *)&a, alen);
+    else errno = EADDRINUSE;
+  }
+  if (rc != 0 || listen(l->fd, 64) != 0) {
+    int err = errno;
+    close(l->fd);
+    l->fd = -1;
+    return luaL_error(L, "dlpack.ipc.listen: cannot listen at '%s': %s", path,
+                      err == EADDRINUSE ? "address in use (another listener has it)" : strerror(err));
+  }
+  struct stat sb;
+  if (path[0] != '@' && stat(path, &sb) == 0) {
+    l->made_file = 1;
+    l->dev = sb.st_dev;
+    l->ino = sb.st_ino;
+  }
+  return 1;
+}
+
+/* listener:accept([timeout]) -> channel, or nil when the timeout passed */
+static int l_accept(lua_State *L) {
+  Listener *l = luaL_checkudata(L, 1, LISTENER_MT);
+  double timeout = check_timeout(L, 2);
+  Channel *ch = push_channel(L); /* an allocation: a finalizer may close the listener */
+  int64_t deadline = deadline_of(timeout);
+  for (;;) {
+    if (l->fd < 0) return luaL_error(L, "accept: the listener is closed");
+    int ready = wait_for(l->fd, POLLIN, deadline, NULL);
+    if (ready < 0) return luaL_error(L, "accept: poll failed: %s", strerror(errno));
+    if (ready == 0) {
+      lua_pushnil(L);
+      return 1;
+    }
+    ch->fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
+    if (ch->fd >= 0) return 1;
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+      return luaL_error(L, "accept: %s", strerror(errno));
+  }
+}
+
+/* connect(path [, timeout]) -> channel; nil when nobody listened within the timeout */
+static int l_connect(lua_State *L) {
+  struct sockaddr_un a;
+  socklen_t alen = check_address(L, 1, &a);
+  double timeout = check_timeout(L, 2);
+  int has_timeout = !lua_isnoneornil(L, 2);
+  Channel *ch = push_channel(L);
+  int64_t deadline = deadline_of(timeout);
+  for (;;) {
+    if ((ch->fd = new_socket()) < 0) return luaL_error(L, "dlpack.ipc.connect: socket failed: %s", strerror(errno));
+    if (connect(ch->fd, (struct sockaddr *)&a, alen) == 0) return 1;
+    int err = errno;
+    close(ch->fd);
+    ch->fd = -1;
+    int absent = err == ENOENT || err == ECONNREFUSED || err == EAGAIN;
+    if (!absent || !has_timeout)
+      return luaL_error(L, "dlpack.ipc.connect: cannot connect to '%s': %s", lua_tostring(L, 1),
+                        absent ? "nobody listens there" : strerror(err));
+    if (deadline >= 0 && now_ms() >= deadline) {
+      lua_pushnil(L);
+      return 1;
+    }
+    struct timespec pause = {0, 10 * 1000 * 1000}; /* a listener appears: try again in 10 ms */
+    nanosleep(&pause, NULL);
+  }
+}
+
+/* ---- send ---- */
+
+typedef struct SendOptions {
+  int copy;     /* 0: raise unless shareable */
+  int readonly;
+} SendOptions;
+
+static void read_send_options(lua_State *L, int arg, SendOptions *o) {
+  o->copy = 1;
+  o->readonly = 0;
+  if (lua_isnoneornil(L, arg)) return;
+  luaL_checktype(L, arg, LUA_TTABLE);
+  lua_pushnil(L);
+  while (lua_next(L, arg)) { /* raw: no metamethod runs */
+    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+    int *field = k && strcmp(k, "copy") == 0 ? &o->copy : k && strcmp(k, "readonly") == 0 ? &o->readonly : NULL;
+    if (!field) luaL_argerror(L, arg, "unknown option (send takes copy and readonly)");
+    if (!lua_isboolean(L, -1)) luaL_argerror(L, arg, lua_pushfstring(L, "option %s must be a boolean", k));
+    *field = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
+}
+
+/* Send the n bytes at b with fd attached; 0, or an errno. Waits while the peer's queue is full. */
+static int send_record(int sock, const unsigned char *b, size_t n, int fd) {
+  union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(sizeof(int))];
+  } control;
+  struct iovec iov = {(void *)b, n};
+  struct msghdr msg;
+  memset(&msg, 0, sizeof msg);
+  memset(&control, 0, sizeof control);
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control.buf;
+  msg.msg_controllen = sizeof control.buf;
+  struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  for (;;) {
+    if (sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)n) return 0;
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return errno;
+    if (wait_for(sock, POLLOUT, -1, NULL) < 0) return errno;
+  }
+}
+
+static int is_closed_errno(int err) {
+  return err == EPIPE || err == ECONNRESET || err == ENOTCONN;
+}
+
+/* ch:send(t [, opts]) */
+static int l_send(lua_State *L) {
+  SendOptions opts;
+  Message m;
+  unsigned char buf[WIRE_MAX];
+  check_channel(L, 1, "send");
+  dlp_tensor_arg(L, 2);
+  read_send_options(L, 3, &opts);
+  lua_settop(L, 3);
+  dlp_Tensor *t = dlp_tensor_check(L, 2);
+  if (t->flags & DLP_FLAG_READ_ONLY) opts.readonly = 1; /* what is read-only here stays so there */
+  if (!dlp_is_shareable(t)) {
+    if (!opts.copy) return dlp_buffer_error(L, "send: the tensor is not in shareable memory and copy = false");
+    if (!dlp_device_is_host(t->dl.device)) {
+      dlp_push_device_name(L, t->dl.device);
+      return luaL_error(L, "send: tensors on %s cannot be shared (cpu memory only)", lua_tostring(L, -1));
+    }
+    DLDevice cpu = {kDLCPU, 0};
+    dlp_Tensor *copy = dlp_tensor_new(L, t->dtype, t->flags, cpu, t->dl.ndim, t->dl.shape, DLP_ALLOC_SHAREABLE, "send");
+    dlp_copy(L, copy, t, NULL, "send");
+    t = copy;
+  }
+  Channel *ch = check_channel(L, 1, "send"); /* a finalizer may have closed it meanwhile */
+  dlp_live(L, t, "send");
+  dlp_Owner *o = t->owner;
+  m.device = t->dl.device;
+  m.dtype = t->dtype;
+  m.ndim = t->dl.ndim;
+  m.flags = (t->flags & DLP_FLAG_SUBBYTE_PADDED) | (opts.readonly ? DLP_FLAG_READ_ONLY : 0);
+  m.size = (uint64_t)o->fd_offset + o->nbytes;
+  struct stat st;
+  if (fstat(o->fd, &st) == 0) m.size = (uint64_t)st.st_size;
+  m.offset = file_offset_of(t);
+  memcpy(m.shape, t->dl.shape, (size_t)m.ndim * sizeof(int64_t));
+  memcpy(m.strides, t->dl.strides, (size_t)m.ndim * sizeof(int64_t));
+  size_t n = encode(&m, buf);
+  int fd = o->fd;
+  if (m.flags & DLP_FLAG_READ_ONLY) { /* a read-only descriptor: the peer cannot map it writable */
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", o->fd);
+    if ((fd = open(proc, O_RDONLY | O_CLOEXEC)) < 0)
+      return luaL_error(L, "send: cannot reopen the memory read-only (%s: %s)", proc, strerror(errno));
+  }
+  int err = send_record(ch->fd, buf, n, fd);
+  if (fd != o->fd) close(fd);
+  if (err && is_closed_errno(err)) return luaL_error(L, "send: the peer closed the channel");
+  if (err) return luaL_error(L, "send: %s", strerror(err));
+  return 0;
+}
+
+/* ---- recv ---- */
+
+/* Receive one record: its length (0 or more), -1 on end of file, -2 on a failure (errno);
+ * every descriptor attached lands in fds (*nfds of them); *ctrunc when some were dropped. */
+static ssize_t receive_record(int sock, unsigned char *b, size_t cap, int *fds, int *nfds, int *trunc, int *ctrunc) {
+  union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(sizeof(int) * MAX_RECEIVED_FDS)];
+  } control;
+  struct iovec iov = {b, cap};
+  struct msghdr msg;
+  ssize_t n;
+  memset(&msg, 0, sizeof msg);
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control.buf;
+  msg.msg_controllen = sizeof control.buf;
+  *nfds = 0;
+  do n = recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  while (n < 0 && errno == EINTR);
+  if (n < 0) return -2;
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count && *nfds < MAX_RECEIVED_FDS; i++) memcpy(&fds[(*nfds)++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+  }
+  *trunc = (msg.msg_flags & MSG_TRUNC) != 0;
+  *ctrunc = (msg.msg_flags & MSG_CTRUNC) != 0;
+  if (n == 0 && *nfds == 0) { /* an empty record, or the end: a closed peer also hangs up */
+    struct pollfd p = {sock, POLLIN | POLLRDHUP, 0};
+    if (poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP))) return -1;
+  }
+  return n;
+}
+
+/* ch:recv([timeout]) -> tensor, or nil when the timeout passed */
+static int l_recv(lua_State *L) {
+  Channel *ch = check_channel(L, 1, "recv");
+  double timeout = check_timeout(L, 2);
+  unsigned char buf[WIRE_MAX + 1];
+  int fds[MAX_RECEIVED_FDS], nfds, trunc, ctrunc, readonly = 0;
+  char why[200];
+  Message m;
+  int64_t deadline = deadline_of(timeout);
+  ssize_t n;
+  for (;;) {
+    int ready = wait_for(ch->fd, POLLIN, deadline, NULL);
+    if (ready < 0) return luaL_error(L, "recv: poll failed: %s", strerror(errno));
+    if (ready == 0) {
+      lua_pushnil(L);
+      return 1;
+    }
+    n = receive_record(ch->fd, buf, sizeof buf, fds, &nfds, &trunc, &ctrunc);
+    if (n != -2 || (errno != EAGAIN && errno != EWOULDBLOCK)) break;
+  }
+  if (n == -1) return luaL_error(L, "recv: the peer closed the channel");
+  if (n == -2) return luaL_error(L, "recv: %s", strerror(errno));
+  const char *err = trunc ? "a message longer than the longest valid one (truncated)"
+                  : ctrunc ? "too many descriptors attached (the kernel dropped some)"
+                  : decode(buf, (size_t)n, &m, why, sizeof why);
+  if (!err && nfds != 1) err = say(why, sizeof why, "a message needs one descriptor, it came with %d", nfds);
+  if (!err && m.device.device_type != kDLCPU) err = "cuda tensors cannot be received here (cpu only)";
+  for (int i = err ? 0 : 1; i < nfds; i++) close(fds[i]);
+  if (err) return luaL_error(L, "recv: %s", err);
+  if (ch->pending) dlp_owner_release(ch->pending); /* left by a recv that raised, or one this interrupted */
+  ch->pending = map_shared(fds[0], &m, &readonly, why, sizeof why);
+  if (!ch->pending) return luaL_error(L, "recv: %s", why);
+  /* the tensor's allocation may run finalizers, which may close the channel or recv on it */
+  push_mapped(L, lua_upvalueindex(1), &m, readonly, &ch->pending, "recv");
+  return 1;
+}
+
+/* ---- making shareable tensors ---- */
+
+/* empty(shape [, dtype [, device]]), zeros(...): a fresh memfd reads as zeros, so they are the same */
+static int l_empty(lua_State *L) { return dlp_create(L, DLP_ALLOC_SHAREABLE, "dlpack.ipc.empty"); }
+static int l_zeros(lua_State *L) { return dlp_create(L, DLP_ALLOC_SHAREABLE, "dlpack.ipc.zeros"); }
+
+/* share(t) -> t when shareable, else a contiguous shareable copy */
+static int l_share(lua_State *L) {
+  dlp_Tensor *t = dlp_tensor_check(L, 1);
+  lua_settop(L, 1);
+  if (dlp_is_shareable(t)) return 1;
+  if (!dlp_device_is_host(t->dl.device)) {
+    dlp_push_device_name(L, t->dl.device);
+    return luaL_error(L, "dlpack.ipc.share: tensors on %s cannot be shared (cpu memory only)", lua_tostring(L, -1));
+  }
+  DLDevice cpu = {kDLCPU, 0};
+  dlp_Tensor *copy = dlp_tensor_new(L, t->dtype, t->flags, cpu, t->dl.ndim, t->dl.shape, DLP_ALLOC_SHAREABLE,
+                                    "dlpack.ipc.share");
+  dlp_copy(L, copy, t, NULL, "dlpack.ipc.share");
+  return 1;
+}
+
+/* ---- the objects' other methods ---- */
+
+static int l_channel_close(lua_State *L) {
+  close_channel(luaL_checkudata(L, 1, CHANNEL_MT));
+  return 0;
+}
+
+static int l_listener_close(lua_State *L) {
+  close_listener(luaL_checkudata(L, 1, LISTENER_MT));
+  return 0;
+}
+
+/* fileno() -> the descriptor, for a host's own poll loop; raises once closed */
+static int l_channel_fileno(lua_State *L) {
+  lua_pushinteger(L, check_channel(L, 1, "fileno")->fd);
+  return 1;
+}
+
+static int l_listener_fileno(lua_State *L) {
+  Listener *l = luaL_checkudata(L, 1, LISTENER_MT);
+  if (l->fd < 0) return luaL_error(L, "fileno: the listener is closed");
+  lua_pushinteger(L, l->fd);
+  return 1;
+}
+
+static int l_channel_tostring(lua_State *L) {
+  Channel *ch = luaL_checkudata(L, 1, CHANNEL_MT);
+  if (ch->fd < 0) lua_pushliteral(L, "dlpack.ipc.Channel (closed)");
+  else lua_pushfstring(L, "dlpack.ipc.Channel (fd %d)", ch->fd);
+  return 1;
+}
+
+static int l_listener_tostring(lua_State *L) {
+  Listener *l = luaL_checkudata(L, 1, LISTENER_MT);
+  lua_pushfstring(L, "dlpack.ipc.Listener (%s%s)", l->path, l->fd < 0 ? ", closed" : "");
+  return 1;
+}
+
+/* The two metatables, once per state; methods are closures over the tensor metatable (at -1). */
+static void new_class(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction close,
+                      lua_CFunction tostring) {
+  if (!luaL_newmetatable(L, name)) {
+    lua_pop(L, 1);
+    return;
+  }
+  int meta = lua_gettop(L);
+  lua_newtable(L);
+  dlp_register(L, lua_gettop(L), methods);
+  lua_setfield(L, meta, "__index");
+  lua_pushcfunction(L, close);
+  lua_setfield(L, meta, "__gc");
+  lua_pushcfunction(L, close);
+  lua_setfield(L, meta, "__close");
+  lua_pushcfunction(L, tostring);
+  lua_setfield(L, meta, "__tostring");
+  dlp_push_metatable_view(L, meta);
+  lua_setfield(L, meta, "__metatable");
+  lua_pop(L, 1);
+}
+
+static void open_classes(lua_State *L) {
+  static const luaL_Reg channel_methods[] = {
+    {"send", l_send}, {"recv", l_recv}, {"close", l_channel_close}, {"fileno", l_channel_fileno}, {NULL, NULL},
+  };
+  static const luaL_Reg listener_methods[] = {
+    {"accept", l_accept}, {"close", l_listener_close}, {"fileno", l_listener_fileno}, {NULL, NULL},
+  };
+  new_class(L, CHANNEL_MT, channel_methods, l_channel_close, l_channel_tostring);
+  new_class(L, LISTENER_MT, listener_methods, l_listener_close, l_listener_tostring);
+}
+
+/* Not a luaopen_ name, as dlpack_lua_open_unsafe: `require` alone never reaches it (a sandbox
+ * that removes package.loadlib leaves dlpack.ipc out; lua/dlpack/ipc.lua opens it). */
+DLPACK_LUA_API int dlpack_lua_open_ipc(lua_State *L) {
+  static const luaL_Reg functions[] = {
+    {"empty", l_empty}, {"zeros", l_zeros}, {"share", l_share}, {"listen", l_listen}, {"connect", l_connect},
+    {NULL, NULL},
+  };
+  luaopen_dlpack(L); /* the tensor metatable and the state record first */
+  lua_pop(L, 1);
+  open_classes(L);
+  lua_newtable(L);
+  dlp_register(L, lua_gettop(L), functions);
+  return 1;
+}
+
+/* ---- the C API (dlpack_lua.h) ---- */
+
+typedef struct HostCall {
+  int fd;
+  int taken; /* an object holds fd now (it closes it) */
+  const DLTensor *layout;
+  uint64_t flags;
+} HostCall;
+
+static int push_channel_body(lua_State *L) {
+  HostCall *c = lua_touserdata(L, 1);
+  int type = 0, domain = 0;
+  socklen_t len = sizeof type, dlen = sizeof domain;
+  if (getsockopt(c->fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 ||
+      getsockopt(c->fd, SOL_SOCKET, SO_DOMAIN, &domain, &dlen) != 0 || type != SOCK_SEQPACKET || domain != AF_UNIX)
+    return luaL_error(L, "dlpack_lua_push_channel: the descriptor is not an AF_UNIX SOCK_SEQPACKET socket");
+  open_classes(L);
+  push_channel(L)->fd = c->fd;
+  c->taken = 1;
+  fcntl(c->fd, F_SETFD, FD_CLOEXEC);
+  return 1;
+}
+
+static int push_shared_body(lua_State *L) {
+  HostCall *c = lua_touserdata(L, 1);
+  const DLTensor *layout = c->layout;
+  Message m;
+  char why[200];
+  int readonly = 0;
+  struct stat st;
+  const char *err = NULL;
+  memset(&m, 0, sizeof m);
+  m.device = layout->device;
+  m.ndim = layout->ndim;
+  m.flags = c->flags;
+  if (m.device.device_type != kDLCPU || m.ndim < 0 || m.ndim > DLP_MAX_NDIM) err = "a cpu layout of 0 to 64 dimensions";
+  else if ((m.dtype = dlp_dtype_from_dl(layout->dtype)) < 0) err = "a dtype this module knows";
+  else if (m.flags & ~(uint64_t)WIRE_FLAGS) err = "no flags but READ_ONLY and IS_SUBBYTE_TYPE_PADDED";
+  else if (m.ndim > 0 && !layout->shape) err = "a shape";
+  else if (fstat(c->fd, &st) != 0) err = "an open descriptor";
+  for (int i = 0; !err && i < m.ndim; i++)
+    if ((m.shape[i] = layout->shape[i]) < 0) err = "sizes of 0 or more";
+  int64_t numel;
+  if (!err && !dlp_numel_of(m.ndim, m.shape, &numel)) err = "fewer elements than 2^63";
+  if (err) return luaL_error(L, "dlpack_lua_push_shared: the layout needs %s", err);
+  m.size = (uint64_t)st.st_size;
+  m.offset = layout->byte_offset;
+  if (layout->strides) memcpy(m.strides, layout->strides, (size_t)m.ndim * sizeof(int64_t));
+  else dlp_contiguous_strides(m.ndim, m.shape, m.strides);
+  open_classes(L);
+  Channel *holder = push_channel(L); /* holds the mapping while the tensor is allocated (its __gc frees it) */
+  dlp_push_metatable(L);
+  c->taken = 1;
+  holder->pending = map_shared(c->fd, &m, &readonly, why, sizeof why);
+  if (!holder->pending) return luaL_error(L, "dlpack_lua_push_shared: %s", why);
+  push_mapped(L, -1, &m, readonly, &holder->pending, "dlpack_lua_push_shared");
+  return 1;
+}
+
+/* Run body protected: a descriptor no object took yet is closed if it raises, then the error goes on. */
+static void host_call(lua_State *L, lua_CFunction body, HostCall *c, const char *what) {
+  if (luaL_getmetatable(L, DLPACK_LUA_TENSOR_MT) == LUA_TNIL) {
+    close(c->fd);
+    luaL_error(L, "%s: the dlpack module is not open in this lua_State", what);
+  }
+  lua_pop(L, 1);
+  lua_pushcfunction(L, body);
+  lua_pushlightuserdata(L, c);
+  if (lua_pcall(L, 1, 1, 0) != 0) {
+    if (!c->taken) close(c->fd);
+    lua_error(L);
+  }
+}
+
+DLPACK_LUA_API void dlpack_lua_push_channel(lua_State *L, int fd) {
+  HostCall c = {fd, 0, NULL, 0};
+  host_call(L, push_channel_body, &c, "dlpack_lua_push_channel");
+}
+
+DLPACK_LUA_API void dlpack_lua_push_shared(lua_State *L, int fd, const DLTensor *layout, uint64_t flags) {
+  HostCall c = {fd, 0, layout, flags};
+  host_call(L, push_shared_body, &c, "dlpack_lua_push_shared");
+}
+
+DLPACK_LUA_API int dlpack_lua_shared_fd(lua_State *L, int idx, uint64_t *offset) {
+  idx = lua_absindex(L, idx);
+  dlp_push_metatable(L);
+  dlp_Tensor *t = dlp_tensor_test_with(L, idx, -1);
+  lua_pop(L, 1);
+  if (!t || !dlp_is_shareable(t)) return -1;
+  if (offset) *offset = file_offset_of(t);
+  return fcntl(t->owner->fd, F_DUPFD_CLOEXEC, 0);
+}
