@@ -21,11 +21,13 @@ those of docs/ipc.md. Linux only; standard library and NumPy only:
 - `listen(path)` -> Listener: `.accept(timeout=None)` -> Channel or None, `.fileno()`, `.close()`
   (removes the socket file it made; a stale file nobody listens on is replaced), `with`.
 - `connect(path, timeout=None)` -> Channel; without a timeout it raises ConnectionRefusedError at
-  once when nobody listens, with one it retries until the time is up (then TimeoutError).
+  once when nobody listens, with one it retries until the time is up (then None, as Lua's nil).
 - `Channel.send(x, readonly=False)`: `x` a NumPy array or anything with `__dlpack__` (PyTorch
   tensors, bfloat16 and float8 ones included). Zero-copy when `x` lies in shareable memory
   (made by `empty`/`zeros`/`share`, or received); otherwise it is copied into a new block first.
   `readonly=True` passes a descriptor reopened read-only: the receiver cannot map it writable.
+  An array that is not writeable here (a received read-only one, `numpy.broadcast_to`) is sent
+  read-only too, as Lua does.
 - `Channel.recv(timeout=None)` -> a NumPy array on the shared memory (read-only when the sender
   asked for it), or None after `timeout` seconds (0 polls). Raises ChannelClosed (a
   ConnectionError whose message contains "closed") at end of file and ProtocolError (a
@@ -386,6 +388,8 @@ def _decode(data):
         name = _DEVICE_NAMES.get(device_type, "unknown")
         raise _recv_error("device type %d (%s) is not supported here: dlpack_ipc.py maps cpu memory only"
                           % (device_type, name))
+    if device_id != 0:
+        raise _recv_error("device cpu:%d does not exist (cpu:0 only)" % device_id)
     if lanes != 1:
         raise _recv_error("dtype with %d lanes (only 1 is supported)" % lanes)
     if (code, bits) not in _DTYPES:
@@ -488,7 +492,8 @@ class Channel:
         if arr.size == 0:  # nothing to map: an empty sealed memfd carries the shape
             fd = _new_memfd(0)
             try:
-                msg = _encode(dl_dtype, arr.shape, (0,) * arr.ndim, FLAG_READ_ONLY if readonly else 0, 0, 0)
+                flags = FLAG_READ_ONLY if readonly or not arr.flags.writeable else 0
+                msg = _encode(dl_dtype, arr.shape, (0,) * arr.ndim, flags, 0, 0)
                 self._sendmsg(sock, msg, fd)
             finally:
                 os.close(fd)
@@ -500,7 +505,7 @@ class Channel:
             arr = copy
             located = _locate(arr)
         block, offset, strides = located
-        readonly = bool(readonly) or block.readonly
+        readonly = bool(readonly) or block.readonly or not arr.flags.writeable
         flags = FLAG_READ_ONLY if readonly else 0
         msg = _encode(dl_dtype, arr.shape, strides, flags, block.size, offset)
         fd, reopened = block.fd, None
@@ -542,13 +547,20 @@ class Channel:
                 continue
             except ConnectionResetError:
                 raise ChannelClosed(errno.ECONNRESET, "dlpack_ipc.recv: channel closed by the peer") from None
-            return _receive(data, ancdata, msg_flags)
+            return _receive(sock, data, ancdata, msg_flags)
 
 
-def _receive(data, ancdata, msg_flags):
+def _hung_up(sock):
+    """After an empty record: True when it was the end (the peer hung up), not an empty message."""
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN | getattr(select, "POLLRDHUP", 0x2000))
+    return any(ev & (select.POLLHUP | getattr(select, "POLLRDHUP", 0x2000)) for _, ev in poller.poll(0))
+
+
+def _receive(sock, data, ancdata, msg_flags):
     fds = _fds_of(ancdata)
     try:
-        if not data and not fds and not msg_flags & socket.MSG_TRUNC:
+        if not data and not fds and not msg_flags & socket.MSG_TRUNC and _hung_up(sock):
             raise ChannelClosed("dlpack_ipc.recv: channel closed by the peer")
         if msg_flags & socket.MSG_CTRUNC:
             raise _recv_error("too many descriptors attached (control message truncated)")
@@ -602,7 +614,8 @@ def pair():
 
 def connect(path, timeout=None):
     """A channel to the listener at path ('@name': abstract). Without a timeout, raises
-    ConnectionRefusedError at once when nobody listens; with one, retries until it elapses."""
+    ConnectionRefusedError at once when nobody listens; with one, retries until it elapses and
+    then returns None."""
     _check_timeout(timeout, "dlpack_ipc.connect")
     address = _address(path, "dlpack_ipc.connect")
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -612,14 +625,13 @@ def connect(path, timeout=None):
         try:
             sock.connect(address)
             return Channel(sock)
-        except (FileNotFoundError, ConnectionRefusedError) as e:
+        except (FileNotFoundError, ConnectionRefusedError, BlockingIOError) as e:  # EAGAIN: the backlog is full
             sock.close()
             if deadline is None:
                 raise ConnectionRefusedError(e.errno, "dlpack_ipc.connect: nobody listens at %s" % path) from None
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(errno.ETIMEDOUT, "dlpack_ipc.connect: nobody listened at %s within %g s"
-                                   % (path, timeout)) from None
+                return None
             time.sleep(min(pause, left))
             pause = min(pause * 2, 0.05)
         except BaseException:
@@ -754,6 +766,9 @@ def main(argv=None):
             return 1
     else:
         ch = connect(args.path, args.timeout)
+        if ch is None:
+            print("dlpack_ipc.py: nobody listened at %s within %g s" % (args.path, args.timeout), file=sys.stderr)
+            return 1
     with ch:
         if args.command == "print":
             while True:
