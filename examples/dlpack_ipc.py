@@ -44,18 +44,18 @@ arrays keep their descriptor and mapping through their `base`, and both are clos
 last array goes. Both sides map the same pages: send a copy (`share(x.copy())`) when the peer
 must get a snapshot.
 
-Command line (for examples and tests):
+Command line (for examples and tests; PATH as for listen, --timeout S seconds, default 10):
 
-    python3 examples/dlpack_ipc.py echo PATH [--timeout S]        connect to PATH (waiting up to S
-                                                                  seconds, default 10) and send every
-                                                                  array received back unchanged, zero-copy,
-                                                                  until the peer closes
-    python3 examples/dlpack_ipc.py serve-echo PATH [--timeout S]  listen at PATH, accept one peer
-                                                                  (within S seconds) and echo as above
-    python3 examples/dlpack_ipc.py print PATH [--timeout S]       connect and print each array received
+    python3 examples/dlpack_ipc.py echo PATH        connect to PATH (waiting up to S seconds) and send
+                                                    every array received back unchanged, zero-copy, until
+                                                    the peer closes; a message it refuses is reported on
+                                                    stderr and skipped (the channel still works)
+    python3 examples/dlpack_ipc.py serve-echo PATH  listen at PATH, accept one peer (within S seconds),
+                                                    echo as above
+    python3 examples/dlpack_ipc.py print PATH       connect and print each array received
 
-NumPy >= 2 is needed for arrays from `__dlpack__` (numpy.from_dlpack); `python3 -m` is not
-needed: put examples/ on PYTHONPATH to import it.
+NumPy >= 2 is needed (numpy.from_dlpack for objects with `__dlpack__`). To import the module,
+put examples/ on PYTHONPATH.
 """
 import bisect
 import ctypes
@@ -747,6 +747,9 @@ def _echo(ch):
             arr = ch.recv()
         except ChannelClosed:
             return count
+        except ProtocolError as e:  # refused (the channel still works): say so and go on
+            print("dlpack_ipc.py echo: %s" % e, file=sys.stderr, flush=True)
+            continue
         ch.send(arr)
         count += 1
 
