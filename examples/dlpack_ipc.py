@@ -104,6 +104,7 @@ _HEAD_SIZE = _HEAD.size
 _MAX_MESSAGE = _HEAD_SIZE + 16 * MAX_NDIM
 _MAX_FDS = 8  # room in the control buffer: more is MSG_CTRUNC, an error
 _CRC_AT = 12
+_CONTROL_SPACE = socket.CMSG_SPACE(4 * _MAX_FDS)
 FLAG_READ_ONLY = 1
 FLAG_IS_COPIED = 2
 FLAG_IS_SUBBYTE_TYPE_PADDED = 4
@@ -118,6 +119,7 @@ _DTYPES = {(6, 8): "bool", (0, 8): "int8", (0, 16): "int16", (0, 32): "int32", (
            (1, 8): "uint8", (1, 16): "uint16", (1, 32): "uint32", (1, 64): "uint64",
            (2, 16): "float16", (2, 32): "float32", (2, 64): "float64",
            (5, 64): "complex64", (5, 128): "complex128"}
+_NUMPY_DTYPES = {key: numpy.dtype(name) for key, name in _DTYPES.items()}
 _NO_NUMPY = {(4, 16): "bfloat16", (7, 8): "float8_e3m4", (8, 8): "float8_e4m3", (9, 8): "float8_e4m3b11fnuz",
              (10, 8): "float8_e4m3fn", (11, 8): "float8_e4m3fnuz", (12, 8): "float8_e5m2",
              (13, 8): "float8_e5m2fnuz", (14, 8): "float8_e8m0fnu", (15, 6): "float6_e2m3fn",
@@ -345,14 +347,20 @@ def share(x):
 
 # ---- messages -----------------------------------------------------------------------------------
 
+def _crc_of(msg):
+    """zlib's CRC-32 of msg with its CRC field read as 0."""
+    view = memoryview(msg)
+    return zlib.crc32(view[_CRC_AT + 4:], zlib.crc32(b"\0\0\0\0", zlib.crc32(view[:_CRC_AT]))) & 0xFFFFFFFF
+
+
 def _encode(dl_dtype, shape, strides, flags, size, offset):
     ndim = len(shape)
     code, bits = dl_dtype
     head = _HEAD.pack(MAGIC, VERSION, KIND_TENSOR, _HEAD_SIZE + 16 * ndim, 0, DEVICE_CPU, 0,
                       code, bits, 1, ndim, flags, size, offset)
     msg = bytearray(head + struct.pack("<%dq%dq" % (ndim, ndim), *shape, *strides))
-    struct.pack_into("<I", msg, _CRC_AT, zlib.crc32(msg) & 0xFFFFFFFF)
-    return bytes(msg)
+    struct.pack_into("<I", msg, _CRC_AT, _crc_of(msg))
+    return msg
 
 
 def _recv_error(text):
@@ -380,9 +388,7 @@ def _decode(data):
         raise _recv_error("ndim %d out of range (at most %d)" % (ndim, MAX_NDIM))
     if n != _HEAD_SIZE + 16 * ndim:
         raise _recv_error("length %d does not match ndim %d (%d bytes expected)" % (n, ndim, _HEAD_SIZE + 16 * ndim))
-    zeroed = bytearray(data)
-    zeroed[_CRC_AT:_CRC_AT + 4] = b"\0\0\0\0"
-    if zlib.crc32(zeroed) & 0xFFFFFFFF != crc:
+    if _crc_of(data) != crc:
         raise _recv_error("bad CRC-32 (message corrupted)")
     if device_type != DEVICE_CPU:
         name = _DEVICE_NAMES.get(device_type, "unknown")
@@ -405,7 +411,7 @@ def _decode(data):
         if d < 0:
             raise _recv_error("negative dimension in shape %r" % (shape,))
         numel *= d
-    dtype = numpy.dtype(_DTYPES[(code, bits)])
+    dtype = _NUMPY_DTYPES[(code, bits)]
     if numel * dtype.itemsize > _INT64_MAX:
         raise _recv_error("shape %r too large" % (shape,))
     if size > _INT64_MAX:
@@ -534,16 +540,19 @@ class Channel:
         sock = self._socket("recv")
         _check_timeout(timeout, "dlpack_ipc.recv")
         deadline = None if timeout is None else time.monotonic() + timeout
+        waited = False  # a message already there is taken without a poll
         while True:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not _wait(sock.fileno(), left):
-                return None
+            if waited:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not _wait(sock.fileno(), left):
+                    return None
             try:
-                data, ancdata, msg_flags, _ = sock.recvmsg(_MAX_MESSAGE + 1, socket.CMSG_SPACE(4 * _MAX_FDS),
+                data, ancdata, msg_flags, _ = sock.recvmsg(_MAX_MESSAGE + 1, _CONTROL_SPACE,
                                                            MSG_CMSG_CLOEXEC | socket.MSG_DONTWAIT)
             except (BlockingIOError, InterruptedError):
-                if left == 0:
+                if waited and left == 0:
                     return None
+                waited = True
                 continue
             except ConnectionResetError:
                 raise ChannelClosed(errno.ECONNRESET, "dlpack_ipc.recv: channel closed by the peer") from None
