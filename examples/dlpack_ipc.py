@@ -114,7 +114,7 @@ _DEVICE_NAMES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 
                  10: "rocm", 11: "rocm_host", 13: "cuda_managed", 14: "oneapi", 15: "webgpu", 16: "hexagon"}
 _INT64_MAX = (1 << 63) - 1
 
-# DLPack (code, bits) -> NumPy dtype name, or None for the dtypes NumPy lacks (their names, for errors)
+# DLPack (code, bits) -> NumPy dtype name; _NO_NUMPY: the dtypes of the protocol NumPy lacks (names, for errors)
 _DTYPES = {(6, 8): "bool", (0, 8): "int8", (0, 16): "int16", (0, 32): "int32", (0, 64): "int64",
            (1, 8): "uint8", (1, 16): "uint16", (1, 32): "uint32", (1, 64): "uint64",
            (2, 16): "float16", (2, 32): "float32", (2, 64): "float64",
@@ -269,9 +269,8 @@ def empty(shape, dtype=None):
     if nbytes > _INT64_MAX:
         raise ValueError("dlpack_ipc.empty: %r of %s is too large" % (shape, dtype))
     fd = _new_memfd(nbytes)
-    try:
-        length = (nbytes + _PAGE - 1) // _PAGE * _PAGE
-        block = _Block(fd, nbytes, 0, length, readonly=False, fd_readonly=False)
+    try:  # the block's range ends where the file does, so that no array reaching past it is "shareable"
+        block = _Block(fd, nbytes, 0, nbytes, readonly=False, fd_readonly=False)
     except BaseException:
         os.close(fd)
         raise

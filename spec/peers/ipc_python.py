@@ -234,6 +234,13 @@ def views_travel_as_views():
         got = ch.recv(5)
         base[0, 0] = 1000
         eq(float(got[-1, 0]), 1000.0, "a view's round trip shares the memory (write after it is seen)")
+        tail = d.empty(3, "int32")  # the page goes on past the file: an array reaching there is copied
+        past = np.lib.stride_tricks.as_strided(tail, shape=(2,), strides=(8,))
+        tail[:] = [1, 2, 3]
+        ok(not d.shareable(np.lib.stride_tricks.as_strided(tail, shape=(3,), strides=(8,))),
+           "an array reaching past the end of its block's file is not shareable")
+        ch.send(past)
+        eq(ch.recv(5).tolist(), [1, 3], "an array within its block's file is sent as a view")
         odd = np.lib.stride_tricks.as_strided(base.view(np.uint8)[1:], shape=(3,), strides=(5,)).view()
         ch.send(odd)
         got = ch.recv(5)
