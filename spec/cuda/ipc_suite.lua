@@ -75,7 +75,8 @@ local function start(mode, cmd)
   local path = new_path()
   local l = ipc.listen(path)
   local env = ("LUA_PATH=%s LUA_CPATH=%s "):format(quote(package.path), quote(package.cpath))
-  cmd = cmd and cmd(path) or (quote(interpreter()) .. " " .. quote(DIR .. "/ipc_peer.lua") .. " " .. quote(path) .. " " .. mode)
+  cmd = cmd and cmd(path)
+    or (quote(interpreter()) .. " " .. quote(DIR .. "/ipc_peer.lua") .. " " .. quote(path) .. " " .. mode)
   local proc = assert(io.popen(env .. cmd .. " 2>&1"))
   local ch = l:accept(30)
   l:close()
@@ -103,11 +104,19 @@ local function fake_it(name, fn)
 end
 -- tests that queue work which runs late (fake: queues run when forced; GPU: gpu_kernels' slow writes)
 local function writer_it(name, fn)
-  if fake or probe.kernels then it(name, fn) else pending(name .. ": needs gpu_kernels: " .. tostring(probe.no_kernels)) end
+  if fake or probe.kernels then
+    it(name, fn)
+  else
+    pending(name .. ": needs gpu_kernels: " .. tostring(probe.no_kernels))
+  end
 end
 local has_python = os.execute("python3 -c 'import os; os.memfd_create' >/dev/null 2>&1")
 local function python_it(name, fn)
-  if has_python == true or has_python == 0 then it(name, fn) else pending(name .. ": needs python3 with os.memfd_create") end
+  if has_python == true or has_python == 0 then
+    it(name, fn)
+  else
+    pending(name .. ": needs python3 with os.memfd_create")
+  end
 end
 
 describe("dlpack.ipc with CUDA tensors", function()
