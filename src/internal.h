@@ -63,6 +63,7 @@ typedef struct dlp_State {
   int isolated;         /* its scripts' capsules go back when it closes (dlpack_lua_isolate_capsules) */
   dlp_Tracked *tracked; /* objects its cleanup releases */
   size_t external;      /* bytes of new tensor memory since the last full collection it asked for */
+  unsigned descriptors; /* descriptors held by new tensors since then (dlpack.ipc) */
 } dlp_State;
 
 /* The record of L; NULL when the module was never opened in L. */
@@ -77,6 +78,7 @@ dlp_State *dlp_state_for_new(lua_State *L, const char *kind);
 void dlp_track(dlp_State *st, dlp_Tracked *node, void (*close)(dlp_Tracked *self));
 /* Count nbytes of new tensor memory; whether a full collection is due now (see module.c). */
 int dlp_state_external(lua_State *L, size_t nbytes);
+int dlp_state_descriptor(lua_State *L); /* the same for one new descriptor a tensor holds */
 
 /* ---- layout.c: checked arithmetic (each returns 0 on overflow and writes nothing useful) ---- */
 
@@ -536,6 +538,8 @@ int dlp_is_shareable(const dlp_Tensor *t);      /* t.shareable: its memory is a 
 /* An owner of nbytes of fresh shareable memory on device (zeroed); raises naming what. */
 dlp_Owner *dlp_ipc_new_owner(lua_State *L, DLDevice device, size_t nbytes, const char *what);
 void dlp_ipc_unmap(dlp_Owner *o);               /* owner.c, on the last release: unmap, close fd */
+/* After a tensor holding a new descriptor is complete: collect when many were made (module.c). */
+void dlp_ipc_account_descriptor(lua_State *L);
 
 /* ---- ipc_cuda.c: shareable CUDA memory for dlpack.ipc (cuMemCreate, exported as a POSIX fd) ---- */
 /* An owner of at least nbytes of zeroed device memory (rounded up to the granularity) whose fd is

@@ -227,6 +227,10 @@ dlp_Owner *dlp_ipc_new_owner(lua_State *L, DLDevice device, size_t nbytes, const
   return o;
 }
 
+void dlp_ipc_account_descriptor(lua_State *L) {
+  if (dlp_state_descriptor(L) && dlp_gc_running(L)) lua_gc(L, LUA_GCCOLLECT, 0);
+}
+
 /* Map the pages of the file at fd that m's layout reaches, after checking that they exist and
  * cannot stop existing (the threat model). Takes fd: on success the owner holds it, on failure
  * it is closed. NULL (and why) on failure; *readonly says how it was mapped. */
@@ -300,6 +304,8 @@ static void push_mapped(lua_State *L, int metatable, const Message *m, int reado
   memcpy(t->dl.shape, m->shape, (size_t)m->ndim * sizeof(int64_t));
   memcpy(t->dl.strides, m->strides, (size_t)m->ndim * sizeof(int64_t));
   dlp_tensor_seal(L, t, what);
+  dlp_gc_account(L, o->nbytes);
+  dlp_ipc_account_descriptor(L);
 }
 
 /* ---- time and waiting ---- */
