@@ -67,6 +67,10 @@ typedef struct Message {
   int64_t shape[DLP_MAX_NDIM], strides[DLP_MAX_NDIM];
 } Message;
 
+/* CUDA tensors (the group at the end of this file) */
+static dlp_CudaStream *cuda_send_stream(lua_State *L, int idx, DLDevice device, int *whole_device);
+static dlp_Owner *cuda_import(int fd, const Message *m, int *readonly, char *why, size_t whylen);
+
 static void put32(unsigned char *p, uint32_t v) {
   for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
@@ -192,15 +196,20 @@ static uint64_t file_offset_of(const dlp_Tensor *t) {
 }
 
 void dlp_ipc_unmap(dlp_Owner *o) {
+  if (o->device.device_type == kDLCUDA) {
+    dlp_ipc_cuda_unmap(o);
+    return;
+  }
   if (o->memory && o->nbytes) munmap(o->memory, o->nbytes);
   close(o->fd);
 }
 
 dlp_Owner *dlp_ipc_new_owner(lua_State *L, DLDevice device, size_t nbytes, const char *what) {
   DLDevice cpu = {kDLCPU, 0};
+  if (device.device_type == kDLCUDA) return dlp_ipc_cuda_new_owner(L, device, nbytes, what);
   if (device.device_type != kDLCPU) {
     dlp_push_device_name(L, device);
-    luaL_error(L, "%s: shareable memory on %s is not supported (cpu only)", what, lua_tostring(L, -1));
+    luaL_error(L, "%s: shareable memory on %s is not supported (cpu and cuda:N only)", what, lua_tostring(L, -1));
   }
   int fd = memfd_create("dlpack", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0 && (errno == EMFILE || errno == ENFILE) && dlp_gc_running(L)) {
@@ -239,10 +248,13 @@ static dlp_Owner *map_shared(int fd, const Message *m, int *readonly, char *why,
   dlp_Span span;
   struct stat st;
   struct statfs fs;
-  int seals = fcntl(fd, F_GET_SEALS);
+  int seals = fcntl(fd, F_GET_SEALS), seals_errno = errno;
   int access = fcntl(fd, F_GETFL);
   const char *err = NULL;
-  if (seals < 0) err = errno == EINVAL ? "the descriptor is not a memfd (it cannot be sealed)" : "F_GET_SEALS failed";
+  if (seals < 0)
+    err = seals_errno == EINVAL ? "the descriptor is not a memfd (it cannot be sealed)"
+                                : say(why, whylen, "the descriptor is not a usable memfd (F_GET_SEALS: %s)",
+                                      strerror(seals_errno));
   else if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
     err = "the memfd is not sealed against shrinking and growing (it could shrink under the mapping)";
   else if (fstat(fd, &st) != 0 || access < 0) err = "fstat failed on the descriptor";
@@ -255,7 +267,8 @@ static dlp_Owner *map_shared(int fd, const Message *m, int *readonly, char *why,
     err = say(why, whylen, "the message says %llu bytes, the memfd has %lld", (unsigned long long)m->size,
                    (long long)st.st_size);
   else if (!dlp_span_of(m->ndim, m->shape, m->strides, m->dtype, m->flags, &span))
-    err = "the layout reaches beyond 64-bit offsets";
+    err = dlp_is_packed(m->dtype, m->flags) ? "packed sub-byte elements need a contiguous layout"
+                                            : "the layout reaches beyond 64-bit offsets";
   int64_t lo = 0, hi = 0;
   if (!err && span.numel > 0 &&
       (m->offset > INT64_MAX || !dlp_add((int64_t)m->offset, span.lo, &lo) || !dlp_add((int64_t)m->offset, span.hi, &hi) ||
@@ -550,8 +563,12 @@ static void read_send_options(lua_State *L, int arg, SendOptions *o) {
   lua_pushnil(L);
   while (lua_next(L, arg)) { /* raw: no metamethod runs */
     const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+    if (k && strcmp(k, "stream") == 0) { /* CUDA: kept at arg + 1 for cuda_send_stream */
+      lua_replace(L, arg + 1);
+      continue;
+    }
     int *field = k && strcmp(k, "copy") == 0 ? &o->copy : k && strcmp(k, "readonly") == 0 ? &o->readonly : NULL;
-    if (!field) luaL_argerror(L, arg, "unknown option (send takes copy and readonly)");
+    if (!field) luaL_argerror(L, arg, "unknown option (send takes copy, readonly and stream)");
     if (!lua_isboolean(L, -1)) luaL_argerror(L, arg, lua_pushfstring(L, "option %s must be a boolean", k));
     *field = lua_toboolean(L, -1);
     lua_pop(L, 1);
@@ -594,21 +611,27 @@ static int l_send(lua_State *L) {
   SendOptions opts;
   Message m;
   unsigned char buf[WIRE_MAX];
+  int whole_device;
   check_channel(L, 1, "send");
   dlp_tensor_arg(L, 2);
-  read_send_options(L, 3, &opts);
   lua_settop(L, 3);
+  lua_pushnil(L); /* 4: opts.stream */
+  read_send_options(L, 3, &opts);
+  dlp_CudaStream *stream = cuda_send_stream(L, 4, dlp_tensor_arg(L, 2)->dl.device, &whole_device);
   dlp_Tensor *t = dlp_tensor_check(L, 2);
+  int on_cuda = t->dl.device.device_type == kDLCUDA;
   if (t->flags & DLP_FLAG_READ_ONLY) opts.readonly = 1; /* what is read-only here stays so there */
   if (!dlp_is_shareable(t)) {
     if (!opts.copy) return dlp_buffer_error(L, "send: the tensor is not in shareable memory and copy = false");
-    if (!dlp_device_is_host(t->dl.device)) {
+    if (!dlp_device_is_host(t->dl.device) && !on_cuda) {
       dlp_push_device_name(L, t->dl.device);
-      return luaL_error(L, "send: tensors on %s cannot be shared (cpu memory only)", lua_tostring(L, -1));
+      return luaL_error(L, "send: tensors on %s cannot be shared (cpu and cuda:N memory only)", lua_tostring(L, -1));
     }
     DLDevice cpu = {kDLCPU, 0};
-    dlp_Tensor *copy = dlp_tensor_new(L, t->dtype, t->flags, cpu, t->dl.ndim, t->dl.shape, DLP_ALLOC_SHAREABLE, "send");
-    dlp_copy(L, copy, t, NULL, "send");
+    if (on_cuda && whole_device) dlp_ipc_cuda_settle(L, t->owner, t->dl.device, NULL, 1, "send"); /* before the copy */
+    dlp_Tensor *copy = dlp_tensor_new(L, t->dtype, t->flags, on_cuda ? t->dl.device : cpu, t->dl.ndim, t->dl.shape,
+                                      DLP_ALLOC_SHAREABLE, "send");
+    dlp_copy(L, copy, t, on_cuda ? stream : NULL, "send"); /* on the stream given: after the work queued there */
     t = copy;
   }
   Channel *ch = check_channel(L, 1, "send"); /* a finalizer may have closed it meanwhile */
@@ -620,13 +643,14 @@ static int l_send(lua_State *L) {
   m.flags = (t->flags & DLP_FLAG_SUBBYTE_PADDED) | (opts.readonly ? DLP_FLAG_READ_ONLY : 0);
   m.size = (uint64_t)o->fd_offset + o->nbytes;
   struct stat st;
-  if (fstat(o->fd, &st) == 0) m.size = (uint64_t)st.st_size;
+  if (on_cuda) dlp_ipc_cuda_settle(L, o, t->dl.device, stream, whole_device, "send"); /* m.size: the allocation's */
+  else if (fstat(o->fd, &st) == 0) m.size = (uint64_t)st.st_size;
   m.offset = file_offset_of(t);
   memcpy(m.shape, t->dl.shape, (size_t)m.ndim * sizeof(int64_t));
   memcpy(m.strides, t->dl.strides, (size_t)m.ndim * sizeof(int64_t));
   size_t n = encode(&m, buf);
   int fd = o->fd;
-  if (m.flags & DLP_FLAG_READ_ONLY) { /* a read-only descriptor: the peer cannot map it writable */
+  if ((m.flags & DLP_FLAG_READ_ONLY) && !on_cuda) { /* CUDA: see docs/ipc.md, "CUDA tensors" */ /* a read-only descriptor: the peer cannot map it writable */
     char proc[64];
     snprintf(proc, sizeof proc, "/proc/self/fd/%d", o->fd);
     if ((fd = open(proc, O_RDONLY | O_CLOEXEC)) < 0)
@@ -657,8 +681,10 @@ static ssize_t receive_record(int sock, unsigned char *b, size_t cap, int *fds, 
   msg.msg_control = control.buf;
   msg.msg_controllen = sizeof control.buf;
   *nfds = 0;
+  /* A peer that closes with records of ours unread leaves ECONNRESET, which the kernel reports once,
+   * before the records the peer sent that are still queued: those come next, then the end. */
   do n = recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-  while (n < 0 && errno == EINTR);
+  while (n < 0 && (errno == EINTR || errno == ECONNRESET));
   if (n < 0) return -2;
   for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
@@ -667,7 +693,9 @@ static ssize_t receive_record(int sock, unsigned char *b, size_t cap, int *fds, 
   }
   *trunc = (msg.msg_flags & MSG_TRUNC) != 0;
   *ctrunc = (msg.msg_flags & MSG_CTRUNC) != 0;
-  if (n == 0 && *nfds == 0) { /* an empty record, or the end: a closed peer also hangs up */
+  /* An empty record, or the end: a closed peer also hangs up. An empty record from a live peer
+   * is a message too short to be one (decode says so), not the end of the channel. */
+  if (n == 0 && *nfds == 0) {
     struct pollfd p = {sock, POLLIN | POLLRDHUP, 0};
     if (poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP))) return -1;
   }
@@ -732,10 +760,10 @@ static int l_recv(lua_State *L) {
                              "see ulimit -n); the message is lost"
                   : decode(buf, (size_t)n, &m, why, sizeof why);
   if (!err && nfds != 1) err = say(why, sizeof why, "a message needs one descriptor, it came with %d", nfds);
-  if (!err && m.device.device_type != kDLCPU) err = "cuda tensors cannot be received here (cpu only)";
   for (int i = err ? 0 : 1; i < nfds; i++) close(fds[i]);
   if (err) return luaL_error(L, "recv: %s", err);
-  holder->pending = map_shared(fds[0], &m, &readonly, why, sizeof why);
+  holder->pending = m.device.device_type == kDLCUDA ? cuda_import(fds[0], &m, &readonly, why, sizeof why)
+                                                    : map_shared(fds[0], &m, &readonly, why, sizeof why);
   if (!holder->pending) return luaL_error(L, "recv: %s", why);
   /* the tensor's allocation may run finalizers, which may close the channel or recv on it */
   push_mapped(L, lua_upvalueindex(1), &m, readonly, &holder->pending, "recv");
@@ -753,12 +781,14 @@ static int l_share(lua_State *L) {
   dlp_Tensor *t = dlp_tensor_check(L, 1);
   lua_settop(L, 1);
   if (dlp_is_shareable(t)) return 1;
-  if (!dlp_device_is_host(t->dl.device)) {
+  int on_cuda = t->dl.device.device_type == kDLCUDA;
+  if (!dlp_device_is_host(t->dl.device) && !on_cuda) {
     dlp_push_device_name(L, t->dl.device);
-    return luaL_error(L, "dlpack.ipc.share: tensors on %s cannot be shared (cpu memory only)", lua_tostring(L, -1));
+    return luaL_error(L, "dlpack.ipc.share: tensors on %s cannot be shared (cpu and cuda:N memory only)",
+                      lua_tostring(L, -1));
   }
   DLDevice cpu = {kDLCPU, 0};
-  dlp_Tensor *copy = dlp_tensor_new(L, t->dtype, t->flags, cpu, t->dl.ndim, t->dl.shape, DLP_ALLOC_SHAREABLE,
+  dlp_Tensor *copy = dlp_tensor_new(L, t->dtype, t->flags, on_cuda ? t->dl.device : cpu, t->dl.ndim, t->dl.shape, DLP_ALLOC_SHAREABLE,
                                     "dlpack.ipc.share");
   dlp_copy(L, copy, t, NULL, "dlpack.ipc.share");
   return 1;
@@ -942,4 +972,43 @@ DLPACK_LUA_API int dlpack_lua_shared_fd(lua_State *L, int idx, uint64_t *offset)
   if (!t || !dlp_is_shareable(t)) return -1;
   if (offset) *offset = file_offset_of(t);
   return fcntl(t->owner->fd, F_DUPFD_CLOEXEC, 0);
+}
+
+/* ---- CUDA tensors (docs/ipc.md, "CUDA tensors"; the driver's side is ipc_cuda.c) ---- */
+
+/* opts.stream (at idx, nil when absent) for sending a tensor on device: the stream whose work the
+ * send waits for (kept alive by a value this pushes), or NULL: with *whole_device, everything
+ * queued on the device's context (no stream given), else nothing (-1). Streams on other devices
+ * than CUDA's: nil or -1 only. */
+static dlp_CudaStream *cuda_send_stream(lua_State *L, int idx, DLDevice device, int *whole_device) {
+  *whole_device = lua_isnil(L, idx) && device.device_type == kDLCUDA;
+  if (lua_isnil(L, idx)) {
+    lua_pushnil(L);
+    return NULL;
+  }
+  dlp_CudaStream *s = dlp_cuda_check_stream(L, idx, device, -1, "send");
+  return device.device_type == kDLCUDA ? s : NULL;
+}
+
+/* recv's map_shared for a message about a CUDA tensor: the layout must lie inside the size the
+ * message gives (the allocation's), which ipc_cuda.c checks against the device and the driver
+ * checks against the allocation. Takes fd, as map_shared does. */
+static dlp_Owner *cuda_import(int fd, const Message *m, int *readonly, char *why, size_t whylen) {
+  dlp_Span span;
+  int64_t lo = 0, hi = 0;
+  if (!dlp_span_of(m->ndim, m->shape, m->strides, m->dtype, m->flags, &span)) {
+    snprintf(why, whylen, "the layout reaches beyond 64-bit offsets");
+    close(fd);
+    return NULL;
+  }
+  if (m->offset > m->size || (span.numel > 0 &&
+      (m->offset > INT64_MAX || !dlp_add((int64_t)m->offset, span.lo, &lo) || !dlp_add((int64_t)m->offset, span.hi, &hi) ||
+       lo < 0 || (uint64_t)hi > m->size))) {
+    snprintf(why, whylen, "the layout reaches outside the %llu bytes of the CUDA allocation",
+             (unsigned long long)m->size);
+    close(fd);
+    return NULL;
+  }
+  *readonly = (m->flags & DLP_FLAG_READ_ONLY) != 0;
+  return dlp_ipc_cuda_import(fd, m->device, m->size, why, whylen);
 }
