@@ -204,7 +204,7 @@ describe("dlpack.ipc and finalizers inside recv", function()
   it("a nested recv takes the next message; the outer one gets its own (it lost it, saying 'closed')", function()
     eager([[
       local c, s, l = pair()
-      for _ = 1, 300 do
+      for _ = 1, 3000 do
         if fired >= 5 then break end
         local a, b = ipc.zeros({4}, "int32"), ipc.zeros({4}, "int32")
         a:fill(1)
@@ -233,7 +233,7 @@ describe("dlpack.ipc and finalizers inside recv", function()
 
   it("a channel closed by a finalizer during recv: an error naming it, or the tensor; nothing leaked", function()
     eager([[
-      for _ = 1, 300 do
+      for _ = 1, 3000 do
         if fired >= 5 then break end
         local c, s, l = pair()
         c:send(ipc.zeros({4}, "int32"))
@@ -248,7 +248,7 @@ describe("dlpack.ipc and finalizers inside recv", function()
 
   it("a listener closed by a finalizer during accept: an error naming it", function()
     eager([[
-      for _ = 1, 300 do
+      for _ = 1, 3000 do
         if fired >= 5 then break end
         local c, s, l = pair()
         local c2 = ipc.connect(l and tostring(l):match("%((.-)%)") or "", 1)
