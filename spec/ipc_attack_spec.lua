@@ -184,7 +184,10 @@ describe("dlpack.ipc and finalizers inside recv", function()
         return c, assert(l:accept(1)), l
       end
       local attack, fired = nil, 0
-      local function armed(f) attack = f end
+      local function armed(f)
+        if f then local _ = {("x"):rep(4096 * math.random(1, 64))} end -- debt: the next allocation steps
+        attack = f
+      end
       local function sentinel()
         setmetatable({}, {__gc = function()
           local a = attack
