@@ -650,7 +650,8 @@ static int l_send(lua_State *L) {
   memcpy(m.strides, t->dl.strides, (size_t)m.ndim * sizeof(int64_t));
   size_t n = encode(&m, buf);
   int fd = o->fd;
-  if ((m.flags & DLP_FLAG_READ_ONLY) && !on_cuda) { /* CUDA: see docs/ipc.md, "CUDA tensors" */ /* a read-only descriptor: the peer cannot map it writable */
+  /* a read-only descriptor: the peer cannot map it writable (CUDA has none: docs/ipc.md, "CUDA tensors") */
+  if ((m.flags & DLP_FLAG_READ_ONLY) && !on_cuda) {
     char proc[64];
     snprintf(proc, sizeof proc, "/proc/self/fd/%d", o->fd);
     if ((fd = open(proc, O_RDONLY | O_CLOEXEC)) < 0)
@@ -788,8 +789,8 @@ static int l_share(lua_State *L) {
                       lua_tostring(L, -1));
   }
   DLDevice cpu = {kDLCPU, 0};
-  dlp_Tensor *copy = dlp_tensor_new(L, t->dtype, t->flags, on_cuda ? t->dl.device : cpu, t->dl.ndim, t->dl.shape, DLP_ALLOC_SHAREABLE,
-                                    "dlpack.ipc.share");
+  dlp_Tensor *copy = dlp_tensor_new(L, t->dtype, t->flags, on_cuda ? t->dl.device : cpu, t->dl.ndim, t->dl.shape,
+                                    DLP_ALLOC_SHAREABLE, "dlpack.ipc.share");
   dlp_copy(L, copy, t, NULL, "dlpack.ipc.share");
   return 1;
 }
@@ -997,13 +998,14 @@ static dlp_Owner *cuda_import(int fd, const Message *m, int *readonly, char *why
   dlp_Span span;
   int64_t lo = 0, hi = 0;
   if (!dlp_span_of(m->ndim, m->shape, m->strides, m->dtype, m->flags, &span)) {
-    snprintf(why, whylen, "the layout reaches beyond 64-bit offsets");
+    snprintf(why, whylen, "%s", dlp_is_packed(m->dtype, m->flags) ? "packed sub-byte elements need a contiguous layout"
+                                                                  : "the layout reaches beyond 64-bit offsets");
     close(fd);
     return NULL;
   }
-  if (m->offset > m->size || (span.numel > 0 &&
-      (m->offset > INT64_MAX || !dlp_add((int64_t)m->offset, span.lo, &lo) || !dlp_add((int64_t)m->offset, span.hi, &hi) ||
-       lo < 0 || (uint64_t)hi > m->size))) {
+  if (m->offset > m->size ||
+      (span.numel > 0 && (m->offset > INT64_MAX || !dlp_add((int64_t)m->offset, span.lo, &lo) ||
+                          !dlp_add((int64_t)m->offset, span.hi, &hi) || lo < 0 || (uint64_t)hi > m->size))) {
     snprintf(why, whylen, "the layout reaches outside the %llu bytes of the CUDA allocation",
              (unsigned long long)m->size);
     close(fd);

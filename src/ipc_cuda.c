@@ -22,8 +22,9 @@
 
 #ifdef DLPACK_LUA_HAVE_CUDA_H
 /* The declarations of cuda_driver.h against the toolkit's prototypes, where cuda.h is there. */
-#define DLP_SAME_PROTOTYPE(name) \
-  _Static_assert(__builtin_types_compatible_p(__typeof__(&name), name##_fn), #name ": cuda_driver.h disagrees with cuda.h")
+#define DLP_SAME_PROTOTYPE(name)                                               \
+  _Static_assert(__builtin_types_compatible_p(__typeof__(&name), name##_fn), \
+                 #name ": cuda_driver.h disagrees with cuda.h")
 DLP_SAME_PROTOTYPE(cuCtxSynchronize);
 DLP_SAME_PROTOTYPE(cuMemGetAllocationGranularity);
 DLP_SAME_PROTOTYPE(cuMemCreate);
