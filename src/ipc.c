@@ -757,8 +757,8 @@ static int l_recv(lua_State *L) {
   if (n == -2) return luaL_error(L, "recv: %s", strerror(errno));
   const char *err = trunc ? "a message longer than the longest valid one (truncated)"
                   : ctrunc && nfds == MAX_RECEIVED_FDS ? "too many descriptors attached (the kernel dropped some)"
-                  : ctrunc ? "the kernel dropped its descriptors: no descriptor was free in this process (EMFILE: "
-                             "see ulimit -n); the message is lost"
+                  : ctrunc ? "the kernel dropped descriptors attached to it (more than one was, or this process "
+                             "had none free: EMFILE, see ulimit -n)"
                   : decode(buf, (size_t)n, &m, why, sizeof why);
   if (!err && nfds != 1) err = say(why, sizeof why, "a message needs one descriptor, it came with %d", nfds);
   for (int i = err ? 0 : 1; i < nfds; i++) close(fds[i]);
