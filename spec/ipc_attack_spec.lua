@@ -400,6 +400,8 @@ end)
 describe("dlpack.ipc and lua_close", function()
   it("received tensors exported, then deleted on another thread after their state closed", function()
     local fab = require "fabricate"
+    collectgarbage()
+    local before = fd_count()
     local results = fab.run_threads(support.GC_SETMETATABLE .. [[
       local fab, d, ipc = require "fabricate", require "dlpack", require "dlpack.ipc"
       local name = "@dlpack-attack-close-" .. tostring({}):match("0x%x+") .. os.time()
@@ -411,6 +413,7 @@ describe("dlpack.ipc and lua_close", function()
       c:send(t)
       c:send(t, {readonly = true})
       local r, ro = s:recv(1), s:recv(1)
+      assert(r[1] == 2.5 and ro[3] == 2.5)
       for _, x in ipairs({r, ro:slice(1, 2, 3)}) do
         local rc, managed = fab.consume(d.to_dlpack(x, {max_version = {1, 0}}))
         assert(rc == 0 and managed, "consume")
@@ -427,5 +430,6 @@ describe("dlpack.ipc and lua_close", function()
       assert.is_truthy(info)
       assert.is_true(fab.delete_on_thread(managed, "dltensor_versioned"))
     end
+    assert.are.equal(before, fd_count(), "descriptors left open")
   end)
 end)
