@@ -220,6 +220,43 @@ print("OK")
     assert.matches("OK%s*$", finish(peer))
   end)
 
+  it_py("Python -> Lua echo -> Python: every dtype, 0-d, empty and strided arrays, on the same memory", function()
+    local ch, peer = start([[
+ch = d.connect(sys.argv[1], 30)
+bad = []
+for dtype in ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+              "float16", "float32", "float64", "complex64", "complex128"]:
+    x = d.zeros((3, 4), dtype)
+    x[...] = (np.arange(12) % 5).reshape(3, 4).astype(dtype)
+    for v in [x, x[::-1, 1::2], x.T, x[1, 2], x[:0], np.broadcast_to(x[1], (2, 4))]:
+        ch.send(v)
+        y = ch.recv(30)
+        layout = y.strides != v.strides and v.size > 0   # an empty array's strides say nothing
+        if y.dtype != v.dtype or y.shape != v.shape or layout or not np.array_equal(y, v):
+            bad.append((dtype, v.shape, v.strides, y.shape, y.strides))
+    ch.send(x)
+    y = ch.recv(30)
+    y[0, 0] = 1                     # the same pages: x sees it
+    if x[0, 0] != 1:
+        bad.append((dtype, "not the same memory"))
+ch.close()
+print("OK" if not bad else bad)
+]])
+    local n = 0
+    while true do
+      local ok, t = pcall(ch.recv, ch, 30)
+      if not ok then
+        assert.matches("closed", t)
+        break
+      end
+      ch:send(t)
+      n = n + 1
+    end
+    assert.equal(14 * 7, n)
+    ch:close()
+    assert.matches("OK%s*$", finish(peer))
+  end)
+
   it_py("readonly from Lua: Python gets a read-only array it cannot map writable", function()
     local ch, peer = start([[
 import fcntl
