@@ -219,6 +219,9 @@ dlp_Owner *dlp_ipc_new_owner(lua_State *L, DLDevice device, size_t nbytes, const
   if (fd < 0)
     luaL_error(L, "%s: memfd_create failed: %s%s", what, strerror(errno),
                errno == EMFILE ? " (EMFILE: every shareable tensor holds a descriptor; see ulimit -n)" : "");
+  /* Mode 0400: a peer given a read-only descriptor could otherwise reopen /proc/self/fd/N for
+   * writing (a memfd is made 0777); this process keeps its own read-write descriptor. */
+  fchmod(fd, 0400);
   void *p = NULL;
   int err = 0;
   if (ftruncate(fd, (off_t)nbytes) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
@@ -653,6 +656,7 @@ static int l_send(lua_State *L) {
   /* a read-only descriptor: the peer cannot map it writable (CUDA has none: docs/ipc.md, "CUDA tensors") */
   if ((m.flags & DLP_FLAG_READ_ONLY) && !on_cuda) {
     char proc[64];
+    fchmod(o->fd, 0400); /* received memory: as dlp_ipc_new_owner does; not ours to change is no error */
     snprintf(proc, sizeof proc, "/proc/self/fd/%d", o->fd);
     if ((fd = open(proc, O_RDONLY | O_CLOEXEC)) < 0)
       return luaL_error(L, "send: cannot reopen the memory read-only (%s: %s)", proc, strerror(errno));
