@@ -654,7 +654,9 @@ static int l_send(lua_State *L) {
   size_t n = encode(&m, buf);
   int fd = o->fd;
   /* a read-only descriptor: the peer cannot map it writable (CUDA has none: docs/ipc.md, "CUDA tensors") */
-  if ((m.flags & DLP_FLAG_READ_ONLY) && !on_cuda) {
+  /* a descriptor that is read-only already goes as it is: reopening a received one made by another
+   * user with mode 0400 is not allowed (EACCES) */
+  if ((m.flags & DLP_FLAG_READ_ONLY) && !on_cuda && (fcntl(o->fd, F_GETFL) & O_ACCMODE) != O_RDONLY) {
     char proc[64];
     fchmod(o->fd, 0400); /* received memory: as dlp_ipc_new_owner does; not ours to change is no error */
     snprintf(proc, sizeof proc, "/proc/self/fd/%d", o->fd);
