@@ -21,7 +21,7 @@ end
 -- Runs a chunk in a child interpreter (this one, with this module: under ASan its preload too)
 -- with at most `files` descriptors and at most `seconds` of time; returns its output and whether
 -- it ended well. The chunk sees `ipc`, `dlpack` and `check(cond, what)`.
-local function child(code, files, seconds)
+local function child(code, files, seconds, as)
   local file = os.tmpname()
   local f = assert(io.open(file, "w"))
   f:write("package.path = ", ("%q"):format(package.path), "\npackage.cpath = ", ("%q"):format(package.cpath), "\n",
@@ -29,8 +29,9 @@ local function child(code, files, seconds)
           "local function check(c, what) if not c then error(what, 2) end end\n", code,
           "\nio.write('END\\n')\n")
   f:close()
-  local cmd = ("ulimit -n %d; exec timeout -s KILL %d %s %s 2>&1"):format(files or 1024, seconds or 20,
-                                                                       support.LUA, file)
+  os.execute("chmod 644 " .. file)
+  local cmd = ("ulimit -n %d; exec timeout -s KILL %d %s %s %s 2>&1"):format(files or 1024, seconds or 20,
+                                                                          as or "", support.LUA, file)
   local p = assert(io.popen(cmd))
   local out = p:read("*a")
   p:close()
@@ -140,6 +141,37 @@ describe("dlpack.ipc when the receiver has no free descriptor", function()
       check(t.shareable, "not shareable")
     ]], 64, 15)
     assert.is_true(ok, out)
+  end)
+end)
+
+describe("dlpack.ipc between users", function()
+  it("a tensor received read-only from another user's process can be sent on (reopening it was refused)", function()
+    local p = io.popen("id -u; command -v setpriv")
+    local out = p:read("*a")
+    p:close()
+    if not out:match("^0\n.*setpriv") then return pending("needs root and setpriv (runs two users' processes)") end
+    local name = "@dlpack-attack-users-" .. os.time() .. "-" .. tostring({}):match("0x%x+")
+    local sender = io.popen(("sleep 0.3; %s %s -e %q 2>&1"):format(
+      "setpriv --reuid=65533 --regid=65533 --clear-groups timeout -s KILL 20", support.LUA,
+      ("package.path = %q; package.cpath = %q; local ipc = require 'dlpack.ipc'; local c = ipc.connect(%q, 10); "
+       .. "local t = ipc.zeros({4}, 'int32'); t:fill(3); c:send(t, {readonly = true}); c:recv(10)")
+        :format(package.path, package.cpath, name)))
+    local got, ok = child(([[
+      local l = ipc.listen(%q)
+      local ch = assert(l:accept(10))
+      local t = assert(ch:recv(10))
+      check(t.readonly and t[1] == 3, "received")
+      local l2 = ipc.listen(%q .. "-2")
+      local c2 = ipc.connect(%q .. "-2")
+      local s2 = l2:accept(1)
+      c2:send(t)                                  -- read-only stays so: it needed a reopen
+      c2:send(t:slice(1, 2, 3), {readonly = true})
+      local a, b = s2:recv(1), s2:recv(1)
+      check(a.readonly and b.readonly and a[4] == 3 and b[2] == 3, "forwarded")
+      ch:close()
+    ]]):format(name, name, name), 1024, 20, "setpriv --reuid=65534 --regid=65534 --clear-groups")
+    sender:close()
+    assert.is_true(ok, got)
   end)
 end)
 
