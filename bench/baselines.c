@@ -6,9 +6,11 @@
  * many iterations.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "compat.h"
@@ -336,6 +338,60 @@ static int b_array(lua_State *L) {
   return 1;
 }
 
+/* ---- dlpack.ipc (bench/ipc_echo.lua): a tensor's bytes through the channel's own socket ---- */
+
+/* Write the nbytes at p to the socket fd in records of at most chunk bytes (a SOCK_SEQPACKET
+ * record must fit the socket's buffer, so a 6 MB message goes in pieces). */
+static void write_all(lua_State *L, int fd, const char *p, size_t nbytes, size_t chunk) {
+  size_t done = 0;
+  while (done < nbytes) {
+    size_t len = nbytes - done < chunk ? nbytes - done : chunk;
+    ssize_t k = send(fd, p + done, len, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) luaL_error(L, "send: %s", strerror(errno));
+    done += (size_t)k;
+  }
+}
+
+/* Read nbytes into p from the socket fd (records of any size up to what is left). */
+static void read_all(lua_State *L, int fd, char *p, size_t nbytes) {
+  size_t done = 0;
+  while (done < nbytes) {
+    ssize_t k = recv(fd, p + done, nbytes - done, 0);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) luaL_error(L, "recv: %s", strerror(errno));
+    if (k == 0) luaL_error(L, "recv: the peer closed the socket");
+    done += (size_t)k;
+  }
+}
+
+/* bytes_out_in(fd, src, dst, nbytes, chunk, n): n times, write the nbytes of tensor src to the
+ * socket fd, then read as many back into tensor dst (the echo side runs bytes_in_out). */
+static int b_bytes_out_in(lua_State *L) {
+  int fd = (int)luaL_checkinteger(L, 1);
+  const char *src = data_of(L, 2, NULL);
+  char *dst = data_of(L, 3, NULL);
+  size_t nbytes = (size_t)luaL_checkinteger(L, 4), chunk = (size_t)luaL_checkinteger(L, 5);
+  for (lua_Integer k = luaL_checkinteger(L, 6); k > 0; k--) {
+    write_all(L, fd, src, nbytes, chunk);
+    read_all(L, fd, dst, nbytes);
+  }
+  return 0;
+}
+
+/* bytes_in_out(fd, buf, nbytes, chunk, n): the echo side: n times, read nbytes into tensor buf,
+ * then write them back. */
+static int b_bytes_in_out(lua_State *L) {
+  int fd = (int)luaL_checkinteger(L, 1);
+  char *buf = data_of(L, 2, NULL);
+  size_t nbytes = (size_t)luaL_checkinteger(L, 3), chunk = (size_t)luaL_checkinteger(L, 4);
+  for (lua_Integer k = luaL_checkinteger(L, 5); k > 0; k--) {
+    read_all(L, fd, buf, nbytes);
+    write_all(L, fd, buf, nbytes, chunk);
+  }
+  return 0;
+}
+
 /* now(): a monotonic clock in seconds, finer than os.clock */
 static int b_now(lua_State *L) {
   struct timespec ts;
@@ -351,6 +407,7 @@ int luaopen_bench_baselines(lua_State *L) {
     {"f64_to_f32", b_f64_to_f32}, {"i32_to_f64", b_i32_to_f64}, {"f32_to_f16", b_f32_to_f16},
     {"f32_to_bf16", b_f32_to_bf16}, {"transpose", b_transpose}, {"permute3", b_permute3}, {"now", b_now},
     {"add_f32", b_add_f32}, {"sum_f32", b_sum_f32}, {"normalize_frame", b_normalize_frame},
+    {"bytes_out_in", b_bytes_out_in}, {"bytes_in_out", b_bytes_in_out},
     {NULL, NULL},
   };
   luaL_newlib(L, plain);

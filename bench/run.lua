@@ -370,6 +370,99 @@ else
            "(x.transpose(2, 0, 1).astype(np.float32) / 255 - mean) / std")
 end
 
+-- ---- sharing between processes: dlpack.ipc (issue 17) ----
+
+-- Round trips through an echo process (bench/ipc_echo.lua, the same interpreter and paths):
+-- ch:send(t) and the tensor the echo sent back received and released. The baselines: the same
+-- with a 4 KB tensor, and the 6 MB's bytes written to the same channel's socket and read back
+-- (bench/baselines.c), in records of 192 KiB, the largest the default socket buffer takes (a
+-- SOCK_SEQPACKET record must fit it).
+if wanted("ipc_6mb_4kb") or wanted("ipc_6mb_bytes") then
+  local ok, ipc = pcall(require, "dlpack.ipc")
+  if not ok then
+    skip_row("dlpack.ipc send + recv 6 MB", "require 'dlpack.ipc' failed: " .. tostring(ipc))
+  else
+    local stat = assert(io.open("/proc/self/stat"))
+    local path = "@dlpack-bench-" .. stat:read("*l"):match("^(%d+)")
+    stat:close()
+    local lua = "lua5.4" -- the interpreter running this script (arg[-1] and below)
+    for k = -1, -10, -1 do
+      if not arg[k] then break end
+      lua = arg[k]
+    end
+    local paths = string.format("package.path = [==[%s]==]; package.cpath = [==[%s]==]", package.path, package.cpath)
+    local listener = ipc.listen(path)
+    local echo = assert(io.popen(lua .. " -e '" .. paths:gsub("'", "'\\''") .. "' bench/ipc_echo.lua " .. path))
+    local ch = assert(listener:accept(10), "bench/ipc_echo.lua did not connect")
+    listener:close()
+    local frame = ipc.empty({1080, 1920, 3}, "uint8") -- 6,220,800 bytes, a 1080p RGB frame
+    local page = ipc.empty({4096}, "uint8")
+    frame:fill(7)
+    page:fill(7)
+    local function round_trips(t)
+      return function(n)
+        for _ = 1, n do
+          ch:send(t)
+          assert(ch:recv(10)):release()
+        end
+      end
+    end
+    row("ipc_6mb_4kb", "ch:send + recv (echo) 6 MB vs 4 KB", 1.5, round_trips(frame), round_trips(page),
+        "the same with a 4 KB tensor")
+    local back = dlpack.empty({frame.nbytes}, "uint8")
+    local CHUNK = 192 * 1024
+    row("ipc_6mb_bytes", "ch:send + recv (echo) 6 MB vs its bytes", 0.05, round_trips(frame),
+        function(n)
+          ch:send(dlpack.tensor({frame.nbytes, CHUNK, n}, "int64"))
+          base.bytes_out_in(ch:fileno(), frame, back, frame.nbytes, CHUNK, n)
+        end, "the bytes through the same socket and back")
+    ch:close()
+    echo:close()
+  end
+end
+
+-- Lua to Python and back: the echo is examples/dlpack_ipc.py (NumPy arrays on the mapped
+-- memory, sent back zero-copy); the baseline, bench/ipc_shm.py, is the same 6.2 MB round trip
+-- between two Python processes with multiprocessing.shared_memory (attach, view, name back),
+-- timed by that script in the same run.
+if wanted("ipc_python") then
+  local ok, ipc = pcall(require, "dlpack.ipc")
+  local python = os.getenv("PYTHON") or "/usr/bin/python3"
+  local env = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE PYTHONPATH=build/pydeps "
+  local shm = io.popen(env .. python .. " bench/ipc_shm.py 2>/dev/null")
+  local line = shm and shm:read("*l")
+  if shm then shm:close() end
+  local t = line and tonumber(line:match("^ipc_python shm (%S+)$"))
+  if not ok then
+    skip_row("dlpack.ipc Lua to Python and back, 6 MB", "require 'dlpack.ipc' failed: " .. tostring(ipc))
+  elseif not t then
+    skip_row("dlpack.ipc Lua to Python and back, 6 MB", "no time from bench/ipc_shm.py (NumPy for " .. python .. "?)")
+  else
+    peers.ipc_python = {shm = t}
+    local stat = assert(io.open("/proc/self/stat"))
+    local path = "@dlpack-bench-py-" .. stat:read("*l"):match("^(%d+)")
+    stat:close()
+    local listener = ipc.listen(path)
+    local echo = assert(io.popen(env .. python .. " examples/dlpack_ipc.py echo " .. path))
+    local ch = listener:accept(30)
+    listener:close()
+    if not ch then
+      skip_row("dlpack.ipc Lua to Python and back, 6 MB", "examples/dlpack_ipc.py echo did not connect")
+    else
+      local frame = ipc.empty({1080, 1920, 3}, "uint8")
+      frame:fill(7)
+      peer_row("ipc_python", "Lua to Python and back (echo), 6 MB", 1.0, function(n)
+        for _ = 1, n do
+          ch:send(frame)
+          assert(ch:recv(10)):release()
+        end
+      end, "shm", "multiprocessing.shared_memory between two Python processes")
+      ch:close()
+    end
+    echo:close()
+  end
+end
+
 -- ---- LuaJIT: element loops through dlpack.ffi.pointer (make bench LUA=luajit) ----
 
 if rawget(_G, "jit") then

@@ -216,7 +216,9 @@ struct dlp_Owner {
   uintptr_t lo, hi; /* the addresses [lo, hi) that tensors on this memory may reach */
   /* CUDA: the stream the last work on this memory was issued on (NULL: the legacy default stream) */
   _Atomic(dlp_CudaStream *) stream;
-  /* shareable memory (dlpack.ipc): the memfd that `memory` maps from file offset fd_offset, or -1 */
+  /* shareable memory (dlpack.ipc): the memfd that `memory` maps from file offset fd_offset, or -1;
+   * on a CUDA device the driver's exported descriptor of the allocation mapped at `memory` (all
+   * nbytes of it, fd_offset 0: ipc_cuda.c) */
   int fd;
   int64_t fd_offset;
 };
@@ -538,6 +540,19 @@ dlp_Owner *dlp_ipc_new_owner(lua_State *L, DLDevice device, size_t nbytes, const
 void dlp_ipc_unmap(dlp_Owner *o);               /* owner.c, on the last release: unmap, close fd */
 /* After a tensor holding a new descriptor is complete: collect when many were made (module.c). */
 void dlp_ipc_account_descriptor(lua_State *L);
+
+/* ---- ipc_cuda.c: shareable CUDA memory for dlpack.ipc (cuMemCreate, exported as a POSIX fd) ---- */
+/* An owner of at least nbytes of zeroed device memory (rounded up to the granularity) whose fd is
+ * the driver's exported descriptor; raises naming what. */
+dlp_Owner *dlp_ipc_cuda_new_owner(lua_State *L, DLDevice device, size_t nbytes, const char *what);
+/* Import the driver's descriptor fd (taken: kept by the owner, or closed) for an allocation of
+ * size bytes and map all of it on device; NULL and why on failure, with nothing left behind. */
+dlp_Owner *dlp_ipc_cuda_import(int fd, DLDevice device, uint64_t size, char *why, size_t whylen);
+/* Before a send: wait for the work pending on o (device), and for stream's (NULL: none) or, with
+ * whole_device, everything queued on the device's context; raises naming what. */
+void dlp_ipc_cuda_settle(lua_State *L, dlp_Owner *o, DLDevice device, dlp_CudaStream *stream, int whole_device,
+                         const char *what);
+void dlp_ipc_cuda_unmap(dlp_Owner *o);          /* dlp_ipc_unmap for CUDA owners (any thread) */
 
 /* ---- hostapi.c ---- */
 void dlp_hostapi_register(lua_State *L);                    /* the registry function table */
