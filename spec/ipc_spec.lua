@@ -329,9 +329,12 @@ end)
 describe("dlpack.ipc timeouts and polling", function()
   it("recv(0) returns nil at once and recv(0.2) waits about 0.2 s", function()
     local a, b = pair()
-    local t0 = uptime()
-    for _ = 1, 100 do assert.is_nil(b:recv(0)) end
+    local t0, got = uptime(), 0
+    for _ = 1, 100 do
+      if b:recv(0) ~= nil then got = got + 1 end
+    end
     assert.is_true(uptime() - t0 < 0.5)
+    assert.are.equal(0, got)
     t0 = uptime()
     assert.is_nil(b:recv(0.2))
     local waited = uptime() - t0
@@ -549,13 +552,11 @@ describe("dlpack.ipc round trips", function()
       elseif kind == 1 then ch:send(view, {readonly = true})
       elseif kind == 2 then ch:send(plain) -- copied into fresh shareable memory each time
       else ch:send(t, {copy = false}) end
-      local r = assert(ch:recv(10))
-      if kind == 0 or kind == 3 then
-        assert.are.equal(i, r[1][1])
-      elseif kind == 1 then
-        assert.is_true(r.readonly)
-        assert.are.same(view.strides, r.strides)
-      end
+      local r = ch:recv(10)
+      -- plain tests: luassert's calls would cost the stages whose collector runs all the time
+      if not r then error("round " .. i .. ": nothing came back within 10 s") end
+      if (kind == 0 or kind == 3) and r:get(1, 1) ~= i then error("round " .. i .. ": " .. r:get(1, 1)) end
+      if kind == 1 and not (r.readonly and r.strides[1] == view.strides[1]) then error("round " .. i .. ": not the view") end
       if i % 2 == 0 then r:release() end -- the others go to the collector
       if i % 100 == 0 then collectgarbage() end
     end
