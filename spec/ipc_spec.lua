@@ -556,7 +556,9 @@ describe("dlpack.ipc round trips", function()
       -- plain tests: luassert's calls would cost the stages whose collector runs all the time
       if not r then error("round " .. i .. ": nothing came back within 10 s") end
       if (kind == 0 or kind == 3) and r:get(1, 1) ~= i then error("round " .. i .. ": " .. r:get(1, 1)) end
-      if kind == 1 and not (r.readonly and r.strides[1] == view.strides[1]) then error("round " .. i .. ": not the view") end
+      if kind == 1 and not (r.readonly and r.strides[1] == view.strides[1]) then
+        error("round " .. i .. ": not the view")
+      end
       if i % 2 == 0 then r:release() end -- the others go to the collector
       if i % 100 == 0 then collectgarbage() end
     end
