@@ -404,6 +404,15 @@ describe("dlpack.ipc with a peer that is gone", function()
     ch:close()
   end)
 
+  it("delivers the messages queued before the peer closed, in order, then says 'closed'", function()
+    local a, b = pair()
+    for i = 1, 10 do a:send(ipc.share(dlpack.tensor({i, -i}, "int16"))) end
+    a:close()
+    for i = 1, 10 do assert.are.same({i, -i}, assert(b:recv(0)):totable()) end
+    raises_plain(function() b:recv(0) end, "closed")
+    b:close()
+  end)
+
   it("says 'closed' to the other end of a pair closed in this process", function()
     local a, b = pair()
     b:close()
