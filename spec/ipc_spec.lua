@@ -367,6 +367,38 @@ describe("dlpack.ipc timeouts and polling", function()
     assert.is_true(waited >= 0.18 and waited < 2, "waited " .. waited .. " s")
   end)
 
+  it("connect with a timeout, and listen on a live path, do not wait on a listener that accepts nothing", function()
+    -- A listener whose queue of connections not yet accepted is full: a blocking connect would
+    -- wait for an accept that never comes. In a child under `timeout`, so that a regression
+    -- fails instead of hanging the specs.
+    local path = unique("full", true)
+    local chunk = string.format("local path = %q\n", path) .. [[
+      local ipc = require "dlpack.ipc"
+      local l, queued = ipc.listen(path), {}
+      for _ = 1, 1000 do
+        local ch = ipc.connect(path, 0)
+        if not ch then break end
+        queued[#queued + 1] = ch
+      end
+      assert(#queued > 0 and #queued < 1000, #queued .. " connections queued")
+      local up = function() local f = io.open("/proc/uptime"); local s = f:read("*n"); f:close(); return s end
+      local t0 = up()
+      assert(ipc.connect(path, 0.2) == nil, "connected to a full queue")
+      local waited = up() - t0
+      assert(waited >= 0.18 and waited < 3, "waited " .. waited .. " s")
+      local ok, err = pcall(ipc.listen, path)
+      assert(not ok and err:find("address in use", 1, true), tostring(err))
+      assert(l:accept(0), "no queued connection")
+      l:close()
+      print("ok")
+    ]]
+    local p = assert(io.popen("timeout 20 " .. LUA .. " -e " .. shell_quote(chunk) .. " 2>&1"))
+    local out = p:read("*a")
+    p:close()
+    assert.are.equal("ok\n", out)
+    assert.is_false(exists(path))
+  end)
+
   it("refuses a negative or non-number timeout", function()
     local a, b = pair()
     raises_plain(function() b:recv(-1) end, "timeout")

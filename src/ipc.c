@@ -410,8 +410,10 @@ static socklen_t check_address(lua_State *L, int arg, struct sockaddr_un *a) {
   return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + 1);
 }
 
-static int new_socket(void) {
-  return socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+/* flags: 0, or SOCK_NONBLOCK for a connect that must not wait while a listener's queue of
+ * connections not yet accepted is full (a blocking one waits for an accept that may never come). */
+static int new_socket(int flags) {
+  return socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | flags, 0);
 }
 
 /* listen(path) -> listener */
@@ -426,12 +428,12 @@ static int l_listen(lua_State *L) {
   luaL_setmetatable(L, LISTENER_MT);
   if (st) dlp_track(st, &l->track, close_tracked_listener);
   snprintf(l->path, sizeof l->path, "%s", path);
-  if ((l->fd = new_socket()) < 0) return luaL_error(L, "dlpack.ipc.listen: socket failed: %s", strerror(errno));
+  if ((l->fd = new_socket(0)) < 0) return luaL_error(L, "dlpack.ipc.listen: socket failed: %s", strerror(errno));
   int rc = bind(l->fd, (struct sockaddr *)&a, alen);
   if (rc != 0 && errno == EADDRINUSE && path[0] != '@') {
     /* a socket file nobody listens on any more (its process died): replace it */
     struct stat sb;
-    int probe = new_socket(), refused = 0;
+    int probe = new_socket(SOCK_NONBLOCK), refused = 0;
     if (probe >= 0 && lstat(path, &sb) == 0 && S_ISSOCK(sb.st_mode))
       refused = connect(probe, (struct sockaddr *)&a, alen) != 0 && errno == ECONNREFUSED;
     if (probe >= 0) close(probe);
@@ -485,8 +487,13 @@ static int l_connect(lua_State *L) {
   Channel *ch = push_channel(L);
   int64_t deadline = deadline_of(timeout);
   for (;;) {
-    if ((ch->fd = new_socket()) < 0) return luaL_error(L, "dlpack.ipc.connect: socket failed: %s", strerror(errno));
-    if (connect(ch->fd, (struct sockaddr *)&a, alen) == 0) return 1;
+    /* with a timeout, a listener whose queue is full (EAGAIN) is retried until the deadline */
+    if ((ch->fd = new_socket(has_timeout ? SOCK_NONBLOCK : 0)) < 0)
+      return luaL_error(L, "dlpack.ipc.connect: socket failed: %s", strerror(errno));
+    if (connect(ch->fd, (struct sockaddr *)&a, alen) == 0) {
+      if (has_timeout) fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) & ~O_NONBLOCK); /* as accepted ones */
+      return 1;
+    }
     int err = errno;
     close(ch->fd);
     ch->fd = -1;
