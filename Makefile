@@ -45,6 +45,7 @@ FABRICATE   = $(BUILD)/fabricate.so
 FAKECUDA    = $(BUILD)/fakecuda.so
 HOST        = $(BUILD)/host
 HOST_CPP    = $(BUILD)/host-cpp
+HOST_IPC    = $(BUILD)/host-ipc
 CXX        ?= c++
 PEERS       = $(BUILD)/peers
 
@@ -106,6 +107,9 @@ $(FAKECUDA): spec/c/fakecuda.c src/cuda_driver.h
 	$(CC) -shared $(ALL_CFLAGS) -Isrc -o $@ $< $(LDLIBS)
 
 $(HOST): examples/host.c $(STATIC)
+	$(CC) $(ALL_CFLAGS) -fvisibility=default -Isrc -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)
+
+$(HOST_IPC): examples/host_ipc.c $(STATIC)
 	$(CC) $(ALL_CFLAGS) -fvisibility=default -Isrc -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)
 
 # The same C API from C++ (examples/host.cpp): dlpack_lua.h gives Lua's functions C linkage.

@@ -421,6 +421,48 @@ if wanted("ipc_6mb_4kb") or wanted("ipc_6mb_bytes") then
   end
 end
 
+-- Lua to Python and back: the echo is examples/dlpack_ipc.py (NumPy arrays on the mapped
+-- memory, sent back zero-copy); the baseline, bench/ipc_shm.py, is the same 6.2 MB round trip
+-- between two Python processes with multiprocessing.shared_memory (attach, view, name back),
+-- timed by that script in the same run.
+if wanted("ipc_python") then
+  local ok, ipc = pcall(require, "dlpack.ipc")
+  local python = os.getenv("PYTHON") or "/usr/bin/python3"
+  local env = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE PYTHONPATH=build/pydeps "
+  local shm = io.popen(env .. python .. " bench/ipc_shm.py 2>/dev/null")
+  local line = shm and shm:read("*l")
+  if shm then shm:close() end
+  local t = line and tonumber(line:match("^ipc_python shm (%S+)$"))
+  if not ok then
+    skip_row("dlpack.ipc Lua to Python and back, 6 MB", "require 'dlpack.ipc' failed: " .. tostring(ipc))
+  elseif not t then
+    skip_row("dlpack.ipc Lua to Python and back, 6 MB", "no time from bench/ipc_shm.py (NumPy for " .. python .. "?)")
+  else
+    peers.ipc_python = {shm = t}
+    local stat = assert(io.open("/proc/self/stat"))
+    local path = "@dlpack-bench-py-" .. stat:read("*l"):match("^(%d+)")
+    stat:close()
+    local listener = ipc.listen(path)
+    local echo = assert(io.popen(env .. python .. " examples/dlpack_ipc.py echo " .. path))
+    local ch = listener:accept(30)
+    listener:close()
+    if not ch then
+      skip_row("dlpack.ipc Lua to Python and back, 6 MB", "examples/dlpack_ipc.py echo did not connect")
+    else
+      local frame = ipc.empty({1080, 1920, 3}, "uint8")
+      frame:fill(7)
+      peer_row("ipc_python", "Lua to Python and back (echo), 6 MB", 1.0, function(n)
+        for _ = 1, n do
+          ch:send(frame)
+          assert(ch:recv(10)):release()
+        end
+      end, "shm", "multiprocessing.shared_memory between two Python processes")
+      ch:close()
+    end
+    echo:close()
+  end
+end
+
 -- ---- LuaJIT: element loops through dlpack.ffi.pointer (make bench LUA=luajit) ----
 
 if rawget(_G, "jit") then

@@ -106,6 +106,45 @@ describe("dlpack.cuda without a driver", function()
       assert.are.same({1, 2, 3}, t:totable())
     end)
 
+    it("dlpack.ipc makes no shareable CUDA memory, and a CUDA tensor that arrives is a clear error", function()
+      local ipc = require "dlpack.ipc"
+      raises(function() ipc.zeros({2}, "float32", "cuda:0") end, "cuda is not available")
+      raises(function() ipc.empty({2}, "uint8", "cuda:1") end, "cuda is not available")
+      assert.is_true(ipc.share(dlpack.zeros({2})).shareable) -- cpu memory is shared as ever
+      local python = os.execute("python3 -c 'import os; os.memfd_create' >/dev/null 2>&1")
+      if python ~= true and python ~= 0 then -- (Lua 5.1 and LuaJIT answer a status)
+        pending("needs python3 with os.memfd_create (spec/cuda/ipc_hostile.py)")
+        return
+      end
+      -- descriptors open in this process, less the pipe to the listing command
+      local stat = assert(io.open("/proc/self/stat"))
+      local pid = stat:read("*l"):match("^(%d+)")
+      stat:close()
+      local function open_fds()
+        local p = assert(io.popen("me=$(readlink /proc/$$/fd/1); ls -l /proc/" .. pid .. "/fd | sed 1d | "
+                                  .. "grep -vF \"$me\""))
+        local n = 0
+        for _ in p:lines() do n = n + 1 end
+        p:close()
+        return n
+      end
+      local path = "@dlpack-no-cuda-" .. pid
+      local l = ipc.listen(path)
+      local proc = assert(io.popen("python3 spec/cuda/ipc_hostile.py " .. path .. " memfd pipe 2>&1"))
+      local ch = l:accept(30)
+      l:close()
+      assert.is_truthy(ch, "the peer did not connect")
+      local before = open_fds()
+      raises(function() ch:recv(30) end, "a tensor on cuda:0 arrived, but cuda is not available")
+      raises(function() ch:recv(30) end, "cuda is not available")
+      assert.are.equal(before, open_fds(), "the descriptors that came are closed")
+      assert.is_nil(ch:recv(0), "the channel still works")
+      ch:close()
+      local out = proc:read("*a")
+      proc:close()
+      assert.is_truthy(out:find("sent memfd pipe", 1, true), out)
+    end)
+
     it("a wrapped stream's methods raise errors naming CUDA", function()
       local s = unsafe.wrap_stream(12345)
       raises(function() s:synchronize() end, "cuda")

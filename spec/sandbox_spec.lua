@@ -1,4 +1,4 @@
--- dlpack.unsafe stays out of reach of a sandboxed script: one that can call `require` and
+-- dlpack.unsafe and dlpack.ipc stay out of reach of a sandboxed script: one that can call `require` and
 -- rewrite every field of `package`, but has no package.loadlib, debug, io, os or binary
 -- chunks (README, "Safety"). Each attack runs in a fresh lua_State made by a C host
 -- (fabricate's run_threads), so that nothing here changes the state busted runs in.
@@ -71,7 +71,7 @@ local SANDBOX = [[
 ]]
 
 local ATTACKER = [[
-  local UNSAFE_NAMES = {"adopt", "take", "wrap", "wrap_stream", "address", "pointer"}
+  local UNSAFE_NAMES = {"adopt", "take", "wrap", "wrap_stream", "address", "pointer", "listen", "connect", "share"}
   local found = {}
   local function unsafe_in(v)
     if type(v) ~= "table" then return nil end
@@ -96,11 +96,13 @@ local ATTACKER = [[
   local dir = CORE:gsub("/dlpack/core%.so$", "")
   local NAMES = {"dlpack.unsafe", "dlpack_unsafe", "unsafe", "dlpack.unsafe-x", "x-dlpack.unsafe",
                  "dlpack-unsafe", "x-dlpack_unsafe", "dlpack.unsafe.core", "dlpack.core", "dlpack",
-                 "dlpack_core", "core", "x.dlpack.unsafe"}
+                 "dlpack_core", "core", "x.dlpack.unsafe", "dlpack.ipc", "ipc", "dlpack_ipc", "dlpack.ipc.core",
+                 "dlpack.entry"}
   for _, n in ipairs(EXTRA_NAMES) do NAMES[#NAMES + 1] = n end
   local CPATHS = {CORE, CORE .. ";" .. CORE, dir .. "/?.so", dir .. "/dlpack/?.so", dir .. "/?/core.so",
                   dir .. "/dlpack/core.so;" .. dir .. "/?.so", dir .. "/?", "?", saved.cpath}
-  local PATHS = {"", LUA_DIR .. "/?.lua", LUA_DIR .. "/dlpack/unsafe.lua", LUA_DIR .. "/?/init.lua", saved.path}
+  local PATHS = {"", LUA_DIR .. "/?.lua", LUA_DIR .. "/dlpack/unsafe.lua", LUA_DIR .. "/dlpack/ipc.lua",
+                 LUA_DIR .. "/dlpack/entry.lua", LUA_DIR .. "/?/init.lua", saved.path}
   -- every cpath and path template with every name, the searchers as they are
   for _, cpath in ipairs(CPATHS) do
     for _, path in ipairs(PATHS) do
@@ -286,5 +288,36 @@ describe("dlpack.unsafe and a sandboxed script", function()
     assert.are.equal("function", type(package.loadlib(CORE, "dlpack_lua_open_unsafe")))
     assert.are.equal("function", type(require("dlpack.unsafe").adopt))
     assert.is_nil(dlpack.adopt)
+  end)
+end)
+
+describe("dlpack.ipc and a sandboxed script", function()
+  -- the attack above also requires dlpack.ipc under every name and path, and counts listen,
+  -- connect and share among the functions it must not reach
+  it("says why when the sandbox removed package.loadlib", function()
+    local code = SANDBOX:format(CORE, LUA_DIR, "false") .. [[
+      package.loaded["dlpack.ipc"] = nil
+      local ok, err = pcall(require, "dlpack.ipc")
+      return ok and "opened" or err
+    ]]
+    local err = in_fresh_state(code)
+    assert.is_truthy(tostring(err):find("dlpack.ipc needs package.loadlib", 1, true), err)
+  end)
+
+  it("has no luaopen_ entry point: a host opens it through C (dlpack_lua_open_ipc)", function()
+    assert.is_nil(package.loadlib(CORE, "luaopen_dlpack_ipc"))
+    assert.are.equal("function", type(package.loadlib(CORE, "dlpack_lua_open_ipc")))
+    assert.are.equal("function", type(require("dlpack.ipc").listen))
+    assert.is_nil(dlpack.listen)
+  end)
+
+  it("makes shareable tensors with the tensor metatable when opened before dlpack", function()
+    local r = in_fresh_state(([[
+      local ipc = package.loadlib(%q, "dlpack_lua_open_ipc")()
+      local t = ipc.zeros({2})
+      local d = require "dlpack"
+      return tostring(getmetatable(t) == getmetatable(d.zeros({1}))) .. " " .. tostring(t.shareable)
+    ]]):format(CORE))
+    assert.are.equal("true true", r)
   end)
 end)

@@ -30,6 +30,35 @@ typedef struct CUevent_st *CUevent;
 #define CU_MEMHOSTALLOC_PORTABLE 0x01
 #define CU_MEM_ATTACH_GLOBAL 0x1
 #define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
+/* Virtual memory management (dlpack.ipc): memory exportable as a POSIX file descriptor. */
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef int CUmemAllocationHandleType;        /* an enum in the driver's ABI */
+typedef int CUmemAllocationGranularity_flags; /* likewise */
+typedef struct CUmemLocation_st {
+  int type; /* CU_MEM_LOCATION_TYPE_* */
+  int id;   /* the device ordinal */
+} CUmemLocation;
+typedef struct CUmemAllocationProp_st {
+  int type;                 /* CU_MEM_ALLOCATION_TYPE_* */
+  int requestedHandleTypes; /* CU_MEM_HANDLE_TYPE_* bits */
+  CUmemLocation location;
+  void *win32HandleMetaData; /* Windows only: NULL */
+  struct {
+    unsigned char compressionType;
+    unsigned char gpuDirectRDMACapable;
+    unsigned short usage;
+    unsigned char reserved[4];
+  } allocFlags;
+} CUmemAllocationProp;
+typedef struct CUmemAccessDesc_st {
+  CUmemLocation location;
+  int flags; /* CU_MEM_ACCESS_FLAGS_* */
+} CUmemAccessDesc;
+#define CU_MEM_ALLOCATION_TYPE_PINNED 0x1
+#define CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR 0x1
+#define CU_MEM_LOCATION_TYPE_DEVICE 0x1
+#define CU_MEM_ACCESS_FLAGS_PROT_READWRITE 0x3
+#define CU_MEM_ALLOC_GRANULARITY_MINIMUM 0x0
 #endif
 
 /* X(name in the library, parameter list) for every function used; name##_fn is its pointer type. */
@@ -59,7 +88,24 @@ typedef struct CUevent_st *CUevent;
   X(cuEventSynchronize, (CUevent event))                                                        \
   X(cuEventQuery, (CUevent event))                                                              \
   X(cuEventElapsedTime, (float *ms, CUevent start, CUevent end))                                \
-  X(cuEventDestroy_v2, (CUevent event))
+  X(cuEventDestroy_v2, (CUevent event))                                                         \
+  X(cuCtxSynchronize, (void))                                                                   \
+  X(cuMemGetAllocationGranularity,                                                              \
+    (size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option)) \
+  X(cuMemCreate, (CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, \
+                  unsigned long long flags))                                                    \
+  X(cuMemRelease, (CUmemGenericAllocationHandle handle))                                        \
+  X(cuMemAddressReserve, (CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,    \
+                          unsigned long long flags))                                            \
+  X(cuMemAddressFree, (CUdeviceptr ptr, size_t size))                                           \
+  X(cuMemMap, (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, \
+               unsigned long long flags))                                                       \
+  X(cuMemUnmap, (CUdeviceptr ptr, size_t size))                                                 \
+  X(cuMemSetAccess, (CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count))  \
+  X(cuMemExportToShareableHandle, (void *shareable, CUmemGenericAllocationHandle handle,        \
+                                   CUmemAllocationHandleType type, unsigned long long flags))   \
+  X(cuMemImportFromShareableHandle, (CUmemGenericAllocationHandle *handle, void *os_handle,     \
+                                     CUmemAllocationHandleType type))
 
 #define DLP_CUDA_TYPEDEF(name, params) typedef CUresult (*name##_fn) params;
 DLP_CUDA_FUNCTIONS(DLP_CUDA_TYPEDEF)

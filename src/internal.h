@@ -63,6 +63,7 @@ typedef struct dlp_State {
   int isolated;         /* its scripts' capsules go back when it closes (dlpack_lua_isolate_capsules) */
   dlp_Tracked *tracked; /* objects its cleanup releases */
   size_t external;      /* bytes of new tensor memory since the last full collection it asked for */
+  unsigned descriptors; /* descriptors held by new tensors since then (dlpack.ipc) */
 } dlp_State;
 
 /* The record of L; NULL when the module was never opened in L. */
@@ -77,6 +78,7 @@ dlp_State *dlp_state_for_new(lua_State *L, const char *kind);
 void dlp_track(dlp_State *st, dlp_Tracked *node, void (*close)(dlp_Tracked *self));
 /* Count nbytes of new tensor memory; whether a full collection is due now (see module.c). */
 int dlp_state_external(lua_State *L, size_t nbytes);
+int dlp_state_descriptor(lua_State *L); /* the same for one new descriptor a tensor holds */
 
 /* ---- layout.c: checked arithmetic (each returns 0 on overflow and writes nothing useful) ---- */
 
@@ -214,7 +216,9 @@ struct dlp_Owner {
   uintptr_t lo, hi; /* the addresses [lo, hi) that tensors on this memory may reach */
   /* CUDA: the stream the last work on this memory was issued on (NULL: the legacy default stream) */
   _Atomic(dlp_CudaStream *) stream;
-  /* shareable memory (dlpack.ipc): the memfd that `memory` maps from file offset fd_offset, or -1 */
+  /* shareable memory (dlpack.ipc): the memfd that `memory` maps from file offset fd_offset, or -1;
+   * on a CUDA device the driver's exported descriptor of the allocation mapped at `memory` (all
+   * nbytes of it, fd_offset 0: ipc_cuda.c) */
   int fd;
   int64_t fd_offset;
 };
@@ -534,6 +538,21 @@ int dlp_is_shareable(const dlp_Tensor *t);      /* t.shareable: its memory is a 
 /* An owner of nbytes of fresh shareable memory on device (zeroed); raises naming what. */
 dlp_Owner *dlp_ipc_new_owner(lua_State *L, DLDevice device, size_t nbytes, const char *what);
 void dlp_ipc_unmap(dlp_Owner *o);               /* owner.c, on the last release: unmap, close fd */
+/* After a tensor holding a new descriptor is complete: collect when many were made (module.c). */
+void dlp_ipc_account_descriptor(lua_State *L);
+
+/* ---- ipc_cuda.c: shareable CUDA memory for dlpack.ipc (cuMemCreate, exported as a POSIX fd) ---- */
+/* An owner of at least nbytes of zeroed device memory (rounded up to the granularity) whose fd is
+ * the driver's exported descriptor; raises naming what. */
+dlp_Owner *dlp_ipc_cuda_new_owner(lua_State *L, DLDevice device, size_t nbytes, const char *what);
+/* Import the driver's descriptor fd (taken: kept by the owner, or closed) for an allocation of
+ * size bytes and map all of it on device; NULL and why on failure, with nothing left behind. */
+dlp_Owner *dlp_ipc_cuda_import(int fd, DLDevice device, uint64_t size, char *why, size_t whylen);
+/* Before a send: wait for the work pending on o (device), and for stream's (NULL: none) or, with
+ * whole_device, everything queued on the device's context; raises naming what. */
+void dlp_ipc_cuda_settle(lua_State *L, dlp_Owner *o, DLDevice device, dlp_CudaStream *stream, int whole_device,
+                         const char *what);
+void dlp_ipc_cuda_unmap(dlp_Owner *o);          /* dlp_ipc_unmap for CUDA owners (any thread) */
 
 /* ---- hostapi.c ---- */
 void dlp_hostapi_register(lua_State *L);                    /* the registry function table */

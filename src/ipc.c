@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,6 +36,9 @@
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010
 #endif
+/* statfs's f_type of memfds (shmem) and of MFD_HUGETLB ones (<linux/magic.h>) */
+#define SHMEM_MAGIC 0x01021994
+#define HUGETLB_MAGIC 0x958458f6
 #ifndef MFD_CLOEXEC
 #define MFD_CLOEXEC 0x0001U
 #define MFD_ALLOW_SEALING 0x0002U
@@ -62,6 +66,10 @@ typedef struct Message {
   uint64_t flags, size, offset; /* offset: of the element at index (0, ..., 0) in the file */
   int64_t shape[DLP_MAX_NDIM], strides[DLP_MAX_NDIM];
 } Message;
+
+/* CUDA tensors (the group at the end of this file) */
+static dlp_CudaStream *cuda_send_stream(lua_State *L, int idx, DLDevice device, int *whole_device);
+static dlp_Owner *cuda_import(int fd, const Message *m, int *readonly, char *why, size_t whylen);
 
 static void put32(unsigned char *p, uint32_t v) {
   for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
@@ -188,18 +196,29 @@ static uint64_t file_offset_of(const dlp_Tensor *t) {
 }
 
 void dlp_ipc_unmap(dlp_Owner *o) {
+  if (o->device.device_type == kDLCUDA) {
+    dlp_ipc_cuda_unmap(o);
+    return;
+  }
   if (o->memory && o->nbytes) munmap(o->memory, o->nbytes);
   close(o->fd);
 }
 
 dlp_Owner *dlp_ipc_new_owner(lua_State *L, DLDevice device, size_t nbytes, const char *what) {
   DLDevice cpu = {kDLCPU, 0};
+  if (device.device_type == kDLCUDA) return dlp_ipc_cuda_new_owner(L, device, nbytes, what);
   if (device.device_type != kDLCPU) {
     dlp_push_device_name(L, device);
-    luaL_error(L, "%s: shareable memory on %s is not supported (cpu only)", what, lua_tostring(L, -1));
+    luaL_error(L, "%s: shareable memory on %s is not supported (cpu and cuda:N only)", what, lua_tostring(L, -1));
   }
   int fd = memfd_create("dlpack", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) luaL_error(L, "%s: memfd_create failed: %s", what, strerror(errno));
+  if (fd < 0 && (errno == EMFILE || errno == ENFILE) && dlp_gc_running(L)) {
+    lua_gc(L, LUA_GCCOLLECT, 0); /* garbage shareable tensors hold descriptors: free them, try again */
+    fd = memfd_create("dlpack", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  }
+  if (fd < 0)
+    luaL_error(L, "%s: memfd_create failed: %s%s", what, strerror(errno),
+               errno == EMFILE ? " (EMFILE: every shareable tensor holds a descriptor; see ulimit -n)" : "");
   void *p = NULL;
   int err = 0;
   if (ftruncate(fd, (off_t)nbytes) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
@@ -218,25 +237,38 @@ dlp_Owner *dlp_ipc_new_owner(lua_State *L, DLDevice device, size_t nbytes, const
   return o;
 }
 
+void dlp_ipc_account_descriptor(lua_State *L) {
+  if (dlp_state_descriptor(L) && dlp_gc_running(L)) lua_gc(L, LUA_GCCOLLECT, 0);
+}
+
 /* Map the pages of the file at fd that m's layout reaches, after checking that they exist and
  * cannot stop existing (the threat model). Takes fd: on success the owner holds it, on failure
  * it is closed. NULL (and why) on failure; *readonly says how it was mapped. */
 static dlp_Owner *map_shared(int fd, const Message *m, int *readonly, char *why, size_t whylen) {
   dlp_Span span;
   struct stat st;
-  int seals = fcntl(fd, F_GET_SEALS);
+  struct statfs fs;
+  int seals = fcntl(fd, F_GET_SEALS), seals_errno = errno;
   int access = fcntl(fd, F_GETFL);
   const char *err = NULL;
-  if (seals < 0) err = errno == EINVAL ? "the descriptor is not a memfd (it cannot be sealed)" : "F_GET_SEALS failed";
+  if (seals < 0)
+    err = seals_errno == EINVAL ? "the descriptor is not a memfd (it cannot be sealed)"
+                                : say(why, whylen, "the descriptor is not a usable memfd (F_GET_SEALS: %s)",
+                                      strerror(seals_errno));
   else if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
     err = "the memfd is not sealed against shrinking and growing (it could shrink under the mapping)";
   else if (fstat(fd, &st) != 0 || access < 0) err = "fstat failed on the descriptor";
   else if (!S_ISREG(st.st_mode)) err = "the descriptor is not a memfd";
+  else if (fstatfs(fd, &fs) != 0 || (unsigned long)fs.f_type != SHMEM_MAGIC)
+    /* hugetlb pages a peer punches out are not there again at the next touch: SIGBUS */
+    err = (unsigned long)fs.f_type == HUGETLB_MAGIC ? "a hugetlb memfd is refused (its pages can vanish under the "
+                                                       "mapping: SIGBUS)" : "the descriptor is not a memfd";
   else if ((uint64_t)st.st_size != m->size)
     err = say(why, whylen, "the message says %llu bytes, the memfd has %lld", (unsigned long long)m->size,
                    (long long)st.st_size);
   else if (!dlp_span_of(m->ndim, m->shape, m->strides, m->dtype, m->flags, &span))
-    err = "the layout reaches beyond 64-bit offsets";
+    err = dlp_is_packed(m->dtype, m->flags) ? "packed sub-byte elements need a contiguous layout"
+                                            : "the layout reaches beyond 64-bit offsets";
   int64_t lo = 0, hi = 0;
   if (!err && span.numel > 0 &&
       (m->offset > INT64_MAX || !dlp_add((int64_t)m->offset, span.lo, &lo) || !dlp_add((int64_t)m->offset, span.hi, &hi) ||
@@ -291,6 +323,8 @@ static void push_mapped(lua_State *L, int metatable, const Message *m, int reado
   memcpy(t->dl.shape, m->shape, (size_t)m->ndim * sizeof(int64_t));
   memcpy(t->dl.strides, m->strides, (size_t)m->ndim * sizeof(int64_t));
   dlp_tensor_seal(L, t, what);
+  dlp_gc_account(L, o->nbytes);
+  dlp_ipc_account_descriptor(L);
 }
 
 /* ---- time and waiting ---- */
@@ -410,10 +444,8 @@ static socklen_t check_address(lua_State *L, int arg, struct sockaddr_un *a) {
   return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + 1);
 }
 
-/* flags: 0, or SOCK_NONBLOCK for a connect that must not wait while a listener's queue of
- * connections not yet accepted is full (a blocking one waits for an accept that may never come). */
-static int new_socket(int flags) {
-  return socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | flags, 0);
+static int new_socket(void) {
+  return socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 }
 
 /* listen(path) -> listener */
@@ -428,12 +460,13 @@ static int l_listen(lua_State *L) {
   luaL_setmetatable(L, LISTENER_MT);
   if (st) dlp_track(st, &l->track, close_tracked_listener);
   snprintf(l->path, sizeof l->path, "%s", path);
-  if ((l->fd = new_socket(0)) < 0) return luaL_error(L, "dlpack.ipc.listen: socket failed: %s", strerror(errno));
+  if ((l->fd = new_socket()) < 0) return luaL_error(L, "dlpack.ipc.listen: socket failed: %s", strerror(errno));
   int rc = bind(l->fd, (struct sockaddr *)&a, alen);
   if (rc != 0 && errno == EADDRINUSE && path[0] != '@') {
     /* a socket file nobody listens on any more (its process died): replace it */
     struct stat sb;
-    int probe = new_socket(SOCK_NONBLOCK), refused = 0;
+    /* non-blocking: a live listener whose queue is full answers EAGAIN (blocking, it hangs) */
+    int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), refused = 0;
     if (probe >= 0 && lstat(path, &sb) == 0 && S_ISSOCK(sb.st_mode))
       refused = connect(probe, (struct sockaddr *)&a, alen) != 0 && errno == ECONNREFUSED;
     if (probe >= 0) close(probe);
@@ -460,17 +493,16 @@ static int l_listen(lua_State *L) {
 static int l_accept(lua_State *L) {
   Listener *l = luaL_checkudata(L, 1, LISTENER_MT);
   double timeout = check_timeout(L, 2);
-  if (l->fd < 0) return luaL_error(L, "accept: the listener is closed");
-  Channel *ch = push_channel(L);
+  Channel *ch = push_channel(L); /* an allocation: a finalizer may close the listener */
   int64_t deadline = deadline_of(timeout);
   for (;;) {
+    if (l->fd < 0) return luaL_error(L, "accept: the listener is closed");
     int ready = wait_for(l->fd, POLLIN, deadline, NULL);
     if (ready < 0) return luaL_error(L, "accept: poll failed: %s", strerror(errno));
     if (ready == 0) {
       lua_pushnil(L);
       return 1;
     }
-    if (l->fd < 0) return luaL_error(L, "accept: the listener is closed");
     ch->fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
     if (ch->fd >= 0) return 1;
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
@@ -487,11 +519,11 @@ static int l_connect(lua_State *L) {
   Channel *ch = push_channel(L);
   int64_t deadline = deadline_of(timeout);
   for (;;) {
-    /* with a timeout, a listener whose queue is full (EAGAIN) is retried until the deadline */
-    if ((ch->fd = new_socket(has_timeout ? SOCK_NONBLOCK : 0)) < 0)
+    /* non-blocking: a blocking connect to a listener whose queue is full waits without end */
+    if ((ch->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0)
       return luaL_error(L, "dlpack.ipc.connect: socket failed: %s", strerror(errno));
     if (connect(ch->fd, (struct sockaddr *)&a, alen) == 0) {
-      if (has_timeout) fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) & ~O_NONBLOCK); /* as accepted ones */
+      fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) & ~O_NONBLOCK); /* as accept's channels */
       return 1;
     }
     int err = errno;
@@ -500,7 +532,9 @@ static int l_connect(lua_State *L) {
     int absent = err == ENOENT || err == ECONNREFUSED || err == EAGAIN;
     if (!absent || !has_timeout)
       return luaL_error(L, "dlpack.ipc.connect: cannot connect to '%s': %s", lua_tostring(L, 1),
-                        absent ? "nobody listens there" : strerror(err));
+                        err == EAGAIN ? "the listener's queue is full (it accepts nothing)"
+                        : absent      ? "nobody listens there"
+                                      : strerror(err));
     if (deadline >= 0 && now_ms() >= deadline) {
       lua_pushnil(L);
       return 1;
@@ -525,8 +559,12 @@ static void read_send_options(lua_State *L, int arg, SendOptions *o) {
   lua_pushnil(L);
   while (lua_next(L, arg)) { /* raw: no metamethod runs */
     const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+    if (k && strcmp(k, "stream") == 0) { /* CUDA: kept at arg + 1 for cuda_send_stream */
+      lua_replace(L, arg + 1);
+      continue;
+    }
     int *field = k && strcmp(k, "copy") == 0 ? &o->copy : k && strcmp(k, "readonly") == 0 ? &o->readonly : NULL;
-    if (!field) luaL_argerror(L, arg, "unknown option (send takes copy and readonly)");
+    if (!field) luaL_argerror(L, arg, "unknown option (send takes copy, readonly and stream)");
     if (!lua_isboolean(L, -1)) luaL_argerror(L, arg, lua_pushfstring(L, "option %s must be a boolean", k));
     *field = lua_toboolean(L, -1);
     lua_pop(L, 1);
@@ -569,21 +607,27 @@ static int l_send(lua_State *L) {
   SendOptions opts;
   Message m;
   unsigned char buf[WIRE_MAX];
+  int whole_device;
   check_channel(L, 1, "send");
   dlp_tensor_arg(L, 2);
-  read_send_options(L, 3, &opts);
   lua_settop(L, 3);
+  lua_pushnil(L); /* 4: opts.stream */
+  read_send_options(L, 3, &opts);
+  dlp_CudaStream *stream = cuda_send_stream(L, 4, dlp_tensor_arg(L, 2)->dl.device, &whole_device);
   dlp_Tensor *t = dlp_tensor_check(L, 2);
+  int on_cuda = t->dl.device.device_type == kDLCUDA;
   if (t->flags & DLP_FLAG_READ_ONLY) opts.readonly = 1; /* what is read-only here stays so there */
   if (!dlp_is_shareable(t)) {
     if (!opts.copy) return dlp_buffer_error(L, "send: the tensor is not in shareable memory and copy = false");
-    if (!dlp_device_is_host(t->dl.device)) {
+    if (!dlp_device_is_host(t->dl.device) && !on_cuda) {
       dlp_push_device_name(L, t->dl.device);
-      return luaL_error(L, "send: tensors on %s cannot be shared (cpu memory only)", lua_tostring(L, -1));
+      return luaL_error(L, "send: tensors on %s cannot be shared (cpu and cuda:N memory only)", lua_tostring(L, -1));
     }
     DLDevice cpu = {kDLCPU, 0};
-    dlp_Tensor *copy = dlp_tensor_new(L, t->dtype, t->flags, cpu, t->dl.ndim, t->dl.shape, DLP_ALLOC_SHAREABLE, "send");
-    dlp_copy(L, copy, t, NULL, "send");
+    if (on_cuda && whole_device) dlp_ipc_cuda_settle(L, t->owner, t->dl.device, NULL, 1, "send"); /* before the copy */
+    dlp_Tensor *copy = dlp_tensor_new(L, t->dtype, t->flags, on_cuda ? t->dl.device : cpu, t->dl.ndim, t->dl.shape,
+                                      DLP_ALLOC_SHAREABLE, "send");
+    dlp_copy(L, copy, t, on_cuda ? stream : NULL, "send"); /* on the stream given: after the work queued there */
     t = copy;
   }
   Channel *ch = check_channel(L, 1, "send"); /* a finalizer may have closed it meanwhile */
@@ -595,13 +639,14 @@ static int l_send(lua_State *L) {
   m.flags = (t->flags & DLP_FLAG_SUBBYTE_PADDED) | (opts.readonly ? DLP_FLAG_READ_ONLY : 0);
   m.size = (uint64_t)o->fd_offset + o->nbytes;
   struct stat st;
-  if (fstat(o->fd, &st) == 0) m.size = (uint64_t)st.st_size;
+  if (on_cuda) dlp_ipc_cuda_settle(L, o, t->dl.device, stream, whole_device, "send"); /* m.size: the allocation's */
+  else if (fstat(o->fd, &st) == 0) m.size = (uint64_t)st.st_size;
   m.offset = file_offset_of(t);
   memcpy(m.shape, t->dl.shape, (size_t)m.ndim * sizeof(int64_t));
   memcpy(m.strides, t->dl.strides, (size_t)m.ndim * sizeof(int64_t));
   size_t n = encode(&m, buf);
   int fd = o->fd;
-  if (m.flags & DLP_FLAG_READ_ONLY) { /* a read-only descriptor: the peer cannot map it writable */
+  if ((m.flags & DLP_FLAG_READ_ONLY) && !on_cuda) { /* CUDA: see docs/ipc.md, "CUDA tensors" */ /* a read-only descriptor: the peer cannot map it writable */
     char proc[64];
     snprintf(proc, sizeof proc, "/proc/self/fd/%d", o->fd);
     if ((fd = open(proc, O_RDONLY | O_CLOEXEC)) < 0)
@@ -632,8 +677,10 @@ static ssize_t receive_record(int sock, unsigned char *b, size_t cap, int *fds, 
   msg.msg_control = control.buf;
   msg.msg_controllen = sizeof control.buf;
   *nfds = 0;
+  /* A peer that closes with records of ours unread leaves ECONNRESET, which the kernel reports once,
+   * before the records the peer sent that are still queued: those come next, then the end. */
   do n = recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-  while (n < 0 && errno == EINTR);
+  while (n < 0 && (errno == EINTR || errno == ECONNRESET));
   if (n < 0) return -2;
   for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
@@ -649,6 +696,24 @@ static ssize_t receive_record(int sock, unsigned char *b, size_t cap, int *fds, 
     if (poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP))) return -1;
   }
   return n;
+}
+
+/* Whether this process can take one more descriptor. The kernel cannot install a descriptor
+ * attached to a message when none is free: it drops it (MSG_CTRUNC) and the message with it. So
+ * recv checks first, and when none is free collects once (garbage tensors hold descriptors):
+ * finalizers run then, and may close the channel (1 is returned then) or receive on it. */
+static int descriptor_free(lua_State *L, Channel *ch) {
+  for (int collected = 0; ch->fd >= 0; collected = 1) {
+    int probe = fcntl(ch->fd, F_DUPFD_CLOEXEC, 0);
+    if (probe >= 0) {
+      close(probe);
+      return 1;
+    }
+    int none = errno == EMFILE || errno == ENFILE;
+    if (!none || collected || !dlp_gc_running(L)) return !none;
+    lua_gc(L, LUA_GCCOLLECT, 0);
+  }
+  return 1;
 }
 
 /* ch:recv([timeout]) -> tensor, or nil when the timeout passed */
@@ -668,20 +733,26 @@ static int l_recv(lua_State *L) {
       lua_pushnil(L);
       return 1;
     }
+    if (!descriptor_free(L, ch))
+      return luaL_error(L, "recv: no descriptor is free in this process for the message's memory (EMFILE: "
+                           "release received tensors, or see ulimit -n); the message waits");
+    if (ch->fd < 0) return luaL_error(L, "recv: the channel is closed");
     n = receive_record(ch->fd, buf, sizeof buf, fds, &nfds, &trunc, &ctrunc);
     if (n != -2 || (errno != EAGAIN && errno != EWOULDBLOCK)) break;
   }
   if (n == -1) return luaL_error(L, "recv: the peer closed the channel");
   if (n == -2) return luaL_error(L, "recv: %s", strerror(errno));
   const char *err = trunc ? "a message longer than the longest valid one (truncated)"
-                  : ctrunc ? "too many descriptors attached (the kernel dropped some)"
+                  : ctrunc && nfds == MAX_RECEIVED_FDS ? "too many descriptors attached (the kernel dropped some)"
+                  : ctrunc ? "the kernel dropped its descriptors: no descriptor was free in this process (EMFILE: "
+                             "see ulimit -n); the message is lost"
                   : decode(buf, (size_t)n, &m, why, sizeof why);
   if (!err && nfds != 1) err = say(why, sizeof why, "a message needs one descriptor, it came with %d", nfds);
-  if (!err && m.device.device_type != kDLCPU) err = "cuda tensors cannot be received here (cpu only)";
   for (int i = err ? 0 : 1; i < nfds; i++) close(fds[i]);
   if (err) return luaL_error(L, "recv: %s", err);
   if (ch->pending) dlp_owner_release(ch->pending); /* left by a recv that raised, or one this interrupted */
-  ch->pending = map_shared(fds[0], &m, &readonly, why, sizeof why);
+  ch->pending = m.device.device_type == kDLCUDA ? cuda_import(fds[0], &m, &readonly, why, sizeof why)
+                                                : map_shared(fds[0], &m, &readonly, why, sizeof why);
   if (!ch->pending) return luaL_error(L, "recv: %s", why);
   /* the tensor's allocation may run finalizers, which may close the channel or recv on it */
   push_mapped(L, lua_upvalueindex(1), &m, readonly, &ch->pending, "recv");
@@ -699,12 +770,14 @@ static int l_share(lua_State *L) {
   dlp_Tensor *t = dlp_tensor_check(L, 1);
   lua_settop(L, 1);
   if (dlp_is_shareable(t)) return 1;
-  if (!dlp_device_is_host(t->dl.device)) {
+  int on_cuda = t->dl.device.device_type == kDLCUDA;
+  if (!dlp_device_is_host(t->dl.device) && !on_cuda) {
     dlp_push_device_name(L, t->dl.device);
-    return luaL_error(L, "dlpack.ipc.share: tensors on %s cannot be shared (cpu memory only)", lua_tostring(L, -1));
+    return luaL_error(L, "dlpack.ipc.share: tensors on %s cannot be shared (cpu and cuda:N memory only)",
+                      lua_tostring(L, -1));
   }
   DLDevice cpu = {kDLCPU, 0};
-  dlp_Tensor *copy = dlp_tensor_new(L, t->dtype, t->flags, cpu, t->dl.ndim, t->dl.shape, DLP_ALLOC_SHAREABLE,
+  dlp_Tensor *copy = dlp_tensor_new(L, t->dtype, t->flags, on_cuda ? t->dl.device : cpu, t->dl.ndim, t->dl.shape, DLP_ALLOC_SHAREABLE,
                                     "dlpack.ipc.share");
   dlp_copy(L, copy, t, NULL, "dlpack.ipc.share");
   return 1;
@@ -888,4 +961,43 @@ DLPACK_LUA_API int dlpack_lua_shared_fd(lua_State *L, int idx, uint64_t *offset)
   if (!t || !dlp_is_shareable(t)) return -1;
   if (offset) *offset = file_offset_of(t);
   return fcntl(t->owner->fd, F_DUPFD_CLOEXEC, 0);
+}
+
+/* ---- CUDA tensors (docs/ipc.md, "CUDA tensors"; the driver's side is ipc_cuda.c) ---- */
+
+/* opts.stream (at idx, nil when absent) for sending a tensor on device: the stream whose work the
+ * send waits for (kept alive by a value this pushes), or NULL: with *whole_device, everything
+ * queued on the device's context (no stream given), else nothing (-1). Streams on other devices
+ * than CUDA's: nil or -1 only. */
+static dlp_CudaStream *cuda_send_stream(lua_State *L, int idx, DLDevice device, int *whole_device) {
+  *whole_device = lua_isnil(L, idx) && device.device_type == kDLCUDA;
+  if (lua_isnil(L, idx)) {
+    lua_pushnil(L);
+    return NULL;
+  }
+  dlp_CudaStream *s = dlp_cuda_check_stream(L, idx, device, -1, "send");
+  return device.device_type == kDLCUDA ? s : NULL;
+}
+
+/* recv's map_shared for a message about a CUDA tensor: the layout must lie inside the size the
+ * message gives (the allocation's), which ipc_cuda.c checks against the device and the driver
+ * checks against the allocation. Takes fd, as map_shared does. */
+static dlp_Owner *cuda_import(int fd, const Message *m, int *readonly, char *why, size_t whylen) {
+  dlp_Span span;
+  int64_t lo = 0, hi = 0;
+  if (!dlp_span_of(m->ndim, m->shape, m->strides, m->dtype, m->flags, &span)) {
+    snprintf(why, whylen, "the layout reaches beyond 64-bit offsets");
+    close(fd);
+    return NULL;
+  }
+  if (m->offset > m->size || (span.numel > 0 &&
+      (m->offset > INT64_MAX || !dlp_add((int64_t)m->offset, span.lo, &lo) || !dlp_add((int64_t)m->offset, span.hi, &hi) ||
+       lo < 0 || (uint64_t)hi > m->size))) {
+    snprintf(why, whylen, "the layout reaches outside the %llu bytes of the CUDA allocation",
+             (unsigned long long)m->size);
+    close(fd);
+    return NULL;
+  }
+  *readonly = (m->flags & DLP_FLAG_READ_ONLY) != 0;
+  return dlp_ipc_cuda_import(fd, m->device, m->size, why, whylen);
 }

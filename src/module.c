@@ -78,6 +78,18 @@ int dlp_state_external(lua_State *L, size_t nbytes) {
   return 1;
 }
 
+/* Each shareable block holds a descriptor (dlpack.ipc), and a process has about a thousand of
+ * them, while the collector sees a few bytes of userdata for each: a loop receiving small tensors
+ * would run out of descriptors long before the collector ran. So a full collection every 128. */
+#define DESCRIPTORS_PER_COLLECTION 128
+
+int dlp_state_descriptor(lua_State *L) {
+  dlp_State *st = dlp_state(L);
+  if (!st || ++st->descriptors < DESCRIPTORS_PER_COLLECTION) return 0;
+  st->descriptors = 0;
+  return 1;
+}
+
 void dlp_untrack(dlp_Tracked *node) {
   if (!node->pprev) return;
   *node->pprev = node->next;
@@ -126,6 +138,7 @@ static void state_open(lua_State *L) {
   st->isolated = 0;
   st->tracked = NULL;
   st->external = 0;
+  st->descriptors = 0;
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, state_gc);
   lua_setfield(L, -2, "__gc");

@@ -409,6 +409,7 @@ dlp_Tensor *dlp_tensor_new(lua_State *L, int dtype, uint64_t flags, DLDevice dev
   memcpy(t->dl.shape, shape, (size_t)ndim * sizeof(int64_t));
   dlp_contiguous_strides(ndim, shape, t->dl.strides);
   dlp_gc_account(L, (size_t)bytes);
+  if (alloc & DLP_ALLOC_SHAREABLE) dlp_ipc_account_descriptor(L);
   return t;
 }
 

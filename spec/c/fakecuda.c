@@ -32,6 +32,18 @@
  *              block is misuse (the driver does not wait for it): reported,
  *              then run before the free. cuMemcpyAsync between overlapping
  *              areas is misuse (undefined in the driver).
+ *   VMM        cuMemCreate (granularity 2 MiB, POSIX file descriptors) makes a
+ *              physical allocation backed by a sealed memfd named
+ *              "fakecuda-vmm:N" (N its device); export dups that memfd and
+ *              import maps the one it is given (any other descriptor: 1,
+ *              INVALID_VALUE, not counted as misuse), so two processes that
+ *              load the fake share device memory. cuMemAddressReserve gives
+ *              PROT_NONE ranges; cuMemMap puts a mapping there that behaves
+ *              as a cuMemAlloc_v2 block; copies and memsets into a mapping
+ *              before cuMemSetAccess made it read/write are misuse, as are
+ *              cuMemFree_v2 on one, cuMemAddressFree of a mapped range and
+ *              releasing a handle twice; cuMemUnmap runs the device's work
+ *              first, as cuMemFree_v2 does.
  *   Streams    lazy FIFO queues. cuMemcpyAsync, cuMemsetD8Async,
  *              cuEventRecord and cuStreamWaitEvent only
  *              enqueue. Work runs only when forced: cuStreamSynchronize(s) runs
@@ -65,7 +77,9 @@
  *
  * Lua side (`local fake = require "fakecuda"`); pointers and handles are light
  * userdata or integers (or a table/userdata with a `handle` field):
- *   fake.live() -> {device =, host =, managed =, total =, bytes =, streams =, events =}
+ *   fake.live() -> {device =, host =, managed =, total =, bytes =, streams =, events =,
+ *       handles =, reservations =, mapped =} (the last three: cuMemCreate/Import handles not yet
+ *       freed, cuMemAddressReserve ranges, cuMemMap mappings, which `device` counts too)
  *   fake.allocation(ptr) -> {kind =, device =, base =, size =, offset =} or nil
  *   fake.errors() -> count; fake.error_log() -> {messages...} (the last 64)
  *   fake.pending(stream [, device]) -> queued items (legacy/per-thread: device
@@ -87,6 +101,8 @@
 #undef DLPACK_LUA_HAVE_CUDA_H /* always the ABI types of cuda_driver.h, never cuda.h */
 #include "cuda_driver.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -94,6 +110,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -154,11 +171,14 @@ static struct CUctx_st ctxs[MAXDEV];
 
 enum { K_DEVICE, K_HOST, K_MANAGED };
 static const char *const knames[] = {"device", "host", "managed"};
+struct Phys;
 typedef struct Alloc {
   uintptr_t base;
   size_t size, reserved;
   unsigned char *mem; /* where the bytes are (the shadow buffer for device memory) */
   int kind, device;
+  struct Phys *phys; /* cuMemMap: the physical allocation mapped here (mem points into it), else NULL */
+  int access;        /* cuMemMap: the CU_MEM_ACCESS_FLAGS_* that cuMemSetAccess gave (0: none yet) */
 } Alloc;
 static Alloc *allocs;
 static size_t nallocs, capallocs;
@@ -256,6 +276,12 @@ static unsigned char *bytes_at(uintptr_t p) {
   return (unsigned char *)p;
 }
 
+/* p lies in a cuMemMap mapping that cuMemSetAccess did not make readable and writable */
+static int no_access(uintptr_t p) {
+  Alloc *a;
+  return lookup(p, 0, &a) != 0 && a && a->phys && a->access != CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+}
+
 static Alloc *add_alloc(void) {
   if (nallocs == capallocs) {
     size_t cap = capallocs ? capallocs * 2 : 64;
@@ -267,8 +293,12 @@ static Alloc *add_alloc(void) {
   return &allocs[nallocs++];
 }
 
+static void phys_unmapped(struct Phys *p);
+
 static void remove_alloc(Alloc *a) {
-  if (a->kind == K_DEVICE) {
+  if (a->phys) {
+    phys_unmapped(a->phys); /* the address range stays reserved: cuMemAddressFree's */
+  } else if (a->kind == K_DEVICE) {
     munmap((void *)a->base, a->reserved);
     free(a->mem);
   } else {
@@ -641,7 +671,7 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes) {
     RETURN(E_OUT_OF_MEMORY);
   }
   fill_new(mem, bytes);
-  *a = (Alloc){(uintptr_t)base, bytes, reserved, mem, K_DEVICE, cur};
+  *a = (Alloc){(uintptr_t)base, bytes, reserved, mem, K_DEVICE, cur, NULL, 0};
   *ptr = (CUdeviceptr)(uintptr_t)base;
   RETURN(E_SUCCESS);
 }
@@ -655,7 +685,7 @@ static CUresult host_like_alloc(void **out, size_t bytes, int kind) {
     return E_OUT_OF_MEMORY;
   }
   fill_new(mem, bytes);
-  *a = (Alloc){(uintptr_t)mem, bytes, rounded, mem, kind, cur};
+  *a = (Alloc){(uintptr_t)mem, bytes, rounded, mem, kind, cur, NULL, 0};
   *out = mem;
   return E_SUCCESS;
 }
@@ -681,6 +711,8 @@ EXPORT CUresult cuMemHostAlloc(void **ptr, size_t bytes, unsigned int flags) {
   RETURN(host_like_alloc(ptr, bytes, K_HOST));
 }
 
+static CUresult retire(int f, Alloc *a);
+
 static CUresult free_alloc(int f, uintptr_t p, int host) {
   Alloc *a = find_base(p);
   if (!a) {
@@ -695,6 +727,17 @@ static CUresult free_alloc(int f, uintptr_t p, int host) {
     misuse("%s(%p): the block is %s memory", fnames[f], (void *)p, knames[a->kind]);
     return E_INVALID_VALUE;
   }
+  if (a->phys) {
+    misuse("%s(%p): the block was mapped by cuMemMap (cuMemUnmap it)", fnames[f], (void *)p);
+    return E_INVALID_VALUE;
+  }
+  return retire(f, a);
+}
+
+/* Free a (a block, or a cuMemMap mapping) as the driver does: synchronously. */
+static CUresult retire(int f, Alloc *a) {
+  uintptr_t p = a->base;
+  int host = a->kind == K_HOST;
   int device = a->device;
   run_device(host ? -1 : device); /* synchronous, as the real driver is */
   a = find_base(p);               /* the table may have moved */
@@ -737,6 +780,8 @@ EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CU
     MISUSE(E_INVALID_VALUE, "cuMemcpyAsync: %zu bytes from %p overflow its %s allocation", bytes,
            (void *)(uintptr_t)src, knames[a->kind]);
   if (bytes && (!dst || !src)) MISUSE(E_INVALID_VALUE, "cuMemcpyAsync with a NULL pointer");
+  if (bytes && (no_access((uintptr_t)dst) || no_access((uintptr_t)src)))
+    MISUSE(E_INVALID_VALUE, "cuMemcpyAsync: memory mapped by cuMemMap without read/write access (cuMemSetAccess)");
   /* undefined in the driver (the areas may not overlap): a copy between overlapping views must
    * go through a temporary */
   if (ranges_meet((uintptr_t)dst, bytes, (uintptr_t)src, (uintptr_t)src + bytes))
@@ -758,6 +803,8 @@ EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t cou
   if (in == 0) MISUSE(E_INVALID_VALUE, "cuMemsetD8Async on %p, which is not CUDA memory", (void *)(uintptr_t)dst);
   if (in < 0) MISUSE(E_INVALID_VALUE, "cuMemsetD8Async: %zu bytes at %p overflow the allocation", count,
                      (void *)(uintptr_t)dst);
+  if (count && no_access((uintptr_t)dst))
+    MISUSE(E_INVALID_VALUE, "cuMemsetD8Async: memory mapped by cuMemMap without read/write access (cuMemSetAccess)");
   Item *it = new_item(OP_SET);
   it->dst = (uintptr_t)dst;
   it->value = value;
@@ -828,6 +875,13 @@ EXPORT CUresult cuStreamSynchronize(CUstream stream) {
   ENTER(cuStreamSynchronize);
   RESOLVE(s, stream, cuStreamSynchronize, 0);
   run_all(s);
+  RETURN(E_SUCCESS);
+}
+
+EXPORT CUresult cuCtxSynchronize(void) {
+  ENTER(cuCtxSynchronize);
+  NEED_CONTEXT(cuCtxSynchronize);
+  run_device(cur); /* every stream of the current context's device */
   RETURN(E_SUCCESS);
 }
 
@@ -931,6 +985,275 @@ EXPORT CUresult cuEventDestroy_v2(CUevent event) {
   RETURN(E_SUCCESS);
 }
 
+/* ---- virtual memory management: cuMemCreate and friends (dlpack.ipc) ----
+ * A physical allocation is a memfd named "fakecuda-vmm:N" (N: its device), sealed against
+ * shrinking and growing and mapped MAP_SHARED as its shadow buffer; exporting it dups the memfd,
+ * importing maps the memfd it is given, so two processes that load the fake share "device
+ * memory" (a write on one side is seen on the other). Address ranges are PROT_NONE reservations,
+ * as cuMemAlloc_v2's, so the module cannot touch the bytes from the CPU. */
+#define VMM_GRANULARITY ((size_t)2 << 20) /* as a real GPU's minimum granularity */
+#define VMM_NAME "fakecuda-vmm:"
+
+typedef struct Phys {
+  struct Phys *next;
+  int fd, device, requested, released;
+  size_t size;
+  unsigned char *mem;
+  unsigned long maps;
+} Phys;
+static Phys *physes; /* live: not released, or still mapped */
+typedef struct Reservation {
+  struct Reservation *next;
+  uintptr_t base;
+  size_t size;
+} Reservation;
+static Reservation *reservations;
+
+static Phys *find_phys(CUmemGenericAllocationHandle h) {
+  for (Phys *p = physes; p; p = p->next)
+    if ((uintptr_t)p == (uintptr_t)h) return p;
+  return NULL;
+}
+
+static void phys_free_if_unused(Phys *p) {
+  if (!p->released || p->maps) return;
+  for (Phys **l = &physes; *l; l = &(*l)->next)
+    if (*l == p) {
+      *l = p->next;
+      break;
+    }
+  munmap(p->mem, p->size);
+  close(p->fd);
+  free(p);
+}
+
+static void phys_unmapped(Phys *p) {
+  p->maps--;
+  phys_free_if_unused(p);
+}
+
+/* A Phys on the memfd fd (taken), mapped; NULL when out of memory (fd closed). */
+static Phys *phys_new(int fd, size_t size, int device, int requested) {
+  Phys *p = malloc(sizeof *p);
+  void *mem = p ? mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+  if (mem == MAP_FAILED) {
+    free(p);
+    close(fd);
+    return NULL;
+  }
+  *p = (Phys){physes, fd, device, requested, 0, size, mem, 0};
+  physes = p;
+  return p;
+}
+
+static CUresult check_prop(int f, const CUmemAllocationProp *prop) {
+  if (!prop) MISUSE(E_INVALID_VALUE, "%s: no CUmemAllocationProp", fnames[f]);
+  if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
+    MISUSE(E_INVALID_VALUE, "%s: allocation type %d (the fake knows PINNED only)", fnames[f], prop->type);
+  if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+    MISUSE(E_INVALID_VALUE, "%s: location type %d (the fake knows DEVICE only)", fnames[f], prop->location.type);
+  if (prop->location.id < 0 || prop->location.id >= ndev)
+    MISUSE(E_INVALID_DEVICE, "%s: no device %d", fnames[f], prop->location.id);
+  if (prop->requestedHandleTypes & ~CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+    MISUSE(E_INVALID_VALUE, "%s: handle types 0x%x (the fake knows POSIX_FILE_DESCRIPTOR only)", fnames[f],
+           (unsigned)prop->requestedHandleTypes);
+  return E_SUCCESS; /* still locked: the caller goes on */
+}
+
+/* On misuse check_prop has unlocked already (MISUSE's RETURN): its caller returns at once. */
+#define CHECK_PROP(f, prop)                                                                                            \
+  do {                                                                                                                 \
+    CUresult prop_rc_ = check_prop(F_##f, prop);                                                                       \
+    if (prop_rc_ != E_SUCCESS) return prop_rc_;                                                                        \
+  } while (0)
+
+EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
+                                              CUmemAllocationGranularity_flags option) {
+  ENTER(cuMemGetAllocationGranularity);
+  if (!granularity) MISUSE(E_INVALID_VALUE, "cuMemGetAllocationGranularity(NULL, ...)");
+  if (option != 0 && option != 1) MISUSE(E_INVALID_VALUE, "cuMemGetAllocationGranularity: option %d", (int)option);
+  CHECK_PROP(cuMemGetAllocationGranularity, prop);
+  *granularity = VMM_GRANULARITY;
+  RETURN(E_SUCCESS);
+}
+
+EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                            unsigned long long flags) {
+  ENTER(cuMemCreate);
+  if (!handle) MISUSE(E_INVALID_VALUE, "cuMemCreate(NULL, ...)");
+  if (flags != 0) MISUSE(E_INVALID_VALUE, "cuMemCreate: flags %llu must be 0", flags);
+  if (size == 0 || size % VMM_GRANULARITY)
+    MISUSE(E_INVALID_VALUE, "cuMemCreate of %zu bytes, not a multiple of the granularity %zu", size, VMM_GRANULARITY);
+  CHECK_PROP(cuMemCreate, prop);
+  char name[64];
+  snprintf(name, sizeof name, VMM_NAME "%d", prop->location.id);
+  int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) RETURN(E_OUT_OF_MEMORY);
+  if (ftruncate(fd, (off_t)size) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    close(fd);
+    RETURN(E_OUT_OF_MEMORY);
+  }
+  Phys *p = phys_new(fd, size, prop->location.id, prop->requestedHandleTypes);
+  if (!p) RETURN(E_OUT_OF_MEMORY);
+  fill_new(p->mem, size);
+  *handle = (CUmemGenericAllocationHandle)(uintptr_t)p;
+  RETURN(E_SUCCESS);
+}
+
+EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+  ENTER(cuMemRelease);
+  Phys *p = find_phys(handle);
+  if (!p || p->released) MISUSE(E_INVALID_VALUE, "cuMemRelease(0x%llx): not a live allocation handle", handle);
+  p->released = 1; /* the memory goes with its last mapping */
+  phys_free_if_unused(p);
+  RETURN(E_SUCCESS);
+}
+
+EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                                    unsigned long long flags) {
+  ENTER(cuMemAddressReserve);
+  (void)addr; /* a hint */
+  if (!ptr) MISUSE(E_INVALID_VALUE, "cuMemAddressReserve(NULL, ...)");
+  if (flags != 0) MISUSE(E_INVALID_VALUE, "cuMemAddressReserve: flags %llu must be 0", flags);
+  if (size == 0 || size % VMM_GRANULARITY || (alignment & (alignment - 1)))
+    MISUSE(E_INVALID_VALUE, "cuMemAddressReserve of %zu bytes aligned to %zu", size, alignment);
+  void *base = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  Reservation *r = base != MAP_FAILED ? malloc(sizeof *r) : NULL;
+  if (!r) {
+    if (base != MAP_FAILED) munmap(base, size);
+    RETURN(E_OUT_OF_MEMORY);
+  }
+  *r = (Reservation){reservations, (uintptr_t)base, size};
+  reservations = r;
+  *ptr = (CUdeviceptr)(uintptr_t)base;
+  RETURN(E_SUCCESS);
+}
+
+EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  ENTER(cuMemAddressFree);
+  Reservation **l = &reservations;
+  while (*l && !((*l)->base == (uintptr_t)ptr && (*l)->size == size)) l = &(*l)->next;
+  if (!*l) MISUSE(E_INVALID_VALUE, "cuMemAddressFree(%p, %zu): not a reservation", (void *)(uintptr_t)ptr, size);
+  for (size_t i = 0; i < nallocs; i++)
+    if (allocs[i].phys && allocs[i].base >= (uintptr_t)ptr && allocs[i].base < (uintptr_t)ptr + size)
+      MISUSE(E_INVALID_VALUE, "cuMemAddressFree(%p): the range is still mapped", (void *)(uintptr_t)ptr);
+  Reservation *r = *l;
+  *l = r->next;
+  munmap((void *)r->base, r->size);
+  free(r);
+  RETURN(E_SUCCESS);
+}
+
+EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                         unsigned long long flags) {
+  ENTER(cuMemMap);
+  Phys *p = find_phys(handle);
+  uintptr_t lo = (uintptr_t)ptr;
+  if (!p || p->released) MISUSE(E_INVALID_VALUE, "cuMemMap: 0x%llx is not a live allocation handle", handle);
+  if (flags != 0) MISUSE(E_INVALID_VALUE, "cuMemMap: flags %llu must be 0", flags);
+  if (size == 0 || size % VMM_GRANULARITY || offset % VMM_GRANULARITY)
+    MISUSE(E_INVALID_VALUE, "cuMemMap of %zu bytes at offset %zu: not multiples of the granularity", size, offset);
+  if (offset > p->size || size > p->size - offset) RETURN(E_INVALID_VALUE); /* beyond the allocation: not misuse */
+  Reservation *r = reservations;
+  while (r && !(lo >= r->base && lo - r->base <= r->size && size <= r->size - (lo - r->base))) r = r->next;
+  if (!r) MISUSE(E_INVALID_VALUE, "cuMemMap(%p, %zu): not inside a reservation", (void *)lo, size);
+  for (size_t i = 0; i < nallocs; i++)
+    if (ranges_meet(lo, size, allocs[i].base, allocs[i].base + allocs[i].size))
+      MISUSE(E_INVALID_VALUE, "cuMemMap(%p, %zu): the range is mapped already", (void *)lo, size);
+  Alloc *a = add_alloc();
+  if (!a) RETURN(E_OUT_OF_MEMORY);
+  *a = (Alloc){lo, size, size, p->mem + offset, K_DEVICE, p->device, p, 0};
+  p->maps++;
+  RETURN(E_SUCCESS);
+}
+
+EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  ENTER(cuMemUnmap);
+  Alloc *a = find_base((uintptr_t)ptr);
+  if (!a || !a->phys || a->size != size)
+    MISUSE(E_INVALID_VALUE, "cuMemUnmap(%p, %zu): not a mapping made by cuMemMap", (void *)(uintptr_t)ptr, size);
+  RETURN(retire(F_cuMemUnmap, a));
+}
+
+EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count) {
+  ENTER(cuMemSetAccess);
+  if (!desc || count == 0) MISUSE(E_INVALID_VALUE, "cuMemSetAccess with no descriptor");
+  int flags = 0;
+  for (size_t i = 0; i < count; i++) {
+    if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || desc[i].location.id < 0 || desc[i].location.id >= ndev)
+      MISUSE(E_INVALID_DEVICE, "cuMemSetAccess: location %d:%d", desc[i].location.type, desc[i].location.id);
+    if (desc[i].flags != 0 && desc[i].flags != 1 && desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+      MISUSE(E_INVALID_VALUE, "cuMemSetAccess: flags %d", desc[i].flags);
+    flags |= desc[i].flags;
+  }
+  /* the range must be covered by mappings, each wholly inside it */
+  size_t covered = 0;
+  for (size_t i = 0; i < nallocs; i++)
+    if (allocs[i].phys && ranges_meet(allocs[i].base, allocs[i].size, (uintptr_t)ptr, (uintptr_t)ptr + size)) {
+      if (allocs[i].base < (uintptr_t)ptr || allocs[i].size > (uintptr_t)ptr + size - allocs[i].base)
+        MISUSE(E_INVALID_VALUE, "cuMemSetAccess(%p, %zu) covers part of a mapping", (void *)(uintptr_t)ptr, size);
+      covered += allocs[i].size;
+    }
+  if (size == 0 || covered != size)
+    MISUSE(E_INVALID_VALUE, "cuMemSetAccess(%p, %zu): the range is not mapped", (void *)(uintptr_t)ptr, size);
+  for (size_t i = 0; i < nallocs; i++)
+    if (allocs[i].phys && ranges_meet(allocs[i].base, allocs[i].size, (uintptr_t)ptr, (uintptr_t)ptr + size))
+      allocs[i].access = flags;
+  RETURN(E_SUCCESS);
+}
+
+EXPORT CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle handle,
+                                             CUmemAllocationHandleType type, unsigned long long flags) {
+  ENTER(cuMemExportToShareableHandle);
+  Phys *p = find_phys(handle);
+  if (!shareable) MISUSE(E_INVALID_VALUE, "cuMemExportToShareableHandle(NULL, ...)");
+  if (!p || p->released) MISUSE(E_INVALID_VALUE, "cuMemExportToShareableHandle: 0x%llx is not a live handle", handle);
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || !(p->requested & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+    MISUSE(E_INVALID_VALUE, "cuMemExportToShareableHandle: handle type %d (requested 0x%x at creation)", (int)type,
+           (unsigned)p->requested);
+  if (flags != 0) MISUSE(E_INVALID_VALUE, "cuMemExportToShareableHandle: flags %llu must be 0", flags);
+  int fd = dup(p->fd); /* a new descriptor each time, not close-on-exec, as the driver's */
+  if (fd < 0) RETURN(E_OUT_OF_MEMORY);
+  *(int *)shareable = fd;
+  RETURN(E_SUCCESS);
+}
+
+/* The device of a memfd made by cuMemCreate (of this process or another), from its name; -1 when
+ * fd is not one (a peer's plain memfd, a pipe, a regular file: an error, not a misuse). */
+static int vmm_device_of(int fd, size_t *size) {
+  char link[64], target[128];
+  struct stat st;
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) return -1;
+  snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(link, target, sizeof target - 1);
+  if (n <= 0) return -1;
+  target[n] = '\0';
+  if (strncmp(target, "/memfd:" VMM_NAME, strlen("/memfd:" VMM_NAME)) != 0) return -1;
+  if (fstat(fd, &st) != 0 || st.st_size <= 0 || (size_t)st.st_size % VMM_GRANULARITY) return -1;
+  int device = atoi(target + strlen("/memfd:" VMM_NAME));
+  *size = (size_t)st.st_size;
+  return device >= 0 && device < ndev ? device : -1;
+}
+
+EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *os_handle,
+                                               CUmemAllocationHandleType type) {
+  ENTER(cuMemImportFromShareableHandle);
+  if (!handle) MISUSE(E_INVALID_VALUE, "cuMemImportFromShareableHandle(NULL, ...)");
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+    MISUSE(E_INVALID_VALUE, "cuMemImportFromShareableHandle: handle type %d", (int)type);
+  int fd = (int)(intptr_t)os_handle;
+  size_t size = 0;
+  int device = vmm_device_of(fd, &size);
+  if (device < 0) RETURN(E_INVALID_VALUE);
+  int own = fcntl(fd, F_DUPFD_CLOEXEC, 0); /* the caller keeps fd: it may close it at once */
+  if (own < 0) RETURN(E_OUT_OF_MEMORY);
+  Phys *p = phys_new(own, size, device, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  if (!p) RETURN(E_OUT_OF_MEMORY);
+  *handle = (CUmemGenericAllocationHandle)(uintptr_t)p;
+  RETURN(E_SUCCESS);
+}
+
 /* ---- the Lua module ---- */
 static void lock(void) { pthread_mutex_lock(&mu); }
 static void unlock(void) { pthread_mutex_unlock(&mu); }
@@ -998,8 +1321,15 @@ static int l_live(lua_State *L) {
   }
   for (struct CUstream_st *s = all_streams; s; s = s->next_all) streams += s->kind == S_CREATED && !s->destroyed;
   for (struct CUevent_st *e = all_events; e; e = e->next_all) events += !e->destroyed;
+  lua_Integer handles = 0, reserved = 0, mapped = 0;
+  for (Phys *p = physes; p; p = p->next) handles++;
+  for (Reservation *r = reservations; r; r = r->next) reserved++;
+  for (size_t i = 0; i < nallocs; i++) mapped += allocs[i].phys != NULL;
   unlock();
-  lua_createtable(L, 0, 7);
+  lua_createtable(L, 0, 10);
+  set_int(L, "handles", handles);
+  set_int(L, "reservations", reserved);
+  set_int(L, "mapped", mapped);
   set_int(L, "device", n[K_DEVICE]);
   set_int(L, "host", n[K_HOST]);
   set_int(L, "managed", n[K_MANAGED]);

@@ -1620,6 +1620,9 @@ describe("on a GPU", function()
   end)
 end)
 
+-- dlpack.ipc with CUDA tensors, between two processes (spec/cuda/ipc_suite.lua)
+require "ipc_suite"
+
 -- last: a module that breaks its shared stream objects would fail the tests after it.
 describe("the shared stream objects", function()
   it("closing legacy_stream or per_thread_stream leaves them usable", function()
@@ -1638,9 +1641,9 @@ describe("at the end of the suite", function()
     cuda.legacy_stream:synchronize() -- frees what was held for work that completed
     gc()
     local live = fake.live()
-    assert.are.same({device = 0, host = 0, managed = 0, streams = 0, events = 0},
+    assert.are.same({device = 0, host = 0, managed = 0, streams = 0, events = 0, handles = 0, reservations = 0},
                     {device = live.device, host = live.host, managed = live.managed, streams = live.streams,
-                     events = live.events})
+                     events = live.events, handles = live.handles, reservations = live.reservations})
     assert.are.equal(deliberate_misuse, fake.errors(), errors_log())
   end)
 end)

@@ -6,9 +6,10 @@
 #                                    embedded, build/gpu/gpu_kernels.so (nvcc),
 #                                    build/gpu/libluapeer.so and build/bench_cuda.
 #   bash spec/gpu/prepare.sh run     build, then run the CUDA suite (spec/cuda/run.lua),
-#                                    spec/gpu/interop.py and build/bench_cuda; logs go to
-#                                    $DLPACK_GPU_LOGS (default build/gpu/) as gpu-machine.txt,
-#                                    gpu-suite.tap, gpu-interop.tap, gpu-bench.txt. Exit 1 if any failed.
+#                                    spec/gpu/ipc.lua, spec/gpu/interop.py and build/bench_cuda; logs
+#                                    go to $DLPACK_GPU_LOGS (default build/gpu/) as gpu-machine.txt,
+#                                    gpu-suite.tap, gpu-ipc.tap, gpu-interop.tap, gpu-bench.txt. Exit 1
+#                                    if any failed.
 #   eval "$(bash spec/gpu/prepare.sh env)"   the paths, for running pieces by hand.
 #   bash spec/gpu/prepare.sh pack    on a Debian/Ubuntu x86-64 machine with lua5.4 and
 #                                    liblua5.4-dev: copy its lua5.4 binary, shared library and
@@ -98,6 +99,9 @@ run() {
     "$LUA" -v 2>&1; "$PYTHON" --version 2>&1; "$NVCC" --version 2>&1 | tail -1; } | tee "$out/gpu-machine.txt"
   echo "== spec/cuda/run.lua"
   "$LUA" spec/cuda/run.lua 2>&1 | tee "$out/gpu-suite.tap"
+  ((PIPESTATUS[0] == 0)) || rc=1
+  echo "== spec/gpu/ipc.lua (dlpack.ipc: CUDA tensors between two processes)"
+  "$LUA" spec/gpu/ipc.lua 2>&1 | tee "$out/gpu-ipc.tap"
   ((PIPESTATUS[0] == 0)) || rc=1
   echo "== spec/gpu/interop.py"
   PYTHONUNBUFFERED=1 "$PYTHON" spec/gpu/interop.py 2>&1 | tee "$out/gpu-interop.tap"

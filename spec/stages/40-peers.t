@@ -7,6 +7,8 @@
 # matmul, cat/stack, ...) on random shapes, layouts and every dtype pair, against NumPy >= 2
 # on the same memory (through lupa); functions not written yet are visible SKIPs, differences
 # already reported are TODOs (spec/peers/README.md).
+# spec/peers/ipc_python.py: examples/dlpack_ipc.py (dlpack.ipc from Python) between Python
+# processes and against a corpus of hostile messages.
 # All print TAP and skip visibly when a peer (torch, numpy, lupa) is missing.
 source "$(dirname "$0")/lib.sh"
 PY=${PYTHON:-/usr/bin/python3}
@@ -22,6 +24,7 @@ fi
 
 if [[ -x $PY ]]; then
   run_tap "python3 spec/peers/lupa_peers.py" "$PY" spec/peers/lupa_peers.py
+  run_tap "python3 spec/peers/ipc_python.py" "$PY" spec/peers/ipc_python.py
   run_tap "python3 spec/peers/oracle.py" "$PY" spec/peers/oracle.py
   # The oracle again under the other Luas lupa embeds, against their builds of the module (made
   # by stages 15-18); a build that is missing or older than the sources is a visible SKIP.
