@@ -539,6 +539,40 @@ describe("dlpack.ipc socket paths", function()
   end)
 end)
 
+describe("dlpack.ipc send to a peer that stops reading", function()
+  it("returns false after opts.timeout with nothing sent, and true once there is room", function()
+    local a, b = pair()
+    local t = ipc.zeros({4}, "int32")
+    local sent = 0
+    for i = 1, 100000 do
+      t[1] = i
+      local ok = a:send(t, {timeout = 0})
+      if not ok then break end
+      assert.is_true(ok)
+      sent = sent + 1
+    end
+    assert.is_true(sent > 0 and sent < 100000, "the queue never filled: " .. sent)
+    local t0 = os.time()
+    assert.is_false(a:send(t, {timeout = 0.05}))
+    assert.is_true(os.time() - t0 <= 2)
+    assert.equal(4, b:recv(1).shape[1]) -- the first one queued
+    local ok
+    for _ = 1, 100 do -- room comes back as the receiver reads
+      ok = a:send(t, {timeout = 0.05})
+      if ok then break end
+      b:recv(1)
+    end
+    assert.is_true(ok)
+    local received = 1
+    while b:recv(0) do received = received + 1 end
+    assert.is_true(received >= sent, received .. " of " .. sent)
+    support.raises(function() a:send(t, {timeout = -1}) end, "option timeout must be a number")
+    support.raises(function() a:send(t, {timeout = "1"}) end, "option timeout must be a number")
+    a:close()
+    b:close()
+  end)
+end)
+
 describe("dlpack.ipc arguments", function()
   it("refuses bad send options, tensors and paths with the offending value named", function()
     local a, b = pair()
