@@ -220,7 +220,44 @@ print("OK")
     assert.matches("OK%s*$", finish(peer))
   end)
 
-  it_py("readonly from Lua: Python gets a read-only array it cannot map writable", function()
+  it_py("Python -> Lua echo -> Python: every dtype, 0-d, empty and strided arrays, on the same memory", function()
+    local ch, peer = start([[
+ch = d.connect(sys.argv[1], 30)
+bad = []
+for dtype in ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+              "float16", "float32", "float64", "complex64", "complex128"]:
+    x = d.zeros((3, 4), dtype)
+    x[...] = (np.arange(12) % 5).reshape(3, 4).astype(dtype)
+    for v in [x, x[::-1, 1::2], x.T, x[1, 2], x[:0], np.broadcast_to(x[1], (2, 4))]:
+        ch.send(v)
+        y = ch.recv(30)
+        layout = y.strides != v.strides and v.size > 0   # an empty array's strides say nothing
+        if y.dtype != v.dtype or y.shape != v.shape or layout or not np.array_equal(y, v):
+            bad.append((dtype, v.shape, v.strides, y.shape, y.strides))
+    ch.send(x)
+    y = ch.recv(30)
+    y[0, 0] = 1                     # the same pages: x sees it
+    if x[0, 0] != 1:
+        bad.append((dtype, "not the same memory"))
+ch.close()
+print("OK" if not bad else bad)
+]])
+    local n = 0
+    while true do
+      local ok, t = pcall(ch.recv, ch, 30)
+      if not ok then
+        assert.matches("closed", t)
+        break
+      end
+      ch:send(t)
+      n = n + 1
+    end
+    assert.equal(14 * 7, n)
+    ch:close()
+    assert.matches("OK%s*$", finish(peer))
+  end)
+
+  it_py("readonly from Lua: Python gets a read-only array it cannot map or reopen writable", function()
     local ch, peer = start([[
 import fcntl
 ch = d.connect(sys.argv[1], 30)
@@ -239,6 +276,25 @@ except PermissionError:
     out.append(0)
 out.append(int(fcntl.fcntl(b.fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY))
 out.append(int(r[1]))
+def reopens_writable(fd):
+    # 1 when a process of another user (uid 65534 when this runs as root) holding fd can open
+    # /proc/self/fd/N for writing; 0 when that is refused
+    pid = os.fork()
+    if pid == 0:
+        try:
+            if os.getuid() == 0:
+                os.setgid(65534)
+                os.setuid(65534)
+            os.close(os.open("/proc/self/fd/%d" % fd, os.O_RDWR))
+            os._exit(1)
+        except PermissionError:
+            os._exit(0)
+        except BaseException:
+            os._exit(2)
+    return os.waitpid(pid, 0)[1] >> 8
+out.append(reopens_writable(b.fd))
+control = os.memfd_create("control")          # mode 0777, as memfds are made
+out.append(reopens_writable(control))
 ch.send(np.array(out, dtype=np.int16))
 ch.send(r)                      # forwarded: still read-only
 ch.recv(30)
@@ -247,8 +303,9 @@ ch.recv(30)
     t:set(2, 200)
     ch:send(t, {readonly = true})
     local report = assert(ch:recv(20))
-    -- writeable, assignment worked, mmap for writing worked, O_RDONLY, value
-    assert.same({0, 0, 0, 1, 200}, report:totable())
+    -- writeable, assignment worked, mmap for writing worked, O_RDONLY, value, another user could
+    -- reopen it writable (the memfd's mode is 0400), the same for a memfd of mode 0777 (the control)
+    assert.same({0, 0, 0, 1, 200, 0, 1}, report:totable())
     local back = assert(ch:recv(20))
     assert.is_true(back.readonly)
     ch:send(t:as_readonly())
