@@ -250,7 +250,7 @@ void dlp_ipc_account_descriptor(lua_State *L) {
 static dlp_Owner *map_shared(int fd, const Message *m, int *readonly, char *why, size_t whylen) {
   dlp_Span span;
   struct stat st;
-  struct statfs fs;
+  struct statfs fs = {0};
   int seals = fcntl(fd, F_GET_SEALS), seals_errno = errno;
   int access = fcntl(fd, F_GETFL);
   const char *err = NULL;
