@@ -46,14 +46,16 @@ local function descriptors()
 end
 
 -- Mappings of files in /proc/PID/maps (those with an inode: what a received descriptor maps, whatever
--- it is; the heap's anonymous mappings come and go with the allocator, ASan's and valgrind's too), and
--- of memfds among them.
+-- it is; the heap's anonymous mappings come and go with the allocator, ASan's and valgrind's too;
+-- shared libraries are left out), and of memfds among them.
 local function mappings()
   local f = assert(io.open("/proc/" .. PID .. "/maps"))
   local files, memfds = 0, 0
   for line in f:lines() do
-    local inode = line:match("^%S+%s+%S+%s+%S+%s+%S+%s+(%d+)")
-    if inode and inode ~= "0" then files = files + 1 end
+    local inode, file = line:match("^%S+%s+%S+%s+%S+%s+%S+%s+(%d+)%s*(.*)$")
+    -- shared libraries left out: a library the process loads late (valgrind's runs do) is no leak
+    local library = file and (file:match("%.so$") or file:match("%.so%.[%d.]+$"))
+    if inode and inode ~= "0" and not library then files = files + 1 end
     if line:find("/memfd:", 1, true) then memfds = memfds + 1 end
   end
   f:close()
