@@ -17,7 +17,8 @@ local function read_all(path)
   return s
 end
 
-local PID = read_all("/proc/self/stat"):match("^(%d+)")
+local proc = require "ipc.proc"
+local PID, fds_of, maps = proc.pid(), proc.fds_of, proc.maps
 
 -- Seconds since boot, to 10 ms (Lua has no wall clock finer than a second).
 local function uptime()
@@ -77,30 +78,6 @@ local function pair()
   local b = assert(listener:accept(1))
   listener:close()
   return a, b
-end
-
--- The entries of /proc/PID/fd of process id, listed by ls: counted from the other process,
--- since a process that runs ls has the pipe's ends for a moment; the fewest of three listings,
--- since the other may still be closing what it released after its last message.
-local function fds_of(id)
-  local fewest = math.huge
-  for _ = 1, 3 do
-    local p = assert(io.popen("ls -1 /proc/" .. id .. "/fd"))
-    local n = 0
-    for _ in p:lines() do n = n + 1 end
-    p:close()
-    fewest = math.min(fewest, n)
-  end
-  return fewest
-end
-
--- The mappings of this process (lines of /proc/self/maps), after a full collection.
-local function maps()
-  collectgarbage()
-  collectgarbage()
-  local n = 0
-  for _ in io.lines("/proc/self/maps") do n = n + 1 end
-  return n
 end
 
 describe("dlpack.ipc between two Lua processes", function()
