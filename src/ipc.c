@@ -250,7 +250,7 @@ void dlp_ipc_account_descriptor(lua_State *L) {
 static dlp_Owner *map_shared(int fd, const Message *m, int *readonly, char *why, size_t whylen) {
   dlp_Span span;
   struct stat st;
-  struct statfs fs;
+  struct statfs fs = {0};
   int seals = fcntl(fd, F_GET_SEALS), seals_errno = errno;
   int access = fcntl(fd, F_GETFL);
   const char *err = NULL;
@@ -554,13 +554,15 @@ static int l_connect(lua_State *L) {
 /* ---- send ---- */
 
 typedef struct SendOptions {
-  int copy;     /* 0: raise unless shareable */
+  int copy;       /* 0: raise unless shareable */
   int readonly;
+  double timeout; /* seconds to wait while the peer's queue is full; -1: no limit */
 } SendOptions;
 
 static void read_send_options(lua_State *L, int arg, SendOptions *o) {
   o->copy = 1;
   o->readonly = 0;
+  o->timeout = -1;
   if (lua_isnoneornil(L, arg)) return;
   luaL_checktype(L, arg, LUA_TTABLE);
   lua_pushnil(L);
@@ -570,16 +572,24 @@ static void read_send_options(lua_State *L, int arg, SendOptions *o) {
       lua_replace(L, arg + 1);
       continue;
     }
+    if (k && strcmp(k, "timeout") == 0) {
+      if (!lua_isnumber(L, -1) || lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0))
+        luaL_argerror(L, arg, "option timeout must be a number of seconds, 0 or more");
+      o->timeout = lua_tonumber(L, -1) > 1e9 ? -1 : (double)lua_tonumber(L, -1);
+      lua_pop(L, 1);
+      continue;
+    }
     int *field = k && strcmp(k, "copy") == 0 ? &o->copy : k && strcmp(k, "readonly") == 0 ? &o->readonly : NULL;
-    if (!field) luaL_argerror(L, arg, "unknown option (send takes copy, readonly and stream)");
+    if (!field) luaL_argerror(L, arg, "unknown option (send takes copy, readonly, stream and timeout)");
     if (!lua_isboolean(L, -1)) luaL_argerror(L, arg, lua_pushfstring(L, "option %s must be a boolean", k));
     *field = lua_toboolean(L, -1);
     lua_pop(L, 1);
   }
 }
 
-/* Send the n bytes at b with fd attached; 0, or an errno. Waits while the peer's queue is full. */
-static int send_record(int sock, const unsigned char *b, size_t n, int fd) {
+/* Send the n bytes at b with fd attached; 0, or an errno (ETIMEDOUT: the peer's queue stayed full
+ * until the deadline, -1 for none). */
+static int send_record(int sock, const unsigned char *b, size_t n, int fd, int64_t deadline) {
   union {
     struct cmsghdr align;
     char buf[CMSG_SPACE(sizeof(int))];
@@ -601,7 +611,9 @@ static int send_record(int sock, const unsigned char *b, size_t n, int fd) {
     if (sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)n) return 0;
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return errno;
-    if (wait_for(sock, POLLOUT, -1, NULL) < 0) return errno;
+    int ready = wait_for(sock, POLLOUT, deadline, NULL);
+    if (ready < 0) return errno;
+    if (ready == 0) return ETIMEDOUT;
   }
 }
 
@@ -609,7 +621,7 @@ static int is_closed_errno(int err) {
   return err == EPIPE || err == ECONNRESET || err == ENOTCONN;
 }
 
-/* ch:send(t [, opts]) */
+/* ch:send(t [, opts]) -> true; false when opts.timeout passed with the peer's queue full */
 static int l_send(lua_State *L) {
   SendOptions opts;
   Message m;
@@ -663,11 +675,12 @@ static int l_send(lua_State *L) {
     if ((fd = open(proc, O_RDONLY | O_CLOEXEC)) < 0)
       return luaL_error(L, "send: cannot reopen the memory read-only (%s: %s)", proc, strerror(errno));
   }
-  int err = send_record(ch->fd, buf, n, fd);
+  int err = send_record(ch->fd, buf, n, fd, deadline_of(opts.timeout));
   if (fd != o->fd) close(fd);
   if (err && is_closed_errno(err)) return luaL_error(L, "send: the peer closed the channel");
-  if (err) return luaL_error(L, "send: %s", strerror(err));
-  return 0;
+  if (err && err != ETIMEDOUT) return luaL_error(L, "send: %s", strerror(err));
+  lua_pushboolean(L, !err);
+  return 1;
 }
 
 /* ---- recv ---- */

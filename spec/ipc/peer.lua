@@ -23,45 +23,8 @@ local ipc = require "dlpack.ipc"
 local path, mode = arg[1], arg[2] -- and the spec's pid in echo mode
 local ch = assert(ipc.connect(path, 10), "no listener at " .. tostring(path))
 
-local function pid()
-  local f = assert(io.open("/proc/self/stat"))
-  local id = f:read("*l"):match("^(%d+)")
-  f:close()
-  return id
-end
-
--- The entries of /proc/PID/fd of process id, listed by ls: counted from the other process,
--- since a process that runs ls has the pipe's ends for a moment; the fewest of three listings,
--- since the other may still be closing what it released after its last message and the lines of the maps of
--- this process, after a full collection.
-local function fds_of(id)
-  local fewest = math.huge
-  for _ = 1, 3 do
-    local p = assert(io.popen("ls -1 /proc/" .. id .. "/fd"))
-    local n = 0
-    for _ in p:lines() do n = n + 1 end
-    p:close()
-    fewest = math.min(fewest, n)
-  end
-  return fewest
-end
-
-local function maps()
-  collectgarbage()
-  collectgarbage()
-  local n = 0
-  for _ in io.lines("/proc/self/maps") do n = n + 1 end
-  return n
-end
-
--- Mappings of this module's memfds that are writable.
-local function writable_memfd_maps()
-  local n = 0
-  for line in io.lines("/proc/self/maps") do
-    if line:find("memfd:dlpack", 1, true) and line:match("^%S+%s+.w") then n = n + 1 end
-  end
-  return n
-end
+local proc = require "ipc.proc"
+local pid, fds_of, maps, writable_memfd_maps = proc.pid, proc.fds_of, proc.maps, proc.writable_memfd_maps
 
 -- recv until the spec closes the channel: nil then.
 local function next_tensor()
