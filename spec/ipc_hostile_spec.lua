@@ -145,6 +145,7 @@ local ERRORS = {
   ["lanes-0"] = "lanes",
   ["flags-unknown"] = "flags",
   ["flags-high-bit"] = "flags",
+  ["flags-padded-float64"] = "not a sub%-byte dtype",
   ["device-unknown"] = "device",
   ["device-zero"] = "device",
   ["cpu-device-id-1"] = "id 1",

@@ -165,6 +165,9 @@ static const char *decode(unsigned char *b, size_t n, Message *m, char *why, siz
   m->flags = get64(b + 32);
   if (m->flags & ~(uint64_t)WIRE_FLAGS)
     return say(why, whylen, "unknown flags 0x%llx", (unsigned long long)(m->flags & ~(uint64_t)WIRE_FLAGS));
+  if ((m->flags & DLP_FLAG_SUBBYTE_PADDED) && dlp_dtypes[m->dtype].bits >= 8)
+    return say(why, whylen, "the flag IS_SUBBYTE_TYPE_PADDED on %s, which is not a sub-byte dtype",
+               dlp_dtypes[m->dtype].name);
   m->size = get64(b + 40);
   m->offset = get64(b + 48);
   for (int i = 0; i < m->ndim; i++) {
@@ -447,10 +450,6 @@ static socklen_t check_address(lua_State *L, int arg, struct sockaddr_un *a) {
   return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + 1);
 }
 
-static int new_socket(void) {
-  return socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-}
-
 /* listen(path) -> listener */
 static int l_listen(lua_State *L) {
   struct sockaddr_un a;
@@ -463,7 +462,10 @@ static int l_listen(lua_State *L) {
   luaL_setmetatable(L, LISTENER_MT);
   if (st) dlp_track(st, &l->track, close_tracked_listener);
   snprintf(l->path, sizeof l->path, "%s", path);
-  if ((l->fd = new_socket()) < 0) return luaL_error(L, "dlpack.ipc.listen: socket failed: %s", strerror(errno));
+  /* non-blocking: a connection another process sharing it (after a fork) takes between poll and
+   * accept4 must not make accept wait past its timeout */
+  if ((l->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0)
+    return luaL_error(L, "dlpack.ipc.listen: socket failed: %s", strerror(errno));
   int rc = bind(l->fd, (struct sockaddr *)&a, alen), notsock = 0;
   if (rc != 0 && errno == EADDRINUSE && path[0] != '@') {
     /* a socket file nobody listens on any more (its process died): replace it */

@@ -564,6 +564,11 @@ def _(p):
     p.send(PLAIN.message(flags=1 << 63), [PLAIN.fd()])
 
 
+@case("flags-padded-float64", "error", "flags 4 (IS_SUBBYTE_TYPE_PADDED) on float64, which is not a sub-byte dtype")
+def _(p):
+    p.send(PLAIN.message(flags=4), [PLAIN.fd()])
+
+
 @case("device-unknown", "error", "device_type 99 with a memfd")
 def _(p):
     p.send(PLAIN.message(device=(99, 0)), [PLAIN.fd()])
@@ -1088,6 +1093,8 @@ def receive(sock):
         if (code, bits) not in KNOWN or lanes != 1:
             raise Refused("dtype")
         if flags_ & ~(FLAG_READ_ONLY | 4):
+            raise Refused("flags")
+        if flags_ & 4 and bits >= 8:
             raise Refused("flags")
         shape = struct.unpack_from("<%dq" % ndim, data, HEADER)
         strides = struct.unpack_from("<%dq" % ndim, data, HEADER + 8 * ndim)
