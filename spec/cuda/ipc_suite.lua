@@ -290,6 +290,8 @@ describe("dlpack.ipc with CUDA tensors", function()
     end
     finish(ch, proc)
     gc()
+    cuda.legacy_stream:synchronize() -- lets go of memory held for queued work that completed since
+    gc()
     local now = fake.live()
     assert.are.same({live.handles, live.reservations, live.mapped, live.device},
                     {now.handles, now.reservations, now.mapped, now.device})
