@@ -28,7 +28,7 @@
 
 #include "dlpack_lua.h"
 
-#define PLAN 9
+#define PLAN 10
 static int tests_run, tests_failed;
 
 static void check(int ok, const char *what) {
@@ -67,6 +67,11 @@ static int push_channel(lua_State *L) {
 
 static int push_shared(lua_State *L) {
   dlpack_lua_push_shared(L, (int)lua_tointeger(L, 1), lua_touserdata(L, 2), 0);
+  return 1;
+}
+
+static int push_shared_padded(lua_State *L) {
+  dlpack_lua_push_shared(L, (int)lua_tointeger(L, 1), lua_touserdata(L, 2), DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED);
   return 1;
 }
 
@@ -151,6 +156,14 @@ int main(void) {
   int copy = dup(frame);
   err = protected(A, push_shared, copy, &beyond);
   check(err && strstr(err, "outside") && is_closed(copy), "a layout beyond the memfd's end is refused, and closed");
+  int64_t negative[2] = {2, -4};
+  DLTensor bad_shape = {NULL, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, negative, NULL, 0};
+  int first = dup(frame), second = dup(frame);
+  const char *negative_err = protected(A, push_shared, first, &bad_shape);
+  check(negative_err && strstr(negative_err, "negative size") && is_closed(first) &&
+        (err = protected(A, push_shared_padded, second, &layout)) && strstr(err, "not a sub-byte dtype") &&
+        is_closed(second),
+        "layouts that a message could not carry either are refused (a negative size, the sub-byte flag on float32)");
 
   lua_close(A);
   lua_close(B);

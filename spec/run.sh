@@ -79,7 +79,22 @@ for s in "${stages[@]}"; do
   report+=("$(printf '%-24s %4d passed %3d failed %3d skipped %5ss' "$name" "$p" "$f" "$k" "$secs")")
 done
 
+# The failing lines again, by stage, next to the summary: the end of the log is
+# often all that a CI report shows.
+failures=()
+for s in "${stages[@]}"; do
+  name=$(basename "$s" .t)
+  while IFS= read -r line; do
+    failures+=("$name: ${line:0:200}")
+  done < <(grep -E '^not ok' "build/stages/$name.tap" 2>/dev/null | head -n 10)
+done
+
 {
+  if ((${#failures[@]})); then
+    echo
+    echo "failed tests (at most 10 a stage)"
+    printf '%s\n' "${failures[@]}"
+  fi
   echo
   echo "stage                    results"
   printf '%s\n' "${report[@]}"

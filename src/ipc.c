@@ -131,6 +131,30 @@ static size_t encode(const Message *m, unsigned char *b) {
   return n;
 }
 
+/* The checks on a layout that hold wherever it came from (a message, a host's DLTensor): the
+ * device, the dtype (whose index goes into m->dtype), the flags and the shape. NULL when it is
+ * valid, else why not. */
+static const char *check_layout(Message *m, DLDataType dt, char *why, size_t whylen) {
+  if (!(m->device.device_type == kDLCPU && m->device.device_id == 0) && m->device.device_type != kDLCUDA)
+    return say(why, whylen, "device type %ld id %ld cannot be shared (cpu:0 and cuda only)",
+               (long)m->device.device_type, (long)m->device.device_id);
+  if (!dlp_device_is_valid(m->device)) return say(why, whylen, "device id %ld is out of range", (long)m->device.device_id);
+  if (dt.lanes != 1) return say(why, whylen, "dtypes with %u lanes are not shared", (unsigned)dt.lanes);
+  if ((m->dtype = dlp_dtype_from_dl(dt)) < 0)
+    return say(why, whylen, "unknown dtype (code %u, %u bits)", (unsigned)dt.code, (unsigned)dt.bits);
+  if (m->flags & ~(uint64_t)WIRE_FLAGS)
+    return say(why, whylen, "unknown flags 0x%llx (READ_ONLY and IS_SUBBYTE_TYPE_PADDED only)",
+               (unsigned long long)(m->flags & ~(uint64_t)WIRE_FLAGS));
+  if ((m->flags & DLP_FLAG_SUBBYTE_PADDED) && dlp_dtypes[m->dtype].bits >= 8)
+    return say(why, whylen, "the flag IS_SUBBYTE_TYPE_PADDED on %s, which is not a sub-byte dtype",
+               dlp_dtypes[m->dtype].name);
+  for (int i = 0; i < m->ndim; i++)
+    if (m->shape[i] < 0) return say(why, whylen, "negative size %lld in the shape", (long long)m->shape[i]);
+  int64_t numel;
+  if (!dlp_numel_of(m->ndim, m->shape, &numel)) return "the shape has more elements than fit in 64 bits";
+  return NULL;
+}
+
 /* NULL when the n bytes at b are a valid message (decoded into m), else why not (in why). */
 static const char *decode(unsigned char *b, size_t n, Message *m, char *why, size_t whylen) {
   if (n < WIRE_HEADER) return say(why, whylen, "a message of %zu bytes is too short (at least %d)", n, WIRE_HEADER);
@@ -154,30 +178,15 @@ static const char *decode(unsigned char *b, size_t n, Message *m, char *why, siz
   m->ndim = (int)ndim;
   m->device.device_type = (DLDeviceType)(int32_t)get32(b + 16);
   m->device.device_id = (int32_t)get32(b + 20);
-  if (!(m->device.device_type == kDLCPU && m->device.device_id == 0) && m->device.device_type != kDLCUDA)
-    return say(why, whylen, "device type %ld id %ld cannot be shared (cpu:0 and cuda only)",
-                    (long)(int32_t)get32(b + 16), (long)m->device.device_id);
-  if (!dlp_device_is_valid(m->device)) return say(why, whylen, "device id %ld is out of range", (long)m->device.device_id);
   DLDataType dt = {b[24], b[25], (uint16_t)(b[26] | b[27] << 8)};
-  if (dt.lanes != 1) return say(why, whylen, "dtypes with %u lanes are not shared", (unsigned)dt.lanes);
-  if ((m->dtype = dlp_dtype_from_dl(dt)) < 0)
-    return say(why, whylen, "unknown dtype (code %u, %u bits)", (unsigned)dt.code, (unsigned)dt.bits);
   m->flags = get64(b + 32);
-  if (m->flags & ~(uint64_t)WIRE_FLAGS)
-    return say(why, whylen, "unknown flags 0x%llx", (unsigned long long)(m->flags & ~(uint64_t)WIRE_FLAGS));
-  if ((m->flags & DLP_FLAG_SUBBYTE_PADDED) && dlp_dtypes[m->dtype].bits >= 8)
-    return say(why, whylen, "the flag IS_SUBBYTE_TYPE_PADDED on %s, which is not a sub-byte dtype",
-               dlp_dtypes[m->dtype].name);
   m->size = get64(b + 40);
   m->offset = get64(b + 48);
   for (int i = 0; i < m->ndim; i++) {
     m->shape[i] = (int64_t)get64(b + WIRE_HEADER + 8 * i);
     m->strides[i] = (int64_t)get64(b + WIRE_HEADER + 8 * (m->ndim + i));
-    if (m->shape[i] < 0) return say(why, whylen, "negative size %lld in the shape", (long long)m->shape[i]);
   }
-  int64_t numel;
-  if (!dlp_numel_of(m->ndim, m->shape, &numel)) return "the shape has more elements than fit in 64 bits";
-  return NULL;
+  return check_layout(m, dt, why, whylen);
 }
 
 /* ---- shareable memory ---- */
@@ -937,20 +946,19 @@ static int push_shared_body(lua_State *L) {
   m.device = layout->device;
   m.ndim = layout->ndim;
   m.flags = c->flags;
-  if (m.device.device_type != kDLCPU || m.ndim < 0 || m.ndim > DLP_MAX_NDIM) err = "a cpu layout of 0 to 64 dimensions";
-  else if ((m.dtype = dlp_dtype_from_dl(layout->dtype)) < 0) err = "a dtype this module knows";
-  else if (m.flags & ~(uint64_t)WIRE_FLAGS) err = "no flags but READ_ONLY and IS_SUBBYTE_TYPE_PADDED";
-  else if (m.ndim > 0 && !layout->shape) err = "a shape";
-  else if (fstat(c->fd, &st) != 0) err = "an open descriptor";
-  for (int i = 0; !err && i < m.ndim; i++)
-    if ((m.shape[i] = layout->shape[i]) < 0) err = "sizes of 0 or more";
-  int64_t numel;
-  if (!err && !dlp_numel_of(m.ndim, m.shape, &numel)) err = "fewer elements than 2^63";
-  if (err) return luaL_error(L, "dlpack_lua_push_shared: the layout needs %s", err);
-  m.size = (uint64_t)st.st_size;
-  m.offset = layout->byte_offset;
+  if (m.device.device_type != kDLCPU) err = "a cpu layout (a host's cuda memory is not lent through a descriptor)";
+  else if (m.ndim < 0 || m.ndim > DLP_MAX_NDIM) err = say(why, sizeof why, "ndim %d is not 0 to %d", m.ndim, DLP_MAX_NDIM);
+  else if (m.ndim > 0 && !layout->shape) err = "the layout has no shape";
+  else if (fstat(c->fd, &st) != 0) err = "the descriptor is not open";
+  if (!err) {
+    if (m.ndim > 0) memcpy(m.shape, layout->shape, (size_t)m.ndim * sizeof(int64_t));
+    m.size = (uint64_t)st.st_size;
+    m.offset = layout->byte_offset;
+    err = check_layout(&m, layout->dtype, why, sizeof why);
+  }
+  if (err) return luaL_error(L, "dlpack_lua_push_shared: %s", err);
   if (layout->strides) memcpy(m.strides, layout->strides, (size_t)m.ndim * sizeof(int64_t));
-  else dlp_contiguous_strides(m.ndim, m.shape, m.strides);
+  else dlp_contiguous_strides(m.ndim, m.shape, m.strides); /* (the element count fits: checked) */
   open_classes(L);
   Channel *holder = push_channel(L); /* holds the mapping while the tensor is allocated (its __gc frees it) */
   dlp_push_metatable(L);
