@@ -195,6 +195,35 @@ describe("dlpack.ipc against a hostile peer's memfd", function()
     p:close()
     l:close()
   end)
+
+  -- found by the fuzzer (spec/fuzz/ipc.lua): the mapping starts at the page boundary before the
+  -- first element, and a packed tensor must start where its memory does, so these were refused
+  -- ("the result would reach outside the tensor's memory")
+  it("takes packed sub-byte tensors that do not start at a page boundary", function()
+    if not has_python() then return pending("python3 >= 3.9 not found") end
+    local c, s, l, name = pair()
+    c:close()
+    s:close()
+    local p = assert(io.popen("python3 spec/ipc/attack_peer.py " .. name .. " packed-offset 2>&1"))
+    local ch = assert(l:accept(5), p:read("*l"))
+    local function bytes(from, n)
+      local b = {}
+      for i = from, from + n - 1 do b[#b + 1] = string.char(i % 251) end
+      return table.concat(b)
+    end
+    local fp4 = ch:recv(5)
+    assert.are.same({5}, fp4.shape)
+    assert.are.equal("float4_e2m1fn", fp4.dtype)
+    assert.are.equal(bytes(4099, 3), fp4:tobytes())
+    local fp6 = ch:recv(5)
+    assert.are.same({4}, fp6.shape)
+    assert.are.equal(bytes(7, 3), fp6:tobytes())
+    assert.are.equal(fp6, ipc.share(fp6))
+    raises(function() fp4:narrow(1, 2, 2) end, "not supported") -- packed views stay refused
+    ch:close()
+    p:close()
+    l:close()
+  end)
 end)
 
 describe("dlpack.ipc and finalizers inside recv", function()

@@ -318,6 +318,9 @@ static dlp_Owner *map_shared(int fd, const Message *m, int *readonly, char *why,
   }
   o->fd = fd;
   o->fd_offset = (int64_t)start;
+  /* packed sub-byte elements have no byte address: a tensor on them starts where its memory does
+   * (dlp_tensor_seal), and the mapping starts at the page boundary before the first element */
+  if (p && dlp_is_packed(m->dtype, m->flags)) o->lo = (uintptr_t)p + ((size_t)lo - start);
   return o;
 }
 

@@ -3,6 +3,10 @@
 
     attack_peer.py PATH hugetlb    sends a sealed MFD_HUGETLB memfd of one huge page as a uint8 tensor
                                    (prints "skip: why" when the kernel makes none)
+    attack_peer.py PATH packed-offset
+                                   sends packed sub-byte tensors that do not start at a page boundary:
+                                   float4_e2m1fn {5} at byte 4099 and float6_e2m3fn {4} at byte 7 of a
+                                   memfd of 8192 bytes whose byte i holds i % 251
 """
 
 import fcntl
@@ -54,5 +58,18 @@ def hugetlb(path):
     s.recv(1)  # until the receiver closes
 
 
+def packed_offset(path):
+    fd = os.memfd_create("attack", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.pwrite(fd, bytes(i % 251 for i in range(8192)), 0)
+    fcntl.fcntl(fd, F_ADD_SEALS, SEALS)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(address(path))
+    socket.send_fds(s, [encode((17, 4), [5], 8192, offset=4099)], [fd])
+    socket.send_fds(s, [encode((15, 6), [4], 8192, offset=7)], [fd])
+    print("sent", flush=True)
+    os.close(fd)
+    s.recv(1)  # until the receiver closes
+
+
 if __name__ == "__main__":
-    hugetlb(sys.argv[1])
+    {"hugetlb": hugetlb, "packed-offset": packed_offset}[sys.argv[2]](sys.argv[1])
