@@ -25,13 +25,27 @@
  *   fab.post(p), fab.receive([seconds]) -> p or nil: a process-wide mailbox
  *   fab.note(s), fab.notes() -> the strings noted since the last call (also from finalizers at lua_close)
  *
+ * Raw descriptors for the dlpack.ipc fuzzer (spec/fuzz/ipc.lua), which plays a hostile peer in the
+ * same process (Linux only; each returns nil, a message and errno on failure):
+ *   fab.ipc_connect(path) -> fd of an AF_UNIX SOCK_SEQPACKET socket connected to path ('@': abstract)
+ *   fab.ipc_send(fd, bytes [, {fd, ...}]) -> true, or false, "EAGAIN" (non-blocking; SCM_RIGHTS)
+ *   fab.ipc_recv(fd) -> bytes, {fd, ...}, truncated; or false, "EAGAIN"; or nil, "eof"
+ *   fab.ipc_make_fd(kind, size) -> fd: kind "memfd" (unsealed, sealing allowed), "hugetlb" (the same
+ *       with MFD_HUGETLB), "file" (a regular file in /tmp, unlinked), "pipe" (a read end whose write
+ *       end is closed) or "socket" (one end of a socket pair); size is the file's (memfd, hugetlb, file)
+ *   fab.ipc_seal(fd, seals), fab.ipc_write(fd, offset, bytes), fab.ipc_read(fd, offset, n) -> string
+ *   fab.ipc_reopen(fd) -> a new descriptor of the same file opened read-only (/proc/self/fd/N)
+ *   fab.ipc_dup(fd), fab.ipc_close(fd)
+ *   fab.ipc_fd_info(fd) -> {size =, seals = (-1: cannot be sealed), rdonly =, ino =, shmem =}
+ *   fab.ipc_counts() -> open descriptors, mappings of memfds (/proc/self/fd, /proc/self/maps)
+ *
  * spec fields (all optional): major minor flags device_type device_id code bits
  * lanes ndim shape strides byte_offset data deleter legacy (c_producer only).
  * Defaults: version 1.3, flags 0, cpu:0, float32, shape {4}, row-major strides,
  * byte_offset 0, data 1, 2, 3, ... (float32/float64/integer dtypes; else zeros).
  * shape/strides/data = false give NULL; deleter = false gives a NULL deleter.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* memfd_create, MSG_CMSG_CLOEXEC, F_ADD_SEALS, O_TMPFILE (ipc_* below) */
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -1107,6 +1121,314 @@ static int f_notes(lua_State *L) {
   return 1;
 }
 
+
+/* ------------------------------------------------------------------------ */
+/* Raw descriptors for the dlpack.ipc fuzzer: what a hostile peer does that Lua cannot */
+
+#ifdef __linux__
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#ifndef F_ADD_SEALS /* older C libraries; Linux's values */
+#define F_ADD_SEALS 1033
+#define F_GET_SEALS 1034
+#endif
+#ifndef MFD_HUGETLB
+#define MFD_HUGETLB 0x0004U
+#endif
+#define FAB_MAX_SEND_FDS 253  /* SCM_MAX_FD: the most one SCM_RIGHTS message takes */
+#define FAB_MAX_RECV_FDS 16
+#define FAB_SHMEM_MAGIC 0x01021994
+
+/* nil, strerror(err), err: the failure result of every ipc_ helper */
+static int ipc_fail(lua_State *L, int err) {
+  lua_pushnil(L);
+  lua_pushstring(L, strerror(err));
+  lua_pushinteger(L, err);
+  return 3;
+}
+
+static int ipc_fd_arg(lua_State *L, int idx) {
+  lua_Integer fd = luaL_checkinteger(L, idx);
+  luaL_argcheck(L, fd >= 0 && fd <= INT32_MAX, idx, "not a descriptor");
+  return (int)fd;
+}
+
+/* ipc_connect(path): a connected SOCK_SEQPACKET socket (blocking, close-on-exec) */
+static int f_ipc_connect(lua_State *L) {
+  size_t len;
+  const char *path = luaL_checklstring(L, 1, &len);
+  struct sockaddr_un a;
+  memset(&a, 0, sizeof a);
+  a.sun_family = AF_UNIX;
+  luaL_argcheck(L, len > 0 && len < sizeof a.sun_path, 1, "bad socket path");
+  socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + (path[0] == '@' ? 0 : 1));
+  memcpy(a.sun_path, path, len);
+  if (path[0] == '@') a.sun_path[0] = '\0'; /* the abstract namespace */
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ipc_fail(L, errno);
+  if (connect(fd, (struct sockaddr *)&a, alen) != 0) {
+    int err = errno;
+    close(fd);
+    return ipc_fail(L, err);
+  }
+  lua_pushinteger(L, fd);
+  return 1;
+}
+
+/* ipc_send(fd, bytes [, fds]): one record, never waiting; false, "EAGAIN" when the queue is full */
+static int f_ipc_send(lua_State *L) {
+  int sock = ipc_fd_arg(L, 1), nfds = 0, fds[FAB_MAX_SEND_FDS];
+  size_t n;
+  const char *b = luaL_checklstring(L, 2, &n);
+  if (!lua_isnoneornil(L, 3)) {
+    luaL_checktype(L, 3, LUA_TTABLE);
+    nfds = (int)luaL_len(L, 3);
+    luaL_argcheck(L, nfds >= 0 && nfds <= FAB_MAX_SEND_FDS, 3, "0 to 253 descriptors");
+    for (int i = 0; i < nfds; i++) {
+      lua_rawgeti(L, 3, i + 1);
+      fds[i] = ipc_fd_arg(L, -1);
+      lua_pop(L, 1);
+    }
+  }
+  union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(sizeof(int) * FAB_MAX_SEND_FDS)];
+  } control;
+  struct iovec iov = {(void *)b, n};
+  struct msghdr msg;
+  memset(&msg, 0, sizeof msg);
+  memset(&control, 0, sizeof control);
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (nfds > 0) {
+    msg.msg_control = control.buf;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+    memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
+  }
+  ssize_t sent;
+  do sent = sendmsg(sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+  while (sent < 0 && errno == EINTR);
+  if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    lua_pushboolean(L, 0);
+    lua_pushliteral(L, "EAGAIN");
+    return 2;
+  }
+  if (sent < 0) return ipc_fail(L, errno);
+  lua_pushboolean(L, (size_t)sent == n);
+  return 1;
+}
+
+/* ipc_recv(fd): one record and the descriptors attached (close-on-exec), never waiting */
+static int f_ipc_recv(lua_State *L) {
+  int sock = ipc_fd_arg(L, 1);
+  char b[4096];
+  union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(sizeof(int) * FAB_MAX_RECV_FDS)];
+  } control;
+  struct iovec iov = {b, sizeof b};
+  struct msghdr msg;
+  memset(&msg, 0, sizeof msg);
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control.buf;
+  msg.msg_controllen = sizeof control.buf;
+  ssize_t n;
+  do n = recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  while (n < 0 && errno == EINTR);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    lua_pushboolean(L, 0);
+    lua_pushliteral(L, "EAGAIN");
+    return 2;
+  }
+  if (n < 0) return ipc_fail(L, errno);
+  lua_pushlstring(L, b, (size_t)n);
+  lua_newtable(L);
+  int k = 0;
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; i++) {
+      int fd;
+      memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+      lua_pushinteger(L, fd);
+      lua_rawseti(L, -2, ++k);
+    }
+  }
+  if (n == 0 && k == 0) { /* the end of the stream, or an empty record: the caller tells them apart */
+    lua_pushboolean(L, (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0);
+    lua_pushliteral(L, "empty");
+    return 4;
+  }
+  lua_pushboolean(L, (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0);
+  return 3;
+}
+
+/* ipc_make_fd(kind, size): the descriptor kinds a hostile peer may attach (see the header) */
+static int f_ipc_make_fd(lua_State *L) {
+  static const char *const kinds[] = {"memfd", "hugetlb", "file", "pipe", "socket", NULL};
+  int kind = luaL_checkoption(L, 1, NULL, kinds), fd = -1, pair[2], err;
+  lua_Integer size = luaL_optinteger(L, 2, 0);
+  luaL_argcheck(L, size >= 0, 2, "a size, 0 or more");
+  switch (kind) {
+  case 0:
+  case 1:
+    fd = memfd_create("fuzzipc", MFD_CLOEXEC | MFD_ALLOW_SEALING | (kind == 1 ? MFD_HUGETLB : 0));
+    break;
+  case 2:
+    fd = open("/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) { /* no O_TMPFILE there */
+      char name[] = "/tmp/fuzzipc-XXXXXX";
+      fd = mkostemp(name, O_CLOEXEC);
+      if (fd >= 0) unlink(name);
+    }
+    break;
+  case 3:
+    if (pipe2(pair, O_CLOEXEC) == 0) close(pair[1]), fd = pair[0];
+    break;
+  default:
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0) close(pair[1]), fd = pair[0];
+    break;
+  }
+  if (fd < 0) return ipc_fail(L, errno);
+  if (kind <= 2 && ftruncate(fd, (off_t)size) != 0) {
+    err = errno;
+    close(fd);
+    return ipc_fail(L, err);
+  }
+  lua_pushinteger(L, fd);
+  return 1;
+}
+
+static int f_ipc_seal(lua_State *L) {
+  if (fcntl(ipc_fd_arg(L, 1), F_ADD_SEALS, (int)luaL_checkinteger(L, 2)) != 0) return ipc_fail(L, errno);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* ipc_write(fd, offset, bytes): all of them with pwrite */
+static int f_ipc_write(lua_State *L) {
+  int fd = ipc_fd_arg(L, 1);
+  lua_Integer at = luaL_checkinteger(L, 2);
+  size_t n, done = 0;
+  const char *b = luaL_checklstring(L, 3, &n);
+  luaL_argcheck(L, at >= 0, 2, "an offset, 0 or more");
+  while (done < n) {
+    ssize_t w = pwrite(fd, b + done, n - done, (off_t)at + (off_t)done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return ipc_fail(L, w < 0 ? errno : EIO);
+    done += (size_t)w;
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* ipc_read(fd, offset, n): up to n bytes with pread (fewer at the end of the file) */
+static int f_ipc_read(lua_State *L) {
+  int fd = ipc_fd_arg(L, 1);
+  lua_Integer at = luaL_checkinteger(L, 2), n = luaL_checkinteger(L, 3);
+  luaL_argcheck(L, at >= 0, 2, "an offset, 0 or more");
+  luaL_argcheck(L, n >= 0 && n <= (1 << 26), 3, "0 to 2^26 bytes");
+  char *p = malloc(n > 0 ? (size_t)n : 1);
+  size_t done = 0;
+  if (!p) return ipc_fail(L, ENOMEM);
+  while (done < (size_t)n) {
+    ssize_t r = pread(fd, p + done, (size_t)n - done, (off_t)at + (off_t)done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      int err = errno;
+      free(p);
+      return ipc_fail(L, err);
+    }
+    if (r == 0) break;
+    done += (size_t)r;
+  }
+  lua_pushlstring(L, p, done); /* (a memory error here leaks p: a test module) */
+  free(p);
+  return 1;
+}
+
+/* ipc_reopen(fd): the same file opened again, read-only, as dlpack.ipc sends readonly memory */
+static int f_ipc_reopen(lua_State *L) {
+  char proc[64];
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", ipc_fd_arg(L, 1));
+  int fd = open(proc, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ipc_fail(L, errno);
+  lua_pushinteger(L, fd);
+  return 1;
+}
+
+static int f_ipc_dup(lua_State *L) {
+  int fd = fcntl(ipc_fd_arg(L, 1), F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return ipc_fail(L, errno);
+  lua_pushinteger(L, fd);
+  return 1;
+}
+
+static int f_ipc_close(lua_State *L) {
+  if (close(ipc_fd_arg(L, 1)) != 0) return ipc_fail(L, errno);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* ipc_fd_info(fd): what the receiver of dlpack.ipc checks about a descriptor */
+static int f_ipc_fd_info(lua_State *L) {
+  int fd = ipc_fd_arg(L, 1);
+  struct stat st;
+  struct statfs fs;
+  if (fstat(fd, &st) != 0) return ipc_fail(L, errno);
+  int seals = fcntl(fd, F_GET_SEALS), access = fcntl(fd, F_GETFL);
+  lua_newtable(L);
+  lua_pushinteger(L, (lua_Integer)st.st_size);
+  lua_setfield(L, -2, "size");
+  lua_pushinteger(L, seals < 0 ? -1 : seals);
+  lua_setfield(L, -2, "seals");
+  lua_pushboolean(L, access >= 0 && (access & O_ACCMODE) == O_RDONLY);
+  lua_setfield(L, -2, "rdonly");
+  lua_pushinteger(L, (lua_Integer)st.st_ino);
+  lua_setfield(L, -2, "ino");
+  lua_pushboolean(L, fstatfs(fd, &fs) == 0 && (unsigned long)fs.f_type == FAB_SHMEM_MAGIC);
+  lua_setfield(L, -2, "shmem");
+  return 1;
+}
+
+/* ipc_counts(): this process's open descriptors (/proc/self/fd, less the listing's own) and its
+ * mappings of memfds (lines of /proc/self/maps naming "/memfd:"), the fuzzer's leak check */
+static int f_ipc_counts(lua_State *L) {
+  lua_Integer fds = 0, maps = 0;
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return ipc_fail(L, errno);
+  for (struct dirent *e; (e = readdir(d)) != NULL;)
+    if (e->d_name[0] != '.') fds++;
+  closedir(d);
+  FILE *f = fopen("/proc/self/maps", "re");
+  if (!f) return ipc_fail(L, errno);
+  char line[4096];
+  int at_start = 1;
+  while (fgets(line, sizeof line, f)) {
+    if (at_start && strstr(line, "/memfd:")) maps++;
+    at_start = strchr(line, '\n') != NULL; /* a line longer than the buffer: count it once */
+  }
+  fclose(f);
+  lua_pushinteger(L, fds - 1);
+  lua_pushinteger(L, maps);
+  return 2;
+}
+#endif
+
 /* ------------------------------------------------------------------------ */
 
 static const luaL_Reg fab_funcs[] = {
@@ -1134,6 +1456,20 @@ static const luaL_Reg fab_funcs[] = {
   {"run_threads", f_run_threads},
   {"post", f_post},
   {"receive", f_receive},
+#ifdef __linux__
+  {"ipc_connect", f_ipc_connect},
+  {"ipc_send", f_ipc_send},
+  {"ipc_recv", f_ipc_recv},
+  {"ipc_make_fd", f_ipc_make_fd},
+  {"ipc_seal", f_ipc_seal},
+  {"ipc_write", f_ipc_write},
+  {"ipc_read", f_ipc_read},
+  {"ipc_reopen", f_ipc_reopen},
+  {"ipc_dup", f_ipc_dup},
+  {"ipc_close", f_ipc_close},
+  {"ipc_fd_info", f_ipc_fd_info},
+  {"ipc_counts", f_ipc_counts},
+#endif
   {NULL, NULL}
 };
 
