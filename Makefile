@@ -236,29 +236,35 @@ valgrind: deps all
 	@bash spec/run.sh 60
 
 # The fuzzer (spec/fuzz/README.md) under the ASan+UBSan build, any report fatal: the CPU half
-# (the safe API) for half of SECONDS, then the fake-CUDA half for the other half:
-#   make fuzz SECONDS=600 [SEED=1] [STEPS=400] [CORPUS=30] [WITHOUT=raw,...] [CUDA_STEPS=300]
+# (the safe API), the fake-CUDA half and the dlpack.ipc half, each for a third of SECONDS:
+#   make fuzz SECONDS=600 [SEED=1] [STEPS=400] [CORPUS=30] [WITHOUT=raw,...] [CUDA_STEPS=300] [IPC_STEPS=200]
 #   make fuzz-replay SEED=S [STEPS=400]    one CPU seed, every call printed before it runs
 #   make fuzz-replay CUDA=1 SEED=S         one fake-CUDA seed, likewise
+#   make fuzz-replay IPC=1 SEED=S          one dlpack.ipc seed, likewise
 SECONDS ?= 60
 SEED    ?= 1
 STEPS   ?= 400
 CORPUS  ?= 30
 CUDA_STEPS ?= 300
+IPC_STEPS ?= 200
 FUZZ_WITHOUT = $(if $(WITHOUT),--without $(WITHOUT))
 fuzz:
 	@rc=0; \
-	bash spec/fuzz/asan.sh --seed $(SEED) --seconds $$(( ($(SECONDS) + 1) / 2 )) --steps $(STEPS) --corpus $(CORPUS) \
+	bash spec/fuzz/asan.sh --seed $(SEED) --seconds $$(( ($(SECONDS) + 2) / 3 )) --steps $(STEPS) --corpus $(CORPUS) \
 	  $(FUZZ_WITHOUT) || rc=$$?; \
-	FUZZ_NO_BUILD=1 bash spec/fuzz/asan.sh --cuda --seed $(SEED) --seconds $$(( $(SECONDS) / 2 )) \
+	FUZZ_NO_BUILD=1 bash spec/fuzz/asan.sh --cuda --seed $(SEED) --seconds $$(( ($(SECONDS) + 1) / 3 )) \
 	  --steps $(CUDA_STEPS) || rc=$$?; \
+	FUZZ_NO_BUILD=1 bash spec/fuzz/asan.sh --ipc --seed $(SEED) --seconds $$(( $(SECONDS) / 3 )) \
+	  --steps $(IPC_STEPS) || rc=$$?; \
 	exit $$rc
 
 fuzz-replay:
-ifeq ($(CUDA),)
-	@bash spec/fuzz/asan.sh --seed $(SEED) --seeds 1 --steps $(STEPS) --corpus $(CORPUS) --verbose $(FUZZ_WITHOUT)
-else
+ifneq ($(IPC),)
+	@bash spec/fuzz/asan.sh --ipc --seed $(SEED) --seeds 1 --steps $(IPC_STEPS) --verbose
+else ifneq ($(CUDA),)
 	@bash spec/fuzz/asan.sh --cuda --seed $(SEED) --seeds 1 --steps $(CUDA_STEPS) --verbose
+else
+	@bash spec/fuzz/asan.sh --seed $(SEED) --seeds 1 --steps $(STEPS) --corpus $(CORPUS) --verbose $(FUZZ_WITHOUT)
 endif
 
 # The CUDA bench embeds Lua 5.4; under other Luas (make bench LUA=luajit) it is left out.

@@ -3,11 +3,12 @@
 # (build/asan, `make asan-build`), with the sanitizer setup of
 # spec/stages/50-asan.t: any report is fatal. With --cuda it runs the fake-CUDA
 # half, spec/fuzz/cuda.lua, instead, on build/asan/fakecuda.so with two
-# devices. Exit status: the fuzzer's (0 passed, 1 a model or deleter-count
-# failure), 86 AddressSanitizer, 87 LeakSanitizer, 88 UndefinedBehaviorSanitizer,
-# 128+N a signal.
+# devices; with --ipc the dlpack.ipc half, spec/fuzz/ipc.lua. Exit status: the
+# fuzzer's (0 passed, 1 a model or deleter-count failure), 86 AddressSanitizer,
+# 87 LeakSanitizer, 88 UndefinedBehaviorSanitizer, 128+N a signal.
 #   bash spec/fuzz/asan.sh --seed 7 --steps 400 --verbose
 #   bash spec/fuzz/asan.sh --cuda --seed 7 --steps 300 --verbose
+#   bash spec/fuzz/asan.sh --ipc --seed 7 --steps 200 --verbose
 # FUZZ_NO_BUILD=1 skips `make asan-build`.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -16,7 +17,9 @@ LUA=${LUA:-lua5.4}
 SCRIPT=spec/fuzz/fuzz.lua half=
 args=()
 for a in "$@"; do
-  if [[ $a == --cuda ]]; then SCRIPT=spec/fuzz/cuda.lua half=--cuda; else args+=("$a"); fi
+  if [[ $a == --cuda ]]; then SCRIPT=spec/fuzz/cuda.lua half=--cuda
+  elif [[ $a == --ipc ]]; then SCRIPT=spec/fuzz/ipc.lua half=--ipc
+  else args+=("$a"); fi
 done
 set -- "${args[@]}"
 
@@ -49,7 +52,7 @@ export LSAN_OPTIONS="exitcode=87:suppressions=$ROOT/spec/lsan.supp:print_suppres
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:exitcode=88"
 export LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua;$ROOT/spec/?.lua;;"
 export LUA_CPATH="$ROOT/build/asan/?.so;;"
-if [[ -n $half ]]; then # the fake driver the module loads is the one `require "fakecuda"` finds
+if [[ $half == --cuda ]]; then # the fake driver the module loads is the one `require "fakecuda"` finds
   export DLPACK_LUA_CUDA_DRIVER="$ROOT/build/asan/fakecuda.so" FAKECUDA_DEVICES=2
 fi
 # The seed a crash happened in: the one after the last finished seed. A run given --seconds S
