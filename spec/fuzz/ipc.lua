@@ -123,7 +123,10 @@ for i = 0, 255 do
 end
 local function crc32(s)
   local c = 0xFFFFFFFF
-  for i = 1, #s do c = CRC[(c ~ s:byte(i)) & 255] ~ (c >> 8) end
+  for i = 1, #s, 200 do
+    local b = { s:byte(i, i + 199) }
+    for k = 1, #b do c = CRC[(c ~ b[k]) & 255] ~ (c >> 8) end
+  end
   return c ~ 0xFFFFFFFF
 end
 
@@ -242,41 +245,50 @@ end
 ---------------------------------------------------------------------------
 -- Files (memfds the peer made, or the module's own) and what is in them
 
--- The pattern byte at pos of a file filled with salt (cheap, and the same whoever computes it).
-local function pattern(salt, pos)
-  local h = (pos * 0x9E3779B1 + salt) & 0xFFFFFFFF
-  h = h ~ (h >> 15)
-  h = (h * 0x2C1B3C6D) & 0xFFFFFFFF
-  return (h >> 12) & 255
+-- The pattern: a file filled with salt holds at pos the byte BASE[(pos + salt) % PERIOD] (BASE made
+-- once, by its own generator: math.random's draws stay the fuzzer's). A prime period, so that an
+-- offset wrong by a page, or by any amount short of 8191 bytes, reads other bytes.
+local PERIOD = 8191
+local BASE
+do
+  local x, t = 12345, {}
+  for i = 1, PERIOD do
+    x = (x * 1103515245 + 12345) & 0x7FFFFFFF
+    t[i] = (x >> 16) & 255
+  end
+  BASE = string.char(table.unpack(t, 1, 4000)) .. string.char(table.unpack(t, 4001, PERIOD))
 end
+local BASE2 = BASE .. BASE
 
 -- A file model: size, seals, the pattern written over [w0, w1) (zeros elsewhere), then writes in `over`.
 local function fbyte(f, pos)
   if BROKEN == "values" then pos = pos + 1 end
   local v = f.over[pos]
   if v then return v end
-  if pos >= f.w0 and pos < f.w1 then return pattern(f.salt, pos) end
+  if pos >= f.w0 and pos < f.w1 then return BASE:byte((pos + f.salt) % PERIOD + 1) end
   return 0
 end
 
+-- The bytes [pos, pos + n) of the pattern with salt.
+local function pattern_string(salt, pos, n)
+  local parts, left = {}, n
+  while left > 0 do
+    local at = (pos + salt) % PERIOD
+    local k = math.min(left, PERIOD)
+    parts[#parts + 1] = BASE2:sub(at + 1, at + k)
+    pos, left = pos + k, left - k
+  end
+  return table.concat(parts)
+end
+
 local function fbytes(f, pos, n)
+  if BROKEN ~= "values" and next(f.over) == nil and pos >= f.w0 and pos + n <= f.w1 then
+    return pattern_string(f.salt, pos, n) -- (the common case, at C speed)
+  end
   local t = {}
   for i = 0, n - 1 do t[i + 1] = fbyte(f, pos + i) end
   local parts = {}
   for i = 1, n, 4096 do parts[#parts + 1] = string.char(table.unpack(t, i, math.min(n, i + 4095))) end
-  return table.concat(parts)
-end
-
-local function pattern_string(salt, w0, w1)
-  local parts, t = {}, {}
-  for pos = w0, w1 - 1 do
-    t[#t + 1] = pattern(salt, pos)
-    if #t == 4096 then
-      parts[#parts + 1] = string.char(table.unpack(t))
-      t = {}
-    end
-  end
-  if #t > 0 then parts[#parts + 1] = string.char(table.unpack(t)) end
   return table.concat(parts)
 end
 
@@ -336,7 +348,7 @@ function S:new_file(size, seals, w0, w1, kind)
   end
   f.fd = fd
   if w1 > w0 and f.kind == "memfd" then
-    assert(fab.ipc_write(fd, w0, pattern_string(f.salt, w0, w1)))
+    assert(fab.ipc_write(fd, w0, pattern_string(f.salt, w0, w1 - w0)))
   else
     f.w1 = f.w0
   end
