@@ -43,6 +43,12 @@
 /* Add functions to the table at absolute index `table`, as closures whose first upvalue is the
  * tensor metatable (every C function of the module is one: see tensor.c). */
 void dlp_register(lua_State *L, int table, const luaL_Reg *functions);
+/* The metatable mt of a class of the module's userdata (streams, events, channels, listeners),
+ * made once per state: __index is the methods table (registered as dlp_register does), or index,
+ * a closure over it; close is __gc and __close; __tostring when given; __metatable the read-only
+ * view (dlp_push_metatable_view). Leaves the stack as it was. */
+void dlp_new_class(lua_State *L, const char *mt, const luaL_Reg *methods, lua_CFunction index, lua_CFunction close,
+                   lua_CFunction tostring);
 
 /* Raise an error marked DLPACK_LUA_BUFFER_ERROR: "cannot be exchanged as asked". */
 int dlp_buffer_error(lua_State *L, const char *fmt, ...);

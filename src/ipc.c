@@ -342,6 +342,21 @@ static void push_mapped(lua_State *L, int metatable, const Message *m, int reado
   dlp_ipc_account_descriptor(L);
 }
 
+/* A contiguous shareable copy of t, pushed: in cpu memory for a host tensor, on its device for a
+ * cuda:N one (copied on stream, NULL: the legacy stream); other devices raise. */
+static dlp_Tensor *push_shareable_copy(lua_State *L, dlp_Tensor *t, dlp_CudaStream *stream, const char *what) {
+  int on_cuda = t->dl.device.device_type == kDLCUDA;
+  if (!dlp_device_is_host(t->dl.device) && !on_cuda) {
+    dlp_push_device_name(L, t->dl.device);
+    luaL_error(L, "%s: tensors on %s cannot be shared (cpu and cuda:N memory only)", what, lua_tostring(L, -1));
+  }
+  DLDevice cpu = {kDLCPU, 0};
+  dlp_Tensor *copy = dlp_tensor_new(L, t->dtype, t->flags, on_cuda ? t->dl.device : cpu, t->dl.ndim, t->dl.shape,
+                                    DLP_ALLOC_SHAREABLE, what);
+  dlp_copy(L, copy, t, on_cuda ? stream : NULL, what);
+  return copy;
+}
+
 /* ---- time and waiting ---- */
 
 static int64_t now_ms(void) {
@@ -649,16 +664,8 @@ static int l_send(lua_State *L) {
   if (t->flags & DLP_FLAG_READ_ONLY) opts.readonly = 1; /* what is read-only here stays so there */
   if (!dlp_is_shareable(t)) {
     if (!opts.copy) return dlp_buffer_error(L, "send: the tensor is not in shareable memory and copy = false");
-    if (!dlp_device_is_host(t->dl.device) && !on_cuda) {
-      dlp_push_device_name(L, t->dl.device);
-      return luaL_error(L, "send: tensors on %s cannot be shared (cpu and cuda:N memory only)", lua_tostring(L, -1));
-    }
-    DLDevice cpu = {kDLCPU, 0};
     if (on_cuda && whole_device) dlp_ipc_cuda_settle(L, t->owner, t->dl.device, NULL, 1, "send"); /* before the copy */
-    dlp_Tensor *copy = dlp_tensor_new(L, t->dtype, t->flags, on_cuda ? t->dl.device : cpu, t->dl.ndim, t->dl.shape,
-                                      DLP_ALLOC_SHAREABLE, "send");
-    dlp_copy(L, copy, t, on_cuda ? stream : NULL, "send"); /* on the stream given: after the work queued there */
-    t = copy;
+    t = push_shareable_copy(L, t, stream, "send"); /* on the stream given: after the work queued there */
   }
   Channel *ch = check_channel(L, 1, "send"); /* a finalizer may have closed it meanwhile */
   dlp_live(L, t, "send");
@@ -812,16 +819,7 @@ static int l_share(lua_State *L) {
   dlp_Tensor *t = dlp_tensor_check(L, 1);
   lua_settop(L, 1);
   if (dlp_is_shareable(t)) return 1;
-  int on_cuda = t->dl.device.device_type == kDLCUDA;
-  if (!dlp_device_is_host(t->dl.device) && !on_cuda) {
-    dlp_push_device_name(L, t->dl.device);
-    return luaL_error(L, "dlpack.ipc.share: tensors on %s cannot be shared (cpu and cuda:N memory only)",
-                      lua_tostring(L, -1));
-  }
-  DLDevice cpu = {kDLCPU, 0};
-  dlp_Tensor *copy = dlp_tensor_new(L, t->dtype, t->flags, on_cuda ? t->dl.device : cpu, t->dl.ndim, t->dl.shape,
-                                    DLP_ALLOC_SHAREABLE, "dlpack.ipc.share");
-  dlp_copy(L, copy, t, NULL, "dlpack.ipc.share");
+  push_shareable_copy(L, t, NULL, "dlpack.ipc.share");
   return 1;
 }
 
@@ -863,28 +861,7 @@ static int l_listener_tostring(lua_State *L) {
   return 1;
 }
 
-/* The two metatables, once per state; methods are closures over the tensor metatable (at -1). */
-static void new_class(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction close,
-                      lua_CFunction tostring) {
-  if (!luaL_newmetatable(L, name)) {
-    lua_pop(L, 1);
-    return;
-  }
-  int meta = lua_gettop(L);
-  lua_newtable(L);
-  dlp_register(L, lua_gettop(L), methods);
-  lua_setfield(L, meta, "__index");
-  lua_pushcfunction(L, close);
-  lua_setfield(L, meta, "__gc");
-  lua_pushcfunction(L, close);
-  lua_setfield(L, meta, "__close");
-  lua_pushcfunction(L, tostring);
-  lua_setfield(L, meta, "__tostring");
-  dlp_push_metatable_view(L, meta);
-  lua_setfield(L, meta, "__metatable");
-  lua_pop(L, 1);
-}
-
+/* The two metatables, once per state. */
 static void open_classes(lua_State *L) {
   static const luaL_Reg channel_methods[] = {
     {"send", l_send}, {"recv", l_recv}, {"close", l_channel_close}, {"fileno", l_channel_fileno}, {NULL, NULL},
@@ -892,8 +869,8 @@ static void open_classes(lua_State *L) {
   static const luaL_Reg listener_methods[] = {
     {"accept", l_accept}, {"close", l_listener_close}, {"fileno", l_listener_fileno}, {NULL, NULL},
   };
-  new_class(L, CHANNEL_MT, channel_methods, l_channel_close, l_channel_tostring);
-  new_class(L, LISTENER_MT, listener_methods, l_listener_close, l_listener_tostring);
+  dlp_new_class(L, CHANNEL_MT, channel_methods, NULL, l_channel_close, l_channel_tostring);
+  dlp_new_class(L, LISTENER_MT, listener_methods, NULL, l_listener_close, l_listener_tostring);
 }
 
 /* Not a luaopen_ name, as dlpack_lua_open_unsafe: `require` alone never reaches it (a sandbox
