@@ -39,19 +39,10 @@ local function child(code, files, seconds, as)
   return out, out:match("END\n$") ~= nil
 end
 
--- How many sockets and memfds this process has open (a child lists them: not its pipe, whose
--- ends the parent closes while the child may be listing them).
+-- How many sockets and memfds this process has open, after a full collection (spec/ipc/proc.lua).
+local proc = require "ipc.proc"
 local function fd_count()
-  local f = assert(io.open("/proc/self/stat"))
-  local pid = f:read("*l"):match("^(%d+)")
-  f:close()
-  local p = assert(io.popen("ls -l /proc/" .. pid .. "/fd"))
-  local out = p:read("*a")
-  p:close()
-  local n = 0
-  for _ in out:gmatch("-> socket:") do n = n + 1 end
-  for _ in out:gmatch("-> /memfd:") do n = n + 1 end
-  return n
+  return (proc.descriptors(nil, {only = "ipc", collect = true}))
 end
 
 local function has_python()
@@ -203,7 +194,6 @@ describe("dlpack.ipc and finalizers inside recv", function()
   -- once), and returns how often an armed attack ran. Checks that no descriptor leaked.
   local function eager(chunk)
     local fab = require "fabricate"
-    collectgarbage()
     local before = fd_count()
     local r = fab.run_threads(support.GC_SETMETATABLE .. support.EAGER_GC .. [[
       local dlpack, ipc = require "dlpack", require "dlpack.ipc"
@@ -235,7 +225,6 @@ describe("dlpack.ipc and finalizers inside recv", function()
     -- 3000 rounds: visible as pending there, a failure on 5.4
     if r.value == 0 and not support.LUA54 then return pending("no finalizer ran inside the call this time") end
     assert.is_true(r.value > 0, "the finalizer never fired inside the call")
-    collectgarbage()
     assert.are.equal(before, fd_count(), "descriptors leaked")
   end
 
@@ -432,7 +421,6 @@ end)
 describe("dlpack.ipc and lua_close", function()
   it("received tensors exported, then deleted on another thread after their state closed", function()
     local fab = require "fabricate"
-    collectgarbage()
     local before = fd_count()
     local results = fab.run_threads(support.GC_SETMETATABLE .. [[
       local fab, d, ipc = require "fabricate", require "dlpack", require "dlpack.ipc"
