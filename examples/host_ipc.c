@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <lauxlib.h>
@@ -28,7 +29,7 @@
 
 #include "dlpack_lua.h"
 
-#define PLAN 10
+#define PLAN 12
 static int tests_run, tests_failed;
 
 static void check(int ok, const char *what) {
@@ -164,6 +165,32 @@ int main(void) {
         (err = protected(A, push_shared_padded, second, &layout)) && strstr(err, "not a sub-byte dtype") &&
         is_closed(second),
         "layouts that a message could not carry either are refused (a negative size, the sub-byte flag on float32)");
+
+  /* A socket that is not connected (one that listens, one never connected) is no channel either. */
+  int listening = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), loose = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+  struct sockaddr_un any = {AF_UNIX, {0}}; /* this length: an abstract name the kernel picks */
+  if (listening < 0 || loose < 0 || bind(listening, (struct sockaddr *)&any, sizeof(sa_family_t)) != 0 ||
+      listen(listening, 1) != 0)
+    abort();
+  const char *listening_err = protected(A, push_channel, listening, NULL);
+  err = protected(A, push_channel, loose, NULL);
+  check(listening_err && strstr(listening_err, "not connected") && is_closed(listening) && err &&
+        strstr(err, "not connected") && is_closed(loose),
+        "a listening or an unconnected socket is refused, and closed (it made a channel that failed later)");
+
+  /* A state where the module is not open, though another library took the name dlpack.Tensor. */
+  lua_State *C = luaL_newstate();
+  luaL_newmetatable(C, DLPACK_LUA_TENSOR_MT);
+  lua_pop(C, 1);
+  int lent = dup(frame), end[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, end) != 0) abort();
+  const char *shared_err = protected(C, push_shared, lent, &layout);
+  err = protected(C, push_channel, end[0], NULL);
+  check(shared_err && strstr(shared_err, "not open") && is_closed(lent) && err && strstr(err, "not open") &&
+        is_closed(end[0]),
+        "a state without the module is refused, whatever its registry holds (a tensor without metatable leaked)");
+  close(end[1]);
+  lua_close(C);
 
   lua_close(A);
   lua_close(B);

@@ -924,9 +924,14 @@ static int push_channel_body(lua_State *L) {
   HostCall *c = lua_touserdata(L, 1);
   int type = 0, domain = 0;
   socklen_t len = sizeof type, dlen = sizeof domain;
+  struct sockaddr_un peer;
+  socklen_t plen = sizeof peer;
   if (getsockopt(c->fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 ||
       getsockopt(c->fd, SOL_SOCKET, SO_DOMAIN, &domain, &dlen) != 0 || type != SOCK_SEQPACKET || domain != AF_UNIX)
     return luaL_error(L, "dlpack_lua_push_channel: the descriptor is not an AF_UNIX SOCK_SEQPACKET socket");
+  /* a listening or never connected socket would make a channel whose every recv and send fails */
+  if (getpeername(c->fd, (struct sockaddr *)&peer, &plen) != 0)
+    return luaL_error(L, "dlpack_lua_push_channel: the socket is not connected (it listens, or never connected)");
   open_classes(L);
   push_channel(L)->fd = c->fd;
   c->taken = 1;
@@ -971,11 +976,12 @@ static int push_shared_body(lua_State *L) {
 
 /* Run body protected: a descriptor no object took yet is closed if it raises, then the error goes on. */
 static void host_call(lua_State *L, lua_CFunction body, HostCall *c, const char *what) {
-  if (luaL_getmetatable(L, DLPACK_LUA_TENSOR_MT) == LUA_TNIL) {
+  /* the module's own record, not the name "dlpack.Tensor" in the registry, which any library may
+   * take: without the module, the tensor would have no metatable, and its memory no finalizer */
+  if (!dlp_state(L)) {
     close(c->fd);
     luaL_error(L, "%s: the dlpack module is not open in this lua_State", what);
   }
-  lua_pop(L, 1);
   lua_pushcfunction(L, body);
   lua_pushlightuserdata(L, c);
   if (lua_pcall(L, 1, 1, 0) != 0) {
