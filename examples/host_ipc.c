@@ -29,7 +29,7 @@
 
 #include "dlpack_lua.h"
 
-#define PLAN 12
+#define PLAN 13
 static int tests_run, tests_failed;
 
 static void check(int ok, const char *what) {
@@ -165,6 +165,10 @@ int main(void) {
         (err = protected(A, push_shared_padded, second, &layout)) && strstr(err, "not a sub-byte dtype") &&
         is_closed(second),
         "layouts that a message could not carry either are refused (a negative size, the sub-byte flag on float32)");
+
+  int no_layout = dup(frame);
+  err = protected(A, push_shared, no_layout, NULL);
+  check(err && strstr(err, "no layout") && is_closed(no_layout), "a NULL layout is refused, and closed (it crashed)");
 
   /* A socket that is not connected (one that listens, one never connected) is no channel either. */
   int listening = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), loose = socket(AF_UNIX, SOCK_SEQPACKET, 0);

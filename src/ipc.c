@@ -948,6 +948,7 @@ static int push_shared_body(lua_State *L) {
   struct stat st;
   const char *err = NULL;
   memset(&m, 0, sizeof m);
+  if (!layout) return luaL_error(L, "dlpack_lua_push_shared: no layout (NULL)"); /* as a NULL managed tensor */
   m.device = layout->device;
   m.ndim = layout->ndim;
   m.flags = c->flags;
