@@ -96,7 +96,7 @@ describe("dlpack.ipc timeouts against a listener that never accepts", function()
   end)
 end)
 
-describe("dlpack.ipc when the receiver has no free descriptor", function()
+describe("dlpack.ipc when a process has no free descriptor", function()
   it("recv raises a clear error and the message waits, not lost", function()
     local out, ok = child([[
       local name = "@dlpack-attack-emfile-" .. os.time() .. "-" .. tostring({}):match("0x%x+")
@@ -121,6 +121,31 @@ describe("dlpack.ipc when the receiver has no free descriptor", function()
       files[#files] = nil
       local r = s:recv(0)                        -- the same message, now that one is free
       check(r and r[1] == 7 and r[4] == 7, "the message was lost: " .. tostring(r))
+    ]], 40, 15)
+    assert.is_true(ok, out)
+  end)
+
+  it("a read-only send collects garbage tensors' descriptors before it gives up (it raised EMFILE)", function()
+    local out, ok = child([[
+      local name = "@dlpack-attack-emfile-send-" .. os.time() .. "-" .. tostring({}):match("0x%x+")
+      local l = ipc.listen(name)
+      local c = ipc.connect(name)
+      local s = l:accept(1)
+      local t = ipc.zeros({4}, "int32")
+      t:fill(7)
+      local kept = {}
+      for i = 1, 10 do kept[i] = ipc.empty({1}) end
+      local files = {}
+      while true do
+        local f = io.open("/dev/null")
+        if not f then break end
+        files[#files + 1] = f
+      end
+      kept = nil -- garbage now, holding ten descriptors; none is free
+      local sent, err = pcall(c.send, c, t, {readonly = true}) -- reopens its memfd read-only: one more
+      check(sent, "send: " .. tostring(err))
+      local r = s:recv(0)
+      check(r and r.readonly and r[4] == 7, "received " .. tostring(r))
     ]], 40, 15)
     assert.is_true(ok, out)
   end)

@@ -683,8 +683,16 @@ static int l_send(lua_State *L) {
     char proc[64];
     fchmod(o->fd, 0400); /* received memory: as dlp_ipc_new_owner does; not ours to change is no error */
     snprintf(proc, sizeof proc, "/proc/self/fd/%d", o->fd);
-    if ((fd = open(proc, O_RDONLY | O_CLOEXEC)) < 0)
-      return luaL_error(L, "send: cannot reopen the memory read-only (%s: %s)", proc, strerror(errno));
+    fd = open(proc, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && (errno == EMFILE || errno == ENFILE) && dlp_gc_running(L)) {
+      /* garbage tensors hold descriptors, as in dlp_ipc_new_owner; the collection runs finalizers,
+       * which may release t or close the channel: both are checked again (o is t's, if t lives) */
+      lua_gc(L, LUA_GCCOLLECT, 0);
+      ch = check_channel(L, 1, "send");
+      dlp_live(L, t, "send");
+      fd = open(proc, O_RDONLY | O_CLOEXEC);
+    }
+    if (fd < 0) return luaL_error(L, "send: cannot reopen the memory read-only (%s: %s)", proc, strerror(errno));
   }
   int err = send_record(ch->fd, buf, n, fd, deadline_of(opts.timeout));
   if (fd != o->fd) close(fd);
