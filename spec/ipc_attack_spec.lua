@@ -19,9 +19,9 @@ local function pair()
 end
 
 -- Runs a chunk in a child interpreter (this one, with this module: under ASan its preload too)
--- with at most `files` descriptors and at most `seconds` of time; returns its output and whether
--- it ended well. The chunk sees `ipc`, `dlpack` and `check(cond, what)`.
-local function child(code, files, seconds, as)
+-- with at most `files` descriptors and at most `seconds` of time (and the other `limits`, ulimit
+-- commands); returns its output and whether it ended well. The chunk sees `ipc`, `dlpack` and `check(cond, what)`.
+local function child(code, files, seconds, as, limits)
   local file = os.tmpname()
   local f = assert(io.open(file, "w"))
   f:write("package.path = ", ("%q"):format(package.path), "\npackage.cpath = ", ("%q"):format(package.cpath), "\n",
@@ -30,8 +30,8 @@ local function child(code, files, seconds, as)
           "\nio.write('END\\n')\n")
   f:close()
   os.execute("chmod 644 " .. file)
-  local cmd = ("ulimit -n %d; exec timeout -s KILL %d %s %s %s 2>&1"):format(files or 1024, seconds or 20,
-                                                                          as or "", support.LUA, file)
+  local cmd = ("ulimit -n %d; %s exec timeout -s KILL %d %s %s %s 2>&1"):format(files or 1024, limits or "",
+                                                                             seconds or 20, as or "", support.LUA, file)
   local p = assert(io.popen(cmd))
   local out = p:read("*a")
   p:close()
@@ -156,6 +156,32 @@ describe("dlpack.ipc when a process has no free descriptor", function()
       local t = ipc.empty({16}, "uint8")
       check(t.shareable, "not shareable")
     ]], 64, 15)
+    assert.is_true(ok, out)
+  end)
+end)
+
+describe("dlpack.ipc under a file size limit (ulimit -f)", function()
+  it("refuses shareable memory beyond it with an error (SIGXFSZ killed the process)", function()
+    local out, ok = child([[
+      local small = ipc.zeros({1000}, "uint8")            -- within the 100 KiB limit
+      check(small.shareable, "not shareable")
+      for _, make in ipairs({
+        function() return ipc.zeros({1000000}, "uint8") end,
+        function() return ipc.empty({1000, 1000}, "uint8") end,
+        function() return ipc.share(dlpack.zeros({1000000}, "uint8")) end,
+      }) do
+        local made, err = pcall(make)
+        check(not made and tostring(err):find("ulimit -f", 1, true), "made: " .. tostring(err))
+      end
+      local name = "@dlpack-attack-fsize-" .. os.time() .. "-" .. tostring({}):match("0x%x+")
+      local l = ipc.listen(name)
+      local c = ipc.connect(name)
+      local s = l:accept(1)
+      local sent, err = pcall(c.send, c, dlpack.zeros({1000000}, "uint8")) -- copied into a memfd first
+      check(not sent and tostring(err):find("ulimit -f", 1, true), "sent: " .. tostring(err))
+      c:send(small)
+      check(s:recv(0).shareable, "the channel still works")
+    ]], 1024, 15, nil, "ulimit -f 100;")
     assert.is_true(ok, out)
   end)
 end)

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -223,6 +224,11 @@ dlp_Owner *dlp_ipc_new_owner(lua_State *L, DLDevice device, size_t nbytes, const
     dlp_push_device_name(L, device);
     luaL_error(L, "%s: shareable memory on %s is not supported (cpu and cuda:N only)", what, lua_tostring(L, -1));
   }
+  /* A memfd is a file: growing it past RLIMIT_FSIZE sends SIGXFSZ, which kills the process. */
+  struct rlimit fsize;
+  if (getrlimit(RLIMIT_FSIZE, &fsize) == 0 && fsize.rlim_cur != RLIM_INFINITY && (rlim_t)nbytes > fsize.rlim_cur)
+    luaL_error(L, "%s: %I bytes of shareable memory are more than this process's file size limit allows (%I "
+                  "bytes, ulimit -f): it is a file (a memfd)", what, (lua_Integer)nbytes, (lua_Integer)fsize.rlim_cur);
   int fd = memfd_create("dlpack", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0 && (errno == EMFILE || errno == ENFILE) && dlp_gc_running(L)) {
     lua_gc(L, LUA_GCCOLLECT, 0); /* garbage shareable tensors hold descriptors: free them, try again */
