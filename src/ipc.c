@@ -950,6 +950,13 @@ static int push_channel_body(lua_State *L) {
   push_channel(L)->fd = c->fd;
   c->taken = 1;
   fcntl(c->fd, F_SETFD, FD_CLOEXEC);
+  /* Control messages of the host's options: the sender's credentials take the room of the
+   * descriptor (the kernel drops it, and the message is lost), a pidfd would be a descriptor
+   * recv never closes. Off: what the channel receives is its own (ENOPROTOOPT: no such option). */
+  static const int options[] = {SO_PASSCRED, SO_PASSSEC, 76 /* SO_PASSPIDFD, Linux 6.5 */};
+  int off = 0;
+  for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
+    setsockopt(c->fd, SOL_SOCKET, options[i], &off, sizeof off);
   return 1;
 }
 
