@@ -571,13 +571,13 @@ static int l_connect(lua_State *L) {
 /* ---- send ---- */
 
 typedef struct SendOptions {
-  int copy;       /* 0: raise unless shareable */
+  int copy;       /* -1 (absent): when not shareable; 1: always (a snapshot); 0: never (raise unless shareable) */
   int readonly;
   double timeout; /* seconds to wait while the peer's queue is full; -1: no limit */
 } SendOptions;
 
 static void read_send_options(lua_State *L, int arg, SendOptions *o) {
-  o->copy = 1;
+  o->copy = -1;
   o->readonly = 0;
   o->timeout = -1;
   if (lua_isnoneornil(L, arg)) return;
@@ -653,7 +653,9 @@ static int l_send(lua_State *L) {
   dlp_Tensor *t = dlp_tensor_check(L, 2);
   int on_cuda = t->dl.device.device_type == kDLCUDA;
   if (t->flags & DLP_FLAG_READ_ONLY) opts.readonly = 1; /* what is read-only here stays so there */
-  if (!dlp_is_shareable(t)) {
+  /* copy = true copies shareable memory too, as t:to{copy = true} and DLPack's copy=True do: the
+   * receiver gets a snapshot, not the sender's memory */
+  if (!dlp_is_shareable(t) || opts.copy == 1) {
     if (!opts.copy) return dlp_buffer_error(L, "send: the tensor is not in shareable memory and copy = false");
     if (!dlp_device_is_host(t->dl.device) && !on_cuda) {
       dlp_push_device_name(L, t->dl.device);
