@@ -150,6 +150,35 @@ describe("dlpack.ipc when a process has no free descriptor", function()
     assert.is_true(ok, out)
   end)
 
+  it("accept, connect and listen collect garbage channels' descriptors before they give up (EMFILE)", function()
+    local out, ok = child([[
+      local name = "@dlpack-attack-emfile-accept-" .. os.time() .. "-" .. tostring({}):match("0x%x+")
+      local l = ipc.listen(name)
+      local waiting = ipc.connect(name)           -- in the listener's queue
+      local other = ipc.listen(name .. "-other")
+      local kept = {}
+      for _ = 1, 5 do
+        kept[#kept + 1] = ipc.connect(name .. "-other")
+        kept[#kept + 1] = other:accept(1)
+      end
+      local files = {}
+      while true do
+        local f = io.open("/dev/null")
+        if not f then break end
+        files[#files + 1] = f
+      end
+      kept = nil -- garbage now, holding ten descriptors; none is free
+      local got, ch = pcall(l.accept, l, 0)
+      check(got and ch, "accept: " .. tostring(ch))
+      local connected, c2 = pcall(ipc.connect, name)
+      check(connected and c2, "connect: " .. tostring(c2))
+      local listening, l2 = pcall(ipc.listen, name .. "-2")
+      check(listening and l2, "listen: " .. tostring(l2))
+      check(waiting and other, "kept")
+    ]], 40, 15)
+    assert.is_true(ok, out)
+  end)
+
   it("ipc.empty collects garbage tensors' descriptors before it gives up", function()
     local out, ok = child([[
       for _ = 1, 100 do ipc.empty({16}, "uint8") end -- each holds a descriptor until collected

@@ -431,6 +431,16 @@ static void close_tracked_listener(dlp_Tracked *node) {
   close_listener((Listener *)((char *)node - offsetof(Listener, track)));
 }
 
+/* After a call that makes a descriptor failed: 1 when it failed for want of one (EMFILE, ENFILE)
+ * and a full collection ran (garbage channels, listeners and tensors hold descriptors), the first
+ * time (*collected): try once more. Its finalizers may have closed what the caller uses. */
+static int collected_for_descriptor(lua_State *L, int *collected) {
+  if (*collected || (errno != EMFILE && errno != ENFILE) || !dlp_gc_running(L)) return 0;
+  *collected = 1;
+  lua_gc(L, LUA_GCCOLLECT, 0);
+  return 1;
+}
+
 /* An allocation: made before the descriptor it will hold exists, so that nothing leaks. */
 static Channel *push_channel(lua_State *L) {
   dlp_State *st = dlp_state_for_new(L, "a channel");
@@ -479,8 +489,10 @@ static int l_listen(lua_State *L) {
   snprintf(l->path, sizeof l->path, "%s", path);
   /* non-blocking: a connection another process sharing it (after a fork) takes between poll and
    * accept4 must not make accept wait past its timeout */
-  if ((l->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0)
-    return luaL_error(L, "dlpack.ipc.listen: socket failed: %s", strerror(errno));
+  int collected = 0;
+  while ((l->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0)
+    if (!collected_for_descriptor(L, &collected))
+      return luaL_error(L, "dlpack.ipc.listen: socket failed: %s", strerror(errno));
   int rc = bind(l->fd, (struct sockaddr *)&a, alen), notsock = 0;
   if (rc != 0 && errno == EADDRINUSE && path[0] != '@') {
     /* a socket file nobody listens on any more (its process died): replace it */
@@ -519,6 +531,7 @@ static int l_accept(lua_State *L) {
   double timeout = check_timeout(L, 2);
   Channel *ch = push_channel(L); /* an allocation: a finalizer may close the listener */
   int64_t deadline = deadline_of(timeout);
+  int collected = 0;
   for (;;) {
     if (l->fd < 0) return luaL_error(L, "accept: the listener is closed");
     int ready = wait_for(l->fd, POLLIN, deadline, NULL);
@@ -529,6 +542,7 @@ static int l_accept(lua_State *L) {
     }
     ch->fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
     if (ch->fd >= 0) return 1;
+    if (collected_for_descriptor(L, &collected)) continue; /* the connection waits meanwhile */
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
       return luaL_error(L, "accept: %s", strerror(errno));
   }
@@ -542,10 +556,13 @@ static int l_connect(lua_State *L) {
   int has_timeout = !lua_isnoneornil(L, 2);
   Channel *ch = push_channel(L);
   int64_t deadline = deadline_of(timeout);
+  int collected = 0;
   for (;;) {
     /* non-blocking: a blocking connect to a listener whose queue is full waits without end */
-    if ((ch->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0)
+    if ((ch->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0) {
+      if (collected_for_descriptor(L, &collected)) continue;
       return luaL_error(L, "dlpack.ipc.connect: socket failed: %s", strerror(errno));
+    }
     if (connect(ch->fd, (struct sockaddr *)&a, alen) == 0) {
       fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) & ~O_NONBLOCK); /* as accept's channels */
       return 1;
@@ -691,16 +708,14 @@ static int l_send(lua_State *L) {
     char proc[64];
     fchmod(o->fd, 0400); /* received memory: as dlp_ipc_new_owner does; not ours to change is no error */
     snprintf(proc, sizeof proc, "/proc/self/fd/%d", o->fd);
-    fd = open(proc, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 && (errno == EMFILE || errno == ENFILE) && dlp_gc_running(L)) {
-      /* garbage tensors hold descriptors, as in dlp_ipc_new_owner; the collection runs finalizers,
-       * which may release t or close the channel: both are checked again (o is t's, if t lives) */
-      lua_gc(L, LUA_GCCOLLECT, 0);
+    int collected = 0;
+    while ((fd = open(proc, O_RDONLY | O_CLOEXEC)) < 0) {
+      if (!collected_for_descriptor(L, &collected))
+        return luaL_error(L, "send: cannot reopen the memory read-only (%s: %s)", proc, strerror(errno));
+      /* its finalizers may have released t or closed the channel (o is t's while t lives) */
       ch = check_channel(L, 1, "send");
       dlp_live(L, t, "send");
-      fd = open(proc, O_RDONLY | O_CLOEXEC);
     }
-    if (fd < 0) return luaL_error(L, "send: cannot reopen the memory read-only (%s: %s)", proc, strerror(errno));
   }
   int err = send_record(ch->fd, buf, n, fd, deadline_of(opts.timeout));
   if (fd != o->fd) close(fd);
