@@ -691,7 +691,8 @@ static int l_allclose(lua_State *L) {
   Call c;
   double tol[2];
   dlp_check_no_more(L, 5, "allclose", "two tensors, rtol and atol");
-  int is_complex = dlp_dtype_kind(dlp_tensor_check(L, 1)->dtype) == 4 || dlp_dtype_kind(dlp_tensor_check(L, 2)->dtype) == 4;
+  int is_complex = dlp_dtype_kind(dlp_tensor_check(L, 1)->dtype) == 4 ||
+                   dlp_dtype_kind(dlp_tensor_check(L, 2)->dtype) == 4;
   tol[0] = luaL_optnumber(L, 3, 1e-5);
   tol[1] = luaL_optnumber(L, 4, 1e-8);
   if (!(tol[0] >= 0) || !(tol[1] >= 0) || isinf(tol[0]) || isinf(tol[1]))

@@ -275,7 +275,7 @@ typedef double _Complex c128;
   static inline T cpow_##s(T a, T b) {                                                                 \
     R ar = creal##F(a), ai = cimag##F(a), br = creal##F(b), bi = cimag##F(b);                          \
     if (br == 0 && bi == 0) return MAKE(1, 0);                                                         \
-    if (ar == 0 && ai == 0) return br > 0 ? MAKE(0, 0) : MAKE(NAN, NAN);                                                   \
+    if (ar == 0 && ai == 0) return br > 0 ? MAKE(0, 0) : MAKE(NAN, NAN);                               \
     if (bi == 0 && br > -100 && br < 100 && br == (R)(int)br) {                                        \
       int n = (int)br;                                                                                 \
       if (n == 1) return a;                                                                            \

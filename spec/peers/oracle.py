@@ -1551,7 +1551,8 @@ def run_complex():
             with np.errstate(all="ignore"):
                 ufunc(theirs, b, out=theirs)
             return theirs
-        check(line, desc_call(name + "_", t, a), run_lua_, run_np_, compare=lambda g, w, tol=tol: complex_diff(g, w, tol))
+        check(line, desc_call(name + "_", t, a), run_lua_, run_np_,
+              compare=lambda g, w, tol=tol: complex_diff(g, w, tol))
     line.emit()
     # where, masked_fill, cat, stack, equal, allclose
     line = Line("complex: where, masked_fill, cat, stack, equal, allclose")
