@@ -424,7 +424,8 @@ enum {
   DLP_OP_TRUNC, DLP_OP_ISNAN, DLP_OP_ISINF, DLP_OP_ISFINITE, DLP_OP_LOGICAL_NOT, DLP_OP_BNOT,
   DLP_OP_COUNT
 };
-/* The dtypes loops compute in: bool, int8 .. int64, uint8 .. uint64, float32, float64. */
+/* The dtypes loops compute in: bool, int8 .. int64, uint8 .. uint64, float32, float64 (indices
+ * 0 to DLP_NCOMPUTE - 1), then complex64 and complex128. */
 #define DLP_NCOMPUTE 11
 int dlp_compute_index(int dtype);            /* -1 when loops do not compute in it */
 dlp_IterLoop dlp_kernel(int op, int compute_dtype); /* NULL when op has no loop for it */
