@@ -389,6 +389,11 @@ describe("dlpack.ipc listener paths", function()
       assert.matches("not a socket", err)
     end
     assert.are.equal("precious", io.open(dir .. "/regular"):read("*a"))
+    for _, name in ipairs({"regular", "fifo", "sub"}) do -- at once, not after the timeout
+      local t0 = os.time()
+      raises(function() ipc.connect(dir .. "/" .. name, 30) end, "it is not a socket")
+      assert.is_true(os.time() - t0 <= 2)
+    end
   end)
 
   it("a symlink to a live or a stale socket is left alone", function()

@@ -586,6 +586,10 @@ static int l_connect(lua_State *L) {
     close(ch->fd);
     ch->fd = -1;
     int absent = err == ENOENT || err == ECONNREFUSED || err == EAGAIN;
+    struct stat st;
+    if (err == ECONNREFUSED && a.sun_path[0] && stat(a.sun_path, &st) == 0 && !S_ISSOCK(st.st_mode))
+      return luaL_error(L, "dlpack.ipc.connect: cannot connect to '%s': it is not a socket (no listener "
+                           "will appear there)", lua_tostring(L, 1));
     if (!absent || !has_timeout)
       return luaL_error(L, "dlpack.ipc.connect: cannot connect to '%s': %s", lua_tostring(L, 1),
                         err == EAGAIN ? "the listener's queue is full (it accepts nothing)"
