@@ -89,7 +89,7 @@ static void run_rows(void *ctx, char *const *data, const int64_t *steps, int64_t
     r->kernel(r->kernel_ctx, data, steps, n);
     return;
   }
-  double buffers[DLP_ITER_MAX_OPS][BLOCK]; /* 8 bytes an element: the widest loop dtype */
+  double buffers[DLP_ITER_MAX_OPS][2 * BLOCK]; /* 16 bytes an element: the widest loop dtype, complex128 */
   uint16_t mid[BLOCK];                     /* float16 or bfloat16 values on their way */
   char *ptr[DLP_ITER_MAX_OPS];
   int64_t step[DLP_ITER_MAX_OPS], block = BLOCK;
@@ -189,7 +189,7 @@ typedef struct Operand {
   lua_Integer i;         /* its value, by kind */
   lua_Number f;
   union {
-    unsigned char bytes[8]; /* the scalar in the loop dtype */
+    unsigned char bytes[16]; /* the scalar in the loop dtype (complex128 the widest) */
     double align;           /* aligned for the loops' fast paths */
   } value;
 } Operand;
@@ -335,8 +335,6 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
     if (in[k].t) {
       dlp_check_host(L, in[k].t, c->what);
       dlp_check_computes(L, in[k].t->dtype, c->what);
-      if (dlp_dtype_kind(in[k].t->dtype) == 4)
-        luaL_error(L, "%s: complex dtypes do not compute yet (%s)", c->what, dlp_dtypes[in[k].t->dtype].name);
       tensors[ntensors++] = in[k].t;
     }
 
@@ -381,15 +379,25 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
     case RULE_KEEP:
       if (p == DLP_BOOL && (c->op == DLP_OP_NEG || c->op == DLP_OP_SIGN)) /* NumPy has no loop for them */
         luaL_error(L, "%s: takes numbers, got bool (use logical_not)", c->what);
+      if (c->op == DLP_OP_ABS && kind == 4) /* the magnitude: complex64 gives float32, as NumPy */
+        result = p == DLP_COMPLEX64 ? DLP_FLOAT32 : DLP_FLOAT64;
       break;
     default:
       break;
   }
-  /* the dtype the inputs are read as, and the one the loop writes */
-  int in_dtype = info->rule == RULE_COMPARE || info->rule == RULE_CLASSIFY ? p : result;
+  /* the dtype the inputs are read as, and the one the loop writes (abs of complex: a real one) */
+  int reads_p = info->rule == RULE_COMPARE || info->rule == RULE_CLASSIFY || (c->op == DLP_OP_ABS && kind == 4);
+  int in_dtype = reads_p ? p : result;
   int loop_in = c->kernel ? c->loop_dtype : compute_dtype_of(in_dtype);
-  int loop_out = info->rule == RULE_COMPARE || info->rule == RULE_CLASSIFY ? DLP_BOOL : loop_in;
+  int loop_out = info->rule == RULE_COMPARE || info->rule == RULE_CLASSIFY ? DLP_BOOL
+                 : reads_p && !c->kernel ? compute_dtype_of(result) : loop_in;
   dlp_IterLoop kernel = c->kernel ? c->kernel : dlp_kernel(c->op, loop_in);
+  if (!kernel && dlp_dtype_kind(in_dtype) == 4) {
+    int ordered = c->op == DLP_OP_MAXIMUM || c->op == DLP_OP_MINIMUM || c->op == DLP_OP_CLAMP ||
+                  (c->op >= DLP_OP_LT && c->op <= DLP_OP_GE);
+    luaL_error(L, "%s: %s is not supported (%s)", c->what, dlp_dtypes[in_dtype].name,
+               ordered ? "complex numbers have no order" : "not defined for complex numbers");
+  }
   if (!kernel) luaL_error(L, "%s: not defined for %s", c->what, dlp_dtypes[in_dtype].name);
   for (int k = 0; k < n; k++) /* scalars: in the dtype they take, then the loop's */
     if (!in[k].t) {
@@ -662,12 +670,29 @@ static void isclose_f64(void *ctx, char *const *data, const int64_t *steps, int6
   }
 }
 
+/* The same test for complex operands, in complex128: |a - b| and |b| are magnitudes (NumPy's
+ * isclose); a and b are finite when both parts are. */
+static void isclose_c128(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
+  const double *tol = ctx;
+  char *o = data[0];
+  const char *a = data[1], *b = data[2];
+  for (int64_t i = 0; i < n; i++, o += steps[0], a += steps[1], b += steps[2]) {
+    double x[2], y[2];
+    memcpy(x, a, sizeof x);
+    memcpy(y, b, sizeof y);
+    int finite = isfinite(x[0]) && isfinite(x[1]) && isfinite(y[0]) && isfinite(y[1]);
+    unsigned char r = (x[0] == y[0] && x[1] == y[1]) ||
+                      (finite && hypot(x[0] - y[0], x[1] - y[1]) <= tol[1] + tol[0] * hypot(y[0], y[1]));
+    memcpy(o, &r, 1);
+  }
+}
+
 static int l_allclose(lua_State *L) {
   Call c;
   double tol[2];
   dlp_check_no_more(L, 5, "allclose", "two tensors, rtol and atol");
-  dlp_tensor_check(L, 1);
-  dlp_tensor_check(L, 2);
+  int is_complex = dlp_dtype_kind(dlp_tensor_check(L, 1)->dtype) == 4 ||
+                   dlp_dtype_kind(dlp_tensor_check(L, 2)->dtype) == 4;
   tol[0] = luaL_optnumber(L, 3, 1e-5);
   tol[1] = luaL_optnumber(L, 4, 1e-8);
   if (!(tol[0] >= 0) || !(tol[1] >= 0) || isinf(tol[0]) || isinf(tol[1]))
@@ -677,10 +702,10 @@ static int l_allclose(lua_State *L) {
   c.op = DLP_OP_EQ; /* its dtype rule: bool results, inputs read as their promoted dtype */
   c.what = "allclose";
   c.first = 1;
-  c.dtype = DLP_FLOAT64;
-  c.kernel = isclose_f64;
+  c.dtype = is_complex ? DLP_COMPLEX128 : DLP_FLOAT64;
+  c.kernel = is_complex ? isclose_c128 : isclose_f64;
   c.kernel_ctx = tol;
-  c.loop_dtype = DLP_FLOAT64;
+  c.loop_dtype = c.dtype;
   elementwise(L, &c);
   lua_pushboolean(L, all_true(L));
   return 1;

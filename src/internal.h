@@ -43,6 +43,12 @@
 /* Add functions to the table at absolute index `table`, as closures whose first upvalue is the
  * tensor metatable (every C function of the module is one: see tensor.c). */
 void dlp_register(lua_State *L, int table, const luaL_Reg *functions);
+/* The metatable mt of a class of the module's userdata (streams, events, channels, listeners),
+ * made once per state: __index is the methods table (registered as dlp_register does), or index,
+ * a closure over it; close is __gc and __close; __tostring when given; __metatable the read-only
+ * view (dlp_push_metatable_view). Leaves the stack as it was. */
+void dlp_new_class(lua_State *L, const char *mt, const luaL_Reg *methods, lua_CFunction index, lua_CFunction close,
+                   lua_CFunction tostring);
 
 /* Raise an error marked DLPACK_LUA_BUFFER_ERROR: "cannot be exchanged as asked". */
 int dlp_buffer_error(lua_State *L, const char *fmt, ...);
@@ -418,7 +424,8 @@ enum {
   DLP_OP_TRUNC, DLP_OP_ISNAN, DLP_OP_ISINF, DLP_OP_ISFINITE, DLP_OP_LOGICAL_NOT, DLP_OP_BNOT,
   DLP_OP_COUNT
 };
-/* The dtypes loops compute in: bool, int8 .. int64, uint8 .. uint64, float32, float64. */
+/* The dtypes loops compute in: bool, int8 .. int64, uint8 .. uint64, float32, float64 (indices
+ * 0 to DLP_NCOMPUTE - 1), then complex64 and complex128. */
 #define DLP_NCOMPUTE 11
 int dlp_compute_index(int dtype);            /* -1 when loops do not compute in it */
 dlp_IterLoop dlp_kernel(int op, int compute_dtype); /* NULL when op has no loop for it */

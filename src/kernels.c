@@ -5,12 +5,14 @@
  * plain indexed loop the compiler vectorises (this file is compiled with -O3, see the Makefile);
  * anything else goes element by element through memcpy, since producers need not align data.
  *
- * Compute dtypes: bool, the eight integers, float32 and float64 (float16 and bfloat16 compute in
- * float32: elementwise.c converts them in blocks). Integer arithmetic wraps, done in unsigned
+ * Compute dtypes: bool, the eight integers, float32, float64, complex64 and complex128 (float16
+ * and bfloat16 compute in float32: elementwise.c converts them in blocks). Integer arithmetic wraps, done in unsigned
  * types (signed overflow is undefined in C); divisors and exponents that would trap or that
  * NumPy refuses are checked by elementwise.c before any loop runs. Float rules are NumPy's:
  * maximum/minimum propagate NaN, floor division and remainder follow npy_divmod, round is to
- * nearest even. */
+ * nearest even. Complex rules are NumPy's too (its formulas for multiplication, division, power,
+ * sign, log1p and expm1; the C library's csqrt, cexp, clog, csin, ccos, ctan, ctanh). */
+#include <complex.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -243,6 +245,91 @@ static inline float vexp_f32(float x) {
 static inline float logistic_f32(float x) { return 1.0f / (1.0f + vexp_f32(-x)); }
 static inline double logistic_f64(double x) { return 1.0 / (1.0 + exp(-x)); }
 
+/* ---- complex ---- */
+
+typedef float _Complex c64;
+typedef double _Complex c128;
+
+/* NumPy's complex rules, per type T (real part type R, libm suffix F, constructor MAKE):
+ * multiplication by the schoolbook formula (Annex G's recovery of infinities from NaN is not
+ * NumPy's), division by Smith's algorithm (NumPy's loop), power as NumPy's nc_pow (an integral
+ * real exponent below 100 in magnitude by repeated squaring, 0 ** b 0 when b's real part is
+ * positive and NaN otherwise, else the C library's cpow), sign z / |z| (NumPy 2), log1p and expm1 by NumPy's formulas,
+ * round to nearest even on both parts. */
+#define COMPLEX_RULES(s, T, R, F, MAKE)                                                                \
+  static inline T cmul_##s(T a, T b) {                                                                 \
+    R ar = creal##F(a), ai = cimag##F(a), br = creal##F(b), bi = cimag##F(b);                          \
+    return MAKE(ar * br - ai * bi, ar * bi + ai * br);                                                 \
+  }                                                                                                    \
+  static inline T cdiv_##s(T a, T b) {                                                                 \
+    R ar = creal##F(a), ai = cimag##F(a), br = creal##F(b), bi = cimag##F(b);                          \
+    R abr = fabs##F(br), abi = fabs##F(bi);                                                            \
+    if (abr >= abi) {                                                                                  \
+      if (abr == 0 && abi == 0) return MAKE(ar / abr, ai / abr);                                       \
+      R rat = bi / br, scl = (R)1 / (br + bi * rat);                                                   \
+      return MAKE((ar + ai * rat) * scl, (ai - ar * rat) * scl);                                       \
+    }                                                                                                  \
+    R rat = br / bi, scl = (R)1 / (bi + br * rat);                                                     \
+    return MAKE((ar * rat + ai) * scl, (ai * rat - ar) * scl);                                         \
+  }                                                                                                    \
+  static inline T cpow_##s(T a, T b) {                                                                 \
+    R ar = creal##F(a), ai = cimag##F(a), br = creal##F(b), bi = cimag##F(b);                          \
+    if (br == 0 && bi == 0) return MAKE(1, 0);                                                         \
+    if (ar == 0 && ai == 0) return br > 0 ? MAKE(0, 0) : MAKE(NAN, NAN);                               \
+    if (bi == 0 && br > -100 && br < 100 && br == (R)(int)br) {                                        \
+      int n = (int)br;                                                                                 \
+      if (n == 1) return a;                                                                            \
+      if (n == 2) return cmul_##s(a, a);                                                               \
+      if (n == 3) return cmul_##s(a, cmul_##s(a, a));                                                  \
+      T acc = MAKE(1, 0), p = a;                                                                       \
+      int m = n < 0 ? -n : n;                                                                          \
+      for (int mask = 1;; mask <<= 1) {                                                                \
+        if (m & mask) acc = cmul_##s(acc, p);                                                          \
+        if (m < (mask << 1)) break;                                                                    \
+        p = cmul_##s(p, p);                                                                            \
+      }                                                                                                \
+      if (br < 0) acc = cdiv_##s(MAKE(1, 0), acc);                                                     \
+      return acc;                                                                                      \
+    }                                                                                                  \
+    return cpow##F(a, b);                                                                              \
+  }                                                                                                    \
+  static inline R cabs_##s(T a) { return hypot##F(creal##F(a), cimag##F(a)); }                       \
+  static inline T csign_##s(T a) {                                                                     \
+    R re = creal##F(a), im = cimag##F(a), m = hypot##F(re, im);                                        \
+    if (m != m) return MAKE(NAN, NAN);                                                                 \
+    if (isinf(m)) {                                                                                    \
+      if (isinf(re)) return isinf(im) ? MAKE(NAN, NAN) : MAKE(re > 0 ? 1 : -1, 0);                     \
+      return MAKE(0, im > 0 ? 1 : -1);                                                                 \
+    }                                                                                                  \
+    if (m == 0) return MAKE(0, 0);                                                                     \
+    return MAKE(re / m, im / m);                                                                       \
+  }                                                                                                    \
+  static inline T clog1p_##s(T a) {                                                                    \
+    R re = creal##F(a), im = cimag##F(a);                                                              \
+    return MAKE(log##F(hypot##F(re + 1, im)), atan2##F(im, re + 1));                                   \
+  }                                                                                                    \
+  static inline T cexpm1_##s(T a) {                                                                    \
+    R re = creal##F(a), im = cimag##F(a), h = sin##F(im / 2);                                          \
+    return MAKE(expm1##F(re) * cos##F(im) - 2 * h * h, exp##F(re) * sin##F(im));                       \
+  }                                                                                                    \
+  static inline T cround_##s(T a) { return MAKE(nearbyint##F(creal##F(a)), nearbyint##F(cimag##F(a))); } \
+  /* NaN, infinity and finiteness on either part (NumPy's), as the real loops test them */            \
+  static inline b8 cisnan_##s(T a) { R re = creal##F(a), im = cimag##F(a); return re != re || im != im; } \
+  static inline b8 cisinf_##s(T a) {                                                                   \
+    R re = creal##F(a), im = cimag##F(a);                                                              \
+    return (re - re != re - re && re == re) || (im - im != im - im && im == im);                       \
+  }                                                                                                    \
+  static inline b8 cisfinite_##s(T a) {                                                                \
+    R re = creal##F(a), im = cimag##F(a);                                                              \
+    return re - re == re - re && im - im == im - im;                                                   \
+  }
+
+COMPLEX_RULES(c64, c64, float, f, CMPLXF)
+COMPLEX_RULES(c128, c128, double, , CMPLX)
+
+/* nonzero when either part is (the logic functions) */
+#define CNZ(x) ((x) != 0)
+
 /* ---- the loops, per operation ---- */
 
 /* Operations on every integer type: ints(DO) calls DO(suffix, C type) for each. */
@@ -340,6 +427,38 @@ DEF1(true_b, b8, b8, 1 + 0 * x)
   DEFWHERE(where_##s, T)
 ALL(COMPARE_AND_LOGIC)
 
+#define COMPLEX_OPS(s, T, R, F)                                               \
+  DEF2(add_##s, T, T, x + y)                                                  \
+  DEF2(sub_##s, T, T, x - y)                                                  \
+  DEF2(mul_##s, T, T, cmul_##s(x, y))                                         \
+  DEF2(div_##s, T, T, cdiv_##s(x, y))                                         \
+  DEF2(pow_##s, T, T, cpow_##s(x, y))                                         \
+  DEF2(eq_##s, T, b8, x == y)                                                 \
+  DEF2(ne_##s, T, b8, x != y)                                                 \
+  DEF2(land_##s, T, b8, CNZ(x) & CNZ(y))                                      \
+  DEF2(lor_##s, T, b8, CNZ(x) | CNZ(y))                                       \
+  DEF2(lxor_##s, T, b8, CNZ(x) ^ CNZ(y))                                      \
+  DEF1(lnot_##s, T, b8, x == 0)                                               \
+  DEFWHERE(where_##s, T)                                                      \
+  DEF1(neg_##s, T, T, -x)                                                     \
+  DEF1(abs_##s, T, R, cabs_##s(x))                                            \
+  DEF1(sign_##s, T, T, csign_##s(x))                                          \
+  DEF1(sqrt_##s, T, T, csqrt##F(x))                                           \
+  DEF1(exp_##s, T, T, cexp##F(x))                                             \
+  DEF1(log_##s, T, T, clog##F(x))                                             \
+  DEF1(log1p_##s, T, T, clog1p_##s(x))                                        \
+  DEF1(expm1_##s, T, T, cexpm1_##s(x))                                        \
+  DEF1(sin_##s, T, T, csin##F(x))                                             \
+  DEF1(cos_##s, T, T, ccos##F(x))                                             \
+  DEF1(tan_##s, T, T, ctan##F(x))                                             \
+  DEF1(tanh_##s, T, T, ctanh##F(x))                                           \
+  DEF1(round_##s, T, T, cround_##s(x))                                        \
+  DEF1(isnan_##s, T, b8, cisnan_##s(x))                                        \
+  DEF1(isinf_##s, T, b8, cisinf_##s(x))                                        \
+  DEF1(isfinite_##s, T, b8, cisfinite_##s(x))
+COMPLEX_OPS(c64, c64, float, f)
+COMPLEX_OPS(c128, c128, double, )
+
 /* ---- the table: the loop of each operation for each compute dtype (NULL: none) ---- */
 
 /* The row of an operation: its loops for bool, int8 .. int64, uint8 .. uint64, float32, float64. */
@@ -404,10 +523,32 @@ static const dlp_IterLoop loops[DLP_OP_COUNT][DLP_NCOMPUTE] = {
   [DLP_OP_BNOT] = ROW_INT_BOOL(bnot),
 };
 
+/* complex64 and complex128 (compute indices DLP_NCOMPUTE and one more): the operations NumPy 2
+ * defines for complex, less those that order (maximum, minimum, clamp, the comparisons lt le gt
+ * ge, which NumPy orders lexicographically: the module refuses them, as its reductions do) */
+#define ROW_COMPLEX(op) {op##_c64, op##_c128}
+static const dlp_IterLoop complex_loops[DLP_OP_COUNT][2] = {
+  [DLP_OP_ADD] = ROW_COMPLEX(add), [DLP_OP_SUB] = ROW_COMPLEX(sub), [DLP_OP_MUL] = ROW_COMPLEX(mul),
+  [DLP_OP_DIV] = ROW_COMPLEX(div), [DLP_OP_POW] = ROW_COMPLEX(pow), [DLP_OP_EQ] = ROW_COMPLEX(eq),
+  [DLP_OP_NE] = ROW_COMPLEX(ne), [DLP_OP_LOGICAL_AND] = ROW_COMPLEX(land),
+  [DLP_OP_LOGICAL_OR] = ROW_COMPLEX(lor), [DLP_OP_LOGICAL_XOR] = ROW_COMPLEX(lxor),
+  [DLP_OP_WHERE] = ROW_COMPLEX(where), [DLP_OP_NEG] = ROW_COMPLEX(neg), [DLP_OP_ABS] = ROW_COMPLEX(abs),
+  [DLP_OP_SIGN] = ROW_COMPLEX(sign), [DLP_OP_SQRT] = ROW_COMPLEX(sqrt), [DLP_OP_EXP] = ROW_COMPLEX(exp),
+  [DLP_OP_LOG] = ROW_COMPLEX(log), [DLP_OP_LOG1P] = ROW_COMPLEX(log1p), [DLP_OP_EXPM1] = ROW_COMPLEX(expm1),
+  [DLP_OP_SIN] = ROW_COMPLEX(sin), [DLP_OP_COS] = ROW_COMPLEX(cos), [DLP_OP_TAN] = ROW_COMPLEX(tan),
+  [DLP_OP_TANH] = ROW_COMPLEX(tanh), [DLP_OP_ROUND] = ROW_COMPLEX(round), [DLP_OP_ISNAN] = ROW_COMPLEX(isnan),
+  [DLP_OP_ISINF] = ROW_COMPLEX(isinf), [DLP_OP_ISFINITE] = ROW_COMPLEX(isfinite),
+  [DLP_OP_LOGICAL_NOT] = ROW_COMPLEX(lnot),
+};
+
+static dlp_IterLoop loop_at(int op, int k) {
+  return k < DLP_NCOMPUTE ? loops[op][k] : complex_loops[op][k - DLP_NCOMPUTE];
+}
+
 #ifdef DLP_KERNELS_AVX2
 /* This file compiled a second time with -mavx2 (see the Makefile): the same loops, twice as wide. */
 dlp_IterLoop dlp_kernel_avx2(int op, int k);
-dlp_IterLoop dlp_kernel_avx2(int op, int k) { return loops[op][k]; }
+dlp_IterLoop dlp_kernel_avx2(int op, int k) { return loop_at(op, k); }
 #else
 int dlp_compute_index(int dtype) {
   switch (dtype) {
@@ -422,6 +563,8 @@ int dlp_compute_index(int dtype) {
     case DLP_UINT64: return 8;
     case DLP_FLOAT32: return 9;
     case DLP_FLOAT64: return 10;
+    case DLP_COMPLEX64: return DLP_NCOMPUTE;
+    case DLP_COMPLEX128: return DLP_NCOMPUTE + 1;
     default: return -1;
   }
 }
@@ -438,6 +581,6 @@ dlp_IterLoop dlp_kernel(int op, int compute_dtype) {
 #if DLP_HAVE_AVX2_KERNELS
   if (__builtin_cpu_supports("avx2")) return dlp_kernel_avx2(op, k);
 #endif
-  return loops[op][k];
+  return loop_at(op, k);
 }
 #endif

@@ -47,6 +47,30 @@ void dlp_register(lua_State *L, int table, const luaL_Reg *functions) {
   lua_pop(L, 1);
 }
 
+void dlp_new_class(lua_State *L, const char *mt, const luaL_Reg *methods, lua_CFunction index, lua_CFunction close,
+                   lua_CFunction tostring) {
+  if (!luaL_newmetatable(L, mt)) { /* made before in this state: objects made since keep it */
+    lua_pop(L, 1);
+    return;
+  }
+  int meta = lua_gettop(L);
+  lua_newtable(L);
+  dlp_register(L, lua_gettop(L), methods);
+  if (index) lua_pushcclosure(L, index, 1); /* over the methods */
+  lua_setfield(L, meta, "__index");
+  lua_pushcfunction(L, close);
+  lua_setfield(L, meta, "__gc");
+  lua_pushcfunction(L, close);
+  lua_setfield(L, meta, "__close");
+  if (tostring) {
+    lua_pushcfunction(L, tostring);
+    lua_setfield(L, meta, "__tostring");
+  }
+  dlp_push_metatable_view(L, meta);
+  lua_setfield(L, meta, "__metatable");
+  lua_pop(L, 1);
+}
+
 /* ---- the per-state record, and what the module's cleanup at lua_close does ---- */
 
 static const char state_key = 0;

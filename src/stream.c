@@ -360,26 +360,6 @@ static void push_static_stream(lua_State *L, dlp_CudaStream *s) {
   push_stream_object(L)->s = s;
 }
 
-static void new_class(lua_State *L, const char *mt, const luaL_Reg *methods, lua_CFunction index,
-                      lua_CFunction close, lua_CFunction tostring) {
-  luaL_newmetatable(L, mt);
-  lua_newtable(L);
-  luaL_setfuncs(L, methods, 0);
-  if (index) lua_pushcclosure(L, index, 1);
-  lua_setfield(L, -2, "__index");
-  lua_pushcfunction(L, close);
-  lua_setfield(L, -2, "__gc");
-  lua_pushcfunction(L, close);
-  lua_setfield(L, -2, "__close");
-  if (tostring) {
-    lua_pushcfunction(L, tostring);
-    lua_setfield(L, -2, "__tostring");
-  }
-  dlp_push_metatable_view(L, -1);
-  lua_setfield(L, -2, "__metatable");
-  lua_pop(L, 1);
-}
-
 /* A table that constructs when called: Class(...) runs fn(Class, ...). */
 static void push_constructor(lua_State *L, lua_CFunction fn) {
   lua_newtable(L);
@@ -399,8 +379,8 @@ void dlp_cuda_register(lua_State *L, int module) {
     {"record", l_event_record}, {"synchronize", l_event_synchronize}, {"query", l_event_query},
     {"elapsed", l_event_elapsed}, {"close", l_event_close}, {NULL, NULL},
   };
-  new_class(L, STREAM_MT, stream_methods, stream_index, l_stream_close, l_stream_tostring);
-  new_class(L, EVENT_MT, event_methods, NULL, l_event_close, NULL);
+  dlp_new_class(L, STREAM_MT, stream_methods, stream_index, l_stream_close, l_stream_tostring);
+  dlp_new_class(L, EVENT_MT, event_methods, NULL, l_event_close, NULL);
   luaL_newlib(L, functions);
   /* Stream(...) and Event(...) construct (foreign handles: dlpack.unsafe.wrap_stream) */
   push_constructor(L, l_stream_new);

@@ -1403,6 +1403,193 @@ def run_equal_allclose(name):
     line.emit()
 
 
+# ---- complex ---------------------------------------------------------------------------------
+
+COMPLEX = ["complex64", "complex128"]
+# functions on complex operands: name, NumPy's, tolerance ("exact", "ulp" for real results, or
+# "mag": 8 units in the last place of the result's magnitude, on each part), the Lua operator.
+# mul: NumPy's SIMD loops may fuse a multiply-add (the module does not); abs: NumPy's SIMD loop
+# scales by the larger part, the module calls hypot (correctly rounded): a last place apart.
+COMPLEX_BINARY = [("add", "add", "exact", "add"), ("sub", "subtract", "exact", "sub"),
+                  ("mul", "multiply", "mag", "mul"), ("div", "divide", "exact", "div"),
+                  ("pow", "power", "mag", "pow"), ("eq", "equal", "exact", None), ("ne", "not_equal", "exact", None),
+                  ("logical_and", "logical_and", "exact", None), ("logical_or", "logical_or", "exact", None),
+                  ("logical_xor", "logical_xor", "exact", None)]
+COMPLEX_UNARY = [("neg", "negative", "exact"), ("abs", "absolute", "ulp"), ("sign", "sign", "exact"),
+                 ("sqrt", "sqrt", "mag"), ("exp", "exp", "mag"), ("log", "log", "mag"), ("log1p", "log1p", "mag"),
+                 ("expm1", "expm1", "mag"), ("sin", "sin", "mag"), ("cos", "cos", "mag"), ("tan", "tan", "mag"),
+                 ("tanh", "tanh", "mag"), ("round", "round", "exact"), ("isnan", "isnan", "exact"),
+                 ("isinf", "isinf", "exact"), ("isfinite", "isfinite", "exact"),
+                 ("logical_not", "logical_not", "exact")]
+# refused for complex (NumPy refuses them, or orders complex numbers lexicographically)
+COMPLEX_REFUSED = ["idiv", "mod", "maximum", "minimum", "lt", "le", "gt", "ge", "floor", "ceil", "trunc",
+                   "sigmoid", "band", "bor", "bxor", "bnot", "shl", "shr"]
+
+
+def complex_values(rng, dtype, shape, domain=None):
+    real = "float32" if dtype == "complex64" else "float64"
+    re, im = values(rng, real, shape, domain), values(rng, real, shape, domain)
+    n = int(np.prod(shape, dtype=np.int64))
+    if domain is None and n:  # small integers (exact products and quotients), pure reals, zeros
+        r = rng.random(shape)
+        re = np.where(r < 0.3, rng.integers(-4, 5, size=shape).astype(real), re)
+        im = np.where(r < 0.3, rng.integers(-4, 5, size=shape).astype(real), im)
+        im = np.where((r > 0.3) & (r < 0.4), 0, im)
+    out = np.empty(shape, dtype)
+    out.real, out.imag = re, im
+    return out
+
+
+def complex_operand(rng, dtype, shape, layout, domain=None):
+    """operand() for every dtype, complex ones included (laid out along the first dimension)."""
+    if dtype not in COMPLEX:
+        return operand(rng, dtype, shape, layout, domain)
+    shape = tuple(shape)
+    if layout == "transposed" and len(shape) >= 2:
+        return np.ascontiguousarray(complex_values(rng, dtype, shape, domain).swapaxes(0, -1)).swapaxes(0, -1)
+    if layout == "sliced" and shape:
+        return complex_values(rng, dtype, (2 * shape[0],) + shape[1:], domain)[1::2]
+    if layout == "flipped" and shape:
+        return np.flip(complex_values(rng, dtype, shape, domain), 0)
+    if layout == "expanded" and shape and shape[0] > 1:
+        return np.broadcast_to(complex_values(rng, dtype, (1,) + shape[1:], domain), shape)
+    return complex_values(rng, dtype, shape, domain)
+
+
+def complex_bound(want):
+    """The "mag" tolerance of the complex array want: 8 units in the last place of |want|."""
+    with np.errstate(all="ignore"):
+        bound = 8 * np.spacing(np.abs(want).astype(want.real.dtype)).astype(np.float64)
+    return np.nan_to_num(bound, nan=0.0, posinf=np.inf)
+
+
+def complex_diff(got, want, tol):
+    if not (isinstance(want, np.ndarray) and want.dtype.kind == "c"):
+        return diff(got, want, tol if tol == "exact" else "ulp")
+    if not isinstance(got, np.ndarray) or got.dtype != want.dtype or got.shape != want.shape:
+        return diff(got, want)
+    bound = "exact" if tol == "exact" else complex_bound(want)
+    for part in ("real", "imag"):
+        d = float_diff(getattr(got, part), getattr(want, part), bound)
+        if d:
+            return "%s part: %s" % (part, d)
+    return None
+
+
+def run_complex():
+    rng = rng_for("complex")
+    others = ["bool", "int16", "int64", "uint8", "float16", "float32", "float64"] + COMPLEX * 3
+    for name, npname, tol, op in COMPLEX_BINARY:
+        ufunc = getattr(np, npname)
+        line = Line("complex: %s, with every other dtype, layouts, broadcasting, Lua numbers" % name)
+        for k in range(40):
+            da = COMPLEX[k % 2]
+            db = others[int(rng.integers(len(others)))]
+            shape = rand_shape(rng, max_nd=3)
+            sa, sb = broadcast_pair(rng, shape)
+            dom = "tiny" if name == "pow" and k % 2 else None
+            a = complex_operand(rng, da, sa, LAYOUTS[k % 5], dom)
+            b = complex_operand(rng, db, sb, LAYOUTS[(k // 5) % 5], dom)
+            if k % 4 == 3:
+                a, b = b, a
+            check(line, desc_call(name, a, b), lambda a=a, b=b: H.call(name, None, None, to_lua(a), to_lua(b)),
+                  lambda a=a, b=b: np_binary(ufunc, a, b), compare=lambda g, w: complex_diff(g, w, tol))
+        for k, s in enumerate([0.5, 2, -1, 3, 0, 1e10, float("inf"), True]):
+            a = complex_operand(rng, COMPLEX[k % 2], rand_shape(rng, max_nd=2), LAYOUTS[k % 5])
+            x, y = (a, s) if k % 2 else (s, a)
+            check(line, desc_call(name, x, y),
+                  lambda x=x, y=y: H.call(name, None, None, *(to_lua(v) if isinstance(v, np.ndarray) else
+                                                              lua_number(v) for v in (x, y))),
+                  lambda x=x, y=y: np_binary(ufunc, x, y), compare=lambda g, w: complex_diff(g, w, tol))
+            if op:
+                check(line, desc_call(op, x, y),
+                      lambda x=x, y=y: H.operator(op, *(to_lua(v) if isinstance(v, np.ndarray) else
+                                                        lua_number(v) for v in (x, y))),
+                      lambda x=x, y=y: np_binary(ufunc, x, y), compare=lambda g, w: complex_diff(g, w, tol))
+        line.emit()
+    for name, npname, tol in COMPLEX_UNARY:
+        fn = round_ if name == "round" else getattr(np, npname)
+        line = Line("complex: %s, layouts" % name)
+        for k in range(20):
+            a = complex_operand(rng, COMPLEX[k % 2], rand_shape(rng, max_nd=3), LAYOUTS[k % 5])
+            check(line, desc_call(name, a), lambda a=a: H.call(name, None, None, to_lua(a)),
+                  lambda a=a: np_unary(fn, a), compare=lambda g, w: complex_diff(g, w, tol))
+        line.emit()
+    # out= (converted as copy converts: into a real out, the real part) and in place (same_kind)
+    line = Line("complex: out= and in place (same_kind: a complex result into a real tensor raises)")
+    for k in range(24):
+        name, npname, tol, _ = COMPLEX_BINARY[k % 5]
+        ufunc = getattr(np, npname)
+        shape = rand_shape(rng, min_nd=1, max_nd=2)
+        a = complex_operand(rng, COMPLEX[k % 2], shape, LAYOUTS[k % 5])
+        b = complex_operand(rng, others[int(rng.integers(len(others)))], shape, "contiguous")
+        do = ["complex64", "complex128", "float64", "float32"][k % 4]
+        out = np.zeros(shape, do)
+
+        def run_lua(a=a, b=b, out=out):
+            H.call(name, to_lua(out), None, to_lua(a), to_lua(b))
+            return out
+
+        def want(a=a, b=b, out=out, ufunc=ufunc):
+            r = np_binary(ufunc, a, b)
+            return np.asarray(r.real if out.dtype.kind == "f" else r).astype(out.dtype)
+
+        def compare(g, w, a=a, b=b, tol=tol, ufunc=ufunc):
+            if w.dtype.kind == "c":
+                return complex_diff(g, w, tol)
+            r = np_binary(ufunc, a, b)  # the real part, within the complex result's tolerance
+            return diff(g, w, "exact" if tol == "exact" else complex_bound(r))
+        check(line, desc_call(name + " out=" + do, a, b), run_lua, want, compare=compare)
+        t = complex_operand(rng, ["complex64", "complex128", "float32", "float64"][k % 4], shape, "contiguous")
+        mine, theirs = t.copy(), t.copy()
+
+        def run_lua_(mine=mine, b=a, name=name):
+            H.method(name + "_", to_lua(mine), to_lua(b))
+            return mine
+
+        def run_np_(theirs=theirs, b=a, ufunc=ufunc):
+            with np.errstate(all="ignore"):
+                ufunc(theirs, b, out=theirs)
+            return theirs
+        check(line, desc_call(name + "_", t, a), run_lua_, run_np_,
+              compare=lambda g, w, tol=tol: complex_diff(g, w, tol))
+    line.emit()
+    # where, masked_fill, cat, stack, equal, allclose
+    line = Line("complex: where, masked_fill, cat, stack, equal, allclose")
+    for k in range(16):
+        shape = rand_shape(rng, min_nd=1, max_nd=3)
+        a = complex_operand(rng, COMPLEX[k % 2], shape, LAYOUTS[k % 5])
+        b = complex_operand(rng, others[int(rng.integers(len(others)))], shape, LAYOUTS[(k + 2) % 5])
+        cond = values(rng, "bool", shape)
+        check(line, desc_call("where", cond, a, b),
+              lambda c=cond, a=a, b=b: H.call("where", None, None, to_lua(c), to_lua(a), to_lua(b)),
+              lambda c=cond, a=a, b=b: np.where(c, a, b))
+        mine = np.array(a, copy=True)
+
+        def run_fill(mine=mine, cond=cond):
+            H.method("masked_fill", to_lua(mine), to_lua(cond), 2.5)
+            return mine
+        check(line, desc_call("masked_fill", a, cond), run_fill, lambda a=a, c=cond: np.where(c, a.dtype.type(2.5), a))
+        for fname in ("cat", "stack"):
+            np_fn = np.concatenate if fname == "cat" else np.stack
+            check(line, desc_call(fname, a, b),
+                  lambda a=a, b=b, f=fname: H.call(f, None, None, H.list(to_lua(a), to_lua(b)), 1),
+                  lambda a=a, b=b, f=np_fn: f([a, b], 0))
+        c = a.astype(np.complex128) * (1 + [0, 1e-9, 1e-3][k % 3])
+        check(line, desc_call("equal", a, c), lambda a=a, c=c: H.call("equal", None, None, to_lua(a), to_lua(c)),
+              lambda a=a, c=c: np.bool_(np.array_equal(a, c)), compare=diff)
+        check(line, desc_call("allclose", a, c), lambda a=a, c=c: H.call("allclose", None, None, to_lua(a), to_lua(c)),
+              lambda a=a, c=c: np.bool_(np.allclose(a, c)), compare=diff)
+    line.emit()
+    line = Line("complex: %s raise" % " ".join(COMPLEX_REFUSED))
+    for k, name in enumerate(COMPLEX_REFUSED):
+        a = complex_operand(rng, COMPLEX[k % 2], (3,), "contiguous")
+        args = (a,) if name in ("floor", "ceil", "trunc", "sigmoid", "bnot") else (a, a)
+        lua_raises(line, desc_call(name, *args), lambda n=name, args=args: H.call(n, None, None,
+                                                                                 *(to_lua(x) for x in args)))
+    line.emit()
+
+
 # ---- main ------------------------------------------------------------------------------
 
 def setup():
@@ -1446,6 +1633,7 @@ def run(only=()):
     jobs += [(spec[0], run_reduction, spec) for spec in REDUCTIONS]
     jobs += [(n, run_matmul, n) for n in ("matmul", "dot")] + [(n, run_cat_stack, n) for n in ("cat", "stack")]
     jobs += [("flip", lambda _: run_flip(), None)] + [(n, run_equal_allclose, n) for n in ("equal", "allclose")]
+    jobs += [("complex", lambda _: run_complex(), None)]
     for job, fn, arg in jobs:
         if only and job not in only:
             continue
