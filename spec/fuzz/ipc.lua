@@ -1013,7 +1013,8 @@ op("recv", 34, function(st)
 end)
 
 -- ch:send of a pool tensor (received, a view, shared) or a plain one; the peer reads it raw and
--- checks the message and the descriptor, and sometimes sends it back unchanged.
+-- checks the message and the descriptor (the same file for shareable memory, unless copy = true),
+-- and sometimes sends it back unchanged.
 op("send_back", 12, function(st)
   if not ensure_channel(st) then return end
   local src, e, plain_bytes
@@ -1084,7 +1085,9 @@ op("send_back", 12, function(st)
   end
   local info = fab.ipc_fd_info(fds[1])
   local readonly = opts.readonly == true or e.readonly
-  local want_strides = shareable and e.strides or contiguous_strides(e.shape)
+  -- shareable memory goes as it is, unless copy = true (a snapshot in a new block, contiguous)
+  local zero_copy = shareable and opts.copy ~= true
+  local want_strides = zero_copy and e.strides or contiguous_strides(e.shape)
   local problems = {}
   if m.dtype ~= e.dtype then problems[#problems + 1] = "dtype " .. m.dtype.name end
   if not same_list(m.shape, e.shape) then problems[#problems + 1] = "shape " .. list(m.shape) end
@@ -1100,8 +1103,11 @@ op("send_back", 12, function(st)
     problems[#problems + 1] = "a descriptor that is not a sealed memfd (seals " .. info.seals .. ")"
   end
   if info.rdonly ~= readonly then problems[#problems + 1] = "descriptor read-only: " .. tostring(info.rdonly) end
-  if shareable and e.file.ino and info.ino ~= e.file.ino then problems[#problems + 1] = "another file (a copy)" end
-  if shareable and e.numel > 0 and m.offset ~= e.offset then
+  if zero_copy and e.file.ino and info.ino ~= e.file.ino then problems[#problems + 1] = "another file (a copy)" end
+  if not zero_copy and e.file.ino and info.ino == e.file.ino then
+    problems[#problems + 1] = "the same file (no copy)"
+  end
+  if zero_copy and e.numel > 0 and m.offset ~= e.offset then
     problems[#problems + 1] = string.format("offset %d, the view's is %d", m.offset, e.offset)
   end
   -- the elements through the descriptor, where the message says they are
@@ -1126,10 +1132,10 @@ op("send_back", 12, function(st)
     return st:fail(desc .. ": the peer read " .. table.concat(problems, "; "))
   end
   st:check_note("the peer read " .. describe_layout(m))
-  if not e.file.ino and shareable then e.file.ino = info.ino end
+  if not e.file.ino and zero_copy then e.file.ino = info.ino end
   -- sometimes the peer sends it back as it came (forwarding: zero-copy both ways)
   if R(3) == 1 and #st.queue < MAX_QUEUE and back.file then
-    local g = shareable and e.file or back.file -- the same file: writes on either side show in both
+    local g = zero_copy and e.file or back.file -- the same file: writes on either side show in both
     g.kind = g.kind or "memfd"
     local a = { kind = "memfd", file = g, rdonly = info.rdonly, fd = fds[1] }
     st:peer_send(b, { a }, "the message received, sent back")
