@@ -13,6 +13,7 @@
  * 3. Descriptors that are not what the functions need are refused and closed.
  */
 #define _GNU_SOURCE /* memfd_create, F_ADD_SEALS */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <lauxlib.h>
@@ -28,7 +30,7 @@
 
 #include "dlpack_lua.h"
 
-#define PLAN 10
+#define PLAN 14
 static int tests_run, tests_failed;
 
 static void check(int ok, const char *what) {
@@ -88,6 +90,16 @@ static const char *protected(lua_State *L, lua_CFunction f, int fd, const DLTens
   snprintf(msg, sizeof msg, "%s", lua_tostring(L, -1));
   lua_pop(L, 1);
   return msg;
+}
+
+/* How many descriptors this process has open. */
+static int open_descriptors(void) {
+  int n = 0;
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) abort();
+  while (readdir(d)) n++;
+  closedir(d);
+  return n;
 }
 
 static int is_closed(int fd) {
@@ -164,6 +176,56 @@ int main(void) {
         (err = protected(A, push_shared_padded, second, &layout)) && strstr(err, "not a sub-byte dtype") &&
         is_closed(second),
         "layouts that a message could not carry either are refused (a negative size, the sub-byte flag on float32)");
+
+  int no_layout = dup(frame);
+  err = protected(A, push_shared, no_layout, NULL);
+  check(err && strstr(err, "no layout") && is_closed(no_layout), "a NULL layout is refused, and closed (it crashed)");
+
+  /* A socket that is not connected (one that listens, one never connected) is no channel either. */
+  int listening = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), loose = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+  struct sockaddr_un any = {AF_UNIX, {0}}; /* this length: an abstract name the kernel picks */
+  if (listening < 0 || loose < 0 || bind(listening, (struct sockaddr *)&any, sizeof(sa_family_t)) != 0 ||
+      listen(listening, 1) != 0)
+    abort();
+  const char *listening_err = protected(A, push_channel, listening, NULL);
+  err = protected(A, push_channel, loose, NULL);
+  check(listening_err && strstr(listening_err, "not connected") && is_closed(listening) && err &&
+        strstr(err, "not connected") && is_closed(loose),
+        "a listening or an unconnected socket is refused, and closed (it made a channel that failed later)");
+
+  /* A host's socket that asks for the sender's credentials (or a pidfd) with every message: that
+   * control message took the room of the descriptor (every message was lost), a pidfd leaked. */
+  lua_gc(A, LUA_GCCOLLECT, 0); /* garbage tensors of the tests above hold descriptors */
+  int talker[2], one = 1, before = open_descriptors();
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, talker) != 0 ||
+      setsockopt(talker[1], SOL_SOCKET, SO_PASSCRED, &one, sizeof one) != 0)
+    abort();
+  setsockopt(talker[1], SOL_SOCKET, 76 /* SO_PASSPIDFD, Linux 6.5 */, &one, sizeof one); /* where there is one */
+  dlpack_lua_push_channel(A, talker[0]);
+  dlpack_lua_push_channel(A, talker[1]);
+  run(A, "local a, b = ...; local ipc = require('dlpack.ipc'); local t = ipc.zeros({2}, 'int8'); t[2] = 5\n"
+         "a:send(t); a:send(t); local ok1, r = pcall(b.recv, b, 5); local ok2, s = pcall(b.recv, b, 5)\n"
+         "local got = ok1 and ok2 and r[2] == 5 and s[2] == 5; a:close(); b:close(); t:release()\n"
+         "if ok1 then r:release() end; if ok2 then s:release() end; return got",
+      2, 1);
+  lua_gc(A, LUA_GCCOLLECT, 0);
+  check(lua_toboolean(A, -1) && open_descriptors() == before,
+        "a socket with SO_PASSCRED (and SO_PASSPIDFD) receives, and leaks no descriptor");
+  lua_pop(A, 1);
+
+  /* A state where the module is not open, though another library took the name dlpack.Tensor. */
+  lua_State *C = luaL_newstate();
+  luaL_newmetatable(C, DLPACK_LUA_TENSOR_MT);
+  lua_pop(C, 1);
+  int lent = dup(frame), end[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, end) != 0) abort();
+  const char *shared_err = protected(C, push_shared, lent, &layout);
+  err = protected(C, push_channel, end[0], NULL);
+  check(shared_err && strstr(shared_err, "not open") && is_closed(lent) && err && strstr(err, "not open") &&
+        is_closed(end[0]),
+        "a state without the module is refused, whatever its registry holds (a tensor without metatable leaked)");
+  close(end[1]);
+  lua_close(C);
 
   lua_close(A);
   lua_close(B);

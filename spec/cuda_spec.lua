@@ -117,18 +117,9 @@ describe("dlpack.cuda without a driver", function()
         pending("needs python3 with os.memfd_create (spec/cuda/ipc_hostile.py)")
         return
       end
-      -- descriptors open in this process, less the pipe to the listing command
-      local stat = assert(io.open("/proc/self/stat"))
-      local pid = stat:read("*l"):match("^(%d+)")
-      stat:close()
-      local function open_fds()
-        local p = assert(io.popen("me=$(readlink /proc/$$/fd/1); ls -l /proc/" .. pid .. "/fd | sed 1d | "
-                                  .. "grep -vF \"$me\""))
-        local n = 0
-        for _ in p:lines() do n = n + 1 end
-        p:close()
-        return n
-      end
+      -- descriptors open in this process (less the pipe to the listing command)
+      local procfs = require "ipc.proc"
+      local pid = procfs.pid()
       local path = "@dlpack-no-cuda-" .. pid
       local l = ipc.listen(path)
       local proc = assert(io.popen("python3 spec/cuda/ipc_hostile.py " .. path .. " memfd pipe 2>&1"))
@@ -137,12 +128,10 @@ describe("dlpack.cuda without a driver", function()
       assert.is_truthy(ch, "the peer did not connect")
       -- garbage from earlier tests that holds a descriptor goes now, not half-way
       -- through the count (a generational collector may take it at any step)
-      collectgarbage()
-      collectgarbage()
-      local before = open_fds()
+      local before = procfs.descriptors(nil, {collect = true})
       raises(function() ch:recv(30) end, "a tensor on cuda:0 arrived, but cuda is not available")
       raises(function() ch:recv(30) end, "cuda is not available")
-      assert.are.equal(before, open_fds(), "the descriptors that came are closed")
+      assert.are.equal(before, (procfs.descriptors()), "the descriptors that came are closed")
       assert.is_nil(ch:recv(0), "the channel still works")
       ch:close()
       local out = proc:read("*a")

@@ -19,9 +19,9 @@ local function pair()
 end
 
 -- Runs a chunk in a child interpreter (this one, with this module: under ASan its preload too)
--- with at most `files` descriptors and at most `seconds` of time; returns its output and whether
--- it ended well. The chunk sees `ipc`, `dlpack` and `check(cond, what)`.
-local function child(code, files, seconds, as)
+-- with at most `files` descriptors and at most `seconds` of time (and the other `limits`, ulimit
+-- commands); returns its output and whether it ended well. The chunk sees `ipc`, `dlpack` and `check(cond, what)`.
+local function child(code, files, seconds, as, limits)
   local file = os.tmpname()
   local f = assert(io.open(file, "w"))
   f:write("package.path = ", ("%q"):format(package.path), "\npackage.cpath = ", ("%q"):format(package.cpath), "\n",
@@ -30,8 +30,8 @@ local function child(code, files, seconds, as)
           "\nio.write('END\\n')\n")
   f:close()
   os.execute("chmod 644 " .. file)
-  local cmd = ("ulimit -n %d; exec timeout -s KILL %d %s %s %s 2>&1"):format(files or 1024, seconds or 20,
-                                                                          as or "", support.LUA, file)
+  local cmd = ("ulimit -n %d; %s exec timeout -s KILL %d %s %s %s 2>&1"):format(files or 1024, limits or "",
+                                                                             seconds or 20, as or "", support.LUA, file)
   local p = assert(io.popen(cmd))
   local out = p:read("*a")
   p:close()
@@ -39,19 +39,10 @@ local function child(code, files, seconds, as)
   return out, out:match("END\n$") ~= nil
 end
 
--- How many sockets and memfds this process has open (a child lists them: not its pipe, whose
--- ends the parent closes while the child may be listing them).
+-- How many sockets and memfds this process has open, after a full collection (spec/ipc/proc.lua).
+local proc = require "ipc.proc"
 local function fd_count()
-  local f = assert(io.open("/proc/self/stat"))
-  local pid = f:read("*l"):match("^(%d+)")
-  f:close()
-  local p = assert(io.popen("ls -l /proc/" .. pid .. "/fd"))
-  local out = p:read("*a")
-  p:close()
-  local n = 0
-  for _ in out:gmatch("-> socket:") do n = n + 1 end
-  for _ in out:gmatch("-> /memfd:") do n = n + 1 end
-  return n
+  return (proc.descriptors(nil, {only = "ipc", collect = true}))
 end
 
 local function has_python()
@@ -105,7 +96,7 @@ describe("dlpack.ipc timeouts against a listener that never accepts", function()
   end)
 end)
 
-describe("dlpack.ipc when the receiver has no free descriptor", function()
+describe("dlpack.ipc when a process has no free descriptor", function()
   it("recv raises a clear error and the message waits, not lost", function()
     local out, ok = child([[
       local name = "@dlpack-attack-emfile-" .. os.time() .. "-" .. tostring({}):match("0x%x+")
@@ -134,12 +125,92 @@ describe("dlpack.ipc when the receiver has no free descriptor", function()
     assert.is_true(ok, out)
   end)
 
+  it("a read-only send collects garbage tensors' descriptors before it gives up (it raised EMFILE)", function()
+    local out, ok = child([[
+      local name = "@dlpack-attack-emfile-send-" .. os.time() .. "-" .. tostring({}):match("0x%x+")
+      local l = ipc.listen(name)
+      local c = ipc.connect(name)
+      local s = l:accept(1)
+      local t = ipc.zeros({4}, "int32")
+      t:fill(7)
+      local kept = {}
+      for i = 1, 10 do kept[i] = ipc.empty({1}) end
+      local files = {}
+      while true do
+        local f = io.open("/dev/null")
+        if not f then break end
+        files[#files + 1] = f
+      end
+      kept = nil -- garbage now, holding ten descriptors; none is free
+      local sent, err = pcall(c.send, c, t, {readonly = true}) -- reopens its memfd read-only: one more
+      check(sent, "send: " .. tostring(err))
+      local r = s:recv(0)
+      check(r and r.readonly and r[4] == 7, "received " .. tostring(r))
+    ]], 40, 15)
+    assert.is_true(ok, out)
+  end)
+
+  it("accept, connect and listen collect garbage channels' descriptors before they give up (EMFILE)", function()
+    local out, ok = child([[
+      local name = "@dlpack-attack-emfile-accept-" .. os.time() .. "-" .. tostring({}):match("0x%x+")
+      local l = ipc.listen(name)
+      local waiting = ipc.connect(name)           -- in the listener's queue
+      local other = ipc.listen(name .. "-other")
+      local kept = {}
+      for _ = 1, 5 do
+        kept[#kept + 1] = ipc.connect(name .. "-other")
+        kept[#kept + 1] = other:accept(1)
+      end
+      local files = {}
+      while true do
+        local f = io.open("/dev/null")
+        if not f then break end
+        files[#files + 1] = f
+      end
+      kept = nil -- garbage now, holding ten descriptors; none is free
+      local got, ch = pcall(l.accept, l, 0)
+      check(got and ch, "accept: " .. tostring(ch))
+      local connected, c2 = pcall(ipc.connect, name)
+      check(connected and c2, "connect: " .. tostring(c2))
+      local listening, l2 = pcall(ipc.listen, name .. "-2")
+      check(listening and l2, "listen: " .. tostring(l2))
+      check(waiting and other, "kept")
+    ]], 40, 15)
+    assert.is_true(ok, out)
+  end)
+
   it("ipc.empty collects garbage tensors' descriptors before it gives up", function()
     local out, ok = child([[
       for _ = 1, 100 do ipc.empty({16}, "uint8") end -- each holds a descriptor until collected
       local t = ipc.empty({16}, "uint8")
       check(t.shareable, "not shareable")
     ]], 64, 15)
+    assert.is_true(ok, out)
+  end)
+end)
+
+describe("dlpack.ipc under a file size limit (ulimit -f)", function()
+  it("refuses shareable memory beyond it with an error (SIGXFSZ killed the process)", function()
+    local out, ok = child([[
+      local small = ipc.zeros({1000}, "uint8")            -- within the 100 KiB limit
+      check(small.shareable, "not shareable")
+      for _, make in ipairs({
+        function() return ipc.zeros({1000000}, "uint8") end,
+        function() return ipc.empty({1000, 1000}, "uint8") end,
+        function() return ipc.share(dlpack.zeros({1000000}, "uint8")) end,
+      }) do
+        local made, err = pcall(make)
+        check(not made and tostring(err):find("ulimit -f", 1, true), "made: " .. tostring(err))
+      end
+      local name = "@dlpack-attack-fsize-" .. os.time() .. "-" .. tostring({}):match("0x%x+")
+      local l = ipc.listen(name)
+      local c = ipc.connect(name)
+      local s = l:accept(1)
+      local sent, err = pcall(c.send, c, dlpack.zeros({1000000}, "uint8")) -- copied into a memfd first
+      check(not sent and tostring(err):find("ulimit -f", 1, true), "sent: " .. tostring(err))
+      c:send(small)
+      check(s:recv(0).shareable, "the channel still works")
+    ]], 1024, 15, nil, "ulimit -f 100;")
     assert.is_true(ok, out)
   end)
 end)
@@ -203,7 +274,6 @@ describe("dlpack.ipc and finalizers inside recv", function()
   -- once), and returns how often an armed attack ran. Checks that no descriptor leaked.
   local function eager(chunk)
     local fab = require "fabricate"
-    collectgarbage()
     local before = fd_count()
     local r = fab.run_threads(support.GC_SETMETATABLE .. support.EAGER_GC .. [[
       local dlpack, ipc = require "dlpack", require "dlpack.ipc"
@@ -235,7 +305,6 @@ describe("dlpack.ipc and finalizers inside recv", function()
     -- 3000 rounds: visible as pending there, a failure on 5.4
     if r.value == 0 and not support.LUA54 then return pending("no finalizer ran inside the call this time") end
     assert.is_true(r.value > 0, "the finalizer never fired inside the call")
-    collectgarbage()
     assert.are.equal(before, fd_count(), "descriptors leaked")
   end
 
@@ -432,7 +501,6 @@ end)
 describe("dlpack.ipc and lua_close", function()
   it("received tensors exported, then deleted on another thread after their state closed", function()
     local fab = require "fabricate"
-    collectgarbage()
     local before = fd_count()
     local results = fab.run_threads(support.GC_SETMETATABLE .. [[
       local fab, d, ipc = require "fabricate", require "dlpack", require "dlpack.ipc"

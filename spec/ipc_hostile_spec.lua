@@ -21,29 +21,11 @@ end
 
 local PYTHON = first_line("command -v python3 2>/dev/null")
 
--- This process's id (/proc/self read by this process itself, not by a child).
-local PID = (function()
-  local f = assert(io.open("/proc/self/stat"))
-  local pid = f:read("*n")
-  f:close()
-  return string.format("%d", pid)
-end)()
+local proc = require "ipc.proc"
+local PID = proc.pid()
 
--- Open descriptors of this process, with where they lead. The listing's own pipe is left out: `ls`
--- may run before this process has closed its copy of the pipe's writing end (popen's race).
-local function descriptors()
-  local p = assert(io.popen("me=$(readlink /proc/$$/fd/1); ls -l /proc/" .. PID .. "/fd 2>/dev/null | " ..
-                            "grep -v -F \"$me\""))
-  local n, lines = 0, {}
-  for line in p:lines() do
-    if line:find("->", 1, true) then
-      n = n + 1
-      lines[#lines + 1] = line:match("(%d+ %-> .*)$") or line
-    end
-  end
-  p:close()
-  return n, table.concat(lines, "\n")
-end
+-- Open descriptors of this process, and their listing (less the listing's own pipe).
+local descriptors = proc.descriptors
 
 -- Mappings of files in /proc/PID/maps (those with an inode: what a received descriptor maps, whatever
 -- it is; the heap's anonymous mappings come and go with the allocator, ASan's and valgrind's too;

@@ -366,29 +366,10 @@ print("OK")
   end)
 
   it_py("1000 round trips leave the descriptor and mapping counts of both processes unchanged", function()
-    local function pid()
-      local f = assert(io.open("/proc/self/stat"))
-      local s = f:read("*l")
-      f:close()
-      return s:match("^(%d+)")
-    end
     -- the descriptors and mappings ipc makes: memfds and sockets (the pipes popen makes come and go)
-    local function fds()
-      local n = 0
-      local p = assert(io.popen("ls -l /proc/" .. pid() .. "/fd"))
-      for l in p:lines() do
-        if l:find("memfd:", 1, true) or l:find("socket:", 1, true) then n = n + 1 end
-      end
-      p:close()
-      return n
-    end
-    local function maps()
-      local n = 0
-      for l in io.lines("/proc/self/maps") do
-        if l:find("memfd:", 1, true) then n = n + 1 end
-      end
-      return n
-    end
+    local proc = require "ipc.proc"
+    local function fds() return (proc.descriptors(nil, {only = "ipc"})) end
+    local maps = proc.memfd_maps
     local ch, peer = start([[
 import gc
 def counts():

@@ -99,7 +99,8 @@ DLPACK_LUA_API void *dlpack_lua_check_stream(lua_State *L, int idx);
 DLPACK_LUA_API void dlpack_lua_push_stream(lua_State *L, void *stream, int device);
 
 /* dlpack.ipc for hosts that have their own sockets and descriptors (docs/ipc.md). Each takes ownership of fd:
- * it is closed if they raise. Push a dlpack.ipc channel for a connected AF_UNIX SOCK_SEQPACKET socket. */
+ * it is closed if they raise. Push a dlpack.ipc channel for a connected AF_UNIX SOCK_SEQPACKET socket
+ * (SO_PASSCRED, SO_PASSSEC and SO_PASSPIDFD are turned off on it). */
 DLPACK_LUA_API void dlpack_lua_push_channel(lua_State *L, int fd);
 /* Push a cpu tensor on the memfd fd (sealed against shrinking and growing, checked as a received one is) with the
  * layout's dtype, shape and strides (NULL: row-major); layout->byte_offset is the file offset of its first element,

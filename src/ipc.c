@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -223,6 +224,11 @@ dlp_Owner *dlp_ipc_new_owner(lua_State *L, DLDevice device, size_t nbytes, const
     dlp_push_device_name(L, device);
     luaL_error(L, "%s: shareable memory on %s is not supported (cpu and cuda:N only)", what, lua_tostring(L, -1));
   }
+  /* A memfd is a file: growing it past RLIMIT_FSIZE sends SIGXFSZ, which kills the process. */
+  struct rlimit fsize;
+  if (getrlimit(RLIMIT_FSIZE, &fsize) == 0 && fsize.rlim_cur != RLIM_INFINITY && (rlim_t)nbytes > fsize.rlim_cur)
+    luaL_error(L, "%s: %I bytes of shareable memory are more than this process's file size limit allows (%I "
+                  "bytes, ulimit -f): it is a file (a memfd)", what, (lua_Integer)nbytes, (lua_Integer)fsize.rlim_cur);
   int fd = memfd_create("dlpack", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0 && (errno == EMFILE || errno == ENFILE) && dlp_gc_running(L)) {
     lua_gc(L, LUA_GCCOLLECT, 0); /* garbage shareable tensors hold descriptors: free them, try again */
@@ -440,6 +446,16 @@ static void close_tracked_listener(dlp_Tracked *node) {
   close_listener((Listener *)((char *)node - offsetof(Listener, track)));
 }
 
+/* After a call that makes a descriptor failed: 1 when it failed for want of one (EMFILE, ENFILE)
+ * and a full collection ran (garbage channels, listeners and tensors hold descriptors), the first
+ * time (*collected): try once more. Its finalizers may have closed what the caller uses. */
+static int collected_for_descriptor(lua_State *L, int *collected) {
+  if (*collected || (errno != EMFILE && errno != ENFILE) || !dlp_gc_running(L)) return 0;
+  *collected = 1;
+  lua_gc(L, LUA_GCCOLLECT, 0);
+  return 1;
+}
+
 /* An allocation: made before the descriptor it will hold exists, so that nothing leaks. */
 static Channel *push_channel(lua_State *L) {
   dlp_State *st = dlp_state_for_new(L, "a channel");
@@ -488,8 +504,10 @@ static int l_listen(lua_State *L) {
   snprintf(l->path, sizeof l->path, "%s", path);
   /* non-blocking: a connection another process sharing it (after a fork) takes between poll and
    * accept4 must not make accept wait past its timeout */
-  if ((l->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0)
-    return luaL_error(L, "dlpack.ipc.listen: socket failed: %s", strerror(errno));
+  int collected = 0;
+  while ((l->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0)
+    if (!collected_for_descriptor(L, &collected))
+      return luaL_error(L, "dlpack.ipc.listen: socket failed: %s", strerror(errno));
   int rc = bind(l->fd, (struct sockaddr *)&a, alen), notsock = 0;
   if (rc != 0 && errno == EADDRINUSE && path[0] != '@') {
     /* a socket file nobody listens on any more (its process died): replace it */
@@ -528,6 +546,7 @@ static int l_accept(lua_State *L) {
   double timeout = check_timeout(L, 2);
   Channel *ch = push_channel(L); /* an allocation: a finalizer may close the listener */
   int64_t deadline = deadline_of(timeout);
+  int collected = 0;
   for (;;) {
     if (l->fd < 0) return luaL_error(L, "accept: the listener is closed");
     int ready = wait_for(l->fd, POLLIN, deadline, NULL);
@@ -538,6 +557,7 @@ static int l_accept(lua_State *L) {
     }
     ch->fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
     if (ch->fd >= 0) return 1;
+    if (collected_for_descriptor(L, &collected)) continue; /* the connection waits meanwhile */
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
       return luaL_error(L, "accept: %s", strerror(errno));
   }
@@ -551,10 +571,13 @@ static int l_connect(lua_State *L) {
   int has_timeout = !lua_isnoneornil(L, 2);
   Channel *ch = push_channel(L);
   int64_t deadline = deadline_of(timeout);
+  int collected = 0;
   for (;;) {
     /* non-blocking: a blocking connect to a listener whose queue is full waits without end */
-    if ((ch->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0)
+    if ((ch->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0) {
+      if (collected_for_descriptor(L, &collected)) continue;
       return luaL_error(L, "dlpack.ipc.connect: socket failed: %s", strerror(errno));
+    }
     if (connect(ch->fd, (struct sockaddr *)&a, alen) == 0) {
       fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) & ~O_NONBLOCK); /* as accept's channels */
       return 1;
@@ -580,13 +603,13 @@ static int l_connect(lua_State *L) {
 /* ---- send ---- */
 
 typedef struct SendOptions {
-  int copy;       /* 0: raise unless shareable */
+  int copy;       /* -1 (absent): when not shareable; 1: always (a snapshot); 0: never (raise unless shareable) */
   int readonly;
   double timeout; /* seconds to wait while the peer's queue is full; -1: no limit */
 } SendOptions;
 
 static void read_send_options(lua_State *L, int arg, SendOptions *o) {
-  o->copy = 1;
+  o->copy = -1;
   o->readonly = 0;
   o->timeout = -1;
   if (lua_isnoneornil(L, arg)) return;
@@ -662,7 +685,9 @@ static int l_send(lua_State *L) {
   dlp_Tensor *t = dlp_tensor_check(L, 2);
   int on_cuda = t->dl.device.device_type == kDLCUDA;
   if (t->flags & DLP_FLAG_READ_ONLY) opts.readonly = 1; /* what is read-only here stays so there */
-  if (!dlp_is_shareable(t)) {
+  /* copy = true copies shareable memory too, as t:to{copy = true} and DLPack's copy=True do: the
+   * receiver gets a snapshot, not the sender's memory */
+  if (!dlp_is_shareable(t) || opts.copy == 1) {
     if (!opts.copy) return dlp_buffer_error(L, "send: the tensor is not in shareable memory and copy = false");
     if (on_cuda && whole_device) dlp_ipc_cuda_settle(L, t->owner, t->dl.device, NULL, 1, "send"); /* before the copy */
     t = push_shareable_copy(L, t, stream, "send"); /* on the stream given: after the work queued there */
@@ -690,8 +715,14 @@ static int l_send(lua_State *L) {
     char proc[64];
     fchmod(o->fd, 0400); /* received memory: as dlp_ipc_new_owner does; not ours to change is no error */
     snprintf(proc, sizeof proc, "/proc/self/fd/%d", o->fd);
-    if ((fd = open(proc, O_RDONLY | O_CLOEXEC)) < 0)
-      return luaL_error(L, "send: cannot reopen the memory read-only (%s: %s)", proc, strerror(errno));
+    int collected = 0;
+    while ((fd = open(proc, O_RDONLY | O_CLOEXEC)) < 0) {
+      if (!collected_for_descriptor(L, &collected))
+        return luaL_error(L, "send: cannot reopen the memory read-only (%s: %s)", proc, strerror(errno));
+      /* its finalizers may have released t or closed the channel (o is t's while t lives) */
+      ch = check_channel(L, 1, "send");
+      dlp_live(L, t, "send");
+    }
   }
   int err = send_record(ch->fd, buf, n, fd, deadline_of(opts.timeout));
   if (fd != o->fd) close(fd);
@@ -901,13 +932,25 @@ static int push_channel_body(lua_State *L) {
   HostCall *c = lua_touserdata(L, 1);
   int type = 0, domain = 0;
   socklen_t len = sizeof type, dlen = sizeof domain;
+  struct sockaddr_un peer;
+  socklen_t plen = sizeof peer;
   if (getsockopt(c->fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 ||
       getsockopt(c->fd, SOL_SOCKET, SO_DOMAIN, &domain, &dlen) != 0 || type != SOCK_SEQPACKET || domain != AF_UNIX)
     return luaL_error(L, "dlpack_lua_push_channel: the descriptor is not an AF_UNIX SOCK_SEQPACKET socket");
+  /* a listening or never connected socket would make a channel whose every recv and send fails */
+  if (getpeername(c->fd, (struct sockaddr *)&peer, &plen) != 0)
+    return luaL_error(L, "dlpack_lua_push_channel: the socket is not connected (it listens, or never connected)");
   open_classes(L);
   push_channel(L)->fd = c->fd;
   c->taken = 1;
   fcntl(c->fd, F_SETFD, FD_CLOEXEC);
+  /* Control messages of the host's options: the sender's credentials take the room of the
+   * descriptor (the kernel drops it, and the message is lost), a pidfd would be a descriptor
+   * recv never closes. Off: what the channel receives is its own (ENOPROTOOPT: no such option). */
+  static const int options[] = {SO_PASSCRED, SO_PASSSEC, 76 /* SO_PASSPIDFD, Linux 6.5 */};
+  int off = 0;
+  for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
+    setsockopt(c->fd, SOL_SOCKET, options[i], &off, sizeof off);
   return 1;
 }
 
@@ -920,6 +963,7 @@ static int push_shared_body(lua_State *L) {
   struct stat st;
   const char *err = NULL;
   memset(&m, 0, sizeof m);
+  if (!layout) return luaL_error(L, "dlpack_lua_push_shared: no layout (NULL)"); /* as a NULL managed tensor */
   m.device = layout->device;
   m.ndim = layout->ndim;
   m.flags = c->flags;
@@ -948,11 +992,12 @@ static int push_shared_body(lua_State *L) {
 
 /* Run body protected: a descriptor no object took yet is closed if it raises, then the error goes on. */
 static void host_call(lua_State *L, lua_CFunction body, HostCall *c, const char *what) {
-  if (luaL_getmetatable(L, DLPACK_LUA_TENSOR_MT) == LUA_TNIL) {
+  /* the module's own record, not the name "dlpack.Tensor" in the registry, which any library may
+   * take: without the module, the tensor would have no metatable, and its memory no finalizer */
+  if (!dlp_state(L)) {
     close(c->fd);
     luaL_error(L, "%s: the dlpack module is not open in this lua_State", what);
   }
-  lua_pop(L, 1);
   lua_pushcfunction(L, body);
   lua_pushlightuserdata(L, c);
   if (lua_pcall(L, 1, 1, 0) != 0) {

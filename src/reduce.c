@@ -638,6 +638,9 @@ static int read_dims(lua_State *L, int ndim, int *reduced) {
     n = 1;
   } else if (type == LUA_TTABLE) {
     n = dlp_check_integers(L, 2, dims, DLP_MAX_NDIM, INT64_MIN, "dim");
+    if (n == 0 && (lua_pushnil(L), lua_next(L, 2))) /* {out = r} where dim goes: opts misplaced, not "no dims" */
+      luaL_argerror(L, 2, "dim is a table with named keys, not a list of dimensions (opts come after dim: "
+                          "t:sum(nil, opts))");
   } else {
     return luaL_argerror(L, 2, lua_pushfstring(L, "dim must be a number, a table of dimensions or nil, got %s",
                                                luaL_typename(L, 2)));

@@ -28,12 +28,8 @@ local function quote(s)
   return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
 end
 
-local PID = (function()
-  local f = assert(io.open("/proc/self/stat"))
-  local line = f:read("l")
-  f:close()
-  return line:match("^(%d+)")
-end)()
+local procfs = require "ipc.proc"
+local PID = procfs.pid()
 
 local serial = 0
 local function new_path()
@@ -41,15 +37,9 @@ local function new_path()
   return ("@dlpack-cuda-ipc-%s-%d"):format(PID, serial)
 end
 
--- descriptors this process has open now (less the pipe to the command that lists them, of which
--- the listing may see both ends: popen closes one while the command runs)
+-- descriptors this process has open now (spec/ipc/proc.lua: less the pipe to the command that lists them)
 local function open_fds()
-  local cmd = "me=$(readlink /proc/$$/fd/1); ls -l /proc/" .. PID .. "/fd | sed 1d | grep -vF \"$me\""
-  local p = assert(io.popen(cmd))
-  local n = 0
-  for _ in p:lines() do n = n + 1 end
-  p:close()
-  return n
+  return (procfs.descriptors())
 end
 
 local function hex(s)
