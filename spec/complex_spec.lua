@@ -287,7 +287,13 @@ describe("complex selection, joining, out= and in place", function()
     local mag = dlpack.zeros({2}, "complex64")
     dlpack.abs(a, {out = mag})
     assert.same({f32(math.sqrt(5)), 0, 5, 0}, parts(mag))
-    -- dtype= computes in a complex dtype
+    -- dtype= converts the inputs first, as copy converts: a real dtype takes the real part
+    -- (docs/api.md: abs(z):to(...) gives the magnitude), a complex one computes real inputs as complex
+    local z = C("complex64", {-3, 4})
+    assert.same({3}, dlpack.abs(z, {dtype = "float64"}):totable())
+    local m = dlpack.abs(z, {dtype = "complex128"})
+    assert.equal("float64", m.dtype)
+    assert.same({5}, m:totable())
     local r = dlpack.add(dlpack.tensor({1, 2}, "float32"), 1, {dtype = "complex128"})
     assert.equal("complex128", r.dtype)
     assert.same({2, 0, 3, 0}, parts(r))

@@ -322,7 +322,7 @@ local function out_error(k, rs, result, inplace)
   if k.weak then return "not a tensor" end
   if k.released then return "released" end
   if not k.host then return "device" end
-  if not k.computes then return "dtype does not compute" end
+  if not k.computes and not CM.COMPLEX[k.dtype] then return "dtype does not compute" end
   if k.readonly then return "read-only" end
   if not model.same_list(k.shape, rs) then return "shape" end
   if k.expanded then return "expanded" end
@@ -342,6 +342,24 @@ local function operand_error(ks)
   return nil
 end
 
+-- operand_error for the elementwise functions, where complex tensors compute.
+local function elementwise_error(ks)
+  for _, k in ipairs(ks) do
+    if k.released then return "released" end
+    if not k.weak then
+      if not k.host then return "device" end
+      if not k.computes and not CM.COMPLEX[k.dtype] then return "dtype does not compute" end
+    end
+  end
+  return nil
+end
+
+-- Whether a tensor among ks (or the out k_out) is complex: the model does not know those calls.
+local function has_complex(ks, k_out)
+  for _, k in ipairs(ks) do if not k.weak and CM.COMPLEX[k.dtype] then return true end end
+  return k_out ~= nil and not k_out.weak and CM.COMPLEX[k_out.dtype] == true
+end
+
 local function has(tbl, shape, pred)
   local found = false
   CM.each(shape, function(idx)
@@ -354,8 +372,9 @@ end
 -- inplace: k_out is ks[1]). Returns { err = reason } or { dtype, shape, values (nested, nil entries
 -- unknown) }, or nil when the model does not know.
 local function predict(fn, ks, dtype, k_out, inplace)
-  local e = operand_error(ks)
+  local e = elementwise_error(ks)
   if e then return { err = e } end
+  if has_complex(ks, k_out) then return nil end
   local ops = {}
   for i, k in ipairs(ks) do ops[i] = k.weak and { weak = k.weak, v = k.v } or { dtype = k.dtype } end
   if dtype and not CM.COMPUTES[dtype] then return nil end
@@ -783,11 +802,11 @@ local function clamp(S, env)
       local ks = { kt }
       if not lo.none then ks[#ks + 1] = klo end
       if not hi.none then ks[#ks + 1] = khi end
-      local e = operand_error(ks)
+      local e = elementwise_error(ks)
       local ops = {}
       for i, k in ipairs(ks) do ops[i] = k.weak and { weak = k.weak, v = k.v } or { dtype = k.dtype } end
       if e then p = { err = e }
-      elseif dopt and not CM.COMPUTES[dopt] then p = nil
+      elseif has_complex(ks, k_out) or (dopt and not CM.COMPUTES[dopt]) then p = nil
       else
         local pd = dopt
         if not pd then
@@ -903,7 +922,7 @@ local function tests(S, env)
     elseif which == 1 and not model.same_list(ka.shape, kb.shape) then
       want = false
     else
-      err = operand_error({ ka, kb })
+      err = elementwise_error({ ka, kb })
       local rs2 = not err and CM.broadcast({ ka.shape, kb.shape })
       if not err and not rs2 then err = "broadcast" end
       if not err and ka.tbl and kb.tbl then

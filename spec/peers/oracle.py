@@ -30,6 +30,10 @@ and std are NumPy's of the float32 values rounded to float16: NumPy squares floa
 in float16 (infinite from 256 on), the contract computes float16 in float32.
 NaN equals NaN; an infinity must be the same infinity.
 
+Complex operands (the `complex` job, run_complex) are checked for the functions the module
+supports for them, exactly but for mul, pow and the <complex.h> functions (8 ulp of the result's
+magnitude on each part) and abs (4 ulp); the functions it refuses for complex must raise.
+
 Each function prints a few TAP lines ("oracle: add: every dtype pair (... cases)", "...:
 out=", "...: in place add_", ...); a failing line lists up to 5 cases with their operands.
 A function, method or operator the module does not have yet is one visible SKIP naming it.
