@@ -215,8 +215,11 @@ describe("joining under hostile finalizers", function()
       return fired
     ]], support.EAGER_GC, support.GC_SETMETATABLE)
     local r = fab.run_threads(chunk, 1)[1]
-    assert.is_true(r.ok, tostring(r.value))
-    assert.is_true(r.value > 0)
+    assert(r.ok, tostring(r.value))
+    -- Lua 5.4 runs a finalizer inside nearly every call; the older collectors, now and then in
+    -- none of the 3000 rounds (seen on 5.2 under load): a visible pending there, a failure on 5.4
+    if r.value == 0 and not support.LUA54 then return pending("no finalizer ran inside cat or stack this time") end
+    assert.is_true(r.value > 0, "no finalizer ran inside cat or stack")
   end)
 end)
 

@@ -525,7 +525,9 @@ describe("matrix products under hostile finalizers", function()
       return fired
     ]], support.EAGER_GC, support.GC_SETMETATABLE)
     local r = fab.run_threads(chunk, 1)[1]
-    assert.is_true(r.ok, tostring(r.value))
-    assert.is_true(r.value > 0)
+    assert(r.ok, tostring(r.value))
+    -- as in join_spec: the older collectors may run no finalizer inside any of the calls
+    if r.value == 0 and not support.LUA54 then return pending("no finalizer ran inside matmul this time") end
+    assert.is_true(r.value > 0, "no finalizer ran inside matmul")
   end)
 end)
