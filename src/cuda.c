@@ -259,7 +259,16 @@ static pthread_mutex_t holds_lock = PTHREAD_MUTEX_INITIALIZER;
 static Hold *holds, **holds_tail = &holds;
 static Hold *kept_for_good;
 static atomic_int holds_count;
-static _Thread_local int draining; /* a release made by a drain does not drain again */
+/* Whether this thread is inside drain (a release made by a drain does not drain again). A pthread
+ * key, not _Thread_local: a dlopened module's own TLS block is dynamic TLS, which LeakSanitizer's
+ * bookkeeping misreads on some glibc versions (its tracer crashed at exit, whatever the module
+ * did). Without a key (PTHREAD_KEYS_MAX taken), drains nest: correct, since each takes its holds
+ * off the list first. */
+static pthread_key_t draining_key;
+static int have_draining_key;
+static void make_draining_key(void) {
+  have_draining_key = pthread_key_create(&draining_key, NULL) == 0;
+}
 
 static Hold *hold_new(void) {
   return calloc(1, sizeof(Hold));
@@ -336,8 +345,11 @@ static void drain(int wait, int limit) {
   Hold *mine = NULL, **mine_tail = &mine, *kept = NULL, **kept_tail = &kept, *h;
   struct { CUstream on; int device; } busy[8];
   int nbusy = 0;
-  if (draining || atomic_load(&holds_count) == 0) return;
-  draining = 1;
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  if (atomic_load(&holds_count) == 0) return;
+  pthread_once(&once, make_draining_key);
+  if (have_draining_key && pthread_getspecific(draining_key)) return;
+  if (have_draining_key) pthread_setspecific(draining_key, &draining_key);
   pthread_mutex_lock(&holds_lock);
   for (int n = 0; holds && n < limit; n++) {
     h = holds;
@@ -372,7 +384,7 @@ static void drain(int wait, int limit) {
     holds = kept;
     pthread_mutex_unlock(&holds_lock);
   }
-  draining = 0;
+  if (have_draining_key) pthread_setspecific(draining_key, NULL);
 }
 
 void dlp_cuda_drain_pending(int wait) {
