@@ -217,6 +217,16 @@ void dlp_ipc_unmap(dlp_Owner *o) {
   close(o->fd);
 }
 
+/* After a call that makes a descriptor failed: 1 when it failed for want of one (EMFILE, ENFILE)
+ * and a full collection ran (garbage channels, listeners and tensors hold descriptors), the first
+ * time (*collected): try once more. Its finalizers may have closed what the caller uses. */
+static int collected_for_descriptor(lua_State *L, int *collected) {
+  if (*collected || (errno != EMFILE && errno != ENFILE) || !dlp_gc_running(L)) return 0;
+  *collected = 1;
+  lua_gc(L, LUA_GCCOLLECT, 0);
+  return 1;
+}
+
 dlp_Owner *dlp_ipc_new_owner(lua_State *L, DLDevice device, size_t nbytes, const char *what) {
   DLDevice cpu = {kDLCPU, 0};
   if (device.device_type == kDLCUDA) return dlp_ipc_cuda_new_owner(L, device, nbytes, what);
@@ -229,11 +239,9 @@ dlp_Owner *dlp_ipc_new_owner(lua_State *L, DLDevice device, size_t nbytes, const
   if (getrlimit(RLIMIT_FSIZE, &fsize) == 0 && fsize.rlim_cur != RLIM_INFINITY && (rlim_t)nbytes > fsize.rlim_cur)
     luaL_error(L, "%s: %I bytes of shareable memory are more than this process's file size limit allows (%I "
                   "bytes, ulimit -f): it is a file (a memfd)", what, (lua_Integer)nbytes, (lua_Integer)fsize.rlim_cur);
-  int fd = memfd_create("dlpack", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0 && (errno == EMFILE || errno == ENFILE) && dlp_gc_running(L)) {
-    lua_gc(L, LUA_GCCOLLECT, 0); /* garbage shareable tensors hold descriptors: free them, try again */
-    fd = memfd_create("dlpack", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  }
+  int fd, collected = 0;
+  do fd = memfd_create("dlpack", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  while (fd < 0 && collected_for_descriptor(L, &collected));
   if (fd < 0)
     luaL_error(L, "%s: memfd_create failed: %s%s", what, strerror(errno),
                errno == EMFILE ? " (EMFILE: every shareable tensor holds a descriptor; see ulimit -n)" : "");
@@ -447,16 +455,6 @@ static void close_tracked_channel(dlp_Tracked *node) {
 }
 static void close_tracked_listener(dlp_Tracked *node) {
   close_listener((Listener *)((char *)node - offsetof(Listener, track)));
-}
-
-/* After a call that makes a descriptor failed: 1 when it failed for want of one (EMFILE, ENFILE)
- * and a full collection ran (garbage channels, listeners and tensors hold descriptors), the first
- * time (*collected): try once more. Its finalizers may have closed what the caller uses. */
-static int collected_for_descriptor(lua_State *L, int *collected) {
-  if (*collected || (errno != EMFILE && errno != ENFILE) || !dlp_gc_running(L)) return 0;
-  *collected = 1;
-  lua_gc(L, LUA_GCCOLLECT, 0);
-  return 1;
 }
 
 /* An allocation: made before the descriptor it will hold exists, so that nothing leaks. */
@@ -783,15 +781,15 @@ static ssize_t receive_record(int sock, unsigned char *b, size_t cap, int *fds, 
  * recv checks first, and when none is free collects once (garbage tensors hold descriptors):
  * finalizers run then, and may close the channel (1 is returned then) or receive on it. */
 static int descriptor_free(lua_State *L, Channel *ch) {
-  for (int collected = 0; ch->fd >= 0; collected = 1) {
+  int collected = 0;
+  while (ch->fd >= 0) {
     int probe = fcntl(ch->fd, F_DUPFD_CLOEXEC, 0);
     if (probe >= 0) {
       close(probe);
       return 1;
     }
     int none = errno == EMFILE || errno == ENFILE;
-    if (!none || collected || !dlp_gc_running(L)) return !none;
-    lua_gc(L, LUA_GCCOLLECT, 0);
+    if (!collected_for_descriptor(L, &collected)) return !none;
   }
   return 1;
 }
