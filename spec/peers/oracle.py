@@ -34,6 +34,10 @@ Complex operands (the `complex` job, run_complex) are checked for the functions 
 supports for them, exactly but for mul, pow and the <complex.h> functions (8 ulp of the result's
 magnitude on each part) and abs (4 ulp); the functions it refuses for complex must raise.
 
+The `attack` job (run_attack) checks three classes an attack found, exactly: bool arrays whose
+true bytes are 1 to 255 (results must hold 0 and 1 only), int8..int64 against uint64 in the
+comparisons, and int64/uint64 values just above a float32 tie cast to float32, float16, complex64.
+
 Each function prints a few TAP lines ("oracle: add: every dtype pair (... cases)", "...:
 out=", "...: in place add_", ...); a failing line lists up to 5 cases with their operands.
 A function, method or operator the module does not have yet is one visible SKIP naming it.
@@ -1594,6 +1598,112 @@ def run_complex():
     line.emit()
 
 
+# ---- the attack's classes ---------------------------------------------------------------
+# bool bytes other than 0 and 1, int64 against uint64 compared exactly, and 64-bit integers
+# rounded once to the narrow floats: NumPy reads a nonzero byte as True and writes 0 or 1, has
+# exact mixed comparison loops, and casts integers with one rounding.
+
+BOOL_BINARY = [("eq", "equal"), ("ne", "not_equal"), ("lt", "less"), ("le", "less_equal"), ("gt", "greater"),
+               ("ge", "greater_equal"), ("add", "add"), ("mul", "multiply"), ("maximum", "maximum"),
+               ("minimum", "minimum"), ("band", "bitwise_and"), ("bor", "bitwise_or"), ("bxor", "bitwise_xor"),
+               ("logical_and", "logical_and"), ("logical_or", "logical_or"), ("logical_xor", "logical_xor")]
+
+
+def raw_bool(rng, shape):
+    """A bool array whose true bytes are anything from 1 to 255."""
+    raw = rng.integers(1, 256, size=shape, dtype=np.uint8)
+    raw[rng.random(shape) < 0.4] = 0
+    return raw.view(np.bool_)
+
+
+def canonical_diff(got, want):
+    """diff, and a bool result must hold the bytes 0 and 1 only."""
+    d = diff(got, want)
+    if d is None and isinstance(got, np.ndarray) and got.dtype == np.bool_ and got.view(np.uint8).max(initial=0) > 1:
+        return "a bool result holds byte %d (only 0 and 1)" % got.view(np.uint8).max()
+    return d
+
+
+def mixed_integers(rng, dtype, n):
+    """n values of dtype near the places where float64 rounds: 2^53, 2^63, 2^64, -1, 0."""
+    info = np.iinfo(dtype)
+    near = [2 ** 53, 2 ** 53 + 1, 2 ** 63 - 1, 2 ** 63, 2 ** 64 - 1, 2 ** 62 + 1, -1, 0, -2 ** 63, 1]
+    near = [v for v in near if info.min <= v <= info.max]
+    pick = [near[int(i)] for i in rng.integers(0, len(near), size=n)]
+    return np.array(pick, dtype=object).astype(dtype)
+
+
+def run_attack():
+    rng = rng_for("attack")
+    line = Line("attack: bool bytes 1 to 255 in the bool loops, where, masks, reductions and conversions")
+    for k in range(12):
+        shape = rand_shape(rng, min_nd=1, max_nd=3)
+        a, b = raw_bool(rng, shape), raw_bool(rng, shape)
+        for name, ufunc in BOOL_BINARY:
+            check(line, desc_call(name, a, b), lambda a=a, b=b, n=name: H.call(n, None, None, to_lua(a), to_lua(b)),
+                  lambda a=a, b=b, u=getattr(np, ufunc): u(a, b), compare=canonical_diff)
+        for name, fn in (("logical_not", np.logical_not), ("abs", np.abs), ("floor", np.floor)):
+            check(line, desc_call(name, a), lambda a=a, n=name: H.call(n, None, None, to_lua(a)),
+                  lambda a=a, f=fn: f(a), compare=canonical_diff)
+        check(line, desc_call("where", a, b, a), lambda a=a, b=b: H.call("where", None, None, to_lua(a), to_lua(b),
+                                                                          to_lua(a)),
+              lambda a=a, b=b: np.where(a, b, a) != 0, compare=canonical_diff)
+        check(line, desc_call("equal", a, b != 0), lambda a=a: H.call("equal", None, None, to_lua(a),
+                                                                      to_lua(np.array(a != 0))),
+              lambda: np.bool_(True), compare=diff)
+        for dtype in ("int32", "float32", "uint8"):
+            check(line, desc_call("to", a, dtype), lambda a=a, d=dtype: H.method("to", to_lua(a), d),
+                  lambda a=a, d=dtype: a.astype(d))
+        for name in ("sum", "any", "all", "max", "min", "argmax", "argmin"):
+            if a.size == 0 and name in ("max", "min", "argmax", "argmin"):
+                continue
+            want = getattr(np, name)(a)
+            if name.startswith("arg"):
+                want = np.int64(want + 1)
+            check(line, desc_call(name, a), lambda a=a, n=name: H.reduce(n, False, to_lua(a), None, None, None, None),
+                  lambda w=want: w)
+        mine = np.zeros(shape, np.int16)
+
+        def fill(mine=mine, a=a):
+            H.method("masked_fill", to_lua(mine), to_lua(a), 7)
+            return mine
+        check(line, desc_call("masked_fill", mine, a), fill, lambda a=a: np.where(a, np.int16(7), np.int16(0)))
+    line.emit()
+
+    line = Line("attack: int8..int64 against uint64 in the comparisons, exactly (and maximum in float64)")
+    for k in range(24):
+        n = int(rng.integers(1, 40))
+        sd = ["int64", "int32", "int8"][k % 3]
+        a, b = mixed_integers(rng, sd, n), mixed_integers(rng, "uint64", n)
+        if k % 2:
+            a, b = b, a
+        for name, ufunc in BOOL_BINARY[:6] + [("maximum", "maximum"), ("minimum", "minimum")]:
+            check(line, desc_call(name, a, b), lambda a=a, b=b, n=name: H.call(n, None, None, to_lua(a), to_lua(b)),
+                  lambda a=a, b=b, u=getattr(np, ufunc): u(a, b))
+        check(line, desc_call("equal", a, b), lambda a=a, b=b: H.call("equal", None, None, to_lua(a), to_lua(b)),
+              lambda a=a, b=b: np.bool_(np.array_equal(a, b)), compare=diff)
+    line.emit()
+
+    line = Line("attack: int64 and uint64 to float32, float16 and complex64, one rounding")
+    for k in range(8):
+        n = 200
+        bits = rng.integers(1, 65, size=n)
+        v = rng.integers(0, 2 ** 64, size=n, dtype=np.uint64, endpoint=False) >> (64 - bits).astype(np.uint64)
+        # half of them just above a float32 tie by less than float64 can hold: 24 bits, the tie
+        # bit, zeros, and a few low bits (float64 rounds them to the tie, float32 then to even)
+        top = rng.integers(54, 65, size=n).astype(np.uint64)
+        tie = (v | (np.uint64(1) << (top - np.uint64(1)))) >> (top - np.uint64(24)) << (top - np.uint64(24))
+        tie |= (np.uint64(1) << (top - np.uint64(25))) | rng.integers(1, 2 ** 10, size=n, dtype=np.uint64)
+        v = np.where(rng.random(n) < 0.5, tie, v)
+        for src in (v, v.view(np.int64)):
+            for dtype in ("float32", "float16", "complex64"):
+                check(line, desc_call("to", src, dtype), lambda s=src, d=dtype: H.method("to", to_lua(s), d),
+                      lambda s=src, d=dtype: s.astype(d))
+            check(line, desc_call("add", src, 0, "float32"),
+                  lambda s=src: H.call("add", None, "float32", to_lua(s), 0), lambda s=src: s.astype(np.float32))
+    line.emit()
+
+
 # ---- main ------------------------------------------------------------------------------
 
 def setup():
@@ -1637,7 +1747,7 @@ def run(only=()):
     jobs += [(spec[0], run_reduction, spec) for spec in REDUCTIONS]
     jobs += [(n, run_matmul, n) for n in ("matmul", "dot")] + [(n, run_cat_stack, n) for n in ("cat", "stack")]
     jobs += [("flip", lambda _: run_flip(), None)] + [(n, run_equal_allclose, n) for n in ("equal", "allclose")]
-    jobs += [("complex", lambda _: run_complex(), None)]
+    jobs += [("complex", lambda _: run_complex(), None), ("attack", lambda _: run_attack(), None)]
     for job, fn, arg in jobs:
         if only and job not in only:
             continue
