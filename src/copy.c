@@ -279,8 +279,8 @@ static void copy_repacked(dlp_Tensor *dst, const dlp_Tensor *src) {
 /* Spans fit: checked when the tensors were made. Host memory is compared by what it is, not by
  * who owns it: two imports of one producer's memory have different owners but may share bytes,
  * and two mappings of one memfd share bytes at different addresses (ipc.c translates them). On
- * CUDA devices only views of one owner are compared (pointers of two allocations may be of two
- * contexts). */
+ * CUDA devices, as before, only views of one owner are compared (two imports of one exported
+ * allocation are not recognised). */
 int dlp_overlaps(const dlp_Tensor *a, const dlp_Tensor *b) {
   dlp_Span sa, sb;
   int host = dlp_device_is_host(a->dl.device);
