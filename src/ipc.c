@@ -295,7 +295,7 @@ int dlp_ipc_shares_file_bytes(uintptr_t a_lo, uintptr_t a_hi, uintptr_t b_lo, ui
   size_t a0 = mapping_after(a_lo), b0 = mapping_after(b_lo);
   a0 -= a0 > 0, b0 -= b0 > 0;
   for (size_t i = a0; !found && i < nmappings && mappings[i].base < a_hi; i++) {
-    uint64_t alo, ahi, blo, bhi;
+    uint64_t alo = 0, ahi = 0, blo = 0, bhi = 0; /* (set by file_range before they are read) */
     if (!file_range(i, a_lo, a_hi, &alo, &ahi)) continue;
     for (size_t j = b0; !found && j < nmappings && mappings[j].base < b_hi; j++)
       found = mappings[j].ino == mappings[i].ino && mappings[j].dev == mappings[i].dev &&
