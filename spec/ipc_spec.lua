@@ -274,6 +274,113 @@ describe("dlpack.ipc zero-copy", function()
   end)
 end)
 
+-- One block mapped twice in one process (the same tensor received twice, or the sender's tensor
+-- beside what it received of it): two addresses, one set of pages. Writers decide overlap by the
+-- memfd's file and offsets, so the result is as if every input had been read first.
+describe("dlpack.ipc overlap through two mappings of one block", function()
+  local a, b
+  before_each(function() a, b = pair() end)
+  after_each(function()
+    a:close()
+    b:close()
+  end)
+
+  local function block(values, dtype)
+    local t = ipc.zeros({#values}, dtype or "float32")
+    for i, v in ipairs(values) do t[i] = v end
+    return t
+  end
+  local function received(t, opts)
+    a:send(t, opts)
+    return assert(b:recv(1))
+  end
+  local ONE_TO_EIGHT = {1, 2, 3, 4, 5, 6, 7, 8}
+  local NINES = {9, 9, 9, 9, 9, 9, 9, 9}
+
+  it("adds in place into one receive of a tensor received twice, the other flipped", function()
+    local t = block(ONE_TO_EIGHT)
+    local r1, r2 = received(t), received(t)
+    r2:add_(r1:flip(1))
+    assert.are.same(NINES, r2:totable())
+    assert.are.same(NINES, t:totable())
+  end)
+
+  it("copies into the sender's tensor from its received mapping, flipped", function()
+    local t = block(ONE_TO_EIGHT)
+    local r1 = received(t)
+    t:copy(r1:flip(1))
+    assert.are.same({8, 7, 6, 5, 4, 3, 2, 1}, t:totable())
+    r1:copy(t:flip(1)) -- the other way round
+    assert.are.same(ONE_TO_EIGHT, r1:totable())
+  end)
+
+  it("writes in place into the sender's tensor with an input read through the received mapping", function()
+    local t = block(ONE_TO_EIGHT)
+    local r1 = received(t)
+    t:add_(r1:flip(1))
+    assert.are.same(NINES, t:totable())
+    local u = block(ONE_TO_EIGHT, "int32")
+    local ru = received(u)
+    ru:mul_(u:flip(1)) -- the received mapping written, the sender's read
+    assert.are.same({8, 14, 18, 20, 20, 18, 14, 8}, u:totable())
+  end)
+
+  it("writes out= through one mapping while reading the other", function()
+    local t = block(ONE_TO_EIGHT)
+    local r1, r2 = received(t), received(t)
+    dlpack.add(r1:flip(1), 0, {out = r2})
+    assert.are.same({8, 7, 6, 5, 4, 3, 2, 1}, t:totable())
+    dlpack.clamp(r2:flip(1), 2, 7, {out = t})
+    assert.are.same({2, 2, 3, 4, 5, 6, 7, 7}, t:totable())
+    dlpack.where(r1:lt(0), r1, r2:flip(1), {out = r1}) -- nowhere true: the flipped other mapping
+    assert.are.same({7, 7, 6, 5, 4, 3, 2, 2}, t:totable())
+  end)
+
+  it("masked_fill and clamp_ read a mask and bounds through the other mapping", function()
+    local t = block({0, 0, 0, 0, 1, 1, 1, 1}, "int32")
+    local r1 = received(t)
+    t:masked_fill(r1:flip(1), 5)
+    assert.are.same({5, 5, 5, 5, 1, 1, 1, 1}, t:totable())
+    local u = block({5, 1, 1, 1, 1, 1, 1, 1})
+    local ru = received(u)
+    u:narrow(1, 2, 7):clamp_(ru:narrow(1, 1, 7), 100) -- each element at least its left neighbour's old value
+    assert.are.same({5, 5, 1, 1, 1, 1, 1, 1}, u:totable())
+  end)
+
+  it("sees through a re-import of a mapped tensor (from_dlpack of to_dlpack) and views of it", function()
+    local t = block(ONE_TO_EIGHT)
+    local r1 = received(t)
+    local again = dlpack.from_dlpack(dlpack.to_dlpack(r1))
+    t:copy(again:flip(1))
+    assert.are.same({8, 7, 6, 5, 4, 3, 2, 1}, t:totable())
+    local view = dlpack.from_dlpack(dlpack.to_dlpack(r1:narrow(1, 3, 6)))
+    view:add_(t:narrow(1, 1, 6):flip(1)) -- view[i] = t[i + 2] + t[7 - i], all read first
+    assert.are.same({8, 7, 9, 9, 9, 9, 9, 9}, t:totable())
+  end)
+
+  it("reads through a readonly receive into a writable receive of the same block", function()
+    local t = block(ONE_TO_EIGHT)
+    local ro, rw = received(t, {readonly = true}), received(t)
+    assert.is_true(ro.readonly)
+    rw:add_(ro:flip(1))
+    assert.are.same(NINES, t:totable())
+    t:copy(ro:flip(1))
+    assert.are.same(NINES, t:totable())
+    rw:sub_(ro:slice(1, 1, 8, 1):flip(1):add(0)) -- a fresh input: nothing to copy, 9 - 9
+    assert.are.same({0, 0, 0, 0, 0, 0, 0, 0}, t:totable())
+  end)
+
+  it("leaves distinct blocks and distinct parts of one block alone", function()
+    local t, u = block(ONE_TO_EIGHT), block({8, 7, 6, 5, 4, 3, 2, 1})
+    local rt, ru = received(t), received(u)
+    rt:add_(ru) -- two files: no overlap
+    assert.are.same(NINES, t:totable())
+    local r = received(t)
+    r:narrow(1, 1, 4):copy(t:narrow(1, 5, 4):flip(1)) -- the same file, disjoint bytes
+    assert.are.same(NINES, t:totable())
+  end)
+end)
+
 describe("dlpack.ipc readonly", function()
   it("refuses every write in the receiver and leaves the sender's tensor writable", function()
     local ch, child = spawn("readonly")

@@ -276,15 +276,23 @@ static void copy_repacked(dlp_Tensor *dst, const dlp_Tensor *src) {
 
 /* ---- dlp_copy ---- */
 
-/* Spans fit: checked when the tensors were made. */
+/* Spans fit: checked when the tensors were made. Host memory is compared by what it is, not by
+ * who owns it: two imports of one producer's memory have different owners but may share bytes,
+ * and two mappings of one memfd share bytes at different addresses (ipc.c translates them). On
+ * CUDA devices, as before, only views of one owner are compared (two imports of one exported
+ * allocation are not recognised). */
 int dlp_overlaps(const dlp_Tensor *a, const dlp_Tensor *b) {
   dlp_Span sa, sb;
-  if (a->owner != b->owner) return 0;
+  int host = dlp_device_is_host(a->dl.device);
+  if (host != dlp_device_is_host(b->dl.device) || (!host && a->owner != b->owner)) return 0;
   dlp_span_of(a->dl.ndim, a->dl.shape, a->dl.strides, a->dtype, a->flags, &sa);
   dlp_span_of(b->dl.ndim, b->dl.shape, b->dl.strides, b->dtype, b->flags, &sb);
   if (sa.numel == 0 || sb.numel == 0) return 0;
   uintptr_t a0 = (uintptr_t)dlp_first_element(a), b0 = (uintptr_t)dlp_first_element(b);
-  return a0 + (uintptr_t)sa.lo < b0 + (uintptr_t)sb.hi && b0 + (uintptr_t)sb.lo < a0 + (uintptr_t)sa.hi;
+  uintptr_t alo = a0 + (uintptr_t)sa.lo, ahi = a0 + (uintptr_t)sa.hi;
+  uintptr_t blo = b0 + (uintptr_t)sb.lo, bhi = b0 + (uintptr_t)sb.hi;
+  if (alo < bhi && blo < ahi) return 1;
+  return host && dlp_ipc_shares_file_bytes(alo, ahi, blo, bhi);
 }
 
 void dlp_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStream *stream, const char *what) {

@@ -344,17 +344,6 @@ static int mixed_integer_compare(const Operand *in, int p, int op, int want[3], 
   return 1;
 }
 
-/* Whether the bytes a and b reach (host memory) overlap, whoever owns them: two imports of one
- * producer's memory have different owners but may share bytes. */
-static int bytes_overlap(const dlp_Tensor *a, const dlp_Tensor *b) {
-  dlp_Span sa, sb;
-  dlp_span_of(a->dl.ndim, a->dl.shape, a->dl.strides, a->dtype, a->flags, &sa);
-  dlp_span_of(b->dl.ndim, b->dl.shape, b->dl.strides, b->dtype, b->flags, &sb);
-  if (sa.numel == 0 || sb.numel == 0) return 0;
-  uintptr_t a0 = (uintptr_t)dlp_first_element(a), b0 = (uintptr_t)dlp_first_element(b);
-  return a0 + (uintptr_t)sa.lo < b0 + (uintptr_t)sb.hi && b0 + (uintptr_t)sb.lo < a0 + (uintptr_t)sa.hi;
-}
-
 /* ---- the driver ---- */
 
 typedef struct Call {
@@ -498,7 +487,7 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
   for (int k = 0; k < n; k++) {
     if (!in[k].t) continue;
     source[k] = in[k].t;
-    if (c->out && bytes_overlap(out, in[k].t)) {
+    if (c->out && dlp_overlaps(out, in[k].t)) {
       int same = dlp_first_element(out) == dlp_first_element(in[k].t) && in[k].t->dl.ndim == ndim;
       dlp_broadcast_strides(in[k].t, ndim, shape, strides[k + 1]);
       for (int i = 0; same && i < ndim; i++) same = strides[k + 1][i] == strides[0][i];

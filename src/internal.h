@@ -352,7 +352,9 @@ void dlp_flip_register(lua_State *L, int module, int methods, int meta); /* t:fl
  * Both must stay on the stack. Copies that involve CUDA device memory go through dlp_cuda_copy,
  * on stream (NULL: synchronously). Allocates (a temporary, staging) before it takes memory. */
 void dlp_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStream *stream, const char *what);
-/* Do the bytes a and b reach overlap? (Views of one owner; false for different owners.) */
+/* Do the bytes a and b reach overlap? Host memory: by address, whoever owns it, and through two
+ * of dlpack.ipc's mappings of one memfd by the file's offsets. Device memory: views of one owner.
+ * Every writer that reads other tensors asks this (copy, elementwise out= and in place). */
 int dlp_overlaps(const dlp_Tensor *a, const dlp_Tensor *b);
 /* t's elements (host memory) in row-major order into out, which has room for them. */
 void dlp_gather(char *out, const dlp_Tensor *t);
@@ -555,6 +557,10 @@ int dlp_is_shareable(const dlp_Tensor *t);      /* t.shareable: its memory is a 
 /* An owner of nbytes of fresh shareable memory on device (zeroed); raises naming what. */
 dlp_Owner *dlp_ipc_new_owner(lua_State *L, DLDevice device, size_t nbytes, const char *what);
 void dlp_ipc_unmap(dlp_Owner *o);               /* owner.c, on the last release: unmap, close fd */
+/* Whether the host address ranges [a_lo, a_hi) and [b_lo, b_hi) reach the same bytes of one memfd
+ * through two of this module's mappings of it (one block received twice, or sent and received in
+ * one process); 0 at once when there are none. Any thread. */
+int dlp_ipc_shares_file_bytes(uintptr_t a_lo, uintptr_t a_hi, uintptr_t b_lo, uintptr_t b_hi);
 /* After a tensor holding a new descriptor is complete: collect when many were made (module.c). */
 void dlp_ipc_account_descriptor(lua_State *L);
 

@@ -11,8 +11,10 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -208,12 +210,110 @@ static uint64_t file_offset_of(const dlp_Tensor *t) {
   return (uint64_t)o->fd_offset + (o->memory ? (uint64_t)(first - (uintptr_t)o->memory) : 0);
 }
 
+/* ---- the module's memfd mappings, for overlap (dlp_overlaps) ----
+ * One block mapped twice in this process (the same tensor received twice, the sender's tensor
+ * beside what it received of it) has two addresses and one set of pages, so writers decide
+ * overlap on the file (st_dev, st_ino) and its offsets. Every cpu mapping made here is listed,
+ * sorted by address, from mmap to munmap; an address range of any tensor, whoever owns it (a
+ * re-import of a mapped tensor), translates through the list. Mappings are made and unmapped on
+ * any thread: a mutex, and a count read without it so that a process with none pays nothing. */
+
+typedef struct Mapping {
+  uintptr_t base, end; /* [base, end) */
+  dev_t dev;
+  ino_t ino;
+  uint64_t offset; /* of base in the file */
+} Mapping;
+
+static pthread_mutex_t mappings_lock = PTHREAD_MUTEX_INITIALIZER;
+static Mapping *mappings; /* sorted by base (mappings never overlap one another); freed when empty */
+static size_t nmappings, mappings_cap;
+static atomic_size_t mappings_live; /* nmappings, for the unlocked fast path */
+
+/* The index of the first mapping whose base is above addr (under the lock). */
+static size_t mapping_after(uintptr_t addr) {
+  size_t lo = 0, hi = nmappings;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (mappings[mid].base <= addr) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* List length bytes at base, mapped from offset of the file st describes; 0 when out of memory. */
+static int add_mapping(void *base, size_t length, const struct stat *st, uint64_t offset) {
+  Mapping m = {(uintptr_t)base, (uintptr_t)base + length, st->st_dev, st->st_ino, offset};
+  int ok = 1;
+  pthread_mutex_lock(&mappings_lock);
+  if (nmappings == mappings_cap) {
+    size_t cap = mappings_cap ? 2 * mappings_cap : 16;
+    Mapping *grown = realloc(mappings, cap * sizeof *grown);
+    if (grown) mappings = grown, mappings_cap = cap;
+    else ok = 0;
+  }
+  if (ok) {
+    size_t i = mapping_after(m.base);
+    memmove(mappings + i + 1, mappings + i, (nmappings - i) * sizeof *mappings);
+    mappings[i] = m;
+    atomic_store_explicit(&mappings_live, ++nmappings, memory_order_release);
+  }
+  pthread_mutex_unlock(&mappings_lock);
+  return ok;
+}
+
+static void remove_mapping(void *base) {
+  pthread_mutex_lock(&mappings_lock);
+  size_t i = mapping_after((uintptr_t)base);
+  if (i > 0 && mappings[i - 1].base == (uintptr_t)base) {
+    memmove(mappings + i - 1, mappings + i, (nmappings - i) * sizeof *mappings);
+    atomic_store_explicit(&mappings_live, --nmappings, memory_order_release);
+    if (nmappings == 0) {
+      free(mappings);
+      mappings = NULL;
+      mappings_cap = 0;
+    }
+  }
+  pthread_mutex_unlock(&mappings_lock);
+}
+
+/* The part of [lo, hi) that mapping k covers, as file offsets [*flo, *fhi); 0 when none. */
+static int file_range(size_t k, uintptr_t lo, uintptr_t hi, uint64_t *flo, uint64_t *fhi) {
+  const Mapping *m = &mappings[k];
+  uintptr_t from = lo > m->base ? lo : m->base, to = hi < m->end ? hi : m->end;
+  if (from >= to) return 0;
+  *flo = m->offset + (from - m->base);
+  *fhi = m->offset + (to - m->base);
+  return 1;
+}
+
+int dlp_ipc_shares_file_bytes(uintptr_t a_lo, uintptr_t a_hi, uintptr_t b_lo, uintptr_t b_hi) {
+  if (atomic_load_explicit(&mappings_live, memory_order_acquire) == 0) return 0;
+  int found = 0;
+  pthread_mutex_lock(&mappings_lock);
+  /* the mappings a range reaches: from the last one that starts at or below it */
+  size_t a0 = mapping_after(a_lo), b0 = mapping_after(b_lo);
+  a0 -= a0 > 0, b0 -= b0 > 0;
+  for (size_t i = a0; !found && i < nmappings && mappings[i].base < a_hi; i++) {
+    uint64_t alo = 0, ahi = 0, blo = 0, bhi = 0; /* (set by file_range before they are read) */
+    if (!file_range(i, a_lo, a_hi, &alo, &ahi)) continue;
+    for (size_t j = b0; !found && j < nmappings && mappings[j].base < b_hi; j++)
+      found = mappings[j].ino == mappings[i].ino && mappings[j].dev == mappings[i].dev &&
+              file_range(j, b_lo, b_hi, &blo, &bhi) && alo < bhi && blo < ahi;
+  }
+  pthread_mutex_unlock(&mappings_lock);
+  return found;
+}
+
 void dlp_ipc_unmap(dlp_Owner *o) {
   if (o->device.device_type == kDLCUDA) {
     dlp_ipc_cuda_unmap(o);
     return;
   }
-  if (o->memory && o->nbytes) munmap(o->memory, o->nbytes);
+  if (o->memory && o->nbytes) {
+    remove_mapping(o->memory); /* before munmap: the next mmap may reuse the addresses */
+    munmap(o->memory, o->nbytes);
+  }
   close(o->fd);
 }
 
@@ -249,13 +349,18 @@ dlp_Owner *dlp_ipc_new_owner(lua_State *L, DLDevice device, size_t nbytes, const
    * writing (a memfd is made 0777); this process keeps its own read-write descriptor. */
   fchmod(fd, 0400);
   void *p = NULL;
-  int err = 0;
-  if (ftruncate(fd, (off_t)nbytes) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+  int err = 0, listed = 0;
+  struct stat st;
+  if (ftruncate(fd, (off_t)nbytes) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0 ||
+      fstat(fd, &st) != 0)
     err = errno;
   else if (nbytes > 0 && (p = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
     err = errno, p = NULL;
+  else if (p && !(listed = add_mapping(p, nbytes, &st, 0)))
+    err = ENOMEM;
   dlp_Owner *o = err ? NULL : dlp_owner_new_block(p, cpu, nbytes);
   if (!o) {
+    if (listed) remove_mapping(p);
     if (p) munmap(p, nbytes);
     close(fd);
     if (!err) luaL_error(L, "%s: not enough memory", what);
@@ -323,9 +428,11 @@ static dlp_Owner *map_shared(int fd, const Message *m, int *readonly, char *why,
       return NULL;
     }
   }
-  dlp_Owner *o = dlp_owner_new_block(p, cpu, length);
+  int listed = p && add_mapping(p, length, &st, start);
+  dlp_Owner *o = !p || listed ? dlp_owner_new_block(p, cpu, length) : NULL;
   if (!o) {
     snprintf(why, whylen, "not enough memory");
+    if (listed) remove_mapping(p);
     if (p) munmap(p, length);
     close(fd);
     return NULL;

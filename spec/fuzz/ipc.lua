@@ -31,6 +31,13 @@ plain tensors (copy/readonly options) read raw by the peer and checked (the
 layout, the descriptor's seals, access and contents) and sometimes sent back,
 channels closed with messages waiting, the peer closing, and finalizers armed
 to close the channel, recv on it or release a tensor during the next call.
+One block mapped twice in this process (a message received twice, or a shared
+tensor beside what came back of it) is written through one mapping while the
+other is read (copy, add_, out=, masked_fill, clamp_, reversed and shifted
+views, a re-import through to_dlpack/from_dlpack, a read-only receive): the
+model says what reading every input first gives. Step 2 of every seed is one
+(a reversed copy or add_), so that every seed catches a writer that misses
+overlap through two addresses of one set of pages.
 
 A seed fails on a model violation, an error that is not recv's own, or when,
 after everything is closed and collected, this process's descriptors or
@@ -915,6 +922,7 @@ end
 -- Steps
 
 local ops = {}
+local RECV -- the recv step (set below), which the two-mappings step runs for what waits
 local function op(name, weight, fn) ops[#ops + 1] = { name = name, weight = weight, fn = fn } end
 
 local function ensure_channel(st)
@@ -973,7 +981,7 @@ function S:recv_outcome(exp, ok, r)
     pcall(T.release, r)
     return
   end
-  self:add_entry(e, r)
+  return self:add_entry(e, r)
 end
 
 op("recv", 34, function(st)
@@ -1420,10 +1428,172 @@ op("finalizer", 4, function(st)
 end)
 
 ---------------------------------------------------------------------------
+-- One block mapped twice in this process: the same message received twice (one of them read-only
+-- now and then), or a shared tensor beside what came back of it. Two addresses, one set of pages:
+-- a write through one mapping that reads the other (copy, in place, out=, masked_fill, clamp_, a
+-- re-import through to_dlpack/from_dlpack) must give what it gives when every input is read first.
+
+local ALIAS_DTYPES = { "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32" }
+
+local function wrap_to(d, v)
+  if d.bits == 64 then return v end
+  local m = 1 << d.bits
+  v = v & (m - 1)
+  if d.name:sub(1, 1) == "i" and v >= m >> 1 then v = v - m end
+  return v
+end
+
+-- The values of the 1-d entry e, from its file's model.
+local function model_values(e)
+  local vals, fmt = {}, FILLABLE[e.dtype.name]
+  for i = 0, e.shape[1] - 1 do vals[i + 1] = string.unpack(fmt, fbytes(e.file, address(e, { i }), e.dtype.itemsize)) end
+  return vals
+end
+
+local function model_store(e, vals)
+  local fmt = FILLABLE[e.dtype.name]
+  for i = 0, e.shape[1] - 1 do
+    local b, a = string.pack(fmt, wrap_to(e.dtype, vals[i + 1])), address(e, { i })
+    for j = 1, #b do e.file.over[a + j - 1] = b:byte(j) end
+  end
+end
+
+-- A 1-d view of the 1-d entry e: the model's entry and the call that makes it.
+local function view_of(e, how, first, len)
+  local v = { dtype = e.dtype, shape = { len }, strides = { e.strides[1] }, file = e.file, owner = e.owner,
+    readonly = e.readonly, numel = len, padded = false, packed = false,
+    offset = e.offset + (first - 1) * e.strides[1] * e.dtype.itemsize }
+  if how == "reversed" then
+    v.offset = v.offset + (len - 1) * e.strides[1] * e.dtype.itemsize
+    v.strides[1] = -e.strides[1]
+    return v, string.format("%s:narrow(1, %d, %d):slice(1, -1, 1, -1)", e.name, first, len),
+      function(t) return t:narrow(1, first, len):slice(1, -1, 1, -1) end
+  end
+  return v, string.format("%s:narrow(1, %d, %d)", e.name, first, len), function(t) return t:narrow(1, first, len) end
+end
+
+-- Takes the message the peer just queued (the queue was empty): the entry, or nil after a failure.
+function S:take_queued(why)
+  local exp = table.remove(self.queue, 1)
+  local ok, r = self:call(string.format("ch:recv(1)   -- message %d, %s", exp.n, why), self.ch.recv, self.ch, 1)
+  local e = self:recv_outcome(exp, ok, r)
+  if e == nil and not self.failures[1] then self:fail("recv of " .. why .. " gave no tensor") end
+  return e
+end
+
+-- Two entries on one file, the same 1-d layout, through two mappings of it; nil after a failure.
+function S:two_mappings(d, n)
+  local bytes = n * d.itemsize
+  if R(2) == 1 then -- the peer sends one message twice (the second read-only now and then: flag or descriptor)
+    local size = bytes + 16 * d.itemsize
+    local f = self:new_file(size, SHRINK | GROW, 0, size)
+    local lay = { dtype = d, padded = false, packed = false, shape = { n }, strides = { 1 } }
+    local m = new_message(lay, f, R(0, 16) * d.itemsize, 0)
+    self:peer_send(encode(m), { { kind = "memfd", file = f } }, "the block, once")
+    local ro = ({ false, false, "READ_ONLY", "a read-only descriptor" })[R(4)]
+    if ro == "READ_ONLY" then m.flags = READ_ONLY end
+    local again = { kind = "memfd", file = f, rdonly = ro == "a read-only descriptor" }
+    again.reopen = again.rdonly
+    self:peer_send(encode(m), { again }, "the block, twice" .. (ro and ", " .. ro or ""))
+    local a = self:take_queued("the block, once")
+    local b = a and self:take_queued("the block, twice")
+    return a, b, "received twice"
+  end
+  -- a shared tensor, sent and sent back: beside its own mapping, the one recv makes
+  local salt = R(0, 0x3FFFFFFF)
+  local ok, x = self:call(string.format("x = dlpack.frombytes(<%d bytes>, %q, {%d})", bytes, d.name, n),
+    dlpack.frombytes, pattern_string(salt, 0, bytes), d.name, { n })
+  if not ok then return self:fail("frombytes: " .. tostring(x)) end
+  local ok2, sh = self:call("S = ipc.share(x)", ipc.share, x)
+  if not ok2 then return self:fail("ipc.share: " .. tostring(sh)) end
+  self.nowner = self.nowner + 1
+  local e = self:add_entry({ dtype = d, shape = { n }, strides = { 1 }, offset = 0, packed = false, padded = false,
+    readonly = false, numel = n, owner = self.nowner, shared = true,
+    file = { size = bytes, seals = SHRINK | GROW, salt = salt, w0 = 0, w1 = bytes, over = {}, kind = "memfd" } }, sh)
+  local ro = R(3) == 1
+  local ok3, r = self:call(string.format("ch:send(%s%s)", e.name, ro and ", {readonly = true}" or ""), self.ch.send,
+    self.ch, sh, { readonly = ro })
+  if not ok3 or r ~= true then return self:fail("ch:send of a shared tensor: " .. tostring(r)) end
+  self.calls = self.calls + 1
+  local b, fds = fab.ipc_recv(self.peer)
+  if not b or #fds ~= 1 then return self:fail("the peer did not get the shared tensor with one descriptor") end
+  local info = fab.ipc_fd_info(fds[1])
+  e.file.ino = info.ino
+  self:peer_send(b, { { kind = "memfd", file = e.file, fd = fds[1], rdonly = info.rdonly } }, "sent back")
+  fab.ipc_close(fds[1])
+  local back = self:take_queued("the shared tensor sent back")
+  return e, back, "shared and received"
+end
+
+-- forced: the whole source reversed, copied or added (a step no unread-input bug survives)
+function S:alias_step(forced)
+  if not ensure_channel(self) then return end
+  while #self.queue > 0 and not self.ch_closed do RECV.fn(self) end -- what waits first, in order
+  if self.ch_closed or self.peer_closed then self:reconnect() end
+  local name, d = ALIAS_DTYPES[R(#ALIAS_DTYPES)], nil
+  for _, x in ipairs(DTYPES) do if x.name == name then d = x end end
+  local n = R(2, 40)
+  local a, b, how = self:two_mappings(d, n)
+  if not a or not b then return end
+  -- the destination is a writable one; the source the other, or a re-import of it
+  local dst, src = a, b
+  if R(2) == 1 and not b.readonly then dst, src = b, a end
+  if dst.readonly then dst, src = src, dst end
+  local shape = forced and 1 or R(3)
+  local len, dfirst, sfirst, dhow, shw = n, 1, 1, "straight", R(4) == 1 and not forced and "straight" or "reversed"
+  if shape == 2 then len, dfirst, sfirst, shw = n - 1, 2, 1, "straight" -- reads what the write before wrote
+  elseif shape == 3 then len, dfirst, sfirst, dhow, shw = n - 1, 1, 2, "reversed", "straight" end
+  local dv, ddesc, dmake = view_of(dst, dhow, dfirst, len)
+  local sv, sdesc, smake = view_of(src, shw, sfirst, len)
+  local okv, dt, st_ = pcall(function() return dmake(dst.t), smake(src.t) end)
+  if not okv then return self:fail("views for two mappings: " .. tostring(dt)) end
+  self:note(string.format("D = %s; X = %s   -- one block through two mappings (%s)", ddesc, sdesc, how))
+  if not src.readonly and R(4) == 1 then
+    local ok, t = self:call("X = dlpack.from_dlpack(dlpack.to_dlpack(X))   -- a re-import", function()
+      return dlpack.from_dlpack(dlpack.to_dlpack(st_))
+    end)
+    if not ok then return self:fail("re-import of a mapped view: " .. tostring(t)) end
+    st_ = t
+  end
+  local old_d, old_s = model_values(dv), model_values(sv)
+  local new, desc, fn = {}
+  local k = forced and R(2) or R(5)
+  local v = R(0, 100)
+  if k == 1 then
+    desc, fn = "D:copy(X)", function() return dt:copy(st_) end
+    for i = 1, len do new[i] = old_s[i] end
+  elseif k == 2 then
+    desc, fn = "D:add_(X)", function() return dt:add_(st_) end
+    for i = 1, len do new[i] = old_d[i] + old_s[i] end
+  elseif k == 3 then
+    desc, fn = "dlpack.sub(X, D, {out = D})", function() return dlpack.sub(st_, dt, { out = dt }) end
+    for i = 1, len do new[i] = old_s[i] - old_d[i] end
+  elseif k == 4 then
+    desc, fn = string.format("D:masked_fill(X, %d)", v), function() return dt:masked_fill(st_, v) end
+    for i = 1, len do new[i] = old_s[i] ~= 0 and v or old_d[i] end
+  else
+    desc, fn = "D:clamp_(X, nil)", function() return dt:clamp_(st_, nil) end
+    for i = 1, len do new[i] = math.max(old_d[i], old_s[i]) end
+  end
+  local ok, r = self:call(desc, fn)
+  if not ok then return self:fail(string.format("%s through two mappings (%s) raised: %s", desc, how, tostring(r))) end
+  model_store(dv, new)
+  for _, x in ipairs({ dst, src }) do
+    local why = self:mismatch(x.t, x)
+    if why then
+      return self:fail(string.format("after %s through two mappings of one block (%s: D = %s, X = %s), %s's %s", desc,
+        how, ddesc, sdesc, x.name, why))
+    end
+  end
+end
+
+op("two_mappings", 3, function(st) st:alias_step(false) end)
+
+---------------------------------------------------------------------------
 -- Running a seed
 
 local pick_op = runner.picker(ops)
-local RECV
+local ALIAS_STEP = 2
 for _, o in ipairs(ops) do if o.name == "recv" then RECV = o end end
 
 local GC_MODES = {}
@@ -1471,7 +1641,8 @@ local function run_seed(seed, steps)
     st.step = st.step + 1
     local o = pick_op()
     if #st.queue >= MAX_QUEUE and o.name:match("^send_") and o.name ~= "send_back" then o = RECV end
-    o.fn(st)
+    if st.step == ALIAS_STEP then st:alias_step(true) -- every seed writes through two mappings at least once
+    else o.fn(st) end
   end
   -- teardown: everything released, closed and collected; the counts as before the seed
   st.step = st.step + 1
