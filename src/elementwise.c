@@ -336,8 +336,8 @@ static int mixed_integer_compare(const Operand *in, int p, int op, int want[3], 
     int kind = in[k].t ? dlp_dtype_kind(in[k].t->dtype) : in[k].weak == WEAK_INT ? 2 : -1;
     if (kind != 1 && kind != 2) return 0;
     is_signed[k] = kind == 2;
-    want[k] = kind == 2 ? DLP_INT64 : DLP_UINT64;
   }
+  for (int k = 0; k < 2; k++) want[k] = is_signed[k] ? DLP_INT64 : DLP_UINT64;
   m->op = op;
   m->x_signed = is_signed[0];
   m->y_signed = is_signed[1];
