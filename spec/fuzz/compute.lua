@@ -233,7 +233,7 @@ local function fresh(S, env, d, s, layout, tag)
   local name = (tag or "F") .. S:serial()
   local desc
   if bytes and n <= 24 then
-    desc = string.format("%s = <bool %s %s frombytes %q>", name, G.fmt_list(bshape), lay, bytes)
+    desc = string.format("%s = <bool %s %s frombytes %s>", name, G.fmt_list(bshape), lay, G.fmt_bytes(bytes))
   elseif n <= 24 then
     desc = string.format("%s = <%s %s %s %s>", name, d, G.fmt_list(bshape), lay, G.fmt_list(flat))
   else
@@ -248,7 +248,7 @@ local function fresh(S, env, d, s, layout, tag)
       -- element reads take any nonzero byte as true
       local okr, got = pcall(env.T.totable, base)
       if not okr or not model.same_table(got, model.unflat(flat, bshape)) then
-        S:fail(string.format("%s: totable of a bool tensor from bytes %q is %s", name, bytes,
+        S:fail(string.format("%s: totable of a bool tensor from bytes %s is %s", name, G.fmt_bytes(bytes),
           okr and G.fmt_list(model.flat(got, bshape)) or tostring(got)))
       end
     end
@@ -1067,7 +1067,7 @@ local CASTB = { "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", 
 local function literal(S, env, d, vals, bytes)
   local name = "E" .. S:serial()
   local n = #vals
-  if bytes then S:note(string.format("%s = dlpack.frombytes(%q, \"bool\")", name, bytes))
+  if bytes then S:note(string.format("%s = dlpack.frombytes(%s, \"bool\")", name, G.fmt_bytes(bytes)))
   else S:note(string.format("%s = dlpack.tensor(%s, %q)", name, G.fmt_list(vals), d)) end
   local ok, t
   if bytes then ok, t = pcall(env.dlpack.frombytes, bytes, "bool")

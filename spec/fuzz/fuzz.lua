@@ -702,7 +702,7 @@ local function setup_pool(S_, slot, kind)
     local b = {}
     for i = 1, model.numel(shape) do b[i] = G.pick({ 0, 0, 1, 2, 3, 0x7f, 0x80, 0xfe, 0xff }) end
     local bytes = string.char(table.unpack(b))
-    desc = string.format("%s = dlpack.frombytes(%q, \"bool\", %s)", name, bytes, G.fmt_list(shape))
+    desc = string.format("%s = dlpack.frombytes(%s, \"bool\", %s)", name, G.fmt_bytes(bytes), G.fmt_list(shape))
     ok, t = S_:call(desc, dlpack.frombytes, bytes, "bool", shape)
   elseif k == 1 then
     desc = string.format("%s = dlpack.full(%s, %s, %q)", name, G.fmt_list(shape), fmt(v), dtype)
