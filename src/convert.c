@@ -94,6 +94,23 @@ uint16_t dlp_bfloat_from_double(double d) {
   return sign | (uint16_t)(round_bits(a, 45) - ((uint64_t)896 << 7));
 }
 
+/* An integer as a double rounded to odd: exact below 2^53; beyond, the last of its 53 bits is set
+ * when any bit dropped was. Rounding that double once more, to a float of 24 bits or fewer
+ * (float32, bfloat16, float16), then gives the integer correctly rounded, as if rounded once:
+ * through a double rounded to nearest, 2^62 + 2^38 + 1 would become 2^62 in float32, not 2^62 + 2^39. */
+double dlp_uint64_to_odd_double(uint64_t v) {
+  if (v < (uint64_t)1 << 53) return (double)v;
+  int drop = 0;
+  while (v >> drop >= (uint64_t)1 << 53) drop++;
+  uint64_t kept = v >> drop | ((v & (((uint64_t)1 << drop) - 1)) != 0);
+  return ldexp((double)kept, drop); /* kept has 53 bits: exact */
+}
+
+double dlp_int64_to_odd_double(int64_t v) {
+  double d = dlp_uint64_to_odd_double(v < 0 ? 0 - (uint64_t)v : (uint64_t)v);
+  return v < 0 ? -d : d;
+}
+
 /* ---- loads: each source type as the value it converts from ---- */
 
 typedef struct Complex {
@@ -172,10 +189,10 @@ static inline uint8_t bool_from_bits(uint64_t v) { return v != 0; }
 static inline uint8_t bool_from_real(double v) { return v != 0; }
 static inline uint8_t bool_from_complex(Complex v) { return v.re != 0 || v.im != 0; }
 
-/* Integers reach float32 through double, as they always have (one rounding for all but int64
- * and uint64 beyond 2^53). */
-static inline float float32_from_int(int64_t v) { return (float)(double)v; }
-static inline float float32_from_uint(uint64_t v) { return (float)(double)v; }
+/* 64-bit integers reach float32, float16 and bfloat16 through a double rounded to odd (one
+ * rounding in all); narrower integers are doubles exactly. */
+static inline float float32_from_int(int64_t v) { return (float)dlp_int64_to_odd_double(v); }
+static inline float float32_from_uint(uint64_t v) { return (float)dlp_uint64_to_odd_double(v); }
 static inline float float32_from_float(float v) { return v; }
 static inline float float32_from_double(double v) { return (float)v; }
 static inline float float32_from_complex(Complex v) { return (float)v.re; }
@@ -186,8 +203,16 @@ static inline double float64_from_complex(Complex v) { return v.re; }
 
 static inline uint16_t float16_from_double(double v) { return dlp_half_from_double(v); }
 static inline uint16_t float16_from_complex(Complex v) { return dlp_half_from_double(v.re); }
+static inline uint16_t float16_from_int(int64_t v) { return dlp_half_from_double(dlp_int64_to_odd_double(v)); }
+static inline uint16_t float16_from_uint(uint64_t v) { return dlp_half_from_double(dlp_uint64_to_odd_double(v)); }
 static inline uint16_t bfloat16_from_double(double v) { return dlp_bfloat_from_double(v); }
 static inline uint16_t bfloat16_from_complex(Complex v) { return dlp_bfloat_from_double(v.re); }
+static inline uint16_t bfloat16_from_int(int64_t v) { return dlp_bfloat_from_double(dlp_int64_to_odd_double(v)); }
+static inline uint16_t bfloat16_from_uint(uint64_t v) { return dlp_bfloat_from_double(dlp_uint64_to_odd_double(v)); }
+
+/* the imaginary part a value gives complex64 */
+static inline float imag32_from_real(double v) { (void)v; return 0; }
+static inline float imag32_from_complex(Complex v) { return (float)v.im; }
 
 static inline Complex complex_from_real(double v) { return (Complex){v, 0}; }
 static inline Complex complex_from_complex(Complex v) { return v; }
@@ -201,9 +226,12 @@ static inline Complex complex_from_complex(Complex v) { return v; }
            default: float32_from_int)(x)
 #define TO_FLOAT64(x) _Generic((x), Complex: float64_from_complex, default: float64_from_real)(x)
 #define TO_FLOAT16(x) \
-  _Generic((x), float: float16_from_float, Complex: float16_from_complex, default: float16_from_double)(x)
+  _Generic((x), float: float16_from_float, Complex: float16_from_complex, int64_t: float16_from_int, \
+           uint64_t: float16_from_uint, default: float16_from_double)(x)
 #define TO_BFLOAT16(x) \
-  _Generic((x), float: bfloat16_from_float, Complex: bfloat16_from_complex, default: bfloat16_from_double)(x)
+  _Generic((x), float: bfloat16_from_float, Complex: bfloat16_from_complex, int64_t: bfloat16_from_int, \
+           uint64_t: bfloat16_from_uint, default: bfloat16_from_double)(x)
+#define IMAG32(x) _Generic((x), Complex: imag32_from_complex, default: imag32_from_real)(x)
 #define TO_COMPLEX(x) _Generic((x), Complex: complex_from_complex, default: complex_from_real)(x)
 
 /* ---- stores ---- */
@@ -222,8 +250,7 @@ static inline Complex complex_from_complex(Complex v) { return v; }
 #define store_bfloat16(p, x) do { uint16_t v_ = TO_BFLOAT16(x); memcpy((p), &v_, 2); } while (0)
 #define store_float32(p, x) do { float v_ = TO_FLOAT32(x); memcpy((p), &v_, 4); } while (0)
 #define store_float64(p, x) do { double v_ = TO_FLOAT64(x); memcpy((p), &v_, 8); } while (0)
-#define store_complex64(p, x) \
-  do { Complex c_ = TO_COMPLEX(x); float v_[2] = {(float)c_.re, (float)c_.im}; memcpy((p), v_, 8); } while (0)
+#define store_complex64(p, x) do { float v_[2] = {TO_FLOAT32(x), IMAG32(x)}; memcpy((p), v_, 8); } while (0)
 #define store_complex128(p, x) do { Complex c_ = TO_COMPLEX(x); memcpy((p), &c_, 16); } while (0)
 
 /* ---- the kernels: one per (source, destination) pair ---- */

@@ -270,32 +270,78 @@ static void scalar_value(lua_State *L, Operand *op, int dtype, int loop_dtype, c
   dlp_row_function(loop_dtype, dtype)((char *)op->value.bytes, 0, (const char *)element, 0, 1);
 }
 
-/* Whether any element of t (host memory, live) is all zero bytes (integer and bool dtypes), or,
- * with `negative`, has its sign bit set (signed integers). */
+/* Whether any element of t (host memory, live), as a loop reads it, is all zero bytes (integer
+ * and bool dtypes) or, with `negative`, has its sign bit set (signed integers). A loop of another
+ * dtype than t's reads it converted (convert_mid, then convert, as run_rows does): the question
+ * is asked of those values, in that dtype (an int16 divisor of 256 is 0 in int8). */
 typedef struct Scan {
-  size_t size;
+  dlp_RowFn convert, convert_mid; /* NULL: t is read as it is */
+  int64_t size, mid_size;         /* the read dtype's itemsize; the mid dtype's */
   int negative, found;
 } Scan;
 
 static void scan_row(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
   Scan *s = ctx;
-  static const unsigned char zero[8];
-  const char *p = data[0];
-  for (int64_t i = 0; i < n && !s->found; i++, p += steps[0]) {
-    if (s->negative) s->found = (p[s->size - 1] & 0x80) != 0; /* little-endian: the last byte has the sign */
-    else s->found = memcmp(p, zero, s->size) == 0;
+  static const unsigned char zero[16];
+  double buffer[2 * BLOCK];
+  uint16_t mid[BLOCK];
+  for (int64_t start = 0; start < n && !s->found; start += BLOCK) {
+    int64_t m = n - start < BLOCK ? n - start : BLOCK, step = steps[0];
+    const char *p = dlp_offset(data[0], start * steps[0]);
+    if (s->convert_mid) {
+      s->convert_mid((char *)mid, s->mid_size, p, step, m);
+      p = (const char *)mid, step = s->mid_size;
+    }
+    if (s->convert) {
+      s->convert((char *)buffer, s->size, p, step, m);
+      p = (const char *)buffer, step = s->size;
+    }
+    for (int64_t i = 0; i < m && !s->found; i++, p += step) {
+      if (s->negative) s->found = (p[s->size - 1] & 0x80) != 0; /* little-endian: the last byte has the sign */
+      else s->found = memcmp(p, zero, (size_t)s->size) == 0;
+    }
   }
 }
 
-static int tensor_has(const dlp_Tensor *t, int negative) {
+static int tensor_has(const dlp_Tensor *t, Scan *s) {
   int64_t strides[1][DLP_MAX_NDIM];
   char *data[1] = {dlp_first_element(t)};
   dlp_Iter it;
-  Scan s = {dlp_dtypes[t->dtype].itemsize, negative, 0};
+  if (!s->convert && !s->convert_mid) s->size = dlp_dtypes[t->dtype].itemsize;
+  s->found = 0;
   for (int i = 0; i < t->dl.ndim; i++) strides[0][i] = dlp_walk_stride(t, i);
   dlp_iter_init(&it, 1, t->dl.ndim, t->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1);
-  dlp_iter_run(&it, scan_row, &s);
-  return s.found;
+  dlp_iter_run(&it, scan_row, s);
+  return s->found;
+}
+
+/* Whether input k of the run (operand k + 1: a tensor, or a scalar already in the loop dtype)
+ * has a zero or, with `negative`, a negative element, as the loop will read it. */
+static int input_has(const Run *r, int k, const dlp_Tensor *source, const unsigned char *scalar, int negative) {
+  Scan s = {r->convert[k + 1], r->convert_mid[k + 1], r->size[k + 1], r->mid_size[k + 1], negative, 0};
+  if (source) return tensor_has(source, &s);
+  if (negative) return (scalar[s.size - 1] & 0x80) != 0;
+  static const unsigned char zero[16];
+  return memcmp(scalar, zero, (size_t)s.size) == 0;
+}
+
+/* Comparisons of a signed integer with uint64 (NumPy promotes them to float64, which rounds
+ * beyond 2^53) compare exactly: each side is read as int64 or uint64 (`want`) and m is the
+ * loop's description. Weak Lua integers count as signed: they promoted to float64 only when the
+ * unsigned tensor could not hold them. 0 when the operands are not such a pair. */
+static int mixed_integer_compare(const Operand *in, int p, int op, int want[3], dlp_MixedCompare *m) {
+  if (p != DLP_FLOAT64 || op < DLP_OP_EQ || op > DLP_OP_GE) return 0;
+  int is_signed[2];
+  for (int k = 0; k < 2; k++) {
+    int kind = in[k].t ? dlp_dtype_kind(in[k].t->dtype) : in[k].weak == WEAK_INT ? 2 : -1;
+    if (kind != 1 && kind != 2) return 0;
+    is_signed[k] = kind == 2;
+    want[k] = kind == 2 ? DLP_INT64 : DLP_UINT64;
+  }
+  m->op = op;
+  m->x_signed = is_signed[0];
+  m->y_signed = is_signed[1];
+  return 1;
 }
 
 /* Whether the bytes a and b reach (host memory) overlap, whoever owns them: two imports of one
@@ -392,6 +438,16 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
   int loop_out = info->rule == RULE_COMPARE || info->rule == RULE_CLASSIFY ? DLP_BOOL
                  : reads_p && !c->kernel ? compute_dtype_of(result) : loop_in;
   dlp_IterLoop kernel = c->kernel ? c->kernel : dlp_kernel(c->op, loop_in);
+  void *kernel_ctx = c->kernel_ctx;
+  int want[3] = {loop_in, loop_in, loop_in}; /* the dtype the loop reads each input in */
+  int mid = in_dtype;                        /* inputs are converted to in_dtype first */
+  if (info->rule == RULE_WHERE) want[0] = DLP_BOOL;
+  dlp_MixedCompare mixed;
+  if (c->dtype < 0 && !c->kernel && mixed_integer_compare(in, p, c->op, want, &mixed)) {
+    kernel = dlp_compare_mixed;
+    kernel_ctx = &mixed;
+    mid = -1;
+  }
   if (!kernel && dlp_dtype_kind(in_dtype) == 4) {
     int ordered = c->op == DLP_OP_MAXIMUM || c->op == DLP_OP_MINIMUM || c->op == DLP_OP_CLAMP ||
                   (c->op >= DLP_OP_LT && c->op <= DLP_OP_GE);
@@ -400,10 +456,8 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
   }
   if (!kernel) luaL_error(L, "%s: not defined for %s", c->what, dlp_dtypes[in_dtype].name);
   for (int k = 0; k < n; k++) /* scalars: in the dtype they take, then the loop's */
-    if (!in[k].t) {
-      int take = info->rule == RULE_WHERE && k == 0 ? DLP_BOOL : in_dtype;
-      scalar_value(L, &in[k], take, info->rule == RULE_WHERE && k == 0 ? DLP_BOOL : loop_in, c->what);
-    }
+    if (!in[k].t) scalar_value(L, &in[k], mid < 0 || (info->rule == RULE_WHERE && k == 0) ? want[k] : in_dtype, want[k],
+                               c->what);
 
   /* the output */
   int ndim = dlp_broadcast_shapes(L, ntensors, tensors, shape, c->what);
@@ -462,30 +516,17 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
   for (int k = 0; k < n; k++)
     if (source[k] && source[k] != in[k].t) dlp_copy(L, source[k], in[k].t, NULL, c->what);
 
-  /* integer division by zero and negative integer powers raise before anything is written */
-  if (is_integer(loop_in) && (c->op == DLP_OP_IDIV || c->op == DLP_OP_MOD)) {
-    static const unsigned char zero[8];
-    if (source[1] ? tensor_has(source[1], 0) : memcmp(in[1].value.bytes, zero, dlp_dtypes[loop_in].itemsize) == 0)
-      luaL_error(L, "%s: integer division by zero", c->what);
-  }
-  if (c->op == DLP_OP_POW && dlp_dtype_kind(loop_in) == 2) {
-    if (source[1] ? dlp_dtype_kind(source[1]->dtype) == 2 && tensor_has(source[1], 1)
-                  : (in[1].value.bytes[dlp_dtypes[loop_in].itemsize - 1] & 0x80) != 0)
-      luaL_error(L, "%s: integers to negative integer powers are not allowed", c->what);
-  }
-
   Run run;
   memset(&run, 0, sizeof run);
   run.kernel = kernel;
-  run.kernel_ctx = c->kernel_ctx;
+  run.kernel_ctx = kernel_ctx;
   run.nops = n + 1;
   data[0] = dlp_first_element(out);
   run.size[0] = dlp_dtypes[loop_out].itemsize;
   /* results are rounded to the result dtype before going into an out of another (NumPy) */
   plan_conversion(&run, 0, loop_out, result, out->dtype);
   for (int k = 0; k < n; k++) {
-    int want = info->rule == RULE_WHERE && k == 0 ? DLP_BOOL : loop_in;
-    run.size[k + 1] = dlp_dtypes[want].itemsize;
+    run.size[k + 1] = dlp_dtypes[want[k]].itemsize;
     if (!source[k]) {
       data[k + 1] = (char *)in[k].value.bytes;
       for (int i = 0; i < ndim; i++) strides[k + 1][i] = 0;
@@ -494,8 +535,17 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
     data[k + 1] = dlp_first_element(source[k]);
     dlp_broadcast_strides(source[k], ndim, shape, strides[k + 1]);
     /* inputs are converted to the dtype the function computes first (float16 before float32) */
-    plan_conversion(&run, k + 1, source[k]->dtype, info->rule == RULE_WHERE && k == 0 ? -1 : in_dtype, want);
+    plan_conversion(&run, k + 1, source[k]->dtype, info->rule == RULE_WHERE && k == 0 ? -1 : mid, want[k]);
   }
+
+  /* integer division by zero and negative integer powers raise before anything is written,
+   * decided on the divisor and exponent as the loop reads them (converted to its dtype) */
+  if (is_integer(loop_in) && (c->op == DLP_OP_IDIV || c->op == DLP_OP_MOD) &&
+      input_has(&run, 1, source[1], in[1].value.bytes, 0))
+    luaL_error(L, "%s: integer division by zero", c->what);
+  if (c->op == DLP_OP_POW && dlp_dtype_kind(loop_in) == 2 && input_has(&run, 1, source[1], in[1].value.bytes, 1))
+    luaL_error(L, "%s: integers to negative integer powers are not allowed", c->what);
+
   dlp_Iter it;
   dlp_iter_init(&it, n + 1, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1);
   fold_periodic(&it, &run);
@@ -624,7 +674,9 @@ static int l_masked_fill(lua_State *L) {
 /* Whether every element of the bool tensor at the top of the stack is true; pops it. */
 static int all_true(lua_State *L) {
   dlp_Tensor *t = lua_touserdata(L, -1);
-  int found = dlp_numel(t) > 0 && tensor_has(t, 0);
+  Scan s;
+  memset(&s, 0, sizeof s);
+  int found = dlp_numel(t) > 0 && tensor_has(t, &s);
   lua_pop(L, 1);
   return !found;
 }

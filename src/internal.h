@@ -178,6 +178,10 @@ float dlp_half_to_float(uint16_t h);
 float dlp_bfloat_to_float(uint16_t h);
 uint16_t dlp_half_from_double(double d);
 uint16_t dlp_bfloat_from_double(double d);
+/* A 64-bit integer as a double rounded to odd, for one correct rounding to float32, float16 or
+ * bfloat16 after it (a double rounded to nearest would round twice). */
+double dlp_int64_to_odd_double(int64_t v);
+double dlp_uint64_to_odd_double(uint64_t v);
 
 /* ---- device.c ---- */
 
@@ -429,6 +433,12 @@ enum {
 #define DLP_NCOMPUTE 11
 int dlp_compute_index(int dtype);            /* -1 when loops do not compute in it */
 dlp_IterLoop dlp_kernel(int op, int compute_dtype); /* NULL when op has no loop for it */
+/* The comparisons (DLP_OP_EQ .. DLP_OP_GE) of two 64-bit integers, each signed or unsigned,
+ * exactly: the loop for int64 against uint64, with ctx a dlp_MixedCompare. */
+typedef struct dlp_MixedCompare {
+  int op, x_signed, y_signed;
+} dlp_MixedCompare;
+void dlp_compare_mixed(void *ctx, char *const *data, const int64_t *steps, int64_t n);
 
 /* ---- operands.c: the operands and options of the computing functions ---- */
 

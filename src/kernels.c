@@ -19,7 +19,7 @@
 
 #include "internal.h"
 
-typedef uint8_t b8; /* bool elements: 0 or 1 */
+typedef uint8_t b8; /* bool elements: any nonzero byte is true (see the bool loops) */
 
 #define ALIGNED(p, T) ((((uintptr_t)(p)) & (_Alignof(T) - 1)) == 0)
 
@@ -336,7 +336,6 @@ COMPLEX_RULES(c128, c128, double, , CMPLX)
 #define INTS(DO) DO(i8, int8_t) DO(i16, int16_t) DO(i32, int32_t) DO(i64, int64_t) \
                  DO(u8, uint8_t) DO(u16, uint16_t) DO(u32, uint32_t) DO(u64, uint64_t)
 #define FLOATS(DO) DO(f32, float) DO(f64, double)
-#define ALL(DO) DO(b, b8) INTS(DO) FLOATS(DO)
 
 #define INT_ARITH(s, T)                                                       \
   DEFCLAMP(clamp_##s, T, MAX, MIN)                                            \
@@ -398,20 +397,43 @@ INTS(INT_ARITH)
 FLOAT_ARITH(f32, float, f)
 FLOAT_ARITH(f64, double, )
 
-/* bool: add is or, mul and, maximum or, minimum and (NumPy's bool loops) */
-DEFCLAMP(clamp_b, b8, MAX, MIN)
-DEF2(add_b, b8, b8, x | y)
-DEF2(mul_b, b8, b8, x & y)
-DEF2(max_b, b8, b8, x | y)
-DEF2(min_b, b8, b8, x & y)
-DEF2(band_b, b8, b8, x & y)
-DEF2(bor_b, b8, b8, x | y)
-DEF2(bxor_b, b8, b8, x ^ y)
-DEF1(abs_b, b8, b8, x)
+/* bool: add is or, mul and, maximum or, minimum and (NumPy's bool loops). A bool byte need not
+ * be 0 or 1 (frombytes, a producer's 0/255 mask): every bool loop reads a byte as true when it is
+ * nonzero (TRUTH) and writes 0 or 1, as NumPy's do. */
+#define TRUTH(v) ((b8)((v) != 0))
+#define BMAX(x, y) TRUTH((x) | (y))
+#define BMIN(x, y) (TRUTH(x) & TRUTH(y))
+DEFCLAMP(clamp_b, b8, BMAX, BMIN)
+DEF2(add_b, b8, b8, BMAX(x, y))
+DEF2(mul_b, b8, b8, BMIN(x, y))
+DEF2(max_b, b8, b8, BMAX(x, y))
+DEF2(min_b, b8, b8, BMIN(x, y))
+DEF2(band_b, b8, b8, BMIN(x, y))
+DEF2(bor_b, b8, b8, BMAX(x, y))
+DEF2(bxor_b, b8, b8, TRUTH(x) ^ TRUTH(y))
+DEF1(abs_b, b8, b8, TRUTH(x))
 DEF1(bnot_b, b8, b8, !x)
-DEF1(same_b, b8, b8, x)
+DEF1(same_b, b8, b8, TRUTH(x))
 DEF1(false_b, b8, b8, 0 * x)
 DEF1(true_b, b8, b8, 1 + 0 * x)
+DEF2(eq_b, b8, b8, TRUTH(x) == TRUTH(y))
+DEF2(ne_b, b8, b8, TRUTH(x) != TRUTH(y))
+DEF2(lt_b, b8, b8, TRUTH(x) < TRUTH(y))
+DEF2(le_b, b8, b8, TRUTH(x) <= TRUTH(y))
+DEF2(gt_b, b8, b8, TRUTH(x) > TRUTH(y))
+DEF2(ge_b, b8, b8, TRUTH(x) >= TRUTH(y))
+DEF2(land_b, b8, b8, TRUTH(x) & TRUTH(y))
+DEF2(lor_b, b8, b8, BMAX(x, y))
+DEF2(lxor_b, b8, b8, TRUTH(x) ^ TRUTH(y))
+DEF1(lnot_b, b8, b8, !x)
+/* where of bool values: the chosen byte as 0 or 1 */
+static void where_b(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
+  char *o = data[0];
+  const char *c = data[1], *a = data[2], *b = data[3];
+  (void)ctx;
+  for (int64_t i = 0; i < n; i++, o += steps[0], c += steps[1], a += steps[2], b += steps[3])
+    *o = (char)TRUTH(*(*c ? a : b));
+}
 
 #define COMPARE_AND_LOGIC(s, T)                                               \
   DEF2(eq_##s, T, b8, x == y)                                                 \
@@ -425,7 +447,8 @@ DEF1(true_b, b8, b8, 1 + 0 * x)
   DEF2(lxor_##s, T, b8, (x != 0) ^ (y != 0))                                  \
   DEF1(lnot_##s, T, b8, x == 0)                                               \
   DEFWHERE(where_##s, T)
-ALL(COMPARE_AND_LOGIC)
+INTS(COMPARE_AND_LOGIC)
+FLOATS(COMPARE_AND_LOGIC)
 
 #define COMPLEX_OPS(s, T, R, F)                                               \
   DEF2(add_##s, T, T, x + y)                                                  \
@@ -572,6 +595,37 @@ int dlp_compute_index(int dtype) {
 #if DLP_HAVE_AVX2_KERNELS
 dlp_IterLoop dlp_kernel_avx2(int op, int k);
 #endif
+
+/* A comparison of a signed with an unsigned 64-bit integer, exact (NumPy 2's mixed loops; the
+ * promoted dtype, float64, would round both): -1, 0 or 1. A negative signed value is below every
+ * unsigned one; otherwise both compare as unsigned. */
+static int compare_mixed(uint64_t x, int x_signed, uint64_t y, int y_signed) {
+  int x_negative = x_signed && (int64_t)x < 0, y_negative = y_signed && (int64_t)y < 0;
+  if (x_negative != y_negative) return x_negative ? -1 : 1;
+  return x < y ? -1 : x > y; /* two negatives order as their two's complement bits do */
+}
+
+void dlp_compare_mixed(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
+  const dlp_MixedCompare *m = ctx;
+  char *o = data[0];
+  const char *a = data[1], *b = data[2];
+  for (int64_t i = 0; i < n; i++, o += steps[0], a += steps[1], b += steps[2]) {
+    uint64_t x, y;
+    memcpy(&x, a, sizeof x);
+    memcpy(&y, b, sizeof y);
+    int c = compare_mixed(x, m->x_signed, y, m->y_signed);
+    b8 r;
+    switch (m->op) {
+      case DLP_OP_EQ: r = c == 0; break;
+      case DLP_OP_NE: r = c != 0; break;
+      case DLP_OP_LT: r = c < 0; break;
+      case DLP_OP_LE: r = c <= 0; break;
+      case DLP_OP_GT: r = c > 0; break;
+      default: r = c >= 0; break;
+    }
+    *o = (char)r;
+  }
+}
 
 /* The loops are chosen at run time: the AVX2 copy where the processor has AVX2. Results are the
  * same bit for bit (no FMA contraction in ISO C mode, the same operations in the same order). */
