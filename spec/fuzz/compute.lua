@@ -33,7 +33,7 @@ local CDTYPES = { "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", 
 -- dtypes drawn for operands: mostly computing ones, sometimes the others (which must raise)
 local ODTYPES = { "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
   "bfloat16", "float32", "float64", "bool", "int8", "int32", "int64", "uint8", "float32", "float64", "float16",
-  "uint64", "int16", "complex64", "float8_e4m3fn" }
+  "uint64", "int16", "complex64", "complex128", "float8_e4m3fn" }
 
 local BINARY = { "add", "sub", "mul", "div", "idiv", "mod", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt",
   "ge", "logical_and", "logical_or", "logical_xor", "band", "bor", "bxor", "shl", "shr" }
@@ -56,6 +56,30 @@ local MAXF = { float16 = 65504.0, bfloat16 = 3.3895313892515355e38, float32 = 3.
 local TINYF = { float16 = 5.960464477539063e-08, bfloat16 = 1.1754943508222875e-38, float32 = 1.401298464324817e-45,
   float64 = 5e-324 }
 
+-- Bit lengths of the integers near a power of two that near_pow2 draws, per dtype (uint64's 64:
+-- from 2^63 up, the negative Lua integers).
+local NEAR = { int16 = { 9, 12, 15 }, uint16 = { 12, 16 }, int32 = { 12, 24, 25, 31 }, uint32 = { 24, 25, 32 },
+  int64 = { 24, 25, 31, 53, 54, 62, 63 }, uint64 = { 24, 53, 54, 63, 64 } }
+
+-- An integer of dtype d with bit length e near a power of two and low bits at the rounding point of
+-- a float of p significant bits (8, 11, 24, 53: bfloat16, float16, float32, float64): a tie, one
+-- above or below it, a sticky low bit; the conversions to the narrow floats must round once.
+local function near_pow2(d, nextv)
+  local es = NEAR[d]
+  local e = es[nextv() % #es + 1]
+  local p = ({ 8, 11, 24, 53 })[nextv() % 4 + 1]
+  local m = 1 << (e - 1)
+  if e > p then
+    local ulp = 1 << (e - p)
+    local tails = { 0, ulp >> 1, (ulp >> 1) - 1, (ulp >> 1) + 1, 1, ulp - 1, (ulp >> 1) | 1 }
+    m = m + (nextv() % 8) * ulp + tails[nextv() % #tails + 1]
+  else
+    m = m + nextv() % 16
+  end
+  if G.INTRANGE[d][1] < 0 and nextv() % 3 == 0 then m = -m end
+  return m
+end
+
 -- A value of dtype d that the dtype holds exactly: mostly small, sometimes an edge.
 local function draw_value(d, nextv)
   local x = nextv()
@@ -64,8 +88,14 @@ local function draw_value(d, nextv)
   if r then
     if x % 8 == 0 then
       local edges = { r[1], r[2], 0, 1, r[1] + 1, r[2] - 1, 2 }
+      if d == "uint64" then -- 2^53, 2^53 + 1, 2^63, 2^64 - 1 (bit patterns)
+        edges = { 0, 1, 2, r[2], r[2] - 1, 1 << 53, (1 << 53) + 1, math.mininteger, -1 }
+      elseif d == "int64" then
+        edges = { r[1], r[2], 0, 1, -1, r[1] + 1, r[2] - 1, 2, 1 << 53, (1 << 53) + 1, -(1 << 53) - 1 }
+      end
       return edges[(x >> 3) % #edges + 1]
     end
+    if x % 8 == 1 and NEAR[d] then return near_pow2(d, nextv) end
     local lo, hi = math.max(r[1], -20), math.min(r[2], 20)
     return lo + (x >> 3) % (hi - lo + 1)
   end
@@ -80,6 +110,9 @@ local function draw_value(d, nextv)
   end
   return 0 -- dtypes without element access: zeros
 end
+
+-- the bytes of a true in a non-canonical bool tensor
+local NONCANON = { 1, 2, 3, 0x7f, 0x80, 0xfe, 0xff, 0x10 }
 
 local function copy_list(l)
   local c = {}
@@ -189,16 +222,37 @@ local function fresh(S, env, d, s, layout, tag)
   local n = model.numel(bshape)
   local flat = {}
   for i = 1, n do flat[i] = draw_value(d, nextv) end
+  -- a bool tensor whose true bytes are not all 1 (frombytes of 2, 0x7f, 0x80, 255...): every
+  -- operation must take any nonzero byte as true
+  local bytes
+  if d == "bool" and n > 0 and nextv() % 3 == 0 then
+    local b = {}
+    for i = 1, n do b[i] = flat[i] and NONCANON[nextv() % #NONCANON + 1] or 0 end
+    bytes = string.char(table.unpack(b))
+  end
   local name = (tag or "F") .. S:serial()
   local desc
-  if n <= 24 then
+  if bytes and n <= 24 then
+    desc = string.format("%s = <bool %s %s frombytes %s>", name, G.fmt_list(bshape), lay, G.fmt_bytes(bytes))
+  elseif n <= 24 then
     desc = string.format("%s = <%s %s %s %s>", name, d, G.fmt_list(bshape), lay, G.fmt_list(flat))
   else
-    desc = string.format("%s = <%s %s %s, %d values>", name, d, G.fmt_list(bshape), lay, n)
+    desc = string.format("%s = <%s %s %s, %d values%s>", name, d, G.fmt_list(bshape), lay, n,
+      bytes and ", non-canonical bytes" or "")
   end
   S:note(desc)
   local ok, base
-  if not G.ELEM[d] or n == 0 then
+  if bytes then
+    ok, base = pcall(env.dlpack.frombytes, bytes, "bool", bshape)
+    if ok then
+      -- element reads take any nonzero byte as true
+      local okr, got = pcall(env.T.totable, base)
+      if not okr or not model.same_table(got, model.unflat(flat, bshape)) then
+        S:fail(string.format("%s: totable of a bool tensor from bytes %s is %s", name, G.fmt_bytes(bytes),
+          okr and G.fmt_list(model.flat(got, bshape)) or tostring(got)))
+      end
+    end
+  elseif not G.ELEM[d] or n == 0 then
     ok, base = pcall(env.dlpack.zeros, bshape, d)
   elseif nd == 0 then
     ok, base = pcall(env.dlpack.tensor, flat[1], d)
@@ -360,12 +414,20 @@ local function has_complex(ks, k_out)
   return k_out ~= nil and not k_out.weak and CM.COMPLEX[k_out.dtype] == true
 end
 
-local function has(tbl, shape, pred)
-  local found = false
-  CM.each(shape, function(idx)
-    if not found and pred(model.at(tbl, idx)) then found = true end
-  end)
-  return found
+-- The comparisons, from mixed_cmp's -1, 0, 1.
+local CMP_EXACT = {
+  eq = function(c) return c == 0 end, ne = function(c) return c ~= 0 end, lt = function(c) return c < 0 end,
+  le = function(c) return c <= 0 end, gt = function(c) return c > 0 end, ge = function(c) return c >= 0 end,
+}
+C.CMP_EXACT = CMP_EXACT
+
+-- Are all the operands integers or bools (tensors or weak scalars)?
+local function all_integer(ks)
+  for _, k in ipairs(ks) do
+    if k.weak == "f" then return false end
+    if not k.weak and CM.kind(k.dtype) == "f" then return false end
+  end
+  return true
 end
 
 -- The expected outcome of fn(ks...) with dtype option `dtype` into output k_out (nil: a new tensor;
@@ -397,35 +459,49 @@ local function predict(fn, ks, dtype, k_out, inplace)
     local oe = out_error(k_out, rs, result, inplace)
     if oe then return { err = oe } end
   end
-  -- integer division by zero, negative integer powers
-  if (fn == "idiv" or fn == "mod") and CM.is_int(compute) then
-    local dv = ks[2]
-    if dv.weak then
-      if CM.convert(dv.v, WEAK_DTYPE[dv.weak], compute) == 0 then return { err = "division by zero" } end
-    elseif dv.tbl then
-      if has(dv.tbl, dv.shape, function(v) return v == 0 or v == false end) then
-        return { err = "division by zero" }
-      end
-    else
-      return nil
+  -- integer division by zero, negative integer powers: decided on the divisor or exponent as the
+  -- loop reads it, converted to the computing dtype (an int16 256 is 0 in int8, a float64 0.5 is 0
+  -- in int64, a uint64 2^64 - 1 is -1 in int64, an int16 200 is -56 in int8)
+  local function scan(k, bad)
+    local found, unknown = false, false
+    local function one(v)
+      local c = CM.convert(v, dtype_of(k), compute)
+      if c == nil then unknown = true elseif bad(c) then found = true end
     end
+    if k.weak then one(k.v)
+    elseif k.tbl then CM.each(k.shape, function(idx) one(model.at(k.tbl, idx)) end)
+    else unknown = true end
+    if found then return true end
+    if unknown then return nil end
+    return false
+  end
+  if (fn == "idiv" or fn == "mod") and CM.is_int(compute) then
+    local z = scan(ks[2], function(c) return c == 0 end)
+    if z == nil then return nil end
+    if z then return { err = "division by zero" } end
   end
   if fn == "pow" and CM.kind(compute) == "i" then
-    local ex = ks[2]
-    if ex.weak then
-      local v = CM.convert(ex.v, WEAK_DTYPE[ex.weak], compute)
-      if v == nil then return nil end
-      if v < 0 then return { err = "negative power" } end
-    elseif CM.kind(ex.dtype) == "i" then
-      if not ex.tbl then return nil end
-      if has(ex.tbl, ex.shape, function(v) return v < 0 end) then return { err = "negative power" } end
-    end
+    local z = scan(ks[2], function(c) return c < 0 end)
+    if z == nil then return nil end
+    if z then return { err = "negative power" } end
   end
   -- the values
   local outd = k_out and k_out.dtype or result
   local f = CM.BIN[fn] or CM.UN[fn]
   local values
-  if f or fn == "where" then
+  if CMP_EXACT[fn] and not dtype and compute == "float64" and all_integer(ks) then
+    -- a signed integer against uint64: NumPy 2 compares them exactly (not in float64)
+    values = model.build(rs, function(idx)
+      local xs, us = {}, {}
+      for i, k in ipairs(ks) do
+        local v = element_of(k, idx)
+        if v == nil then return nil end
+        if v == true then v = 1 elseif v == false then v = 0 end
+        xs[i], us[i] = v, dtype_of(k) == "uint64"
+      end
+      return CM.convert(CMP_EXACT[fn](CM.mixed_cmp(xs[1], us[1], xs[2], us[2])), result, outd)
+    end)
+  elseif f or fn == "where" then
     values = model.build(rs, function(idx)
       local xs = {}
       for i, k in ipairs(ks) do
@@ -927,13 +1003,20 @@ local function tests(S, env)
       if not err and not rs2 then err = "broadcast" end
       if not err and ka.tbl and kb.tbl then
         local pd = which == 1 and CM.promote(ka.dtype, kb.dtype) or "float64"
+        -- int64 (any signed integer) against uint64: equal compares exactly, as NumPy 2
+        local exact = which == 1 and pd == "float64" and all_integer({ ka, kb })
         local any_false, any_unknown = false, false
         CM.each(rs2, function(idx)
           local x = CM.convert(CM.element(ka.tbl, ka.shape, idx), ka.dtype, pd)
           local y = CM.convert(CM.element(kb.tbl, kb.shape, idx), kb.dtype, pd)
+          if exact then
+            x = CM.convert(CM.element(ka.tbl, ka.shape, idx), ka.dtype, "int64")
+            y = CM.convert(CM.element(kb.tbl, kb.shape, idx), kb.dtype, "int64")
+          end
           if x == nil or y == nil then any_unknown = true; return end
           local close
-          if which == 1 then close = CM.BIN.eq(pd, x, y)
+          if exact then close = CM.mixed_cmp(x, ka.dtype == "uint64", y, kb.dtype == "uint64") == 0
+          elseif which == 1 then close = CM.BIN.eq(pd, x, y)
           elseif x == math.huge or x == -math.huge or y == math.huge or y == -math.huge then
             close = x == y -- an infinity is close only to itself
           else close = math.abs(x - y) <= atol + rtol * math.abs(y) end
@@ -957,6 +1040,372 @@ local function tests(S, env)
   drop(env, fresh_recs({ a, b }), nil, nil)
 end
 
+---------------------------------------------------------------------------
+-- Targeted slices (operation `exact`): the NumPy rules where a shortcut in C gives a plausible
+-- wrong answer, each with operands made to hit it (a few calls a seed)
+--   cast    idiv mod pow shl shr with `dtype =` (and sometimes `out`) and a divisor, exponent or
+--           shift of another dtype (wider integers, uint64, floats, bool, complex) whose values
+--           change when converted to the computing dtype: int16 256 is 0 in int8, 200 is -56,
+--           uint64 2^64 - 1 is -1 in int64, float64 0.5 is 0; the zero and negative-power
+--           checks must read them converted (complex ones: only no sanitizer report)
+--   bool    bool tensors made by frombytes with true bytes 2, 0x7f, 0x80, 255...: comparisons,
+--           arithmetic, bitwise, logic, where, masked_fill, equal, to, copy, the reductions and
+--           element reads must take any nonzero byte as true
+--   mixed   a signed integer tensor against uint64 (or a negative Lua integer) with values near
+--           2^53, 2^62, 2^63 and 2^64 - 1 that float64 cannot tell apart: the comparisons and
+--           equal are exact (NumPy 2), maximum/minimum give float64
+--   narrow  integers near 2^24, 2^31, 2^53, 2^62, 2^63 with low bits at the rounding point,
+--           converted to float32, bfloat16, float16 and complex64 by to, copy, add(dtype =),
+--           add(out =) and sum(dtype =): one rounding to nearest even (CM.int_round)
+
+local INTD = { "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64" }
+local CASTB = { "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64",
+  "bool", "complex128", "complex64", "int16", "uint64", "float64" }
+
+-- A contiguous 1-d tensor of dtype d holding vals (complex: from float64; bool with `bytes`: from
+-- those bytes), as an operand record for know().
+local function literal(S, env, d, vals, bytes)
+  local name = "E" .. S:serial()
+  local n = #vals
+  if bytes then S:note(string.format("%s = dlpack.frombytes(%s, \"bool\")", name, G.fmt_bytes(bytes)))
+  else S:note(string.format("%s = dlpack.tensor(%s, %q)", name, G.fmt_list(vals), d)) end
+  local ok, t
+  if bytes then ok, t = pcall(env.dlpack.frombytes, bytes, "bool")
+  elseif CM.COMPLEX[d] then
+    ok, t = pcall(function() return env.dlpack.tensor(vals, "float64"):to(d) end)
+  else
+    ok, t = pcall(env.dlpack.tensor, vals, d)
+  end
+  if not ok then
+    S:fail("making an operand raised: " .. tostring(t))
+    return { v = false, desc = name, rec = { t = false, name = name, bad = true, dtype = d, shape = { n } } }
+  end
+  local rec = { t = t, base = t, map = function(idx) return idx end, bshape = { n }, dtype = d, shape = { n },
+    layout = "contiguous", name = name, fresh = true }
+  return { v = t, desc = name, rec = rec }
+end
+
+-- A value for operand dtype bd that becomes 0 (kind "zero"), negative ("neg") or a shift past the
+-- width when converted to the integer dtype d, or an ordinary one.
+local function cast_value(bd, d, nextv)
+  local b = CM.bits(d)
+  local x = nextv()
+  local cands
+  if bd == "bool" then return x % 4 ~= 0 end
+  if CM.COMPLEX[bd] or CM.kind(bd) == "f" then
+    cands = { 0.5, -0.5, 0.25, 1.5, 2.0, -1.0, -2.0, 3.0, 1.0 }
+  else
+    cands = { 1 << b, 3 << b, (1 << b) + 1, (1 << (b - 1)) + 8, (1 << b) - 1, 1 << (b - 1), 1, 2, 3, -1, 5 }
+    if b == 64 then cands = { -1, math.mininteger, 1, 2, 3, 5, -2 } end
+  end
+  local v = cands[x % #cands + 1]
+  if math.type(v) == "integer" and not CM.COMPLEX[bd] and CM.kind(bd) ~= "f" then
+    local r = G.INTRANGE[bd]
+    if bd ~= "uint64" and (v < r[1] or v > r[2]) then v = 1 + (x >> 4) % 3 end
+    if bd == "uint64" and v < 0 and b < 64 then v = 1 + (x >> 4) % 3 end
+  end
+  return v
+end
+
+local function slice_cast(S, env)
+  local fn = G.pick({ "idiv", "mod", "idiv", "mod", "pow", "pow", "shl", "shr" })
+  local d = G.pick(INTD)
+  local ad = G.pick(INTD)
+  local bd = G.pick(CASTB)
+  local n = R(1, 3)
+  local with_out = R(4) == 1
+  local od = G.pick({ d, "int64", "float64", d })
+  local nextv = S:lcg()
+  local av, bv = {}, {}
+  for i = 1, n do
+    av[i] = 1 + nextv() % 9
+    bv[i] = cast_value(bd, d, nextv)
+  end
+  local a, b = literal(S, env, ad, av), literal(S, env, bd, bv)
+  local orec = with_out and fresh(S, env, od, { n }, "contiguous", "O") or nil
+  local opts = { dtype = d, out = orec and orec.t }
+  local desc = string.format("dlpack.%s(%s, %s, {dtype = %q%s})", fn, a.desc, b.desc, d,
+    orec and (", out = " .. orec.name) or "")
+  add_victims(S, { a, b })
+  local ka, kb = know(env, a), know(env, b)
+  local k_out = orec and know(env, { rec = orec })
+  local before = snapshot(env, orec)
+  local ok, res = S:call(desc, env.dlpack[fn], a.v, b.v, opts)
+  if ka and kb and (not orec or k_out) and S:quiet() then
+    check(S, env, desc, predict(fn, { ka, kb }, d, k_out, false), ok, res, orec, orec and orec.t, before)
+  end
+  drop(env, fresh_recs({ a, b, orec and { rec = orec } }), res, { orec and orec.t })
+end
+
+-- the bytes of n bools drawn from nextv (true: one of NONCANON), and the bools
+local function bool_bytes(n, nextv)
+  local bs, vs = {}, {}
+  for i = 1, n do
+    local x = nextv()
+    vs[i] = x % 3 ~= 0
+    bs[i] = vs[i] and NONCANON[(x >> 3) % #NONCANON + 1] or 0
+  end
+  return string.char(table.unpack(bs)), vs
+end
+
+local BOOLFN = { "eq", "ne", "lt", "gt", "mul", "add", "maximum", "minimum", "band", "bor", "bxor", "logical_and",
+  "logical_xor", "logical_not", "bnot", "where", "masked_fill", "equal", "to", "copy", "sum", "any", "all", "max",
+  "min", "argmax", "argmin", "prod", "get", "eq", "ne", "bxor" }
+
+local function slice_bool(S, env)
+  local fn = G.pick(BOOLFN)
+  local n = R(1, 5)
+  local other = R(4) -- 1 a weak bool, 2 a canonical bool tensor, 3 another non-canonical one, 4 int32
+  local d = G.pick({ "int32", "uint8", "int64", "float32", "float64", "float16", "int8" })
+  local nextv = S:lcg()
+  local bytes, vs = bool_bytes(n, nextv)
+  local bytes2, vs2 = bool_bytes(n, nextv)
+  local wv = nextv() % 2 == 0
+  local iv, dv = {}, {} -- int32 values, values of d
+  for i = 1, n do
+    iv[i] = nextv() % 7 - 3
+    dv[i] = CM.kind(d) == "u" and iv[i] + 3 or iv[i]
+  end
+  local b = literal(S, env, "bool", vs, bytes)
+  local o
+  if other == 1 then o = { v = wv, desc = tostring(wv), weak = "b" }
+  elseif other == 2 then o = literal(S, env, "bool", vs2)
+  elseif other == 3 then o = literal(S, env, "bool", vs2, bytes2)
+  else o = literal(S, env, "int32", iv) end
+  add_victims(S, { b, o })
+  local kb, ko = know(env, b), know(env, o)
+  local made = { b, o }
+  local desc, ok, res, p, target, ident, before
+  local want -- a Lua value (reductions, equal, get)
+  if CM.FN[fn] and fn ~= "where" then
+    local ar = CM.FN[fn][1]
+    desc = string.format("dlpack.%s(%s%s)", fn, b.desc, ar == 2 and (", " .. o.desc) or "")
+    if ar == 2 then ok, res = S:call(desc, env.dlpack[fn], b.v, o.v)
+    else ok, res = S:call(desc, env.dlpack[fn], b.v) end
+    if kb and ko then p = predict(fn, ar == 2 and { kb, ko } or { kb }, nil, nil, false) end
+  elseif fn == "where" then
+    local x, y = literal(S, env, "int32", iv), literal(S, env, d, dv)
+    made[#made + 1], made[#made + 2] = x, y
+    desc = string.format("dlpack.where(%s, %s, %s)", b.desc, x.desc, y.desc)
+    ok, res = S:call(desc, env.dlpack.where, b.v, x.v, y.v)
+    local kx, ky = know(env, x), know(env, y)
+    if kb and kx and ky then p = predict("where", { kb, kx, ky }, nil, nil, false) end
+  elseif fn == "masked_fill" then
+    local t = literal(S, env, d, dv)
+    made[#made + 1] = t
+    desc = string.format("%s:masked_fill(%s, 9)", t.desc, b.desc)
+    local kt = know(env, t)
+    target, ident, before = t.rec, t.v, snapshot(env, t.rec)
+    ok, res = S:call(desc, env.T.masked_fill, t.v, b.v, 9)
+    if kb and kt then p = predict("where", { kb, { weak = "i", v = 9 }, kt }, nil, kt, true) end
+  elseif fn == "equal" then
+    local c = literal(S, env, "bool", vs)
+    made[#made + 1] = c
+    desc = string.format("dlpack.equal(%s, %s)", b.desc, c.desc)
+    ok, res = S:call(desc, env.dlpack.equal, b.v, c.v)
+    want = true
+  elseif fn == "to" or fn == "copy" then
+    if fn == "to" then
+      desc = string.format("%s:to(%q)", b.desc, d)
+      ok, res = S:call(desc, env.T.to, b.v, d)
+    else
+      local z = literal(S, env, d, dv)
+      made[#made + 1] = z
+      desc = string.format("%s:copy(%s)", z.desc, b.desc)
+      ok, res = S:call(desc, env.T.copy, z.v, b.v)
+    end
+    local vals = {}
+    for i = 1, n do vals[i] = CM.convert(vs[i], "bool", d) end
+    p = { dtype = d, shape = { n }, values = vals, result = "bool", compute = d }
+    if fn == "copy" then ident = made[#made].v end
+  elseif fn == "get" then
+    local i = 1 + nextv() % n
+    desc = string.format("%s:get(%d), %s[%d], %s:item()", b.desc, i, b.desc, i, b.desc)
+    ok, res = S:call(desc, function()
+      local g, ix = b.v:get(i), b.v[i]
+      local it = n == 1 and b.v:item() or g
+      if g ~= ix or g ~= it then
+        return "get " .. tostring(g) .. ", [] " .. tostring(ix) .. ", item " .. tostring(it)
+      end
+      return g
+    end)
+    want = vs[i]
+  else -- reductions over all dims: Lua values
+    desc = string.format("dlpack.%s(%s)", fn, b.desc)
+    ok, res = S:call(desc, env.dlpack[fn], b.v)
+    local cnt, first, firstf = 0, nil, nil
+    for i = 1, n do
+      if vs[i] then cnt = cnt + 1; first = first or i else firstf = firstf or i end
+    end
+    if fn == "sum" then want = cnt
+    elseif fn == "prod" then want = cnt == n and 1 or 0
+    elseif fn == "any" or fn == "max" then want = cnt > 0
+    elseif fn == "all" or fn == "min" then want = cnt == n
+    elseif fn == "argmax" then want = first or 1
+    else want = firstf or 1 end
+  end
+  if S:quiet() then
+    if want ~= nil then
+      if not ok then S:fail(desc .. ": raised: " .. tostring(res))
+      elseif res ~= want then S:fail(string.format("%s: %s, NumPy gives %s", desc, fmt(res), fmt(want))) end
+    elseif p then
+      check(S, env, desc, p, ok, res, target, ident, before)
+    end
+  end
+  drop(env, fresh_recs(made), res, { ident })
+end
+
+-- pairs near the values float64 cannot tell apart: {signed, uint64 bit pattern}
+local function mixed_pair(sd, nextv)
+  local x = nextv()
+  local da, db = x % 3 - 1, (x >> 2) % 3 - 1
+  if sd ~= "int64" then
+    local r = G.INTRANGE[sd]
+    local sv = ({ -1, 0, 1, r[1], r[2], 7 })[(x >> 4) % 6 + 1]
+    local uv = ({ -1, 0, 1, math.mininteger, r[2], 7, r[2] + 1 })[(x >> 7) % 7 + 1]
+    return sv, uv
+  end
+  local c = ({ 1 << 53, (1 << 53) + 2, 1 << 62, math.maxinteger, 1 << 24, 0, math.maxinteger - 1024 })[(x >> 4) % 7 + 1]
+  local sv, uv = c + da, c + db -- maxinteger + 1 wraps to the pattern of 2^63: right for uint64
+  if c == math.maxinteger and da == 1 then sv = math.maxinteger end
+  if c == 0 and db == -1 then uv = -1 end -- 2^64 - 1
+  if c == 0 and da == 1 then sv = -1 end
+  return sv, uv
+end
+
+local MIXFN = { "eq", "ne", "lt", "le", "gt", "ge", "eq", "lt", "maximum", "minimum", "equal", "scalar" }
+
+local function slice_mixed(S, env)
+  local fn = G.pick(MIXFN)
+  local sd = G.pick({ "int64", "int64", "int64", "int8", "int16", "int32" })
+  local swap = R(2) == 1
+  local n = R(1, 4)
+  local nextv = S:lcg()
+  local sv, uv = {}, {}
+  for i = 1, n do sv[i], uv[i] = mixed_pair(sd, nextv) end
+  local cfn = G.pick({ "eq", "ne", "lt", "le", "gt", "ge" })
+  local scalar = -1 - nextv() % 3
+  local a, b = literal(S, env, sd, sv), literal(S, env, "uint64", uv)
+  if swap then a, b = b, a end
+  add_victims(S, { a, b })
+  local ka, kb = know(env, a), know(env, b)
+  local desc, ok, res
+  if fn == "equal" then
+    desc = string.format("dlpack.equal(%s, %s)", a.desc, b.desc)
+    ok, res = S:call(desc, env.dlpack.equal, a.v, b.v)
+    if S:quiet() then
+      local want = true
+      for i = 1, n do
+        if CM.mixed_cmp(sv[i], false, uv[i], true) ~= 0 then want = false end
+      end
+      if not ok then S:fail(desc .. ": raised: " .. tostring(res))
+      elseif res ~= want then S:fail(string.format("%s: %s, NumPy gives %s", desc, fmt(res), fmt(want))) end
+    end
+  else
+    local args, ks
+    if fn == "scalar" then
+      local u = swap and a or b
+      fn = cfn
+      args, ks = { u.v, scalar }, { know(env, u), { weak = "i", v = scalar } }
+      desc = string.format("dlpack.%s(%s, %d)", fn, u.desc, scalar)
+    else
+      args, ks = { a.v, b.v }, { ka, kb }
+      desc = string.format("dlpack.%s(%s, %s)", fn, a.desc, b.desc)
+    end
+    ok, res = S:call(desc, env.dlpack[fn], args[1], args[2])
+    if ks[1] and ks[2] and S:quiet() then check(S, env, desc, predict(fn, ks, nil, nil, false), ok, res) end
+  end
+  drop(env, fresh_recs({ a, b }), res, nil)
+end
+
+local function slice_narrow(S, env)
+  local d = G.pick({ "int64", "uint64", "int32", "int64", "uint64", "uint32" })
+  local ft = G.pick({ "float32", "bfloat16", "float16", "complex64", "float32", "bfloat16" })
+  local how = R(5) -- 1 to, 2 copy, 3 add(dtype =), 4 add(out =), 5 sum(dtype =)
+  local n = R(1, 4)
+  local nextv = S:lcg()
+  local vals = {}
+  for i = 1, n do vals[i] = near_pow2(d, nextv) end
+  if CM.COMPLEX[ft] and (how == 3 or how == 4 or how == 5) then how = 1 end
+  if how == 5 then n = 1; vals = { vals[1] } end
+  local x = literal(S, env, d, vals)
+  local made = { x }
+  add_victims(S, { x })
+  local real = ft == "complex64" and "float32" or ft
+  local want = {}
+  for i = 1, n do want[i] = CM.int_round(real, vals[i], d == "uint64") end
+  local desc, ok, res, ident
+  if how == 1 then
+    desc = string.format("%s:to(%q)", x.desc, ft)
+    ok, res = S:call(desc, env.T.to, x.v, ft)
+  elseif how == 2 then
+    local z = literal(S, env, ft, (function() local zz = {} for i = 1, n do zz[i] = 0 end return zz end)())
+    made[#made + 1] = z
+    desc = string.format("%s:copy(%s)", z.desc, x.desc)
+    ok, res = S:call(desc, env.T.copy, z.v, x.v)
+    ident = z.v
+  elseif how == 3 then
+    desc = string.format("dlpack.add(%s, 0, {dtype = %q})", x.desc, ft)
+    ok, res = S:call(desc, env.dlpack.add, x.v, 0, { dtype = ft })
+  elseif how == 4 then
+    local zeros = {}
+    for i = 1, n do zeros[i] = 0 end
+    local z, o = literal(S, env, d, zeros), literal(S, env, ft, zeros)
+    made[#made + 1], made[#made + 2] = z, o
+    desc = string.format("dlpack.add(%s, %s, {out = %s})", x.desc, z.desc, o.desc)
+    ok, res = S:call(desc, env.dlpack.add, x.v, z.v, { out = o.v })
+    ident = o.v
+  else
+    desc = string.format("dlpack.sum(%s, nil, {dtype = %q})", x.desc, ft)
+    ok, res = S:call(desc, env.dlpack.sum, x.v, nil, { dtype = ft })
+  end
+  if S:quiet() then
+    if not ok then
+      S:fail(desc .. ": raised: " .. tostring(res))
+    elseif how == 5 then
+      if res ~= want[1] then
+        S:fail(string.format("%s: %s, one rounding gives %s", desc, fmt(res), fmt(want[1])))
+      end
+    elseif ident ~= nil and not rawequal(res, ident) then
+      S:fail(desc .. ": did not return its out tensor")
+    else
+      S:check_note(desc)
+      local okv, got
+      if ft == "complex64" then
+        okv, got = pcall(function()
+          local s, g = res:tobytes(), {}
+          for i = 1, n do
+            local re, im = string.unpack("<ff", s, 8 * (i - 1) + 1)
+            g[i] = im == 0 and re or "imaginary part " .. fmt(im)
+          end
+          return g
+        end)
+      else
+        okv, got = pcall(env.T.totable, res)
+      end
+      if not okv then S:fail(desc .. ": reading the result raised: " .. tostring(got))
+      else
+        for i = 1, n do
+          if got[i] ~= want[i] then
+            S:fail(string.format("%s: element %d (%s %s) is %s, one rounding to %s gives %s", desc, i, d,
+              fmt(vals[i]), fmt(got[i]), ft, fmt(want[i])))
+            break
+          end
+        end
+      end
+    end
+  end
+  drop(env, fresh_recs(made), res, { ident })
+end
+
+local function exact(S, env)
+  local k = R(4)
+  if k == 1 then slice_cast(S, env)
+  elseif k == 2 then slice_bool(S, env)
+  elseif k == 3 then slice_mixed(S, env)
+  else slice_narrow(S, env) end
+end
+
 -- for spec/fuzz/reduce.lua
 C.H = { fresh = fresh, operand = operand, know = know, operand_error = operand_error, first_diff = first_diff,
   drop = drop, fresh_recs = fresh_recs, add_victims = add_victims, result_shape = result_shape,
@@ -969,6 +1418,7 @@ function C.register(op, env)
   op("clamp", 2, function(S) clamp(S, env) end)
   op("masked_fill", 2, function(S) masked_fill(S, env) end)
   op("equal_allclose", 2, function(S) tests(S, env) end)
+  op("exact", 4, function(S) exact(S, env) end)
   require("fuzz.reduce").register(op, env)
 end
 

@@ -164,6 +164,43 @@ function M.round(d, x)
   return round_small(x, 7, -126, 3.3895313892515355e38) -- bfloat16
 end
 
+-- Significant bits of the narrow floats (an integer converts to them with one rounding).
+M.PREC = { float32 = 24, bfloat16 = 8, float16 = 11 }
+
+-- The integer v (unsigned: v is a uint64 bit pattern) converted to the narrow float dtype d
+-- (float32, bfloat16, float16) with one rounding to nearest even, computed exactly on integers
+-- (NumPy's casts round once: int64 2^62 + 2^38 + 1 is 2^62 + 2^39 in float32, where a detour
+-- through float64 gives 2^62). float16 overflows to inf from 65520 up; float32 and bfloat16
+-- hold every 64-bit integer.
+function M.int_round(d, v, unsigned)
+  local p = M.PREC[d]
+  local neg, m = false, v
+  if not unsigned and v < 0 then neg, m = true, -v end -- math.mininteger: the pattern of 2^63
+  if m == 0 then return 0.0 end
+  local n = 64
+  while (m >> (n - 1)) == 0 do n = n - 1 end -- the bit length (logical shifts)
+  local r
+  if n <= p then
+    r = m + 0.0 -- below 2^24: exact
+  else
+    local sh = n - p
+    local q, rem, half = m >> sh, m & ((1 << sh) - 1), 1 << (sh - 1)
+    if rem > half or (rem == half and q & 1 == 1) then q = q + 1 end
+    r = q * 2.0 ^ sh -- q <= 2^p: exact
+  end
+  if d == "float16" and r > 65504.0 then r = math.huge end
+  return neg and -r or r
+end
+
+-- An exact comparison of two integers, x and y, either of which may be a uint64 bit pattern
+-- (xu, yu): -1, 0 or 1. NumPy 2 compares int64 with uint64 exactly (not in float64).
+function M.mixed_cmp(x, xu, y, yu)
+  local xbig, ybig = xu and x < 0, yu and y < 0 -- 2^63 and up
+  if xbig ~= ybig then return xbig and 1 or -1 end
+  if x < y then return -1 end
+  return x > y and 1 or 0
+end
+
 local function trunc(x) return x >= 0 and math.floor(x) or math.ceil(x) end
 
 -- v (of dtype `from`) converted to dtype `to`, or nil where the model does not know it.
@@ -181,9 +218,8 @@ function M.convert(v, from, to)
   end
   if kf ~= "f" then
     if kt ~= "f" then return M.wrap(to, v) end
-    local f = int_to_float(from, v)
-    if math.abs(f) > 2.0 ^ 53 and to ~= "float64" then return nil end -- two roundings
-    return M.round(to, f)
+    if to == "float64" then return int_to_float(from, v) end
+    return M.int_round(to, v, from == "uint64")
   end
   if kt == "f" then return M.round(to, v) end
   -- float to integer: the truncated value when the dtype holds it
@@ -432,7 +468,6 @@ function M.dtypes(fn, ops, dtype)
     if rule == "div" and k ~= "f" then return nil, "div with an integer dtype" end
     if rule == "floatfn" and k ~= "f" then return nil end
     if rule == "arith" and k == "b" and not M.BOOL_LOOP[fn] then return nil end
-    if (fn == "idiv" or fn == "mod" or fn == "pow") and k ~= "f" then return nil end
   end
   local result, k = p, kind(p)
   if rule == "arith" then

@@ -59,6 +59,11 @@ function G.fmt(v)
   return "<" .. ty .. ">"
 end
 
+-- A byte string as a Lua literal with every byte escaped ("\2\1\255\0"): descriptions stay text.
+function G.fmt_bytes(s)
+  return '"' .. s:gsub(".", function(c) return "\\" .. c:byte() end) .. '"'
+end
+
 -- A list description: {1, 2, 3}
 function G.fmt_list(list, n)
   local parts = {}
