@@ -195,6 +195,12 @@ describe("int64 (any signed integer) against uint64 compares exactly", function(
     assert.same({true, false}, values(dlpack.ge(u32, f32)))
     assert.same({false, true, false}, values(dlpack.le(dlpack.tensor({16, 2, 13}, "uint64"), 6.25)))
     assert.same({1}, values(dlpack.tensor({-9}, "int64"):ge_(dlpack.tensor({-11.75}, "float16"))))
+    assert.same({false, true, false}, values(dlpack.eq(dlpack.tensor({1, 2, 3}), 2.0)))
+    assert.same({false, true}, values(dlpack.lt(5, dlpack.tensor({1.5, 7.5}))))
+    assert.is_true(dlpack.equal(dlpack.tensor({1, 2}), dlpack.tensor({1.0, 2.0})))
+    -- longer than a block of the conversion buffers (an int64 read into float64's place overran them)
+    assert.is_true(dlpack.eq(dlpack.arange(0, 1000, "int32"), dlpack.arange(0, 1000, "float64")):all())
+    assert.equal(50001, dlpack.lt(dlpack.arange(0, 100000, "int64"), 50000.5):sum())
   end)
 
   it("dtype= still computes in the dtype asked for", function()

@@ -97,19 +97,28 @@ uint16_t dlp_bfloat_from_double(double d) {
 /* An integer as a double rounded to odd: exact below 2^53; beyond, the last of its 53 bits is set
  * when any bit dropped was. Rounding that double once more, to a float of 24 bits or fewer
  * (float32, bfloat16, float16), then gives the integer correctly rounded, as if rounded once:
- * through a double rounded to nearest, 2^62 + 2^38 + 1 would become 2^62 in float32, not 2^62 + 2^39. */
-double dlp_uint64_to_odd_double(uint64_t v) {
-  if (v < (uint64_t)1 << 53) return (double)v;
-  int drop = 0;
+ * through a double rounded to nearest, 2^62 + 2^38 + 1 would become 2^62 in float32, not 2^62 + 2^39.
+ * (float16 needs none of it: from 65520 up every integer is infinity there, and below 2^53 a
+ * double is exact.) */
+static double odd_double_beyond_2_53(uint64_t v) {
+  int drop = 1; /* bits beyond 53: 1 to 11 */
   while (v >> drop >= (uint64_t)1 << 53) drop++;
   uint64_t kept = v >> drop | ((v & (((uint64_t)1 << drop) - 1)) != 0);
-  return ldexp((double)kept, drop); /* kept has 53 bits: exact */
+  return (double)kept * (double)((uint64_t)1 << drop); /* kept has 53 bits, times a power of two: exact */
 }
 
-double dlp_int64_to_odd_double(int64_t v) {
-  double d = dlp_uint64_to_odd_double(v < 0 ? 0 - (uint64_t)v : (uint64_t)v);
+static inline double odd_double_u(uint64_t v) {
+  return v < (uint64_t)1 << 53 ? (double)v : odd_double_beyond_2_53(v);
+}
+
+static inline double odd_double_i(int64_t v) {
+  if (v > -((int64_t)1 << 53) && v < (int64_t)1 << 53) return (double)v;
+  double d = odd_double_beyond_2_53(v < 0 ? 0 - (uint64_t)v : (uint64_t)v);
   return v < 0 ? -d : d;
 }
+
+double dlp_uint64_to_odd_double(uint64_t v) { return odd_double_u(v); }
+double dlp_int64_to_odd_double(int64_t v) { return odd_double_i(v); }
 
 /* ---- loads: each source type as the value it converts from ---- */
 
@@ -189,10 +198,10 @@ static inline uint8_t bool_from_bits(uint64_t v) { return v != 0; }
 static inline uint8_t bool_from_real(double v) { return v != 0; }
 static inline uint8_t bool_from_complex(Complex v) { return v.re != 0 || v.im != 0; }
 
-/* 64-bit integers reach float32, float16 and bfloat16 through a double rounded to odd (one
- * rounding in all); narrower integers are doubles exactly. */
-static inline float float32_from_int(int64_t v) { return (float)dlp_int64_to_odd_double(v); }
-static inline float float32_from_uint(uint64_t v) { return (float)dlp_uint64_to_odd_double(v); }
+/* Integers reach float32 in one rounding: C's conversion from an integer type is IEEE-754's
+ * convertFromInt (C11 Annex F), where (float)(double)v would round int64 and uint64 twice. */
+static inline float float32_from_int(int64_t v) { return (float)v; }
+static inline float float32_from_uint(uint64_t v) { return (float)v; }
 static inline float float32_from_float(float v) { return v; }
 static inline float float32_from_double(double v) { return (float)v; }
 static inline float float32_from_complex(Complex v) { return (float)v.re; }
@@ -203,12 +212,10 @@ static inline double float64_from_complex(Complex v) { return v.re; }
 
 static inline uint16_t float16_from_double(double v) { return dlp_half_from_double(v); }
 static inline uint16_t float16_from_complex(Complex v) { return dlp_half_from_double(v.re); }
-static inline uint16_t float16_from_int(int64_t v) { return dlp_half_from_double(dlp_int64_to_odd_double(v)); }
-static inline uint16_t float16_from_uint(uint64_t v) { return dlp_half_from_double(dlp_uint64_to_odd_double(v)); }
 static inline uint16_t bfloat16_from_double(double v) { return dlp_bfloat_from_double(v); }
 static inline uint16_t bfloat16_from_complex(Complex v) { return dlp_bfloat_from_double(v.re); }
-static inline uint16_t bfloat16_from_int(int64_t v) { return dlp_bfloat_from_double(dlp_int64_to_odd_double(v)); }
-static inline uint16_t bfloat16_from_uint(uint64_t v) { return dlp_bfloat_from_double(dlp_uint64_to_odd_double(v)); }
+static inline uint16_t bfloat16_from_int(int64_t v) { return dlp_bfloat_from_double(odd_double_i(v)); }
+static inline uint16_t bfloat16_from_uint(uint64_t v) { return dlp_bfloat_from_double(odd_double_u(v)); }
 
 /* the imaginary part a value gives complex64 */
 static inline float imag32_from_real(double v) { (void)v; return 0; }
@@ -226,8 +233,7 @@ static inline Complex complex_from_complex(Complex v) { return v; }
            default: float32_from_int)(x)
 #define TO_FLOAT64(x) _Generic((x), Complex: float64_from_complex, default: float64_from_real)(x)
 #define TO_FLOAT16(x) \
-  _Generic((x), float: float16_from_float, Complex: float16_from_complex, int64_t: float16_from_int, \
-           uint64_t: float16_from_uint, default: float16_from_double)(x)
+  _Generic((x), float: float16_from_float, Complex: float16_from_complex, default: float16_from_double)(x)
 #define TO_BFLOAT16(x) \
   _Generic((x), float: bfloat16_from_float, Complex: bfloat16_from_complex, int64_t: bfloat16_from_int, \
            uint64_t: bfloat16_from_uint, default: bfloat16_from_double)(x)

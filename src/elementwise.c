@@ -90,7 +90,7 @@ static void run_rows(void *ctx, char *const *data, const int64_t *steps, int64_t
     return;
   }
   double buffers[DLP_ITER_MAX_OPS][2 * BLOCK]; /* 16 bytes an element: the widest loop dtype, complex128 */
-  uint16_t mid[BLOCK];                     /* float16 or bfloat16 values on their way */
+  double mid[2 * BLOCK]; /* values on their way through the mid dtype (float16 or bfloat16; sized for any) */
   char *ptr[DLP_ITER_MAX_OPS];
   int64_t step[DLP_ITER_MAX_OPS], block = BLOCK;
   for (int k = 1; k < r->nops; k++) /* a tile holds whole periods: blocks are as long as a tile */
@@ -283,8 +283,7 @@ typedef struct Scan {
 static void scan_row(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
   Scan *s = ctx;
   static const unsigned char zero[16];
-  double buffer[2 * BLOCK];
-  uint16_t mid[BLOCK];
+  double buffer[2 * BLOCK], mid[2 * BLOCK]; /* as run_rows' */
   for (int64_t start = 0; start < n && !s->found; start += BLOCK) {
     int64_t m = n - start < BLOCK ? n - start : BLOCK, step = steps[0];
     const char *p = dlp_offset(data[0], start * steps[0]);
@@ -304,13 +303,16 @@ static void scan_row(void *ctx, char *const *data, const int64_t *steps, int64_t
 }
 
 static int tensor_has(const dlp_Tensor *t, Scan *s) {
-  int64_t strides[1][DLP_MAX_NDIM];
+  int64_t strides[1][DLP_MAX_NDIM], shape[DLP_MAX_NDIM];
   char *data[1] = {dlp_first_element(t)};
   dlp_Iter it;
   if (!s->convert && !s->convert_mid) s->size = dlp_dtypes[t->dtype].itemsize;
   s->found = 0;
-  for (int i = 0; i < t->dl.ndim; i++) strides[0][i] = dlp_walk_stride(t, i);
-  dlp_iter_init(&it, 1, t->dl.ndim, t->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1);
+  for (int i = 0; i < t->dl.ndim; i++) { /* an expanded dimension repeats its elements: one look is enough */
+    strides[0][i] = dlp_walk_stride(t, i);
+    shape[i] = strides[0][i] == 0 && t->dl.shape[i] > 0 ? 1 : t->dl.shape[i];
+  }
+  dlp_iter_init(&it, 1, t->dl.ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1);
   dlp_iter_run(&it, scan_row, s);
   return s->found;
 }
@@ -326,22 +328,19 @@ static int input_has(const Run *r, int k, const dlp_Tensor *source, const unsign
 }
 
 /* Comparisons of a signed integer with uint64 (NumPy promotes them to float64, which rounds
- * beyond 2^53) compare exactly: each side is read as int64 or uint64 (`want`) and m is the
- * loop's description. Weak Lua integers count as signed: they promoted to float64 only when the
- * unsigned tensor could not hold them. 0 when the operands are not such a pair. */
-static int mixed_integer_compare(const Operand *in, int p, int op, int want[3], dlp_MixedCompare *m) {
-  if (p != DLP_FLOAT64 || op < DLP_OP_EQ || op > DLP_OP_GE) return 0;
+ * beyond 2^53) compare exactly: each side is read as int64 or uint64 (`want`), and the loop is
+ * the mixed one (NULL when the operands are not such a pair). Weak Lua integers count as
+ * signed: they promoted to float64 only when the unsigned tensor could not hold them. */
+static dlp_IterLoop mixed_integer_compare(const Operand *in, int p, int op, int want[3]) {
+  if (p != DLP_FLOAT64 || op < DLP_OP_EQ || op > DLP_OP_GE) return NULL;
   int is_signed[2];
   for (int k = 0; k < 2; k++) {
     int kind = in[k].t ? dlp_dtype_kind(in[k].t->dtype) : in[k].weak == WEAK_INT ? 2 : -1;
-    if (kind != 1 && kind != 2) return 0;
+    if (kind != 1 && kind != 2) return NULL;
     is_signed[k] = kind == 2;
   }
   for (int k = 0; k < 2; k++) want[k] = is_signed[k] ? DLP_INT64 : DLP_UINT64;
-  m->op = op;
-  m->x_signed = is_signed[0];
-  m->y_signed = is_signed[1];
-  return 1;
+  return dlp_mixed_kernel(op, !is_signed[0]);
 }
 
 /* ---- the driver ---- */
@@ -427,14 +426,12 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
   int loop_out = info->rule == RULE_COMPARE || info->rule == RULE_CLASSIFY ? DLP_BOOL
                  : reads_p && !c->kernel ? compute_dtype_of(result) : loop_in;
   dlp_IterLoop kernel = c->kernel ? c->kernel : dlp_kernel(c->op, loop_in);
-  void *kernel_ctx = c->kernel_ctx;
   int want[3] = {loop_in, loop_in, loop_in}; /* the dtype the loop reads each input in */
   int mid = in_dtype;                        /* inputs are converted to in_dtype first */
   if (info->rule == RULE_WHERE) want[0] = DLP_BOOL;
-  dlp_MixedCompare mixed;
-  if (c->dtype < 0 && !c->kernel && mixed_integer_compare(in, p, c->op, want, &mixed)) {
-    kernel = dlp_compare_mixed;
-    kernel_ctx = &mixed;
+  dlp_IterLoop mixed = c->dtype < 0 && !c->kernel ? mixed_integer_compare(in, p, c->op, want) : NULL;
+  if (mixed) {
+    kernel = mixed;
     mid = -1;
   }
   if (!kernel && dlp_dtype_kind(in_dtype) == 4) {
@@ -508,7 +505,7 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
   Run run;
   memset(&run, 0, sizeof run);
   run.kernel = kernel;
-  run.kernel_ctx = kernel_ctx;
+  run.kernel_ctx = c->kernel_ctx;
   run.nops = n + 1;
   data[0] = dlp_first_element(out);
   run.size[0] = dlp_dtypes[loop_out].itemsize;

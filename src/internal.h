@@ -435,12 +435,9 @@ enum {
 #define DLP_NCOMPUTE 11
 int dlp_compute_index(int dtype);            /* -1 when loops do not compute in it */
 dlp_IterLoop dlp_kernel(int op, int compute_dtype); /* NULL when op has no loop for it */
-/* The comparisons (DLP_OP_EQ .. DLP_OP_GE) of two 64-bit integers, each signed or unsigned,
- * exactly: the loop for int64 against uint64, with ctx a dlp_MixedCompare. */
-typedef struct dlp_MixedCompare {
-  int op, x_signed, y_signed;
-} dlp_MixedCompare;
-void dlp_compare_mixed(void *ctx, char *const *data, const int64_t *steps, int64_t n);
+/* The loop of a comparison (DLP_OP_EQ .. DLP_OP_GE) of int64 with uint64, exact: x_unsigned
+ * says which one comes first (data[1]); NULL for other ops. */
+dlp_IterLoop dlp_mixed_kernel(int op, int x_unsigned);
 
 /* ---- operands.c: the operands and options of the computing functions ---- */
 

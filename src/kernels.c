@@ -482,6 +482,43 @@ FLOATS(COMPARE_AND_LOGIC)
 COMPLEX_OPS(c64, c64, float, f)
 COMPLEX_OPS(c128, c128, double, )
 
+/* int64 against uint64, exactly (NumPy 2's mixed loops; their promoted dtype, float64, would
+ * round both beyond 2^53): a negative int64 is below every uint64, the others compare as
+ * uint64. x is data[1]'s type, y data[2]'s; the same loop shape as LOOP2, two input types. */
+#define LOOP2_MIXED(TX, TY, EXPR)                                                                      \
+  char *o = data[0];                                                                                   \
+  const char *a = data[1], *b = data[2];                                                               \
+  int64_t so = steps[0], sa = steps[1], sb = steps[2];                                                 \
+  (void)ctx;                                                                                           \
+  if (so == 1 && sa == 8 && sb == 8 && ALIGNED(a, TX) && ALIGNED(b, TY)) {                             \
+    b8 *restrict po = (b8 *)o;                                                                         \
+    const TX *pa = (const TX *)(const void *)a;                                                        \
+    const TY *pb = (const TY *)(const void *)b;                                                        \
+    for (int64_t i = 0; i < n; i++) { TX x = pa[i]; TY y = pb[i]; po[i] = (b8)(EXPR); }                \
+    return;                                                                                            \
+  }                                                                                                    \
+  for (int64_t i = 0; i < n; i++, o += so, a += sa, b += sb) {                                         \
+    TX x;                                                                                              \
+    TY y;                                                                                              \
+    memcpy(&x, a, sizeof x);                                                                           \
+    memcpy(&y, b, sizeof y);                                                                           \
+    *o = (char)(b8)(EXPR);                                                                             \
+  }
+#define DEF_MIXED(name, TX, TY, EXPR) \
+  static void name(void *ctx, char *const *data, const int64_t *steps, int64_t n) { LOOP2_MIXED(TX, TY, EXPR) }
+DEF_MIXED(eq_i64_u64, int64_t, uint64_t, (x >= 0) & ((uint64_t)x == y))
+DEF_MIXED(ne_i64_u64, int64_t, uint64_t, (x < 0) | ((uint64_t)x != y))
+DEF_MIXED(lt_i64_u64, int64_t, uint64_t, (x < 0) | ((uint64_t)x < y))
+DEF_MIXED(le_i64_u64, int64_t, uint64_t, (x < 0) | ((uint64_t)x <= y))
+DEF_MIXED(gt_i64_u64, int64_t, uint64_t, (x >= 0) & ((uint64_t)x > y))
+DEF_MIXED(ge_i64_u64, int64_t, uint64_t, (x >= 0) & ((uint64_t)x >= y))
+DEF_MIXED(eq_u64_i64, uint64_t, int64_t, (y >= 0) & (x == (uint64_t)y))
+DEF_MIXED(ne_u64_i64, uint64_t, int64_t, (y < 0) | (x != (uint64_t)y))
+DEF_MIXED(lt_u64_i64, uint64_t, int64_t, (y >= 0) & (x < (uint64_t)y))
+DEF_MIXED(le_u64_i64, uint64_t, int64_t, (y >= 0) & (x <= (uint64_t)y))
+DEF_MIXED(gt_u64_i64, uint64_t, int64_t, (y < 0) | (x > (uint64_t)y))
+DEF_MIXED(ge_u64_i64, uint64_t, int64_t, (y < 0) | (x >= (uint64_t)y))
+
 /* ---- the table: the loop of each operation for each compute dtype (NULL: none) ---- */
 
 /* The row of an operation: its loops for bool, int8 .. int64, uint8 .. uint64, float32, float64. */
@@ -568,10 +605,18 @@ static dlp_IterLoop loop_at(int op, int k) {
   return k < DLP_NCOMPUTE ? loops[op][k] : complex_loops[op][k - DLP_NCOMPUTE];
 }
 
+/* the mixed loops of eq ne lt le gt ge: [op - DLP_OP_EQ][0] int64 first, [1] uint64 first */
+static const dlp_IterLoop mixed_loops[6][2] = {
+  {eq_i64_u64, eq_u64_i64}, {ne_i64_u64, ne_u64_i64}, {lt_i64_u64, lt_u64_i64},
+  {le_i64_u64, le_u64_i64}, {gt_i64_u64, gt_u64_i64}, {ge_i64_u64, ge_u64_i64},
+};
+
 #ifdef DLP_KERNELS_AVX2
 /* This file compiled a second time with -mavx2 (see the Makefile): the same loops, twice as wide. */
 dlp_IterLoop dlp_kernel_avx2(int op, int k);
 dlp_IterLoop dlp_kernel_avx2(int op, int k) { return loop_at(op, k); }
+dlp_IterLoop dlp_mixed_kernel_avx2(int op, int x_unsigned);
+dlp_IterLoop dlp_mixed_kernel_avx2(int op, int x_unsigned) { return mixed_loops[op - DLP_OP_EQ][x_unsigned]; }
 #else
 int dlp_compute_index(int dtype) {
   switch (dtype) {
@@ -594,38 +639,8 @@ int dlp_compute_index(int dtype) {
 
 #if DLP_HAVE_AVX2_KERNELS
 dlp_IterLoop dlp_kernel_avx2(int op, int k);
+dlp_IterLoop dlp_mixed_kernel_avx2(int op, int x_unsigned);
 #endif
-
-/* A comparison of a signed with an unsigned 64-bit integer, exact (NumPy 2's mixed loops; the
- * promoted dtype, float64, would round both): -1, 0 or 1. A negative signed value is below every
- * unsigned one; otherwise both compare as unsigned. */
-static int compare_mixed(uint64_t x, int x_signed, uint64_t y, int y_signed) {
-  int x_negative = x_signed && (int64_t)x < 0, y_negative = y_signed && (int64_t)y < 0;
-  if (x_negative != y_negative) return x_negative ? -1 : 1;
-  return x < y ? -1 : x > y; /* two negatives order as their two's complement bits do */
-}
-
-void dlp_compare_mixed(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
-  const dlp_MixedCompare *m = ctx;
-  char *o = data[0];
-  const char *a = data[1], *b = data[2];
-  for (int64_t i = 0; i < n; i++, o += steps[0], a += steps[1], b += steps[2]) {
-    uint64_t x, y;
-    memcpy(&x, a, sizeof x);
-    memcpy(&y, b, sizeof y);
-    int c = compare_mixed(x, m->x_signed, y, m->y_signed);
-    b8 r;
-    switch (m->op) {
-      case DLP_OP_EQ: r = c == 0; break;
-      case DLP_OP_NE: r = c != 0; break;
-      case DLP_OP_LT: r = c < 0; break;
-      case DLP_OP_LE: r = c <= 0; break;
-      case DLP_OP_GT: r = c > 0; break;
-      default: r = c >= 0; break;
-    }
-    *o = (char)r;
-  }
-}
 
 /* The loops are chosen at run time: the AVX2 copy where the processor has AVX2. Results are the
  * same bit for bit (no FMA contraction in ISO C mode, the same operations in the same order). */
@@ -636,5 +651,13 @@ dlp_IterLoop dlp_kernel(int op, int compute_dtype) {
   if (__builtin_cpu_supports("avx2")) return dlp_kernel_avx2(op, k);
 #endif
   return loop_at(op, k);
+}
+dlp_IterLoop dlp_mixed_kernel(int op, int x_unsigned) {
+  if (op < DLP_OP_EQ || op > DLP_OP_GE) return NULL;
+  x_unsigned = !!x_unsigned;
+#if DLP_HAVE_AVX2_KERNELS
+  if (__builtin_cpu_supports("avx2")) return dlp_mixed_kernel_avx2(op, x_unsigned);
+#endif
+  return mixed_loops[op - DLP_OP_EQ][x_unsigned];
 }
 #endif
