@@ -117,6 +117,24 @@ static inline double odd_double_i(int64_t v) {
   return v < 0 ? -d : d;
 }
 
+/* v as a double that a second rounding, dropping the low `drop` bits of its 52-bit fraction
+ * (29 for float32, 45 for bfloat16), rounds as if it rounded v once. The double rounded to
+ * nearest does, unless it is a midpoint of the narrow float (only there can the second rounding
+ * go the other way); then the one rounded to odd. So the fast conversion serves all but a few. */
+static inline int is_midpoint(double d, int drop) {
+  uint64_t bits;
+  memcpy(&bits, &d, sizeof bits);
+  return (bits & (((uint64_t)1 << drop) - 1)) == (uint64_t)1 << (drop - 1);
+}
+static inline double once_double_i(int64_t v, int drop) {
+  double d = (double)v;
+  return is_midpoint(d, drop) ? odd_double_i(v) : d;
+}
+static inline double once_double_u(uint64_t v, int drop) {
+  double d = (double)v;
+  return is_midpoint(d, drop) ? odd_double_u(v) : d;
+}
+
 double dlp_uint64_to_odd_double(uint64_t v) { return odd_double_u(v); }
 double dlp_int64_to_odd_double(int64_t v) { return odd_double_i(v); }
 
@@ -198,10 +216,11 @@ static inline uint8_t bool_from_bits(uint64_t v) { return v != 0; }
 static inline uint8_t bool_from_real(double v) { return v != 0; }
 static inline uint8_t bool_from_complex(Complex v) { return v.re != 0 || v.im != 0; }
 
-/* Integers reach float32 in one rounding: C's conversion from an integer type is IEEE-754's
- * convertFromInt (C11 Annex F), where (float)(double)v would round int64 and uint64 twice. */
-static inline float float32_from_int(int64_t v) { return (float)v; }
-static inline float float32_from_uint(uint64_t v) { return (float)v; }
+/* 64-bit integers reach float32 in one rounding, through once_double: C's own conversion would
+ * do it in one where the compiler and the machine follow Annex F, but not every one does
+ * (valgrind's emulation rounds through a double; older MSVC's uint64 conversion too). */
+static inline float float32_from_int(int64_t v) { return (float)once_double_i(v, 29); }
+static inline float float32_from_uint(uint64_t v) { return (float)once_double_u(v, 29); }
 static inline float float32_from_float(float v) { return v; }
 static inline float float32_from_double(double v) { return (float)v; }
 static inline float float32_from_complex(Complex v) { return (float)v.re; }
@@ -214,8 +233,8 @@ static inline uint16_t float16_from_double(double v) { return dlp_half_from_doub
 static inline uint16_t float16_from_complex(Complex v) { return dlp_half_from_double(v.re); }
 static inline uint16_t bfloat16_from_double(double v) { return dlp_bfloat_from_double(v); }
 static inline uint16_t bfloat16_from_complex(Complex v) { return dlp_bfloat_from_double(v.re); }
-static inline uint16_t bfloat16_from_int(int64_t v) { return dlp_bfloat_from_double(odd_double_i(v)); }
-static inline uint16_t bfloat16_from_uint(uint64_t v) { return dlp_bfloat_from_double(odd_double_u(v)); }
+static inline uint16_t bfloat16_from_int(int64_t v) { return dlp_bfloat_from_double(once_double_i(v, 45)); }
+static inline uint16_t bfloat16_from_uint(uint64_t v) { return dlp_bfloat_from_double(once_double_u(v, 45)); }
 
 /* the imaginary part a value gives complex64 */
 static inline float imag32_from_real(double v) { (void)v; return 0; }
