@@ -151,6 +151,13 @@ static int64_t clamp_i64(int64_t v, int64_t lo, int64_t hi) {
   return v < lo ? lo : v > hi ? hi : v;
 }
 
+/* s's real value as a double for the floats narrower than double: an integer rounded to odd, so
+ * that it reaches them in one rounding (convert.c) */
+static double narrow_value(const dlp_Scalar *s) {
+  if (s->kind == DLP_S_FLOAT || s->kind == DLP_S_COMPLEX) return s->re;
+  return s->kind == DLP_S_UINT ? dlp_uint64_to_odd_double(s->u) : dlp_int64_to_odd_double(s->i);
+}
+
 #define STORE(type, p, value) do { type v_ = (type)(value); memcpy((p), &v_, sizeof v_); } while (0)
 
 void dlp_store(int dtype, void *p, const dlp_Scalar *s) {
@@ -158,8 +165,6 @@ void dlp_store(int dtype, void *p, const dlp_Scalar *s) {
   double d = is_float ? s->re : s->kind == DLP_S_UINT ? (double)s->u : (double)s->i;
   /* Integers wrap as in C; floats are truncated and saturate at the target's limits. */
   uint64_t bits = is_float ? 0 : s->kind == DLP_S_UINT ? s->u : (uint64_t)s->i;
-  /* integers reach the floats narrower than double in one rounding (convert.c) */
-  double narrow = is_float ? s->re : s->kind == DLP_S_UINT ? dlp_uint64_to_odd_double(s->u) : dlp_int64_to_odd_double(s->i);
   switch (dtype) {
     case DLP_BOOL: STORE(uint8_t, p, is_float ? (s->re != 0 || s->im != 0) : bits != 0); return;
     case DLP_INT8: STORE(int8_t, p, is_float ? clamp_i64(float_to_i64(d), INT8_MIN, INT8_MAX) : (int8_t)bits); return;
@@ -170,11 +175,11 @@ void dlp_store(int dtype, void *p, const dlp_Scalar *s) {
     case DLP_UINT16: STORE(uint16_t, p, is_float ? (uint64_t)clamp_i64(float_to_i64(d), 0, UINT16_MAX) : bits); return;
     case DLP_UINT32: STORE(uint32_t, p, is_float ? (uint64_t)clamp_i64(float_to_i64(d), 0, UINT32_MAX) : bits); return;
     case DLP_UINT64: STORE(uint64_t, p, is_float ? float_to_u64(d) : bits); return;
-    case DLP_FLOAT16: STORE(uint16_t, p, dlp_half_from_double(narrow)); return;
-    case DLP_BFLOAT16: STORE(uint16_t, p, dlp_bfloat_from_double(narrow)); return;
-    case DLP_FLOAT32: STORE(float, p, narrow); return;
+    case DLP_FLOAT16: STORE(uint16_t, p, dlp_half_from_double(narrow_value(s))); return;
+    case DLP_BFLOAT16: STORE(uint16_t, p, dlp_bfloat_from_double(narrow_value(s))); return;
+    case DLP_FLOAT32: STORE(float, p, narrow_value(s)); return;
     case DLP_FLOAT64: STORE(double, p, d); return;
-    case DLP_COMPLEX64: { float pair[2] = {(float)narrow, (float)s->im}; memcpy(p, pair, sizeof pair); return; }
+    case DLP_COMPLEX64: { float pair[2] = {(float)narrow_value(s), (float)s->im}; memcpy(p, pair, sizeof pair); return; }
     case DLP_COMPLEX128: { double pair[2] = {d, s->im}; memcpy(p, pair, sizeof pair); return; }
     default: return;
   }

@@ -280,9 +280,15 @@ typedef struct Scan {
   int negative, found;
 } Scan;
 
+/* Whether the element at p, of s->size bytes, is what s looks for. */
+static int scan_hits(const Scan *s, const char *p) {
+  static const unsigned char zero[16];
+  if (s->negative) return (p[s->size - 1] & 0x80) != 0; /* little-endian: the last byte has the sign */
+  return memcmp(p, zero, (size_t)s->size) == 0;
+}
+
 static void scan_row(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
   Scan *s = ctx;
-  static const unsigned char zero[16];
   double buffer[2 * BLOCK], mid[2 * BLOCK]; /* as run_rows' */
   for (int64_t start = 0; start < n && !s->found; start += BLOCK) {
     int64_t m = n - start < BLOCK ? n - start : BLOCK, step = steps[0];
@@ -295,10 +301,7 @@ static void scan_row(void *ctx, char *const *data, const int64_t *steps, int64_t
       s->convert((char *)buffer, s->size, p, step, m);
       p = (const char *)buffer, step = s->size;
     }
-    for (int64_t i = 0; i < m && !s->found; i++, p += step) {
-      if (s->negative) s->found = (p[s->size - 1] & 0x80) != 0; /* little-endian: the last byte has the sign */
-      else s->found = memcmp(p, zero, (size_t)s->size) == 0;
-    }
+    for (int64_t i = 0; i < m && !s->found; i++, p += step) s->found = scan_hits(s, p);
   }
 }
 
@@ -306,7 +309,6 @@ static int tensor_has(const dlp_Tensor *t, Scan *s) {
   int64_t strides[1][DLP_MAX_NDIM], shape[DLP_MAX_NDIM];
   char *data[1] = {dlp_first_element(t)};
   dlp_Iter it;
-  if (!s->convert && !s->convert_mid) s->size = dlp_dtypes[t->dtype].itemsize;
   s->found = 0;
   for (int i = 0; i < t->dl.ndim; i++) { /* an expanded dimension repeats its elements: one look is enough */
     strides[0][i] = dlp_walk_stride(t, i);
@@ -321,10 +323,7 @@ static int tensor_has(const dlp_Tensor *t, Scan *s) {
  * has a zero or, with `negative`, a negative element, as the loop will read it. */
 static int input_has(const Run *r, int k, const dlp_Tensor *source, const unsigned char *scalar, int negative) {
   Scan s = {r->convert[k + 1], r->convert_mid[k + 1], r->size[k + 1], r->mid_size[k + 1], negative, 0};
-  if (source) return tensor_has(source, &s);
-  if (negative) return (scalar[s.size - 1] & 0x80) != 0;
-  static const unsigned char zero[16];
-  return memcmp(scalar, zero, (size_t)s.size) == 0;
+  return source ? tensor_has(source, &s) : scan_hits(&s, (const char *)scalar);
 }
 
 /* Comparisons of a signed integer with uint64 (NumPy promotes them to float64, which rounds
@@ -426,13 +425,14 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
   int loop_out = info->rule == RULE_COMPARE || info->rule == RULE_CLASSIFY ? DLP_BOOL
                  : reads_p && !c->kernel ? compute_dtype_of(result) : loop_in;
   dlp_IterLoop kernel = c->kernel ? c->kernel : dlp_kernel(c->op, loop_in);
-  int want[3] = {loop_in, loop_in, loop_in}; /* the dtype the loop reads each input in */
-  int mid = in_dtype;                        /* inputs are converted to in_dtype first */
-  if (info->rule == RULE_WHERE) want[0] = DLP_BOOL;
+  /* each input is converted to mid[k] (the dtype the function computes: float16 before float32),
+   * then read by the loop as want[k]; -1: straight to want[k] */
+  int want[3] = {loop_in, loop_in, loop_in}, mid[3] = {in_dtype, in_dtype, in_dtype};
+  if (info->rule == RULE_WHERE) want[0] = DLP_BOOL, mid[0] = -1;
   dlp_IterLoop mixed = c->dtype < 0 && !c->kernel ? mixed_integer_compare(in, p, c->op, want) : NULL;
   if (mixed) {
     kernel = mixed;
-    mid = -1;
+    mid[0] = mid[1] = -1;
   }
   if (!kernel && dlp_dtype_kind(in_dtype) == 4) {
     int ordered = c->op == DLP_OP_MAXIMUM || c->op == DLP_OP_MINIMUM || c->op == DLP_OP_CLAMP ||
@@ -442,8 +442,7 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
   }
   if (!kernel) luaL_error(L, "%s: not defined for %s", c->what, dlp_dtypes[in_dtype].name);
   for (int k = 0; k < n; k++) /* scalars: in the dtype they take, then the loop's */
-    if (!in[k].t) scalar_value(L, &in[k], mid < 0 || (info->rule == RULE_WHERE && k == 0) ? want[k] : in_dtype, want[k],
-                               c->what);
+    if (!in[k].t) scalar_value(L, &in[k], mid[k] < 0 ? want[k] : mid[k], want[k], c->what);
 
   /* the output */
   int ndim = dlp_broadcast_shapes(L, ntensors, tensors, shape, c->what);
@@ -520,8 +519,7 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
     }
     data[k + 1] = dlp_first_element(source[k]);
     dlp_broadcast_strides(source[k], ndim, shape, strides[k + 1]);
-    /* inputs are converted to the dtype the function computes first (float16 before float32) */
-    plan_conversion(&run, k + 1, source[k]->dtype, info->rule == RULE_WHERE && k == 0 ? -1 : mid, want[k]);
+    plan_conversion(&run, k + 1, source[k]->dtype, mid[k], want[k]);
   }
 
   /* integer division by zero and negative integer powers raise before anything is written,
@@ -660,8 +658,7 @@ static int l_masked_fill(lua_State *L) {
 /* Whether every element of the bool tensor at the top of the stack is true; pops it. */
 static int all_true(lua_State *L) {
   dlp_Tensor *t = lua_touserdata(L, -1);
-  Scan s;
-  memset(&s, 0, sizeof s);
+  Scan s = {NULL, NULL, dlp_dtypes[t->dtype].itemsize, 0, 0, 0};
   int found = dlp_numel(t) > 0 && tensor_has(t, &s);
   lua_pop(L, 1);
   return !found;

@@ -23,33 +23,36 @@ typedef uint8_t b8; /* bool elements: any nonzero byte is true (see the bool loo
 
 #define ALIGNED(p, T) ((((uintptr_t)(p)) & (_Alignof(T) - 1)) == 0)
 
-/* A loop over n elements for out = EXPR(x, y), x of type T from data[1], y from data[2], the
- * result of type R; EXPR sees the values x and y. */
-#define LOOP2(T, R, EXPR)                                                                              \
+/* A loop over n elements for out = EXPR(x, y), x of type TX from data[1], y of type TY from
+ * data[2], the result of type R; EXPR sees the values x and y. LOOP2: both inputs of type T. */
+#define LOOP2(T, R, EXPR) LOOP2_TYPES(T, T, R, EXPR)
+#define LOOP2_TYPES(TX, TY, R, EXPR)                                                                   \
   char *o = data[0];                                                                                   \
   const char *a = data[1], *b = data[2];                                                               \
   int64_t so = steps[0], sa = steps[1], sb = steps[2];                                                 \
   (void)ctx;                                                                                           \
-  if (so == (int64_t)sizeof(R) && ALIGNED(o, R) && ALIGNED(a, T) && ALIGNED(b, T)) {                 \
+  if (so == (int64_t)sizeof(R) && ALIGNED(o, R) && ALIGNED(a, TX) && ALIGNED(b, TY)) {               \
     R *restrict po = (R *)(void *)o;                                                                   \
-    const T *pa = (const T *)(const void *)a, *pb = (const T *)(const void *)b;                        \
-    if (sa == (int64_t)sizeof(T) && sb == (int64_t)sizeof(T)) {                                        \
-      for (int64_t i = 0; i < n; i++) { T x = pa[i], y = pb[i]; po[i] = (R)(EXPR); }                   \
+    const TX *pa = (const TX *)(const void *)a;                                                        \
+    const TY *pb = (const TY *)(const void *)b;                                                        \
+    if (sa == (int64_t)sizeof(TX) && sb == (int64_t)sizeof(TY)) {                                      \
+      for (int64_t i = 0; i < n; i++) { TX x = pa[i]; TY y = pb[i]; po[i] = (R)(EXPR); }               \
       return;                                                                                          \
     }                                                                                                  \
-    if (sa == (int64_t)sizeof(T) && sb == 0) {                                                         \
-      T y = pb[0];                                                                                     \
-      for (int64_t i = 0; i < n; i++) { T x = pa[i]; po[i] = (R)(EXPR); }                              \
+    if (sa == (int64_t)sizeof(TX) && sb == 0) {                                                        \
+      TY y = pb[0];                                                                                    \
+      for (int64_t i = 0; i < n; i++) { TX x = pa[i]; po[i] = (R)(EXPR); }                             \
       return;                                                                                          \
     }                                                                                                  \
-    if (sa == 0 && sb == (int64_t)sizeof(T)) {                                                         \
-      T x = pa[0];                                                                                     \
-      for (int64_t i = 0; i < n; i++) { T y = pb[i]; po[i] = (R)(EXPR); }                              \
+    if (sa == 0 && sb == (int64_t)sizeof(TY)) {                                                        \
+      TX x = pa[0];                                                                                    \
+      for (int64_t i = 0; i < n; i++) { TY y = pb[i]; po[i] = (R)(EXPR); }                             \
       return;                                                                                          \
     }                                                                                                  \
   }                                                                                                    \
   for (int64_t i = 0; i < n; i++, o += so, a += sa, b += sb) {                                         \
-    T x, y;                                                                                            \
+    TX x;                                                                                              \
+    TY y;                                                                                              \
     R r;                                                                                               \
     memcpy(&x, a, sizeof x);                                                                           \
     memcpy(&y, b, sizeof y);                                                                           \
@@ -484,28 +487,9 @@ COMPLEX_OPS(c128, c128, double, )
 
 /* int64 against uint64, exactly (NumPy 2's mixed loops; their promoted dtype, float64, would
  * round both beyond 2^53): a negative int64 is below every uint64, the others compare as
- * uint64. x is data[1]'s type, y data[2]'s; the same loop shape as LOOP2, two input types. */
-#define LOOP2_MIXED(TX, TY, EXPR)                                                                      \
-  char *o = data[0];                                                                                   \
-  const char *a = data[1], *b = data[2];                                                               \
-  int64_t so = steps[0], sa = steps[1], sb = steps[2];                                                 \
-  (void)ctx;                                                                                           \
-  if (so == 1 && sa == 8 && sb == 8 && ALIGNED(a, TX) && ALIGNED(b, TY)) {                             \
-    b8 *restrict po = (b8 *)o;                                                                         \
-    const TX *pa = (const TX *)(const void *)a;                                                        \
-    const TY *pb = (const TY *)(const void *)b;                                                        \
-    for (int64_t i = 0; i < n; i++) { TX x = pa[i]; TY y = pb[i]; po[i] = (b8)(EXPR); }                \
-    return;                                                                                            \
-  }                                                                                                    \
-  for (int64_t i = 0; i < n; i++, o += so, a += sa, b += sb) {                                         \
-    TX x;                                                                                              \
-    TY y;                                                                                              \
-    memcpy(&x, a, sizeof x);                                                                           \
-    memcpy(&y, b, sizeof y);                                                                           \
-    *o = (char)(b8)(EXPR);                                                                             \
-  }
+ * uint64. x is data[1]'s type, y data[2]'s. */
 #define DEF_MIXED(name, TX, TY, EXPR) \
-  static void name(void *ctx, char *const *data, const int64_t *steps, int64_t n) { LOOP2_MIXED(TX, TY, EXPR) }
+  static void name(void *ctx, char *const *data, const int64_t *steps, int64_t n) { LOOP2_TYPES(TX, TY, b8, EXPR) }
 DEF_MIXED(eq_i64_u64, int64_t, uint64_t, (x >= 0) & ((uint64_t)x == y))
 DEF_MIXED(ne_i64_u64, int64_t, uint64_t, (x < 0) | ((uint64_t)x != y))
 DEF_MIXED(lt_i64_u64, int64_t, uint64_t, (x < 0) | ((uint64_t)x < y))
