@@ -26,8 +26,26 @@ SYSTEM_DLPACK := $(shell printf '\043include <dlpack/dlpack.h>\n\043if DLPACK_MA
 # The CUDA toolkit's headers are used when present; the driver is always found at run time.
 CUDA_HOME  ?= /usr/local/cuda
 CUDA_FLAGS := $(shell test -f $(CUDA_HOME)/include/cuda.h && echo -DDLPACK_LUA_HAVE_CUDA_H -I$(CUDA_HOME)/include)
-ALL_CFLAGS  = -std=c11 -fPIC -fvisibility=hidden -pthread $(WARNINGS) $(LUA_INC) $(COMPAT53_INC) $(SYSTEM_DLPACK) $(CUDA_FLAGS) $(CFLAGS)
+# Windows, cross-built with MinGW-w64 (README, "Windows"), is told by what the compiler targets:
+#   make CC=x86_64-w64-mingw32-gcc LUA_INC=-I<Lua's headers> LUA_LIB=<lua54.dll or its import library>
+# builds $(BUILD)/dlpack/core.dll and the static library. A DLL names the Lua DLL it links
+# against (LUA_LIB); MinGW's own C99 printf keeps %zu and %lld; and the assembler writes
+# unaligned vector moves, since GCC assumes 32-byte aligned stack slots for AVX values that the
+# Windows x64 stack (16-byte aligned) does not give (GCC bug 54412).
+WINDOWS    := $(if $(findstring mingw,$(shell $(CC) -dumpmachine)),1)
+ifeq ($(WINDOWS),1)
+SO          = dll
+AR         := $(patsubst %gcc,%ar,$(CC))
+PLATFORM_CFLAGS = -D__USE_MINGW_ANSI_STDIO=1 -Wa,-muse-unaligned-vector-move
+LDLIBS      = -lm
+MODULE_LIBS = $(LUA_LIB) -static-libgcc
+else
+SO          = so
+PLATFORM_CFLAGS = -fPIC -fvisibility=hidden -pthread
 LDLIBS      = -pthread -ldl -lm
+MODULE_LIBS =
+endif
+ALL_CFLAGS  = -std=c11 $(PLATFORM_CFLAGS) $(WARNINGS) $(LUA_INC) $(COMPAT53_INC) $(SYSTEM_DLPACK) $(CUDA_FLAGS) $(CFLAGS)
 
 PREFIX     ?= /usr/local
 INST_LIBDIR ?= $(PREFIX)/lib/lua/$(LUA_VERSION)
@@ -39,10 +57,10 @@ BUILD      ?= $(if $(filter lua5.4,$(LUA_NAME)),build,build/$(LUA_NAME))
 SOURCES     = $(wildcard src/*.c)
 OBJECTS     = $(SOURCES:src/%.c=$(BUILD)/obj/%.o)
 HEADERS     = $(wildcard src/*.h)
-MODULE      = $(BUILD)/dlpack/core.so
+MODULE      = $(BUILD)/dlpack/core.$(SO)
 STATIC      = $(BUILD)/libdlpack_lua.a
-FABRICATE   = $(BUILD)/fabricate.so
-FAKECUDA    = $(BUILD)/fakecuda.so
+FABRICATE   = $(BUILD)/fabricate.$(SO)
+FAKECUDA    = $(BUILD)/fakecuda.$(SO)
 HOST        = $(BUILD)/host
 HOST_CPP    = $(BUILD)/host-cpp
 HOST_IPC    = $(BUILD)/host-ipc
@@ -55,7 +73,7 @@ export LUA_CPATH := $(CURDIR)/$(BUILD)/?.so;;
 .PHONY: rock all static test conformance demo install deps asan asan-build tsan-build valgrind lint bench clean gpu gpu-build \
         fuzz fuzz-replay
 
-GEN_MODULE  = $(BUILD)/gen/dlpack/core.so
+GEN_MODULE  = $(BUILD)/gen/dlpack/core.$(SO)
 
 all: $(MODULE) $(STATIC) $(FABRICATE) $(FAKECUDA) $(GEN_MODULE)
 
@@ -82,11 +100,11 @@ endif
 
 $(MODULE): $(OBJECTS)
 	@mkdir -p $(@D)
-	$(CC) -shared $(ALL_CFLAGS) -o $@ $(OBJECTS) $(LDLIBS)
+	$(CC) -shared $(ALL_CFLAGS) -o $@ $(OBJECTS) $(MODULE_LIBS) $(LDLIBS)
 
 $(STATIC): $(OBJECTS)
 	@rm -f $@
-	ar rcs $@ $(OBJECTS)
+	$(AR) rcs $@ $(OBJECTS)
 
 # Test-only: the module with 2-bit capsule generations, so that a spec reaches the end of a
 # capsule slot's life in a few hundred capsules (spec/safety_spec.lua); never installed.
@@ -96,15 +114,15 @@ $(BUILD)/gen/capsule.o: src/capsule.c $(HEADERS)
 
 $(GEN_MODULE): $(filter-out $(BUILD)/obj/capsule.o,$(OBJECTS)) $(BUILD)/gen/capsule.o
 	@mkdir -p $(@D)
-	$(CC) -shared $(ALL_CFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) -shared $(ALL_CFLAGS) -o $@ $^ $(MODULE_LIBS) $(LDLIBS)
 
 # Test-only module that fabricates foreign managed tensors; never installed.
 $(FABRICATE): spec/c/fabricate.c src/dlpack_lua.h src/dlpack_abi.h
-	$(CC) -shared $(ALL_CFLAGS) -Isrc -o $@ $< $(LDLIBS)
+	$(CC) -shared $(ALL_CFLAGS) -Isrc -o $@ $< $(MODULE_LIBS) $(LDLIBS)
 
 # Test-only fake CUDA driver (and Lua module `fakecuda`) for the CUDA specs without a GPU; never installed.
 $(FAKECUDA): spec/c/fakecuda.c src/cuda_driver.h
-	$(CC) -shared $(ALL_CFLAGS) -Isrc -o $@ $< $(LDLIBS)
+	$(CC) -shared $(ALL_CFLAGS) -Isrc -o $@ $< $(MODULE_LIBS) $(LDLIBS)
 
 $(HOST): examples/host.c $(STATIC)
 	$(CC) $(ALL_CFLAGS) -fvisibility=default -Isrc -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)

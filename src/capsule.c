@@ -16,7 +16,6 @@
  * A capsule a C producer makes for a script (dlpack_lua_push_capsule) belongs
  * to that script's state and goes back when it closes. Capsules made by C
  * hosts for themselves (dlpack_lua_capsule_new) are never handed back. */
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,7 +64,7 @@ static atomic_flag table_flag = ATOMIC_FLAG_INIT;
 
 static void lock_table(void) {
   for (int spins = 0; atomic_flag_test_and_set_explicit(&table_flag, memory_order_acquire); spins++)
-    if (spins >= 64) sched_yield();
+    if (spins >= 64) dlp_thread_yield();
 }
 
 static void unlock_table(void) {

@@ -1,5 +1,5 @@
 /* CUDA: the driver, contexts, stream records, memory and copies (the Lua objects of
- * dlpack.cuda are in stream.c). The driver library is opened with dlopen the first
+ * dlpack.cuda are in stream.c). The driver library (libcuda.so.1, nvcuda.dll) is opened the first
  * time it is needed, so the module loads and works on machines with no GPU,
  * no driver and no toolkit; there dlpack.cuda.is_available() says why not.
  *
@@ -12,37 +12,40 @@
  * Contexts. Each call runs with the primary context of the device it is about
  * current, and restores the caller's context afterwards, so host code that
  * manages its own contexts (PyTorch, CuPy) is not disturbed. */
-#include <dlfcn.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda_private.h"
 
+#ifdef _WIN32
+#define CUDA_DRIVER_NAME "nvcuda.dll"
+#else
+#define CUDA_DRIVER_NAME "libcuda.so.1"
+#endif
 
-dlp_CudaState dlp_cuda = {PTHREAD_ONCE_INIT, 0, 0, "", {0}, PTHREAD_MUTEX_INITIALIZER, {0}};
+
+dlp_CudaState dlp_cuda = {DLP_ONCE_INIT, 0, 0, "", {0}, DLP_MUTEX_INIT, {0}};
 
 static void load_driver(void) {
   const char *path = getenv("DLPACK_LUA_CUDA_DRIVER");
   const char *missing = NULL;
   void *lib, *elapsed_v2;
+  char why[200];
   int rc;
-  if (!path || !*path) path = "libcuda.so.1";
-  lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!path || !*path) path = CUDA_DRIVER_NAME;
+  lib = dlp_library_open(path, 0, why, sizeof why);
   if (!lib) {
-    const char *why = dlerror();
-    snprintf(dlp_cuda.reason, sizeof dlp_cuda.reason, "the CUDA driver (%s) cannot be loaded: %s", path,
-             why ? why : "not found");
+    snprintf(dlp_cuda.reason, sizeof dlp_cuda.reason, "the CUDA driver (%s) cannot be loaded: %s", path, why);
     return;
   }
 #define DLP_CUDA_LOAD(name, params) \
-  if (!(*(void **)&dlp_cuda.fn.name = dlsym(lib, #name)) && !missing) missing = #name;
+  if (!(*(void **)&dlp_cuda.fn.name = dlp_library_symbol(lib, #name)) && !missing) missing = #name;
   DLP_CUDA_FUNCTIONS(DLP_CUDA_LOAD)
 #undef DLP_CUDA_LOAD
   /* drivers of CUDA 12.8 and later have a _v2 with the same signature */
-  if ((elapsed_v2 = dlsym(lib, "cuEventElapsedTime_v2"))) *(void **)&dlp_cuda.fn.cuEventElapsedTime = elapsed_v2;
+  if ((elapsed_v2 = dlp_library_symbol(lib, "cuEventElapsedTime_v2"))) *(void **)&dlp_cuda.fn.cuEventElapsedTime = elapsed_v2;
   if (missing) {
     snprintf(dlp_cuda.reason, sizeof dlp_cuda.reason, "the CUDA driver %s lacks %s (too old?)", path, missing);
   } else if ((rc = dlp_cuda.fn.cuInit(0)) != CUDA_SUCCESS) {
@@ -55,11 +58,11 @@ static void load_driver(void) {
     dlp_cuda.available = 1;
     return; /* the library stays loaded for the process */
   }
-  dlclose(lib);
+  dlp_library_close(lib);
 }
 
 int dlp_cuda_ready(void) {
-  pthread_once(&dlp_cuda.once, load_driver);
+  dlp_call_once(&dlp_cuda.once, load_driver);
   return dlp_cuda.available;
 }
 
@@ -88,14 +91,14 @@ CUresult dlp_cuda_enter(int device, dlp_CudaScope *scope) {
   CUresult rc = CUDA_SUCCESS;
   scope->changed = 0;
   if (device < 0 || device >= dlp_cuda.device_count) return 101; /* CUDA_ERROR_INVALID_DEVICE */
-  pthread_mutex_lock(&dlp_cuda.lock);
+  dlp_mutex_lock(&dlp_cuda.lock);
   if (!dlp_cuda.contexts[device]) {
     CUdevice dev;
     rc = dlp_cuda.fn.cuDeviceGet(&dev, device);
     if (rc == CUDA_SUCCESS) rc = dlp_cuda.fn.cuDevicePrimaryCtxRetain(&dlp_cuda.contexts[device], dev);
   }
   ctx = dlp_cuda.contexts[device];
-  pthread_mutex_unlock(&dlp_cuda.lock);
+  dlp_mutex_unlock(&dlp_cuda.lock);
   if (rc != CUDA_SUCCESS) return rc;
   dlp_cuda.fn.cuCtxGetCurrent(&current);
   scope->saved = current;
@@ -115,7 +118,7 @@ void dlp_cuda_leave(dlp_CudaScope *scope) {
 /* Handles 1 and 2 name the legacy and per-thread default streams of whichever context is
  * current, so there is one record of each per device. */
 static dlp_CudaStream default_streams[2][MAX_DEVICES];
-static pthread_once_t default_streams_once = PTHREAD_ONCE_INIT;
+static dlp_once_flag default_streams_once = DLP_ONCE_INIT;
 
 static void fill_default_streams(void) {
   for (int kind = 0; kind < 2; kind++)
@@ -130,7 +133,7 @@ static void fill_default_streams(void) {
 }
 
 dlp_CudaStream *dlp_cuda_default_stream(CUstream handle, int device) {
-  pthread_once(&default_streams_once, fill_default_streams);
+  dlp_call_once(&default_streams_once, fill_default_streams);
   return &default_streams[handle == CU_STREAM_PER_THREAD][device];
 }
 
@@ -172,10 +175,10 @@ dlp_CudaStream *dlp_cuda_new_record(CUstream handle, int device, int owned) {
 void dlp_owner_set_stream(dlp_Owner *o, dlp_CudaStream *s) {
   dlp_CudaStream *old;
   if (s) dlp_cuda_stream_retain(s);
-  pthread_mutex_lock(&dlp_cuda.lock);
+  dlp_mutex_lock(&dlp_cuda.lock);
   old = atomic_load(&o->stream);
   atomic_store(&o->stream, s);
-  pthread_mutex_unlock(&dlp_cuda.lock);
+  dlp_mutex_unlock(&dlp_cuda.lock);
   if (old) dlp_cuda_stream_release(old);
 }
 
@@ -184,11 +187,11 @@ void dlp_owner_set_stream(dlp_Owner *o, dlp_CudaStream *s) {
  * unless an asynchronous copy recorded one (NULL). */
 static dlp_CudaStream *owner_stream(dlp_Owner *o, DLDevice d) {
   dlp_CudaStream *s;
-  pthread_mutex_lock(&dlp_cuda.lock);
+  dlp_mutex_lock(&dlp_cuda.lock);
   s = atomic_load(&o->stream);
   if (!s && d.device_type == kDLCUDA) s = dlp_cuda_default_stream(CU_STREAM_LEGACY, dlp_cuda_device_of(d));
   if (s) dlp_cuda_stream_retain(s);
-  pthread_mutex_unlock(&dlp_cuda.lock);
+  dlp_mutex_unlock(&dlp_cuda.lock);
   return s;
 }
 
@@ -249,25 +252,25 @@ struct dlp_CudaHold {
   void *block; /* a block no owner holds yet (dlp_cuda_alloc's), freed when the work completed */
   DLDevice block_device;
   dlp_CudaStream *stream; /* exports: the consumer's stream, retained */
-  pthread_t thread;       /* exports: the thread that made the export */
+  dlp_thread_id thread;       /* exports: the thread that made the export */
 };
 typedef struct dlp_CudaHold Hold;
 
 /* Holds whose work is queued, oldest first, and those kept for good; their own lock, never held
  * while owners are released (a release may free, call a deleter, or drain). */
-static pthread_mutex_t holds_lock = PTHREAD_MUTEX_INITIALIZER;
+static dlp_mutex holds_lock = DLP_MUTEX_INIT;
 static Hold *holds, **holds_tail = &holds;
 static Hold *kept_for_good;
 static atomic_int holds_count;
-/* Whether this thread is inside drain (a release made by a drain does not drain again). A pthread
- * key, not _Thread_local: a dlopened module's own TLS block is dynamic TLS, which LeakSanitizer's
+/* Whether this thread is inside drain (a release made by a drain does not drain again). A thread
+ * key (platform.h), not _Thread_local: a dlopened module's own TLS block is dynamic TLS, which LeakSanitizer's
  * bookkeeping misreads on some glibc versions (its tracer crashed at exit, whatever the module
  * did). Without a key (PTHREAD_KEYS_MAX taken), drains nest: correct, since each takes its holds
  * off the list first. */
-static pthread_key_t draining_key;
+static dlp_thread_key draining_key;
 static int have_draining_key;
 static void make_draining_key(void) {
-  have_draining_key = pthread_key_create(&draining_key, NULL) == 0;
+  have_draining_key = dlp_thread_key_create(&draining_key);
 }
 
 static Hold *hold_new(void) {
@@ -308,21 +311,21 @@ static CUresult hold_commit(Hold *h, CUstream stream, int device) {
     h->on = stream;
     h->device = device;
     h->next = NULL;
-    pthread_mutex_lock(&holds_lock);
+    dlp_mutex_lock(&holds_lock);
     *holds_tail = h;
     holds_tail = &h->next;
     atomic_fetch_add(&holds_count, 1);
-    pthread_mutex_unlock(&holds_lock);
+    dlp_mutex_unlock(&holds_lock);
     return CUDA_SUCCESS;
   }
   if (rc == CUDA_SUCCESS) {
     hold_free(h);
     return CUDA_SUCCESS;
   }
-  pthread_mutex_lock(&holds_lock);
+  dlp_mutex_lock(&holds_lock);
   h->next = kept_for_good;
   kept_for_good = h;
-  pthread_mutex_unlock(&holds_lock);
+  dlp_mutex_unlock(&holds_lock);
   return rc;
 }
 
@@ -345,12 +348,12 @@ static void drain(int wait, int limit) {
   Hold *mine = NULL, **mine_tail = &mine, *kept = NULL, **kept_tail = &kept, *h;
   struct { CUstream on; int device; } busy[8];
   int nbusy = 0;
-  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  static dlp_once_flag once = DLP_ONCE_INIT;
   if (atomic_load(&holds_count) == 0) return;
-  pthread_once(&once, make_draining_key);
-  if (have_draining_key && pthread_getspecific(draining_key)) return;
-  if (have_draining_key) pthread_setspecific(draining_key, &draining_key);
-  pthread_mutex_lock(&holds_lock);
+  dlp_call_once(&once, make_draining_key);
+  if (have_draining_key && dlp_thread_key_get(draining_key)) return;
+  if (have_draining_key) dlp_thread_key_set(draining_key, &draining_key);
+  dlp_mutex_lock(&holds_lock);
   for (int n = 0; holds && n < limit; n++) {
     h = holds;
     holds = h->next;
@@ -359,7 +362,7 @@ static void drain(int wait, int limit) {
   }
   if (!holds) holds_tail = &holds;
   *mine_tail = NULL;
-  pthread_mutex_unlock(&holds_lock);
+  dlp_mutex_unlock(&holds_lock);
   while ((h = mine)) {
     int known_busy = 0;
     mine = h->next;
@@ -378,13 +381,13 @@ static void drain(int wait, int limit) {
     }
   }
   if (kept) { /* back in front: they are older than any hold added meanwhile */
-    pthread_mutex_lock(&holds_lock);
+    dlp_mutex_lock(&holds_lock);
     *kept_tail = holds;
     if (!holds) holds_tail = kept_tail;
     holds = kept;
-    pthread_mutex_unlock(&holds_lock);
+    dlp_mutex_unlock(&holds_lock);
   }
-  if (have_draining_key) pthread_setspecific(draining_key, NULL);
+  if (have_draining_key) dlp_thread_key_set(draining_key, NULL);
 }
 
 void dlp_cuda_drain_pending(int wait) {
@@ -407,7 +410,7 @@ dlp_CudaHold *dlp_cuda_hold_for_consumer(dlp_CudaStream *consumer, DLDevice devi
   if (!h) return NULL;
   h->stream = dlp_cuda_on_device(consumer, dlp_cuda_device_of(device));
   dlp_cuda_stream_retain(h->stream);
-  h->thread = pthread_self();
+  h->thread = dlp_thread_self();
   return h;
 }
 
@@ -418,7 +421,7 @@ void dlp_cuda_release_after(dlp_CudaHold *h, dlp_Owner *o) {
   CUstream stream = h->stream->handle;
   dlp_CudaScope scope;
   CUresult idle;
-  if (stream == CU_STREAM_PER_THREAD && !pthread_equal(h->thread, pthread_self())) stream = CU_STREAM_LEGACY;
+  if (stream == CU_STREAM_PER_THREAD && !dlp_thread_equal(h->thread, dlp_thread_self())) stream = CU_STREAM_LEGACY;
   h->owners[0] = o;
   h->n = 1;
   dlp_cuda_reap(); /* deleters may come after the last lua_State closed: nothing else would drain */

@@ -4,8 +4,6 @@
 #ifndef DLPACK_LUA_CUDA_PRIVATE_H
 #define DLPACK_LUA_CUDA_PRIVATE_H
 
-#include <pthread.h>
-
 #include "cuda_driver.h"
 #include "internal.h"
 
@@ -13,12 +11,12 @@
 
 /* The driver, loaded once per process (dlp_cuda_ready). */
 typedef struct dlp_CudaState {
-  pthread_once_t once;
+  dlp_once_flag once;
   int available;
   int device_count;
   char reason[256];
   dlp_CudaDriver fn;
-  pthread_mutex_t lock; /* contexts and owner streams */
+  dlp_mutex lock; /* contexts and owner streams */
   CUcontext contexts[MAX_DEVICES];
 } dlp_CudaState;
 extern dlp_CudaState dlp_cuda;

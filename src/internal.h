@@ -8,6 +8,7 @@
 
 #include "compat.h" /* <lua.h> and <lauxlib.h>, for every Lua from 5.1 on */
 #include "dlpack_lua.h"
+#include "platform.h" /* threads, libraries and pages on POSIX and Windows */
 
 /*
  * How the safe API stays safe (every file follows these rules; a script may be hostile):

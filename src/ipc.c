@@ -5,13 +5,16 @@
  * the wire format of docs/ipc.md) with the descriptor attached (SCM_RIGHTS); the receiver checks
  * everything the peer says before it maps the pages the layout reaches. The peer may be hostile:
  * see docs/ipc.md, "Threat model". Every descriptor and mapping has one owner at every moment,
- * so that no error path leaks one. */
+ * so that no error path leaks one.
+ *
+ * On Windows there is no dlpack.ipc (README, "Platforms"): the end of this file raises, naming
+ * Windows, where the rest of the module or a host would reach it. */
+#ifndef _WIN32
 #define _GNU_SOURCE /* memfd_create, accept4, MSG_CMSG_CLOEXEC, F_ADD_SEALS */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -225,7 +228,7 @@ typedef struct Mapping {
   uint64_t offset; /* of base in the file */
 } Mapping;
 
-static pthread_mutex_t mappings_lock = PTHREAD_MUTEX_INITIALIZER;
+static dlp_mutex mappings_lock = DLP_MUTEX_INIT;
 static Mapping *mappings; /* sorted by base (mappings never overlap one another); freed when empty */
 static size_t nmappings, mappings_cap;
 static atomic_size_t mappings_live; /* nmappings, for the unlocked fast path */
@@ -245,7 +248,7 @@ static size_t mapping_after(uintptr_t addr) {
 static int add_mapping(void *base, size_t length, const struct stat *st, uint64_t offset) {
   Mapping m = {(uintptr_t)base, (uintptr_t)base + length, st->st_dev, st->st_ino, offset};
   int ok = 1;
-  pthread_mutex_lock(&mappings_lock);
+  dlp_mutex_lock(&mappings_lock);
   if (nmappings == mappings_cap) {
     size_t cap = mappings_cap ? 2 * mappings_cap : 16;
     Mapping *grown = realloc(mappings, cap * sizeof *grown);
@@ -258,12 +261,12 @@ static int add_mapping(void *base, size_t length, const struct stat *st, uint64_
     mappings[i] = m;
     atomic_store_explicit(&mappings_live, ++nmappings, memory_order_release);
   }
-  pthread_mutex_unlock(&mappings_lock);
+  dlp_mutex_unlock(&mappings_lock);
   return ok;
 }
 
 static void remove_mapping(void *base) {
-  pthread_mutex_lock(&mappings_lock);
+  dlp_mutex_lock(&mappings_lock);
   size_t i = mapping_after((uintptr_t)base);
   if (i > 0 && mappings[i - 1].base == (uintptr_t)base) {
     memmove(mappings + i - 1, mappings + i, (nmappings - i) * sizeof *mappings);
@@ -274,7 +277,7 @@ static void remove_mapping(void *base) {
       mappings_cap = 0;
     }
   }
-  pthread_mutex_unlock(&mappings_lock);
+  dlp_mutex_unlock(&mappings_lock);
 }
 
 /* The part of [lo, hi) that mapping k covers, as file offsets [*flo, *fhi); 0 when none. */
@@ -290,7 +293,7 @@ static int file_range(size_t k, uintptr_t lo, uintptr_t hi, uint64_t *flo, uint6
 int dlp_ipc_shares_file_bytes(uintptr_t a_lo, uintptr_t a_hi, uintptr_t b_lo, uintptr_t b_hi) {
   if (atomic_load_explicit(&mappings_live, memory_order_acquire) == 0) return 0;
   int found = 0;
-  pthread_mutex_lock(&mappings_lock);
+  dlp_mutex_lock(&mappings_lock);
   /* the mappings a range reaches: from the last one that starts at or below it */
   size_t a0 = mapping_after(a_lo), b0 = mapping_after(b_lo);
   a0 -= a0 > 0, b0 -= b0 > 0;
@@ -301,7 +304,7 @@ int dlp_ipc_shares_file_bytes(uintptr_t a_lo, uintptr_t a_hi, uintptr_t b_lo, ui
       found = mappings[j].ino == mappings[i].ino && mappings[j].dev == mappings[i].dev &&
               file_range(j, b_lo, b_hi, &blo, &bhi) && alo < bhi && blo < ahi;
   }
-  pthread_mutex_unlock(&mappings_lock);
+  dlp_mutex_unlock(&mappings_lock);
   return found;
 }
 
@@ -1177,3 +1180,50 @@ static dlp_Owner *cuda_import(int fd, const Message *m, int *readonly, char *why
   *readonly = (m->flags & DLP_FLAG_READ_ONLY) != 0;
   return dlp_ipc_cuda_import(fd, m->device, m->size, why, whylen);
 }
+
+#else /* _WIN32 */
+#include <io.h>
+
+#include "internal.h"
+
+#define NOT_ON_WINDOWS "dlpack.ipc is not available on Windows (README, \"Platforms\")"
+
+int dlp_is_shareable(const dlp_Tensor *t) {
+  (void)t;
+  return 0;
+}
+
+dlp_Owner *dlp_ipc_new_owner(lua_State *L, DLDevice device, size_t nbytes, const char *what) {
+  (void)device, (void)nbytes;
+  luaL_error(L, "%s: " NOT_ON_WINDOWS, what);
+  return NULL;
+}
+
+void dlp_ipc_unmap(dlp_Owner *o) { (void)o; } /* no owner has a descriptor here */
+
+int dlp_ipc_shares_file_bytes(uintptr_t a_lo, uintptr_t a_hi, uintptr_t b_lo, uintptr_t b_hi) {
+  (void)a_lo, (void)a_hi, (void)b_lo, (void)b_hi;
+  return 0;
+}
+
+void dlp_ipc_account_descriptor(lua_State *L) { (void)L; }
+
+DLPACK_LUA_API int dlpack_lua_open_ipc(lua_State *L) { return luaL_error(L, NOT_ON_WINDOWS); }
+
+/* They take ownership of fd (a C runtime descriptor here) as on POSIX: closed, since they raise. */
+DLPACK_LUA_API void dlpack_lua_push_channel(lua_State *L, int fd) {
+  _close(fd);
+  luaL_error(L, "dlpack_lua_push_channel: " NOT_ON_WINDOWS);
+}
+
+DLPACK_LUA_API void dlpack_lua_push_shared(lua_State *L, int fd, const DLTensor *layout, uint64_t flags) {
+  (void)layout, (void)flags;
+  _close(fd);
+  luaL_error(L, "dlpack_lua_push_shared: " NOT_ON_WINDOWS);
+}
+
+DLPACK_LUA_API int dlpack_lua_shared_fd(lua_State *L, int idx, uint64_t *offset) {
+  (void)L, (void)idx, (void)offset;
+  return -1; /* no tensor is shareable */
+}
+#endif

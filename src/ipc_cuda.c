@@ -11,7 +11,9 @@
  * physical memory goes with the last one.
  *
  * The message's layout is checked by ipc.c before this file maps anything (docs/ipc.md, the
- * threat model): here, the device, the size against the granularity, and what the driver says. */
+ * threat model): here, the device, the size against the granularity, and what the driver says.
+ * Only ipc.c calls it, and not on Windows, which has no dlpack.ipc (nor CUDA's POSIX descriptors). */
+#ifndef _WIN32
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -227,10 +229,10 @@ static CUresult sync_stream(const dlp_CudaStream *s) {
 
 /* The stream o's last work was issued on, retained; NULL when none was recorded. */
 static dlp_CudaStream *recorded_stream(dlp_Owner *o) {
-  pthread_mutex_lock(&dlp_cuda.lock);
+  dlp_mutex_lock(&dlp_cuda.lock);
   dlp_CudaStream *s = atomic_load(&o->stream);
   if (s) dlp_cuda_stream_retain(s);
-  pthread_mutex_unlock(&dlp_cuda.lock);
+  dlp_mutex_unlock(&dlp_cuda.lock);
   return s;
 }
 
@@ -274,3 +276,4 @@ void dlp_ipc_cuda_unmap(dlp_Owner *o) {
   dlp_cuda_leave(&scope);
   close(o->fd);
 }
+#endif

@@ -632,7 +632,7 @@ dlp_IterLoop dlp_kernel(int op, int compute_dtype) {
   int k = dlp_compute_index(compute_dtype);
   if (op < 0 || op >= DLP_OP_COUNT || k < 0) return NULL;
 #if DLP_HAVE_AVX2_KERNELS
-  if (__builtin_cpu_supports("avx2")) return dlp_kernel_avx2(op, k);
+  if (dlp_cpu_has_avx2()) return dlp_kernel_avx2(op, k);
 #endif
   return loop_at(op, k);
 }
@@ -640,7 +640,7 @@ dlp_IterLoop dlp_mixed_kernel(int op, int x_unsigned) {
   if (op < DLP_OP_EQ || op > DLP_OP_GE) return NULL;
   x_unsigned = !!x_unsigned;
 #if DLP_HAVE_AVX2_KERNELS
-  if (__builtin_cpu_supports("avx2")) return dlp_mixed_kernel_avx2(op, x_unsigned);
+  if (dlp_cpu_has_avx2()) return dlp_mixed_kernel_avx2(op, x_unsigned);
 #endif
   return mixed_loops[op - DLP_OP_EQ][x_unsigned];
 }

@@ -97,7 +97,7 @@ DEFINE_GEMM(gemm_u64_avx2, uint64_t, 4, 8, AVX2)
 static void gemm(int cd, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda, const void *B, int64_t ldb,
                  void *C) {
 #ifdef HAVE_AVX2_KERNELS
-  if (__builtin_cpu_supports("avx2")) {
+  if (dlp_cpu_has_avx2()) {
     if (cd == DLP_FLOAT32) gemm_f32_avx2(M, N, K, A, lda, B, ldb, C, N);
     else if (cd == DLP_FLOAT64) gemm_f64_avx2(M, N, K, A, lda, B, ldb, C, N);
     else if (cd == DLP_UINT32) gemm_u32_avx2(M, N, K, A, lda, B, ldb, C, N);

@@ -1,8 +1,5 @@
 /* The module entry points (luaopen_dlpack = luaopen_dlpack_core, and dlpack_lua_open_unsafe), and
  * the per-state record with the cleanup the module does at lua_close. */
-#define _GNU_SOURCE /* dladdr, RTLD_NODELETE */
-#include <dlfcn.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -184,16 +181,6 @@ static int l_is_buffer_error(lua_State *L) {
   return 1;
 }
 
-/* Exported tensors carry deleters that point into this library, and other libraries may
- * call them after lua_close, which dlcloses modules that `require` loaded: stay mapped. */
-static void stay_loaded(void) {
-  Dl_info self;
-  if (dladdr((void *)stay_loaded, &self) && self.dli_fname) {
-    void *handle = dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
-    if (handle) dlclose(handle); /* the NODELETE mark stays */
-  }
-}
-
 /* Marks the tensor metatable as this copy of the library's. Another copy (another file, maybe
  * another version: a script may point package.cpath at any) would share the metatables, whose
  * names are the same, but not their layouts nor its capsule table: it is refused. */
@@ -208,8 +195,10 @@ static void check_one_library(lua_State *L) {
 
 DLPACK_LUA_API int luaopen_dlpack(lua_State *L) {
   int module, methods, meta;
-  static pthread_once_t pinned = PTHREAD_ONCE_INIT;
-  pthread_once(&pinned, stay_loaded);
+  /* Exported tensors carry deleters that point into this library, and other libraries may call
+   * them after lua_close, which unloads the modules that `require` loaded: stay loaded. */
+  static dlp_once_flag pinned = DLP_ONCE_INIT;
+  dlp_call_once(&pinned, dlp_library_pin_self);
   check_one_library(L);
   lua_newtable(L);
   module = lua_gettop(L);

@@ -6,12 +6,8 @@
  * happen on any thread) frees the block or calls the producer's deleter.
  * An owner also records the addresses its memory spans: no tensor on it may
  * reach outside them (dlp_tensor_seal). */
-#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
-#define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
-#include <pthread.h>
-#include <sys/mman.h>
 
 #include "internal.h"
 
@@ -29,11 +25,7 @@
 #define HUGE_PAGE ((size_t)2 << 20)
 
 static void advise_huge_pages(void *p, size_t nbytes) {
-#ifdef MADV_HUGEPAGE
-  if (nbytes >= HUGE_PAGE_THRESHOLD) madvise(p, nbytes, MADV_HUGEPAGE); /* advice: failure changes nothing */
-#else
-  (void)p, (void)nbytes;
-#endif
+  if (nbytes >= HUGE_PAGE_THRESHOLD) dlp_pages_advise_huge(p, nbytes);
 }
 
 /* ---- a small cache of freed blocks ----
@@ -66,8 +58,8 @@ static struct {
 } cache[CACHE_SLOTS];
 static size_t cache_bytes;
 static unsigned long cache_clock;
-static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+static dlp_mutex cache_lock = DLP_MUTEX_INIT;
+static dlp_once_flag cache_once = DLP_ONCE_INIT;
 static int cache_enabled;
 
 static void cache_init(void) {
@@ -77,16 +69,16 @@ static void cache_init(void) {
 
 static void *cache_take(size_t nbytes) {
   void *p = NULL;
-  pthread_once(&cache_once, cache_init);
+  dlp_call_once(&cache_once, cache_init);
   if (!cache_enabled || nbytes < CACHE_MIN || nbytes > CACHE_MAX) return NULL;
-  pthread_mutex_lock(&cache_lock);
+  dlp_mutex_lock(&cache_lock);
   for (int i = 0; i < CACHE_SLOTS && !p; i++)
     if (cache[i].block && cache[i].nbytes == nbytes) {
       p = cache[i].block;
       cache[i].block = NULL;
       cache_bytes -= nbytes;
     }
-  pthread_mutex_unlock(&cache_lock);
+  dlp_mutex_unlock(&cache_lock);
   return p;
 }
 
@@ -94,9 +86,9 @@ static void *cache_take(size_t nbytes) {
 static int cache_put(void *p, size_t nbytes) {
   void *evicted[CACHE_SLOTS];
   int n = 0, kept = 0;
-  pthread_once(&cache_once, cache_init);
+  dlp_call_once(&cache_once, cache_init);
   if (!cache_enabled || nbytes < CACHE_MIN || nbytes > CACHE_MAX) return 0;
-  pthread_mutex_lock(&cache_lock);
+  dlp_mutex_lock(&cache_lock);
   for (;;) { /* make room: the oldest blocks go until it fits and a slot is free */
     int free_slot = -1, oldest = -1;
     for (int i = 0; i < CACHE_SLOTS; i++) {
@@ -116,8 +108,8 @@ static int cache_put(void *p, size_t nbytes) {
     cache_bytes -= cache[oldest].nbytes;
     cache[oldest].block = NULL;
   }
-  pthread_mutex_unlock(&cache_lock);
-  for (int i = 0; i < n; i++) free(evicted[i]);
+  dlp_mutex_unlock(&cache_lock);
+  for (int i = 0; i < n; i++) dlp_aligned_free(evicted[i]);
   return kept;
 }
 
@@ -125,13 +117,12 @@ static void *allocate(size_t nbytes, int zeroed, int *mapped) {
   void *p;
   *mapped = zeroed && nbytes >= MAP_ZEROED_THRESHOLD;
   if (*mapped) {
-    p = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return NULL;
+    if ((p = dlp_pages_map(nbytes)) == NULL) return NULL;
     advise_huge_pages(p, nbytes);
     return p;
   }
   if ((p = cache_take(nbytes)) == NULL) {
-    if (posix_memalign(&p, nbytes >= HUGE_PAGE_THRESHOLD ? HUGE_PAGE : DLP_ALIGNMENT, nbytes) != 0) return NULL;
+    if ((p = dlp_aligned_alloc(nbytes >= HUGE_PAGE_THRESHOLD ? HUGE_PAGE : DLP_ALIGNMENT, nbytes)) == NULL) return NULL;
     advise_huge_pages(p, nbytes);
   }
   if (zeroed) memset(p, 0, nbytes);
@@ -139,8 +130,8 @@ static void *allocate(size_t nbytes, int zeroed, int *mapped) {
 }
 
 static void deallocate(void *p, size_t nbytes, int mapped) {
-  if (mapped) munmap(p, nbytes);
-  else if (!cache_put(p, nbytes)) free(p);
+  if (mapped) dlp_pages_unmap(p, nbytes);
+  else if (!cache_put(p, nbytes)) dlp_aligned_free(p);
 }
 
 static dlp_Owner *new_owner(void *memory, DLDevice device, void *managed, int versioned, size_t nbytes,

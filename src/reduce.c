@@ -90,7 +90,7 @@ typedef double v4d __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 typedef int64_t v4l __attribute__((vector_size(32)));
 #define AVX2 __attribute__((target("avx2")))
-static int have_avx2(void) { return __builtin_cpu_supports("avx2"); }
+static int have_avx2(void) { return dlp_cpu_has_avx2(); }
 #endif
 
 /* The 8 accumulators r[0..7] of PW_LEAF in vectors of `lanes` elements, lane for lane. */

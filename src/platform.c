@@ -1,0 +1,101 @@
+/* The operating system's side of platform.h: libraries opened at run time and memory, on POSIX
+ * (dlopen, mmap) and on Windows (LoadLibrary, VirtualAlloc). */
+#define _GNU_SOURCE /* dladdr, RTLD_NODELETE, MAP_ANONYMOUS */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "platform.h"
+
+#ifdef _WIN32
+#include <malloc.h>
+
+void *dlp_library_open(const char *name, int pin, char *why, size_t whylen) {
+  HMODULE lib = LoadLibraryExA(name, NULL, 0);
+  if (!lib) {
+    DWORD err = GetLastError();
+    char text[200] = "";
+    size_t n = FormatMessageA(FORMAT_MESSAGE_FROM_SYSTEM | FORMAT_MESSAGE_IGNORE_INSERTS, NULL, err, 0, text,
+                              sizeof text, NULL);
+    while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r' || text[n - 1] == ' ' || text[n - 1] == '.'))
+      text[--n] = 0;
+    snprintf(why, whylen, "%s (Windows error %lu)", n ? text : "LoadLibrary failed", (unsigned long)err);
+    return NULL;
+  }
+  if (pin) {
+    HMODULE pinned;
+    GetModuleHandleExA(GET_MODULE_HANDLE_EX_FLAG_PIN, name, &pinned);
+  }
+  return (void *)lib;
+}
+
+void *dlp_library_symbol(void *lib, const char *name) {
+  FARPROC fn = GetProcAddress((HMODULE)lib, name);
+  void *p;
+  memcpy(&p, &fn, sizeof p); /* Windows' function and object pointers have one size */
+  return p;
+}
+
+void dlp_library_close(void *lib) { FreeLibrary((HMODULE)lib); }
+
+void dlp_library_pin_self(void) {
+  HMODULE self;
+  GetModuleHandleExA(GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS | GET_MODULE_HANDLE_EX_FLAG_PIN,
+                     (LPCSTR)(uintptr_t)dlp_library_pin_self, &self);
+}
+
+void *dlp_aligned_alloc(size_t alignment, size_t nbytes) { return _aligned_malloc(nbytes, alignment); }
+void dlp_aligned_free(void *p) { _aligned_free(p); }
+
+void *dlp_pages_map(size_t nbytes) { return VirtualAlloc(NULL, nbytes, MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE); }
+void dlp_pages_unmap(void *p, size_t nbytes) {
+  (void)nbytes;
+  VirtualFree(p, 0, MEM_RELEASE);
+}
+void dlp_pages_advise_huge(void *p, size_t nbytes) { (void)p, (void)nbytes; } /* large pages need a privilege */
+
+#else
+#include <dlfcn.h>
+#include <sys/mman.h>
+
+void *dlp_library_open(const char *name, int pin, char *why, size_t whylen) {
+  void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL | (pin ? RTLD_NODELETE : 0));
+  if (!lib) {
+    const char *err = dlerror();
+    snprintf(why, whylen, "%s", err ? err : "not found");
+  }
+  return lib;
+}
+
+void *dlp_library_symbol(void *lib, const char *name) { return dlsym(lib, name); }
+
+void dlp_library_close(void *lib) { dlclose(lib); }
+
+void dlp_library_pin_self(void) {
+  Dl_info self;
+  if (dladdr((void *)dlp_library_pin_self, &self) && self.dli_fname) {
+    void *handle = dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+    if (handle) dlclose(handle); /* the NODELETE mark stays */
+  }
+}
+
+void *dlp_aligned_alloc(size_t alignment, size_t nbytes) {
+  void *p;
+  return posix_memalign(&p, alignment, nbytes) == 0 ? p : NULL;
+}
+void dlp_aligned_free(void *p) { free(p); }
+
+void *dlp_pages_map(size_t nbytes) {
+  void *p = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+void dlp_pages_unmap(void *p, size_t nbytes) { munmap(p, nbytes); }
+void dlp_pages_advise_huge(void *p, size_t nbytes) {
+#ifdef MADV_HUGEPAGE
+  madvise(p, nbytes, MADV_HUGEPAGE); /* advice: failure changes nothing */
+#else
+  (void)p, (void)nbytes;
+#endif
+}
+#endif

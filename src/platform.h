@@ -1,0 +1,125 @@
+/* Every difference between the operating systems the module builds on lives here, as every
+ * difference between Lua versions lives in compat.h: POSIX (Linux, macOS) and Windows (MinGW-w64,
+ * or clang-cl from Visual Studio). The rest of the module calls these and includes no system
+ * header of its own for threads, libraries or pages.
+ *
+ *   once-initialisation   dlp_once_flag, DLP_ONCE_INIT, dlp_call_once
+ *   locks                 dlp_mutex, DLP_MUTEX_INIT, dlp_mutex_lock, dlp_mutex_unlock
+ *   threads               dlp_thread_id, dlp_thread_self, dlp_thread_equal, dlp_thread_yield,
+ *                         dlp_thread_key (a per-thread pointer)
+ *   libraries             dlp_library_open, dlp_library_symbol, dlp_library_close,
+ *                         dlp_library_pin_self (platform.c)
+ *   memory                dlp_aligned_alloc, dlp_aligned_free, dlp_pages_map, dlp_pages_unmap,
+ *                         dlp_pages_advise_huge (platform.c)
+ *   the C library         CMPLX, CMPLXF
+ *   the processor         dlp_cpu_has_avx2
+ *
+ * Sizes: Windows is LLP64 (long is 32 bits), so the module never uses long for a size or an
+ * address; module.c checks the DLPack structures' layout with static assertions on both. */
+#ifndef DLPACK_LUA_PLATFORM_H
+#define DLPACK_LUA_PLATFORM_H
+
+#include <stddef.h>
+#include <string.h>
+
+#ifdef _WIN32
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#ifndef NOMINMAX
+#define NOMINMAX
+#endif
+#include <windows.h>
+#else
+#include <pthread.h>
+#include <sched.h>
+#endif
+
+/* ---- once-initialisation and locks ---- */
+#ifdef _WIN32
+typedef INIT_ONCE dlp_once_flag;
+#define DLP_ONCE_INIT INIT_ONCE_STATIC_INIT
+static inline BOOL CALLBACK dlp_once_trampoline(PINIT_ONCE flag, PVOID fn, PVOID *context) {
+  void (*call)(void);
+  (void)flag, (void)context;
+  memcpy(&call, &fn, sizeof call);
+  call();
+  return TRUE;
+}
+static inline void dlp_call_once(dlp_once_flag *flag, void (*fn)(void)) {
+  PVOID parameter;
+  memcpy(&parameter, &fn, sizeof parameter);
+  InitOnceExecuteOnce(flag, dlp_once_trampoline, parameter, NULL);
+}
+typedef SRWLOCK dlp_mutex; /* never taken recursively */
+#define DLP_MUTEX_INIT SRWLOCK_INIT
+static inline void dlp_mutex_lock(dlp_mutex *m) { AcquireSRWLockExclusive(m); }
+static inline void dlp_mutex_unlock(dlp_mutex *m) { ReleaseSRWLockExclusive(m); }
+#else
+typedef pthread_once_t dlp_once_flag;
+#define DLP_ONCE_INIT PTHREAD_ONCE_INIT
+static inline void dlp_call_once(dlp_once_flag *flag, void (*fn)(void)) { pthread_once(flag, fn); }
+typedef pthread_mutex_t dlp_mutex;
+#define DLP_MUTEX_INIT PTHREAD_MUTEX_INITIALIZER
+static inline void dlp_mutex_lock(dlp_mutex *m) { pthread_mutex_lock(m); }
+static inline void dlp_mutex_unlock(dlp_mutex *m) { pthread_mutex_unlock(m); }
+#endif
+
+/* ---- threads ---- */
+#ifdef _WIN32
+typedef DWORD dlp_thread_id;
+static inline dlp_thread_id dlp_thread_self(void) { return GetCurrentThreadId(); }
+static inline int dlp_thread_equal(dlp_thread_id a, dlp_thread_id b) { return a == b; }
+static inline void dlp_thread_yield(void) { SwitchToThread(); }
+typedef DWORD dlp_thread_key;
+static inline int dlp_thread_key_create(dlp_thread_key *k) { return (*k = TlsAlloc()) != TLS_OUT_OF_INDEXES; }
+static inline void *dlp_thread_key_get(dlp_thread_key k) { return TlsGetValue(k); }
+static inline void dlp_thread_key_set(dlp_thread_key k, void *v) { TlsSetValue(k, v); }
+#else
+typedef pthread_t dlp_thread_id;
+static inline dlp_thread_id dlp_thread_self(void) { return pthread_self(); }
+static inline int dlp_thread_equal(dlp_thread_id a, dlp_thread_id b) { return pthread_equal(a, b); }
+static inline void dlp_thread_yield(void) { sched_yield(); }
+typedef pthread_key_t dlp_thread_key;
+static inline int dlp_thread_key_create(dlp_thread_key *k) { return pthread_key_create(k, NULL) == 0; }
+static inline void *dlp_thread_key_get(dlp_thread_key k) { return pthread_getspecific(k); }
+static inline void dlp_thread_key_set(dlp_thread_key k, void *v) { pthread_setspecific(k, v); }
+#endif
+
+/* ---- libraries opened at run time (the CUDA driver, a BLAS): platform.c ----
+ * dlp_library_open: a handle, or NULL with why filled in. `name` is a file name the system
+ * searches for or a path; on Windows it is in the process's code page, as Lua's own package.cpath
+ * is. `pin` keeps the library loaded for the life of the process, whatever dlp_library_close is
+ * called on it later. */
+void *dlp_library_open(const char *name, int pin, char *why, size_t whylen);
+void *dlp_library_symbol(void *lib, const char *name); /* NULL when it has none */
+void dlp_library_close(void *lib);
+void dlp_library_pin_self(void); /* keep this module loaded for the life of the process */
+
+/* ---- memory: platform.c ---- */
+/* A block aligned to `alignment` (a power of two, at least sizeof(void *)), freed with
+ * dlp_aligned_free; NULL when there is no memory. */
+void *dlp_aligned_alloc(size_t alignment, size_t nbytes);
+void dlp_aligned_free(void *p);
+/* Fresh zeroed pages straight from the system (they cost nothing until touched), freed with
+ * dlp_pages_unmap; NULL when there are none. dlp_pages_advise_huge offers a block for huge
+ * pages where the system can (advice: nothing changes when it cannot). */
+void *dlp_pages_map(size_t nbytes);
+void dlp_pages_unmap(void *p, size_t nbytes);
+void dlp_pages_advise_huge(void *p, size_t nbytes);
+
+/* ---- the C library ---- */
+/* MinGW-w64's <complex.h> lacks C11's CMPLX and CMPLXF; GCC and Clang build them. */
+#if defined(_WIN32) && !defined(CMPLX)
+#define CMPLX(x, y) __builtin_complex((double)(x), (double)(y))
+#define CMPLXF(x, y) __builtin_complex((float)(x), (float)(y))
+#endif
+
+/* ---- the processor ---- */
+/* Whether the AVX2 copies of the loops may run: the processor has AVX2 and the system saves its
+ * registers (GCC's and Clang's check asks both, on every system). */
+#if defined(__x86_64__) || defined(_M_X64)
+static inline int dlp_cpu_has_avx2(void) { return __builtin_cpu_supports("avx2"); }
+#endif
+
+#endif
