@@ -190,7 +190,7 @@ lint:
 
 install: $(MODULE) $(STATIC)
 	install -d $(DESTDIR)$(INST_LIBDIR)/dlpack $(DESTDIR)$(INST_LUADIR)/dlpack $(DESTDIR)$(INST_INCDIR) $(DESTDIR)$(INST_ARCDIR)
-	install -m 755 $(MODULE) $(DESTDIR)$(INST_LIBDIR)/dlpack/core.so
+	install -m 755 $(MODULE) $(DESTDIR)$(INST_LIBDIR)/dlpack/core.$(SO)
 	install -m 644 lua/dlpack.lua $(DESTDIR)$(INST_LUADIR)/dlpack.lua
 	install -m 644 lua/dlpack/unsafe.lua lua/dlpack/ipc.lua lua/dlpack/entry.lua lua/dlpack/ffi.lua $(DESTDIR)$(INST_LUADIR)/dlpack/
 	install -m 644 src/dlpack_lua.h src/dlpack_abi.h $(DESTDIR)$(INST_INCDIR)/

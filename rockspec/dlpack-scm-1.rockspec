@@ -45,4 +45,14 @@ build = {
     INST_INCDIR = "$(PREFIX)/include",
     INST_ARCDIR = "$(PREFIX)/static",
   },
+  platforms = {
+    -- MinGW-w64 (luarocks configured for it: CC=gcc, MSYS2's make; README.md, "Windows"):
+    -- a DLL names the Lua library it links against. MSVC's cl cannot build the module (its
+    -- loops use GCC's vector extensions): docs/windows.md.
+    windows = {
+      variables = {
+        LUA_LIB = "$(LUA_LIBDIR)/$(LUALIB)",
+      },
+    },
+  },
 }
