@@ -8,12 +8,12 @@
 #   wine_lua luajit -e 'print(jit.version)'              # build/windows/luajit/luajit.exe
 #
 # Wine maps / to Z:, and with the current folder on Z: (anywhere outside the prefix) a Linux
-# path such as /work/x/?.lua works unchanged in LUA_PATH, LUA_CPATH, io.open and dofile.
+# path such as /work/x/?.lua works unchanged in LUA_PATH, LUA_CPATH, io.open and loadfile.
 # The environment passes through: Lua 5.4 reads LUA_PATH_5_4 / LUA_CPATH_5_4 before
 # LUA_PATH / LUA_CPATH, LuaJIT only LUA_PATH / LUA_CPATH.
 #
 # Facts measured on Debian 12, Wine 8.0 (wine64 only), 2 cores (spec/windows/README.md):
-# making the prefix takes about 8 s (once, ~690 MB under build/windows/wine); a call with
+# making the prefix takes 8 to 13 s (once, ~690 MB under build/windows/wine); a call with
 # a warm wineserver takes 10 to 20 ms; without one, about 0.4 to 0.7 s (the server and
 # Wine's services start) and, worse, a call made while an idle server is shutting down
 # (Debian's wrapper runs wineserver -p0) can stall 1 to 1.5 s. Hence wine_start.
