@@ -1,6 +1,12 @@
 -- dlpack.ipc under attack: a hostile peer process and a hostile script (src/internal.h's rules:
 -- finalizers that close channels or receive in the middle of a call, descriptors running out,
 -- listeners that never accept, paths that are not sockets). docs/ipc.md, "Threat model".
+-- Windows has no dlpack.ipc (docs/windows.md): the whole file is one pending spec there.
+if package.config:sub(1, 1) == "\\" then
+  describe("dlpack.ipc (ipc_attack_spec.lua)", function() pending(require("support").NOT_WINDOWS) end)
+  return
+end
+
 local support = require "support"
 local dlpack = require "dlpack"
 local ipc = require "dlpack.ipc"

@@ -337,16 +337,8 @@ describe("dlpack.matmul", function()
   it("agrees with itself with and without BLAS (DLPACK_LUA_BLAS=none in a child process)", function()
     local load = rawget(_G, "loadstring") or load
     local here = load(CASES)()
-    local file = os.tmpname()
-    local f = assert(io.open(file, "w"))
-    f:write("print(({require('dlpack').blas()})[2])\n", "io.write((function() ", CASES, " end)())\n")
-    f:close()
-    local cmd = string.format("DLPACK_LUA_BLAS=none LUA_PATH='lua/?.lua;;' LUA_CPATH='%s/?.so;;' %s %s 2>&1",
-                              support.BUILD, support.LUA, file)
-    local p = assert(io.popen(cmd))
-    local out = p:read("*a")
-    p:close()
-    os.remove(file)
+    local out = support.run_lua("print(({require('dlpack').blas()})[2])\nio.write((function() " .. CASES .. " end)())\n",
+                                {DLPACK_LUA_BLAS = "none", LUA_PATH = package.path, LUA_CPATH = package.cpath})
     local reason, rest = out:match("^([^\n]*)\n(.*)$")
     assert.are.equal("DLPACK_LUA_BLAS=none", reason, out:sub(1, 500))
     assert.is_true(#here > 100000)
@@ -366,7 +358,8 @@ describe("dlpack.matmul", function()
     local m = "/lib/" .. triplet .. "/libm.so.6"
     if exists(r) and exists(m) then reference, libm = r, m end
   end
-  local it_reference = reference and it or function(name) pending(name .. ": no Debian reference BLAS here") end
+  local it_reference = reference and not support.WINDOWS and it
+    or function(name) pending(name .. ": no Debian reference BLAS here") end
   it_reference("passes by the reference BLAS in its search (slower than its own kernel)", function()
     local dir = os.tmpname()
     os.remove(dir)

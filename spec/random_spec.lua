@@ -49,11 +49,7 @@ describe("manual_seed and the generator", function()
       local v = dlpack.rand(3, "float64"):totable()
       io.write(string.format("%.17g %.17g %.17g", v[1], v[2], v[3]))
     ]]
-    local cmd = string.format("LUA_PATH='%s' LUA_CPATH='%s/?.so;;' %s -e %q 2>&1", package.path, support.BUILD,
-                              support.LUA, script)
-    local p = assert(io.popen(cmd))
-    local out = p:read("*a")
-    p:close()
+    local out = support.run_lua(script, {LUA_PATH = package.path, LUA_CPATH = package.cpath})
     assert.are.equal("0.60126299941790484 0.74777409254723981 0.10301998939503632", out)
   end)
 

@@ -439,8 +439,8 @@ describe("numbers from scripts and producers are checked before use", function()
 end)
 
 describe("a consumed capsule stays consumed for the life of the process", function()
-  local gen = support.BUILD .. "/gen/?.so"
-  local f = io.open(support.BUILD .. "/gen/dlpack/core.so")
+  local gen = support.BUILD .. "/gen/?." .. support.SO
+  local f = io.open(support.BUILD .. "/gen/dlpack/core." .. support.SO)
   if not f then
     pending("build/gen/dlpack/core.so (the module built with 2-bit capsule generations) is not built")
     return
@@ -465,11 +465,7 @@ describe("a consumed capsule stays consumed for the life of the process", functi
       end
       print("ok")
     ]]
-    local cmd = string.format("LUA_CPATH='%s;;' %s -e %q 2>&1", gen, support.LUA, script)
-    local p = assert(io.popen(cmd))
-    local out = p:read("a")
-    p:close()
-    assert.are.equal("ok\n", out)
+    assert.are.equal("ok\n", support.run_lua(script, {LUA_PATH = package.path, LUA_CPATH = gen .. ";;"}))
   end)
 end)
 

@@ -91,7 +91,46 @@ for i = -1, -10, -1 do
   support.LUA = arg[i]
 end
 support.BUILD = (package.searchpath("dlpack.core", package.cpath) or "build/dlpack/core.so")
-  :gsub("/dlpack/core%.so$", "")
+  :gsub("[/\\]dlpack[/\\]core%.%w+$", "")
+
+-- Windows (the stage that runs the specs under Wine): no POSIX shell, no dlpack.ipc, and
+-- libraries are .dll files. Specs of Linux-only things are pending there with this reason.
+support.WINDOWS = package.config:sub(1, 1) == "\\"
+support.SO = support.WINDOWS and "dll" or "so"
+support.NOT_WINDOWS = "needs Linux (a POSIX shell, ELF tools or dlpack.ipc), not Windows"
+
+-- A name for a temporary file. os.tmpname on Windows names a file in the root of the drive,
+-- which only an administrator may write: there the folder is TEMP.
+function support.tmpname()
+  if not support.WINDOWS then return os.tmpname() end
+  return (os.getenv("TEMP") or ".") .. string.format("\\dlpack-spec-%d-%d.tmp", os.time(), math.random(1, 1e9))
+end
+
+-- Runs `script` (Lua source) in a new process of the interpreter running the specs, with the
+-- environment variables in `env` (a table; values are strings), and returns what it wrote on
+-- stdout and stderr. The chunk goes through a file: no shell quoting of code on any system.
+function support.run_lua(script, env)
+  local file = support.tmpname()
+  local f = assert(io.open(file, "w"))
+  f:write(script)
+  f:close()
+  local names = {}
+  for name in pairs(env or {}) do names[#names + 1] = name end
+  table.sort(names)
+  local cmd = {}
+  if support.WINDOWS then -- cmd.exe: `set "NAME=value"&& ...`, the whole line in one more pair of quotes
+    for _, name in ipairs(names) do cmd[#cmd + 1] = 'set "' .. name .. "=" .. env[name] .. '"&& ' end
+    cmd = '"' .. table.concat(cmd) .. '"' .. support.LUA .. '" "' .. file .. '" 2>&1"'
+  else
+    for _, name in ipairs(names) do cmd[#cmd + 1] = name .. "='" .. env[name]:gsub("'", "'\\''") .. "' " end
+    cmd = table.concat(cmd) .. "'" .. support.LUA .. "' '" .. file .. "' 2>&1"
+  end
+  local p = assert(io.popen(cmd))
+  local out = p:read("*a")
+  p:close()
+  os.remove(file)
+  return out
+end
 
 -- The collector mode under which finalizers run almost all the time ("incremental" with a
 -- tiny pause), as code for a chunk: 5.4 names the mode, earlier versions set the parameters.
