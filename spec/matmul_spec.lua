@@ -337,8 +337,8 @@ describe("dlpack.matmul", function()
   it("agrees with itself with and without BLAS (DLPACK_LUA_BLAS=none in a child process)", function()
     local load = rawget(_G, "loadstring") or load
     local here = load(CASES)()
-    local out = support.run_lua("print(({require('dlpack').blas()})[2])\nio.write((function() " .. CASES .. " end)())\n",
-                                {DLPACK_LUA_BLAS = "none", LUA_PATH = package.path, LUA_CPATH = package.cpath})
+    local script = "print(({require('dlpack').blas()})[2])\nio.write((function() " .. CASES .. " end)())\n"
+    local out = support.run_lua(script, {DLPACK_LUA_BLAS = "none", LUA_PATH = package.path, LUA_CPATH = package.cpath})
     local reason, rest = out:match("^([^\n]*)\n(.*)$")
     assert.are.equal("DLPACK_LUA_BLAS=none", reason, out:sub(1, 500))
     assert.is_true(#here > 100000)
