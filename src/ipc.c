@@ -7,9 +7,9 @@
  * see docs/ipc.md, "Threat model". Every descriptor and mapping has one owner at every moment,
  * so that no error path leaks one.
  *
- * On Windows there is no dlpack.ipc (README, "Platforms"): the end of this file raises, naming
- * Windows, where the rest of the module or a host would reach it. */
-#ifndef _WIN32
+ * dlpack.ipc is Linux's (memfd seals): on Windows and other systems the end of this file raises,
+ * naming the system, where the rest of the module or a host would reach it (README, "Platforms"). */
+#ifdef __linux__
 #define _GNU_SOURCE /* memfd_create, accept4, MSG_CMSG_CLOEXEC, F_ADD_SEALS */
 #include <errno.h>
 #include <fcntl.h>
@@ -1181,12 +1181,19 @@ static dlp_Owner *cuda_import(int fd, const Message *m, int *readonly, char *why
   return dlp_ipc_cuda_import(fd, m->device, m->size, why, whylen);
 }
 
-#else /* _WIN32 */
+#else /* not Linux */
+#ifdef _WIN32
 #include <io.h>
+#define close _close
+#define SYSTEM "Windows"
+#else
+#include <unistd.h>
+#define SYSTEM "this system (it needs Linux's memfd seals)"
+#endif
 
 #include "internal.h"
 
-#define NOT_ON_WINDOWS "dlpack.ipc is not available on Windows (README, \"Platforms\")"
+#define NOT_HERE "dlpack.ipc is not available on " SYSTEM " (README, \"Platforms\")"
 
 int dlp_is_shareable(const dlp_Tensor *t) {
   (void)t;
@@ -1195,7 +1202,7 @@ int dlp_is_shareable(const dlp_Tensor *t) {
 
 dlp_Owner *dlp_ipc_new_owner(lua_State *L, DLDevice device, size_t nbytes, const char *what) {
   (void)device, (void)nbytes;
-  luaL_error(L, "%s: " NOT_ON_WINDOWS, what);
+  luaL_error(L, "%s: " NOT_HERE, what);
   return NULL;
 }
 
@@ -1208,18 +1215,18 @@ int dlp_ipc_shares_file_bytes(uintptr_t a_lo, uintptr_t a_hi, uintptr_t b_lo, ui
 
 void dlp_ipc_account_descriptor(lua_State *L) { (void)L; }
 
-DLPACK_LUA_API int dlpack_lua_open_ipc(lua_State *L) { return luaL_error(L, NOT_ON_WINDOWS); }
+DLPACK_LUA_API int dlpack_lua_open_ipc(lua_State *L) { return luaL_error(L, NOT_HERE); }
 
-/* They take ownership of fd (a C runtime descriptor here) as on POSIX: closed, since they raise. */
+/* They take ownership of fd (a C runtime descriptor on Windows) as on Linux: closed, since they raise. */
 DLPACK_LUA_API void dlpack_lua_push_channel(lua_State *L, int fd) {
-  _close(fd);
-  luaL_error(L, "dlpack_lua_push_channel: " NOT_ON_WINDOWS);
+  close(fd);
+  luaL_error(L, "dlpack_lua_push_channel: " NOT_HERE);
 }
 
 DLPACK_LUA_API void dlpack_lua_push_shared(lua_State *L, int fd, const DLTensor *layout, uint64_t flags) {
   (void)layout, (void)flags;
-  _close(fd);
-  luaL_error(L, "dlpack_lua_push_shared: " NOT_ON_WINDOWS);
+  close(fd);
+  luaL_error(L, "dlpack_lua_push_shared: " NOT_HERE);
 }
 
 DLPACK_LUA_API int dlpack_lua_shared_fd(lua_State *L, int idx, uint64_t *offset) {

@@ -12,8 +12,8 @@
  *
  * The message's layout is checked by ipc.c before this file maps anything (docs/ipc.md, the
  * threat model): here, the device, the size against the granularity, and what the driver says.
- * Only ipc.c calls it, and not on Windows, which has no dlpack.ipc (nor CUDA's POSIX descriptors). */
-#ifndef _WIN32
+ * Only ipc.c calls it, and only on Linux, the one system with dlpack.ipc. */
+#ifdef __linux__
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
