@@ -39,11 +39,15 @@ AR         := $(patsubst %gcc,%ar,$(CC))
 PLATFORM_CFLAGS = -D__USE_MINGW_ANSI_STDIO=1 -Wa,-muse-unaligned-vector-move
 LDLIBS      = -lm
 MODULE_LIBS = $(LUA_LIB) -static-libgcc
+# The test-only modules (fabricate, fakecuda) use POSIX threads: MinGW-w64's winpthreads, linked
+# statically so that they need no libwinpthread-1.dll (the module itself uses platform.h).
+TEST_LIBS   = -Wl,-Bstatic -lwinpthread -Wl,-Bdynamic
 else
 SO          = so
 PLATFORM_CFLAGS = -fPIC -fvisibility=hidden -pthread
 LDLIBS      = -pthread -ldl -lm
 MODULE_LIBS =
+TEST_LIBS   =
 endif
 ALL_CFLAGS  = -std=c11 $(PLATFORM_CFLAGS) $(WARNINGS) $(LUA_INC) $(COMPAT53_INC) $(SYSTEM_DLPACK) $(CUDA_FLAGS) $(CFLAGS)
 
@@ -118,11 +122,11 @@ $(GEN_MODULE): $(filter-out $(BUILD)/obj/capsule.o,$(OBJECTS)) $(BUILD)/gen/caps
 
 # Test-only module that fabricates foreign managed tensors; never installed.
 $(FABRICATE): spec/c/fabricate.c src/dlpack_lua.h src/dlpack_abi.h
-	$(CC) -shared $(ALL_CFLAGS) -Isrc -o $@ $< $(MODULE_LIBS) $(LDLIBS)
+	$(CC) -shared $(ALL_CFLAGS) -Isrc -o $@ $< $(MODULE_LIBS) $(TEST_LIBS) $(LDLIBS)
 
 # Test-only fake CUDA driver (and Lua module `fakecuda`) for the CUDA specs without a GPU; never installed.
 $(FAKECUDA): spec/c/fakecuda.c src/cuda_driver.h
-	$(CC) -shared $(ALL_CFLAGS) -Isrc -o $@ $< $(MODULE_LIBS) $(LDLIBS)
+	$(CC) -shared $(ALL_CFLAGS) -Isrc -o $@ $< $(MODULE_LIBS) $(TEST_LIBS) $(LDLIBS)
 
 $(HOST): examples/host.c $(STATIC)
 	$(CC) $(ALL_CFLAGS) -fvisibility=default -Isrc -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)

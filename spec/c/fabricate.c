@@ -25,6 +25,9 @@
  *   fab.post(p), fab.receive([seconds]) -> p or nil: a process-wide mailbox
  *   fab.note(s), fab.notes() -> the strings noted since the last call (also from finalizers at lua_close)
  *
+ * On Windows (fabricate.dll, MinGW-w64) the threads, barriers and condition variables are
+ * winpthreads', linked statically (the Makefile's TEST_LIBS), and the ipc_* fields below are absent.
+ *
  * Raw descriptors for the dlpack.ipc fuzzer (spec/fuzz/ipc.lua), which plays a hostile peer in the
  * same process (Linux only; each returns nil, a message and errno on failure):
  *   fab.ipc_connect(path) -> fd of an AF_UNIX SOCK_SEQPACKET socket connected to path ('@': abstract)

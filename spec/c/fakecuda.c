@@ -17,9 +17,10 @@
  *              needs cuInit first (else 3, NOT_INITIALIZED). One primary context
  *              per device; the current context is thread-local.
  *   Memory     cuMemAlloc_v2 returns an address range reserved with mmap
- *              PROT_NONE: the bytes live in a shadow buffer only the fake
- *              touches, so a module that reads or writes device memory from the
- *              CPU crashes instead of passing by luck. Pinned (cuMemHostAlloc)
+ *              PROT_NONE (Windows: VirtualAlloc MEM_RESERVE, PAGE_NOACCESS):
+ *              the bytes live in a shadow buffer only the fake touches, so a
+ *              module that reads or writes device memory from the CPU crashes
+ *              instead of passing by luck. Pinned (cuMemHostAlloc)
  *              and managed memory are plain host memory. New memory is filled
  *              with 0xA5, never zero. Every allocation records its kind and the
  *              device of the context current when it was made (allocating
@@ -43,7 +44,9 @@
  *              before cuMemSetAccess made it read/write are misuse, as are
  *              cuMemFree_v2 on one, cuMemAddressFree of a mapped range and
  *              releasing a handle twice; cuMemUnmap runs the device's work
- *              first, as cuMemFree_v2 does.
+ *              first, as cuMemFree_v2 does. On Windows, where dlpack.ipc does
+ *              not exist, cuMemCreate, cuMemExportToShareableHandle and
+ *              cuMemImportFromShareableHandle answer 801 (NOT_SUPPORTED).
  *   Streams    lazy FIFO queues. cuMemcpyAsync, cuMemsetD8Async,
  *              cuEventRecord and cuStreamWaitEvent only
  *              enqueue. Work runs only when forced: cuStreamSynchronize(s) runs
@@ -71,6 +74,9 @@
  *              destroyed streams and events, double destroy, out-of-range
  *              copies, calls before cuInit, ...) increments fake.errors() and is
  *              logged (fake.error_log(); printed when FAKECUDA_VERBOSE is set).
+ *   Windows    built as fakecuda.dll (MinGW-w64): LoadLibrary hands the module
+ *              and require the same copy too; the lock and clock come from
+ *              winpthreads, linked statically (the Makefile's TEST_LIBS).
  *   Memory of the fake itself stays reachable from its globals (destroyed
  *   streams and events are kept so that later use is detected), so valgrind and
  *   LeakSanitizer see no leak.
@@ -101,18 +107,25 @@
 #undef DLPACK_LUA_HAVE_CUDA_H /* always the ABI types of cuda_driver.h, never cuda.h */
 #include "cuda_driver.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#ifdef _WIN32
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#include <malloc.h>
+#include <windows.h>
+#else
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
+#endif
 
 #include "compat.h"
 
@@ -127,6 +140,7 @@ enum {
   E_INVALID_CONTEXT = 201,
   E_INVALID_HANDLE = 400,
   E_NOT_READY = 600,
+  E_NOT_SUPPORTED = 801,
 };
 
 /* Every function the fake exports: those the module resolves (src/cuda_driver.h), and
@@ -143,7 +157,11 @@ enum { FAKE_FUNCTIONS(FID) F_COUNT };
 static const char *const fnames[F_COUNT] = {FAKE_FUNCTIONS(FNAME)};
 #undef FNAME
 
+#ifdef _WIN32
+#define EXPORT __declspec(dllexport)
+#else
 #define EXPORT __attribute__((visibility("default")))
+#endif
 #define FPROTO(name, params) EXPORT CUresult name params;
 FAKE_FUNCTIONS(FPROTO)
 #undef FPROTO
@@ -153,7 +171,11 @@ EXPORT int luaopen_fakecuda(lua_State *L);
 #define LOGN 64
 
 /* ---- state (all under one recursive lock) ---- */
+#ifdef PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP
 static pthread_mutex_t mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+#else /* winpthreads */
+static pthread_mutex_t mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER;
+#endif
 static int initialized, ndev;
 static unsigned long calls[F_COUNT];
 static int fail_code[F_COUNT];
@@ -229,7 +251,13 @@ static double now_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-__attribute__((format(printf, 1, 2))) static void misuse(const char *fmt, ...) {
+/* MinGW's own C99 printf (the Makefile's __USE_MINGW_ANSI_STDIO) is GCC's gnu_printf there */
+#ifdef __MINGW_PRINTF_FORMAT
+#define PRINTF_LIKE __MINGW_PRINTF_FORMAT
+#else
+#define PRINTF_LIKE printf
+#endif
+__attribute__((format(PRINTF_LIKE, 1, 2))) static void misuse(const char *fmt, ...) {
   char *line = errlog[nlog++ % LOGN];
   va_list ap;
   va_start(ap, fmt);
@@ -247,6 +275,31 @@ static void *xmalloc(size_t n) {
   }
   return p;
 }
+
+/* ---- the system: address ranges the CPU cannot touch, aligned host blocks ---- */
+#ifdef _WIN32
+static void *reserve_range(size_t n) { return VirtualAlloc(NULL, n, MEM_RESERVE, PAGE_NOACCESS); }
+static void release_range(void *p, size_t n) {
+  (void)n;
+  VirtualFree(p, 0, MEM_RELEASE);
+}
+static size_t page_size(void) {
+  SYSTEM_INFO si;
+  GetSystemInfo(&si);
+  return si.dwPageSize;
+}
+static void *host_alloc(size_t alignment, size_t n) { return _aligned_malloc(n, alignment); }
+static void host_free(void *p) { _aligned_free(p); }
+#else
+static void *reserve_range(size_t n) {
+  void *p = mmap(NULL, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+static void release_range(void *p, size_t n) { munmap(p, n); }
+static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
+static void *host_alloc(size_t alignment, size_t n) { return aligned_alloc(alignment, n); }
+static void host_free(void *p) { free(p); }
+#endif
 
 /* ---- memory table ---- */
 /* 1: [p, p+n) lies in allocation *out; -1: p is in *out but the range overflows it;
@@ -299,10 +352,10 @@ static void remove_alloc(Alloc *a) {
   if (a->phys) {
     phys_unmapped(a->phys); /* the address range stays reserved: cuMemAddressFree's */
   } else if (a->kind == K_DEVICE) {
-    munmap((void *)a->base, a->reserved);
+    release_range((void *)a->base, a->reserved);
     free(a->mem);
   } else {
-    free(a->mem);
+    host_free(a->mem);
   }
   *a = allocs[--nallocs];
 }
@@ -637,6 +690,7 @@ static const struct {
   {400, "invalid resource handle"},
   {600, "device not ready"},
   {800, "operation not permitted"},
+  {801, "operation not supported"},
   {999, "unknown error"},
 };
 
@@ -659,15 +713,15 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes) {
   if (!ptr) MISUSE(E_INVALID_VALUE, "cuMemAlloc_v2(NULL, ...)");
   NEED_CONTEXT(cuMemAlloc_v2);
   if (bytes == 0) MISUSE(E_INVALID_VALUE, "cuMemAlloc_v2 of 0 bytes");
-  long page = sysconf(_SC_PAGESIZE);
-  size_t reserved = (bytes + (size_t)page - 1) / (size_t)page * (size_t)page;
-  void *base = mmap(NULL, reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (base == MAP_FAILED) RETURN(E_OUT_OF_MEMORY);
+  size_t page = page_size();
+  size_t reserved = (bytes + page - 1) / page * page;
+  void *base = reserve_range(reserved);
+  if (!base) RETURN(E_OUT_OF_MEMORY);
   unsigned char *mem = malloc(bytes);
   Alloc *a = mem ? add_alloc() : NULL;
   if (!a) {
     free(mem);
-    munmap(base, reserved);
+    release_range(base, reserved);
     RETURN(E_OUT_OF_MEMORY);
   }
   fill_new(mem, bytes);
@@ -678,10 +732,10 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes) {
 
 static CUresult host_like_alloc(void **out, size_t bytes, int kind) {
   size_t rounded = (bytes + 255) / 256 * 256;
-  unsigned char *mem = aligned_alloc(256, rounded);
+  unsigned char *mem = host_alloc(256, rounded);
   Alloc *a = mem ? add_alloc() : NULL;
   if (!a) {
-    free(mem);
+    if (mem) host_free(mem);
     return E_OUT_OF_MEMORY;
   }
   fill_new(mem, bytes);
@@ -990,7 +1044,11 @@ EXPORT CUresult cuEventDestroy_v2(CUevent event) {
  * shrinking and growing and mapped MAP_SHARED as its shadow buffer; exporting it dups the memfd,
  * importing maps the memfd it is given, so two processes that load the fake share "device
  * memory" (a write on one side is seen on the other). Address ranges are PROT_NONE reservations,
- * as cuMemAlloc_v2's, so the module cannot touch the bytes from the CPU. */
+ * as cuMemAlloc_v2's, so the module cannot touch the bytes from the CPU.
+ * Windows has no memfd and the module no dlpack.ipc there (its only user of these functions):
+ * cuMemCreate, cuMemExportToShareableHandle and cuMemImportFromShareableHandle answer 801
+ * (CUDA_ERROR_NOT_SUPPORTED) after checking their arguments, so no Phys ever exists; the address
+ * reservations work as on Linux. */
 #define VMM_GRANULARITY ((size_t)2 << 20) /* as a real GPU's minimum granularity */
 #define VMM_NAME "fakecuda-vmm:"
 
@@ -1022,8 +1080,10 @@ static void phys_free_if_unused(Phys *p) {
       *l = p->next;
       break;
     }
+#ifndef _WIN32 /* a Phys exists only where cuMemCreate works */
   munmap(p->mem, p->size);
   close(p->fd);
+#endif
   free(p);
 }
 
@@ -1032,6 +1092,7 @@ static void phys_unmapped(Phys *p) {
   phys_free_if_unused(p);
 }
 
+#ifndef _WIN32
 /* A Phys on the memfd fd (taken), mapped; NULL when out of memory (fd closed). */
 static Phys *phys_new(int fd, size_t size, int device, int requested) {
   Phys *p = malloc(sizeof *p);
@@ -1045,6 +1106,7 @@ static Phys *phys_new(int fd, size_t size, int device, int requested) {
   physes = p;
   return p;
 }
+#endif
 
 static CUresult check_prop(int f, const CUmemAllocationProp *prop) {
   if (!prop) MISUSE(E_INVALID_VALUE, "%s: no CUmemAllocationProp", fnames[f]);
@@ -1085,6 +1147,9 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, c
   if (size == 0 || size % VMM_GRANULARITY)
     MISUSE(E_INVALID_VALUE, "cuMemCreate of %zu bytes, not a multiple of the granularity %zu", size, VMM_GRANULARITY);
   CHECK_PROP(cuMemCreate, prop);
+#ifdef _WIN32
+  RETURN(E_NOT_SUPPORTED);
+#else
   char name[64];
   snprintf(name, sizeof name, VMM_NAME "%d", prop->location.id);
   int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -1098,6 +1163,7 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, c
   fill_new(p->mem, size);
   *handle = (CUmemGenericAllocationHandle)(uintptr_t)p;
   RETURN(E_SUCCESS);
+#endif
 }
 
 EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
@@ -1117,10 +1183,10 @@ EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignm
   if (flags != 0) MISUSE(E_INVALID_VALUE, "cuMemAddressReserve: flags %llu must be 0", flags);
   if (size == 0 || size % VMM_GRANULARITY || (alignment & (alignment - 1)))
     MISUSE(E_INVALID_VALUE, "cuMemAddressReserve of %zu bytes aligned to %zu", size, alignment);
-  void *base = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  Reservation *r = base != MAP_FAILED ? malloc(sizeof *r) : NULL;
+  void *base = reserve_range(size);
+  Reservation *r = base ? malloc(sizeof *r) : NULL;
   if (!r) {
-    if (base != MAP_FAILED) munmap(base, size);
+    if (base) release_range(base, size);
     RETURN(E_OUT_OF_MEMORY);
   }
   *r = (Reservation){reservations, (uintptr_t)base, size};
@@ -1139,7 +1205,7 @@ EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
       MISUSE(E_INVALID_VALUE, "cuMemAddressFree(%p): the range is still mapped", (void *)(uintptr_t)ptr);
   Reservation *r = *l;
   *l = r->next;
-  munmap((void *)r->base, r->size);
+  release_range((void *)r->base, r->size);
   free(r);
   RETURN(E_SUCCESS);
 }
@@ -1212,11 +1278,17 @@ EXPORT CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAlloca
     MISUSE(E_INVALID_VALUE, "cuMemExportToShareableHandle: handle type %d (requested 0x%x at creation)", (int)type,
            (unsigned)p->requested);
   if (flags != 0) MISUSE(E_INVALID_VALUE, "cuMemExportToShareableHandle: flags %llu must be 0", flags);
+#ifdef _WIN32
+  RETURN(E_NOT_SUPPORTED); /* unreachable: no Phys exists on Windows */
+#else
   int fd = dup(p->fd); /* a new descriptor each time, not close-on-exec, as the driver's */
   if (fd < 0) RETURN(E_OUT_OF_MEMORY);
   *(int *)shareable = fd;
   RETURN(E_SUCCESS);
+#endif
 }
+
+#ifndef _WIN32
 
 /* The device of a memfd made by cuMemCreate (of this process or another), from its name; -1 when
  * fd is not one (a peer's plain memfd, a pipe, a regular file: an error, not a misuse). */
@@ -1235,6 +1307,7 @@ static int vmm_device_of(int fd, size_t *size) {
   *size = (size_t)st.st_size;
   return device >= 0 && device < ndev ? device : -1;
 }
+#endif
 
 EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *os_handle,
                                                CUmemAllocationHandleType type) {
@@ -1242,6 +1315,10 @@ EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *han
   if (!handle) MISUSE(E_INVALID_VALUE, "cuMemImportFromShareableHandle(NULL, ...)");
   if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
     MISUSE(E_INVALID_VALUE, "cuMemImportFromShareableHandle: handle type %d", (int)type);
+#ifdef _WIN32
+  (void)os_handle;
+  RETURN(E_NOT_SUPPORTED);
+#else
   int fd = (int)(intptr_t)os_handle;
   size_t size = 0;
   int device = vmm_device_of(fd, &size);
@@ -1252,6 +1329,7 @@ EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *han
   if (!p) RETURN(E_OUT_OF_MEMORY);
   *handle = (CUmemGenericAllocationHandle)(uintptr_t)p;
   RETURN(E_SUCCESS);
+#endif
 }
 
 /* ---- the Lua module ---- */
