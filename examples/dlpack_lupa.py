@@ -8,7 +8,7 @@ this file turns one into the other through `dlpack.unsafe` (integer
 addresses: `unsafe.address`, `unsafe.pointer`; never strings) and ctypes' PyCapsule functions:
 
     import dlpack_lupa
-    lupa = dlpack_lupa.load_lupa()            # the lupa runtime of the module's Lua, symbols global
+    lupa = dlpack_lupa.load_lupa()            # the runtime of the Lua of the module on LUA_CPATH
     lua = lupa.LuaRuntime()
     bridge = dlpack_lupa.Bridge(lua)          # require "dlpack" in that runtime
     t = bridge.to_lua(numpy_array)            # a Lua tensor sharing the array's memory
