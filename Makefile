@@ -1,6 +1,7 @@
-# dlpack for Lua 5.1 to 5.4 and LuaJIT. `make demo`, `make test`; see README.md.
-# `make LUA=lua5.1` (lua5.2, lua5.3, luajit) builds for that Lua into build/<LUA>/; the
-# default, Lua 5.4, builds into build/.
+# dlpack for Lua 5.1 to 5.5 and LuaJIT. `make demo`, `make test`; see README.md.
+# `make LUA=lua5.1` (lua5.2, lua5.3, lua5.5, luajit) builds for that Lua into build/<LUA>/; the
+# default, Lua 5.4, builds into build/. A Lua given by its path (LUA=/opt/lua/bin/lua5.5) has its
+# headers in the include/ folder beside its bin/ (as stage 19 builds Lua 5.5 into build/lua5.5/).
 
 LUA        ?= lua5.4
 LUA_NAME    = $(notdir $(LUA))
@@ -8,7 +9,8 @@ LUA_NAME    = $(notdir $(LUA))
 LUA_PC      = $(if $(filter luajit,$(LUA_NAME)),luajit,$(LUA_NAME))
 LUA_VERSION = $(if $(filter luajit,$(LUA_NAME)),5.1,$(patsubst lua%,%,$(LUA_NAME)))
 LUA_INCDIR  = $(if $(filter luajit,$(LUA_NAME)),/usr/include/luajit-2.1,/usr/include/$(LUA_NAME))
-LUA_INC    ?= $(shell pkg-config --cflags $(LUA_PC) 2>/dev/null || echo -I$(LUA_INCDIR))
+LUA_INC    ?= $(if $(findstring /,$(LUA)),-I$(abspath $(dir $(LUA))../include),\
+                $(shell pkg-config --cflags $(LUA_PC) 2>/dev/null || echo -I$(LUA_INCDIR)))
 LUA_LIB    ?= $(shell pkg-config --libs $(LUA_PC) 2>/dev/null || echo -l$(LUA_PC))
 # lua-compat-5.3's header (src/compat.h) for 5.1, 5.2 and LuaJIT, searched after the Lua headers.
 COMPAT53_INC = $(if $(filter 5.1 5.2,$(LUA_VERSION)),-idirafter /usr/include/lua$(LUA_VERSION))

@@ -8,7 +8,7 @@ this file turns one into the other through `dlpack.unsafe` (integer
 addresses: `unsafe.address`, `unsafe.pointer`; never strings) and ctypes' PyCapsule functions:
 
     import dlpack_lupa
-    lupa = dlpack_lupa.load_lupa()            # lupa.lua54, symbols global
+    lupa = dlpack_lupa.load_lupa()            # the runtime of the Lua of the module on LUA_CPATH
     lua = lupa.LuaRuntime()
     bridge = dlpack_lupa.Bridge(lua)          # require "dlpack" in that runtime
     t = bridge.to_lua(numpy_array)            # a Lua tensor sharing the array's memory
@@ -18,13 +18,41 @@ Both ways follow the Python DLPack protocol: a consumed PyCapsule is renamed
 `used_dltensor[_versioned]`, and an unconsumed one hands its tensor back (calls
 the deleter) when Python collects it. The bridge opens `dlpack.unsafe` in the
 runtime: use it with trusted Lua code only.
+
+A module is built for one Lua (5.1 to 5.5, LuaJIT) and runs only in that Lua:
+`load_lupa()` picks the lupa runtime of the module found on LUA_CPATH, and
+`Bridge` refuses, with ImportError, a runtime of another Lua, or a process
+whose global Lua C API is another Lua's, before anything reaches the module.
 """
 import ctypes
 import importlib
 import importlib.util
 import os
+import pkgutil
+import re
 
-__all__ = ["load_lupa", "Bridge", "LuaTensor"]
+__all__ = ["load_lupa", "module_lua", "Bridge", "LuaTensor"]
+
+# The lupa runtime of each Lua a module can be built for (a LuaJIT build reads "Lua 5.1" too:
+# pass load_lupa("luajit21") for it).
+_LUPA = {"Lua 5.1": "lua51", "Lua 5.2": "lua52", "Lua 5.3": "lua53", "Lua 5.4": "lua54", "Lua 5.5": "lua55"}
+
+
+def module_lua(path):
+    """The Lua a build of the module is for ("Lua 5.4"), read from the file (src/runtime.c);
+    None when the file does not say."""
+    with open(path, "rb") as f:
+        found = re.search(rb"dlpack_lua built for (Lua \d\.\d+)", f.read())
+    return found.group(1).decode() if found else None
+
+
+def _find_module(cpath):
+    """The first dlpack.core that a Lua with this package.cpath (or LUA_CPATH) would load."""
+    for template in (cpath or "").split(";"):
+        path = template.replace("?", os.path.join("dlpack", "core"))
+        if template and os.path.isfile(path):
+            return path
+    return None
 
 # A PyCapsule keeps the pointer to its name, not a copy: every name given to PyCapsule_New or
 # PyCapsule_SetName is one of these bytes objects, which live as long as the module.
@@ -34,18 +62,40 @@ _NAMES = {_VERSIONED: "dltensor_versioned", _LEGACY: "dltensor"}
 _CAPSULE_NAMES = {"dltensor_versioned": _VERSIONED, "dltensor": _LEGACY}  # Lua's names -> the constants
 
 
-def load_lupa(version="lua54"):
-    """Import `lupa.<version>` with its Lua C API global, so that C modules load.
+def load_lupa(version=None, module=None):
+    """Import `lupa.<version>` ("lua54", "lua55", ...) with its Lua C API global, so that C
+    modules load. Without a version, the runtime of the Lua the module is built for: the module
+    file `module`, else the first dlpack/core.so on LUA_CPATH, else lupa's default runtime.
 
     Works before or after lupa was imported: opening the extension again with
-    RTLD_GLOBAL makes its symbols global (Linux, macOS).
+    RTLD_GLOBAL makes its symbols global (Linux, macOS). lupa's other runtimes are imported
+    first: one imported after another Lua's symbols became global would call that Lua's
+    functions for its own (Lua aborts: "PANIC: unprotected error in call to Lua API").
     """
-    name = "lupa." + version
+    import lupa
+    if version is None:
+        module = module or _find_module(os.environ.get("LUA_CPATH"))
+        version = _LUPA.get(module_lua(module)) if module else None
+    if version is None:
+        version = lupa.LuaRuntime.__module__.split(".")[-1]
+    return _make_global("lupa." + version)[0]
+
+
+def _make_global(name):
+    """Import the lupa runtime `name` with its symbols global; returns the module and the
+    ctypes handle of its extension."""
+    import lupa
     spec = importlib.util.find_spec(name)
     if spec is None or spec.origin is None:
         raise ImportError("no module named %r (pip install lupa)" % name)
-    ctypes.CDLL(spec.origin, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
-    return importlib.import_module(name)
+    for other in pkgutil.iter_modules(lupa.__path__, "lupa."):
+        if re.fullmatch(r"lupa\.lua(jit)?\d+", other.name):
+            try:
+                importlib.import_module(other.name)
+            except ImportError:
+                pass  # a runtime this lupa could not build
+    handle = ctypes.CDLL(spec.origin, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+    return importlib.import_module(name), handle
 
 
 # The CPython capsule functions. The destructor works on the raw PyObject* of a
@@ -103,11 +153,35 @@ return adopt, export, device, is_tensor
 """
 
 
+def _text(value):
+    return value.decode() if isinstance(value, bytes) else value  # a runtime made with encoding=None
+
+
+def _check_runtime(runtime):
+    """ImportError when `require "dlpack"` in this runtime would reach another Lua: a module built
+    for another Lua, or another Lua's C API global in the process (the module's calls would go
+    there). The module refuses both itself, with a Lua error; this says what to do instead."""
+    lua = _text(runtime.execute("return _VERSION"))
+    path = _text(runtime.execute('return package.searchpath and package.searchpath("dlpack.core", package.cpath)'))
+    built = module_lua(path) if path else None
+    if built and built != lua:
+        raise ImportError("%s is built for %s, and this LuaRuntime (%s) is %s: use dlpack_lupa.load_lupa(%r) "
+                          "or build the module for %s" % (path, built, type(runtime).__module__, lua,
+                                                          _LUPA.get(built), lua))
+    own = _make_global(type(runtime).__module__)[1].lua_version
+    first = ctypes.CDLL(None).lua_version  # the one a module's calls reach
+    if ctypes.cast(own, ctypes.c_void_p).value != ctypes.cast(first, ctypes.c_void_p).value:
+        raise ImportError("another Lua's C API was made global in this process before %s's: the module's calls "
+                          "would reach it from this %s runtime (make one lupa runtime global per process)"
+                          % (type(runtime).__module__, lua))
+
+
 class Bridge:
     """Tensor exchange between Python and one lupa LuaRuntime that can `require "dlpack"`."""
 
     def __init__(self, runtime):
         self.runtime = runtime
+        _check_runtime(runtime)
         self._adopt, self._export, self._device, self._is_tensor = runtime.execute(_LUA)
 
     def to_lua(self, obj):
@@ -134,9 +208,7 @@ class Bridge:
         if major == 0 or major is None:
             major, minor = 0, 8
         address, name = self._export(tensor, major, minor, copy)
-        if isinstance(name, bytes):  # a runtime made with encoding=None
-            name = name.decode()
-        return _New(address, _CAPSULE_NAMES[name], _capsule_destructor)
+        return _New(address, _CAPSULE_NAMES[_text(name)], _capsule_destructor)
 
     def wrap(self, tensor):
         """A Python producer (`__dlpack__`, `__dlpack_device__`) for a Lua tensor:

@@ -25,7 +25,7 @@ control and a C API for host programs.
   labels = { "dlpack", "tensor", "ffi", "interop" },
 }
 dependencies = {
-  "lua >= 5.1, < 5.5",
+  "lua >= 5.1, < 5.6",
 }
 build = {
   type = "make",

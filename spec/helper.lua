@@ -6,11 +6,15 @@
 --   generational  collectgarbage("generational", 1, 100): a minor collection
 --                 after every 1% of growth (lua5.4 already starts in generational
 --                 mode with the default 20%, which is what the plain run uses)
+-- Lua 5.5 sets the same parameters with collectgarbage("param", ...).
 local mode = os.getenv("DLPACK_SPEC_GC")
+local LUA55 = _VERSION == "Lua 5.5"
 if mode == "incremental" then
   collectgarbage("incremental", 1, 1000)
+  if LUA55 then collectgarbage("param", "pause", 1); collectgarbage("param", "stepmul", 1000) end
 elseif mode == "generational" then
   collectgarbage("generational", 1, 100)
+  if LUA55 then collectgarbage("param", "minormul", 1) end
 elseif mode and mode ~= "" then
   error("DLPACK_SPEC_GC must be 'incremental' or 'generational', not '" .. mode .. "'")
 end

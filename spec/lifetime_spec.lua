@@ -315,7 +315,7 @@ end)
 
 describe("temporaries under the generational collector", function()
   it("are collected though they live through minor collections (a full one every 64 MiB)", function()
-    local generational = _VERSION == "Lua 5.4"
+    local generational = support.LUA54
     local old
     if generational then old = collectgarbage("generational") end
     local alive = setmetatable({}, {__mode = "k"})

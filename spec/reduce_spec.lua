@@ -5,7 +5,7 @@ local support = require "support"
 local raises = support.raises
 local is_nan = support.is_nan
 
-local LUA53 = _VERSION == "Lua 5.3" or _VERSION == "Lua 5.4"
+local LUA53 = _VERSION >= "Lua 5.3"
 
 -- {{1, 2, 3}, {4, 5, 6}} in dtype
 local function m23(dtype) return dlpack.tensor({{1, 2, 3}, {4, 5, 6}}, dtype or "int32") end

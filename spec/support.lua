@@ -72,7 +72,8 @@ function support.is_nan(x) return x ~= x end
 function support.f32(...) return string.pack(string.rep("f", select("#", ...)), ...) end
 
 -- What differs between the Lua versions the specs run on (README.md, "Lua versions").
-support.LUA54 = _VERSION == "Lua 5.4"
+-- LUA54: Lua 5.4 or later (5.5), with `<close>` and the generational collector.
+support.LUA54 = _VERSION == "Lua 5.4" or _VERSION == "Lua 5.5"
 support.INTEGERS = math.type(1) == "integer" and math.type(2 ^ 53) == "float" -- 5.3 and 5.4
 support.LUAJIT = type(rawget(_G, "jit")) == "table"
 -- ipairs and pairs over userdata: Lua 5.2 asks __ipairs and __pairs, 5.3 and 5.4 __index and
@@ -133,8 +134,12 @@ function support.run_lua(script, env)
 end
 
 -- The collector mode under which finalizers run almost all the time ("incremental" with a
--- tiny pause), as code for a chunk: 5.4 names the mode, earlier versions set the parameters.
-support.EAGER_GC = support.LUA54 and 'collectgarbage("incremental", 1, 1000)'
+-- tiny pause), as code for a chunk: 5.5 sets the parameters with "param", 5.4 with the mode,
+-- earlier versions with "setpause" and "setstepmul".
+support.EAGER_GC = _VERSION == "Lua 5.5"
+  and 'collectgarbage("incremental"); collectgarbage("param", "pause", 0); collectgarbage("param", "stepmul", 100000); '
+    .. 'collectgarbage("param", "stepsize", 64)'
+  or support.LUA54 and 'collectgarbage("incremental", 1, 1000)'
   or 'collectgarbage("setpause", 1); collectgarbage("setstepmul", 1000)'
 
 -- An object whose finalizer is fn: tables take __gc from 5.2 on; on 5.1 and LuaJIT only

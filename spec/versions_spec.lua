@@ -178,7 +178,7 @@ describe("<close> and release()", function()
   end)
 
   if support.LUA54 then
-    it("the metatable closes tensors under 5.4", function()
+    it("the metatable closes tensors under 5.4 and 5.5", function()
       local t = dlpack.zeros({2})
       getmetatable(t).__close(t)
       raises(function() return t[1] end, "released")

@@ -1,6 +1,6 @@
-/* Every difference between Lua 5.1, 5.2, 5.3, 5.4 and LuaJIT 2.1 that the C code meets lives
- * here: the module and its test modules include this instead of <lua.h> and <lauxlib.h>, and
- * are written against the 5.4 C API.
+/* Every difference between Lua 5.1, 5.2, 5.3, 5.4, 5.5 and LuaJIT 2.1 that the C code meets
+ * lives here: the module and its test modules include this instead of <lua.h> and <lauxlib.h>,
+ * and are written against the 5.4 C API.
  *
  * 5.1, LuaJIT and 5.2 get the 5.3 API from lua-compat-5.3 (Debian's lua-compat53-dev), used as
  * a header-only library (its functions compile static into each file that uses them); the few
@@ -10,6 +10,7 @@
 #ifndef DLPACK_LUA_COMPAT_H
 #define DLPACK_LUA_COMPAT_H
 
+#include <limits.h>
 #include <lua.h>
 #include <lauxlib.h>
 
@@ -41,6 +42,14 @@
 #else
 #define dlp_gc_running(L) ((void)(L), 1)
 #define dlp_gc_runs_normally(L) ((void)(L), 0)
+#endif
+
+/* A collector step as if `kb` KiB of Lua objects had been allocated: 5.5 takes a size_t in
+ * bytes, earlier versions an int in KiB. */
+#if LUA_VERSION_NUM >= 505
+#define dlp_gc_step(L, kb) lua_gc((L), LUA_GCSTEP, (size_t)(kb) * 1024)
+#else
+#define dlp_gc_step(L, kb) lua_gc((L), LUA_GCSTEP, (kb) > INT_MAX ? INT_MAX : (int)(kb))
 #endif
 
 /* ---- numbers without integers (5.1, LuaJIT, 5.2): every number is a double ---- */

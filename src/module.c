@@ -31,8 +31,9 @@ int dlp_buffer_error(lua_State *L, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   lua_pushstring(L, DLPACK_LUA_BUFFER_ERROR ": ");
-  lua_pushvfstring(L, fmt, ap);
+  const char *message = lua_pushvfstring(L, fmt, ap);
   va_end(ap);
+  if (!message) return lua_error(L); /* 5.5: out of memory, its error message pushed */
   lua_concat(L, 2);
   return lua_error(L);
 }
@@ -246,7 +247,10 @@ DLPACK_LUA_API int luaopen_dlpack(lua_State *L) {
   return 1;
 }
 
+/* `require`'s entry point: the Lua that calls it must be the Lua this module is built for
+ * (hosts that link the static library call luaopen_dlpack, built with their own Lua). */
 DLPACK_LUA_API int luaopen_dlpack_core(lua_State *L) {
+  dlp_check_runtime(L, DLP_CALLER());
   return luaopen_dlpack(L);
 }
 

@@ -317,7 +317,7 @@ void dlp_gc_account(lua_State *L, size_t nbytes) {
   size_t kb = nbytes / 1024;
   if (kb == 0 || !dlp_gc_running(L)) return;
   if (dlp_state_external(L, nbytes)) lua_gc(L, LUA_GCCOLLECT, 0);
-  else lua_gc(L, LUA_GCSTEP, kb > INT_MAX ? INT_MAX : (int)kb);
+  else dlp_gc_step(L, kb);
 }
 
 int dlp_check_dim(lua_State *L, int arg, int ndim, int extra) {

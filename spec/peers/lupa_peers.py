@@ -22,7 +22,7 @@ LUA_PATHS = ('package.path = "{0}/lua/?.lua;" .. package.path; package.cpath = "
 
 def _import_lupa():
     import dlpack_lupa
-    return dlpack_lupa.load_lupa()
+    return dlpack_lupa.load_lupa(module=os.path.join(ROOT, "build", "dlpack", "core.so"))  # lupa.lua54
 
 
 peers = tap.import_peers(("lupa", _import_lupa), ("numpy", tap.import_numpy), ("torch", tap.import_torch))
@@ -244,6 +244,89 @@ def capsule_names_numpy(t):
         cap = b.to_capsule(w, max_version=version)
         churn()
         t.eq(desc, np.from_dlpack(CapsuleProducer(cap)).tolist(), [7, 8, 9])
+
+
+# The module built for Lua 5.5 (stage 19 builds it; stage 40 names it when it is up to date).
+BUILD55 = os.environ.get("DLPACK_PEERS_LUA55")
+
+
+def python(code, cpath):
+    """Runs Python code in a fresh process (with examples/ and lupa on sys.path, LUA_CPATH=cpath):
+    (exit status, stdout, stderr). What may abort the process runs there, not here."""
+    env = dict(os.environ, LUA_CPATH=cpath + "/?.so;;", LUA_PATH=ROOT + "/lua/?.lua;;")
+    prelude = "import sys; sys.path[:0] = %r; import dlpack_lupa\n" % sys.path[1:3]
+    proc = subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, timeout=120,
+                          env=env)
+    return proc.returncode, proc.stdout.strip(), proc.stderr[-600:]
+
+
+ROUND_TRIP = """
+import numpy as np
+lupa = dlpack_lupa.load_lupa()
+import lupa as default
+lua = default.LuaRuntime()
+b = dlpack_lupa.Bridge(lua)
+a = np.arange(4.0)
+t = b.to_lua(a)
+lua.eval("function(t) t[2] = 7 end")(t)
+print(lupa.__name__, type(lua).__module__, lua.execute("return _VERSION"), np.from_dlpack(b.wrap(t)).tolist(), a[1])
+"""
+
+
+@group("lupa runtimes", ("lupa", "numpy"),
+       ["module_lua reads the Lua each build is for (build/: Lua 5.4, build/lua5.5/: Lua 5.5)",
+        "lupa's default runtime (Lua 5.5) with the 5.5 build: load_lupa() picks lupa.lua55, arrays cross both ways",
+        "with the 5.4 build, load_lupa() picks lupa.lua54 and the bridge works",
+        "lupa's default runtime imported after load_lupa('lua54') made 5.4 global still runs (no PANIC)",
+        "Bridge refuses a Lua 5.5 runtime for the 5.4 build: ImportError naming both, before require",
+        "require of the 5.4 build in a Lua 5.5 runtime: a LuaError naming both Luas, and the process goes on",
+        "the 5.5 build in a Lua 5.5 runtime while lupa.lua54 is global: Bridge's ImportError, require's LuaError"])
+def lupa_runtimes(t):
+    import dlpack_lupa
+    build55 = BUILD55 and os.path.join(ROOT, BUILD55)
+    why55 = "no up-to-date Lua 5.5 build (stage 19 makes build/lua5.5)"
+    found = [dlpack_lupa.module_lua(os.path.join(ROOT, "build", "dlpack", "core.so"))]
+    want = ["Lua 5.4"]
+    if build55:
+        found.append(dlpack_lupa.module_lua(os.path.join(build55, "dlpack", "core.so")))
+        want.append("Lua 5.5")
+    t.eq("module_lua reads the Lua each build is for (build/: Lua 5.4, build/lua5.5/: Lua 5.5)", found, want)
+    desc = "lupa's default runtime (Lua 5.5) with the 5.5 build: load_lupa() picks lupa.lua55, arrays cross both ways"
+    if build55:
+        rc, out, err = python(ROUND_TRIP, build55)
+        t.eq(desc, (rc, out), (0, "lupa.lua55 lupa.lua55 Lua 5.5 [0.0, 7.0, 2.0, 3.0] 7.0"))
+        if rc:
+            tap.comment(err)
+    else:
+        t.skip(desc, why55)
+    rc, out, err = python(ROUND_TRIP.replace("import lupa as default", "default = lupa"), ROOT + "/build")
+    t.eq("with the 5.4 build, load_lupa() picks lupa.lua54 and the bridge works", (rc, out, err if rc else ""),
+         (0, "lupa.lua54 lupa.lua54 Lua 5.4 [0.0, 7.0, 2.0, 3.0] 7.0", ""))
+    rc, out, err = python("dlpack_lupa.load_lupa('lua54')\nimport lupa\nprint(lupa.LuaRuntime().execute('return _VERSION'))",
+                          ROOT + "/build")
+    t.eq("lupa's default runtime imported after load_lupa('lua54') made 5.4 global still runs (no PANIC)",
+         (rc, out, err if rc else ""), (0, "Lua 5.5", ""))
+    import lupa.lua55
+    lua55 = lupa.lua55.LuaRuntime()
+    lua55.execute(LUA_PATHS)
+    e = tap.raises(lambda: dlpack_lupa.Bridge(lua55), ImportError)
+    t.ok("Bridge refuses a Lua 5.5 runtime for the 5.4 build: ImportError naming both, before require",
+         e is not None and "built for Lua 5.4" in str(e) and "is Lua 5.5" in str(e)
+         and lua55.eval("package.loaded['dlpack.core'] == nil"), repr(e))
+    rc, out, err = python("import lupa.lua55\ndlpack_lupa.load_lupa('lua54')\nr = lupa.lua55.LuaRuntime()\n"
+                          "print(r.eval('select(2, pcall(require, \"dlpack\"))'))\nprint(r.eval('1 + 1'))",
+                          ROOT + "/build")
+    t.ok("require of the 5.4 build in a Lua 5.5 runtime: a LuaError naming both Luas, and the process goes on",
+         rc == 0 and "built for Lua 5.4 and cannot load into Lua 5.5" in out and out.endswith("\n2"), rc, out, err)
+    desc = "the 5.5 build in a Lua 5.5 runtime while lupa.lua54 is global: Bridge's ImportError, require's LuaError"
+    if build55:
+        rc, out, err = python("import lupa.lua55\ndlpack_lupa.load_lupa('lua54')\nr = lupa.lua55.LuaRuntime()\n"
+                              "try:\n  dlpack_lupa.Bridge(r)\nexcept ImportError as e:\n  print(e)\n"
+                              "print(r.eval('select(2, pcall(require, \"dlpack\"))'))", build55)
+        t.ok(desc, rc == 0 and "C API was made global in this process before lupa.lua55's" in out
+             and "the Lua C API it reaches in this process is Lua 5.4's" in out, rc, out, err)
+    else:
+        t.skip(desc, why55)
 
 
 def main():

@@ -56,10 +56,10 @@ sys.path[:0] = [HERE, os.path.join(ROOT, "examples"),
 import tap  # noqa: E402  (spec/peers/tap.py)
 
 SEED = int(os.environ.get("DLPACK_ORACLE_SEED", "16"))
-# DLPACK_ORACLE_LUA: the Lua lupa runs (lua54, lua53, lua52, lua51, luajit21) and the build of
-# the module for it (build/ for 5.4, build/lua5.3/ ... build/luajit/, made by `make LUA=...`)
-RUNTIMES = {"lua54": "build", "lua53": "build/lua5.3", "lua52": "build/lua5.2", "lua51": "build/lua5.1",
-            "luajit21": "build/luajit"}
+# DLPACK_ORACLE_LUA: the Lua lupa runs (lua54, lua55, lua53, lua52, lua51, luajit21) and the build
+# of the module for it (build/ for 5.4, build/lua5.5/ ... build/luajit/, made by `make LUA=...`)
+RUNTIMES = {"lua54": "build", "lua55": "build/lua5.5", "lua53": "build/lua5.3", "lua52": "build/lua5.2",
+            "lua51": "build/lua5.1", "luajit21": "build/luajit"}
 RUNTIME = (os.environ.get("DLPACK_ORACLE_LUA", "lua54"),) * 2
 RUNTIME = (RUNTIME[0], RUNTIMES.get(RUNTIME[0], "build"))
 TITLE = "oracle" if RUNTIME[0] == "lua54" else "oracle (%s)" % RUNTIME[0]

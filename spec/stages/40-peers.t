@@ -2,7 +2,8 @@
 # spec/peers/peers.c: embeds CPython and Lua in one process and exchanges tensors
 # with PyTorch and NumPy (NumPy >= 2 from build/pydeps, put there by .ci/deps).
 # spec/peers/lupa_peers.py: the other way round, Python embedding Lua through lupa
-# (from build/pydeps) with examples/dlpack_lupa.py, exchanging with NumPy and PyTorch.
+# (from build/pydeps) with examples/dlpack_lupa.py, exchanging with NumPy and PyTorch, and the
+# Lua 5.4/5.5 runtime pick and mismatch refusals (lupa.lua54, lupa's default 5.5 with stage 19's build).
 # spec/peers/oracle.py: the NumPy oracle, every computing function (elementwise, reductions,
 # matmul, cat/stack, ...) on random shapes, layouts and every dtype pair, against NumPy >= 2
 # on the same memory (through lupa); functions not written yet are visible SKIPs, differences
@@ -23,17 +24,19 @@ else
 fi
 
 if [[ -x $PY ]]; then
+  # lupa's default runtime is Lua 5.5: its tests use stage 19's build, when that is up to date.
+  make -q LUA=lua5.5 build/lua5.5/dlpack/core.so >/dev/null 2>&1 && export DLPACK_PEERS_LUA55=build/lua5.5
   run_tap "python3 spec/peers/lupa_peers.py" "$PY" spec/peers/lupa_peers.py
   run_tap "python3 spec/peers/ipc_python.py" "$PY" spec/peers/ipc_python.py
   run_tap "python3 spec/peers/oracle.py" "$PY" spec/peers/oracle.py
   # The oracle again under the other Luas lupa embeds, against their builds of the module (made
-  # by stages 15-18); a build that is missing or older than the sources is a visible SKIP.
-  for runtime in lua5.3:lua53 lua5.2:lua52 lua5.1:lua51 luajit:luajit21; do
+  # by stages 15-19); a build that is missing or older than the sources is a visible SKIP.
+  for runtime in lua5.5:lua55 lua5.3:lua53 lua5.2:lua52 lua5.1:lua51 luajit:luajit21; do
     lua=${runtime%%:*} lupa=${runtime##*:}
     if make -q LUA="$lua" "build/$lua/dlpack/core.so" >/dev/null 2>&1; then
       DLPACK_ORACLE_LUA=$lupa run_tap "python3 spec/peers/oracle.py ($lupa)" "$PY" spec/peers/oracle.py
     else
-      echo "ok - NumPy oracle under $lupa # SKIP build/$lua is missing or stale (make LUA=$lua; stages 15-18 make it)"
+      echo "ok - NumPy oracle under $lupa # SKIP build/$lua is missing or stale (make LUA=$lua; stages 15-19 make it)"
     fi
   done
 else

@@ -114,3 +114,26 @@ runtime_specs() {
   LUA_CPATH="$ROOT/build/$lua/?.so;;" run_tap "$lua" "$lua" "$BUSTED" -o TAP --cpath="$ROOT/build/$lua/?.so;;"
   exit 0
 }
+
+# Lua 5.5, which Debian does not package: `lua55_build` builds the interpreter from the official
+# sources (.ci/lua-sources) into build/lua5.5/bin/lua5.5, its headers into build/lua5.5/include
+# (both kept between runs), then the module for it (make LUA=$LUA55 into build/lua5.5/). A
+# stage without the sources is one visible SKIP.
+LUA55=$ROOT/build/lua5.5/bin/lua5.5
+lua55_build() {
+  local sources log
+  sources=$(bash .ci/lua-sources 2>&1) || skip_all "Lua 5.5 sources not available (.ci/lua-sources: ${sources##*$'\n'})"
+  if [[ ! $LUA55 -nt $sources/lua55/onelua.c ]]; then
+    mkdir -p "$ROOT/build/lua5.5/bin" "$ROOT/build/lua5.5/include"
+    log=$(mktemp)
+    if ! (cd "$sources/lua55" && cc -O2 -DLUA_USE_LINUX -o "$LUA55" onelua.c -lm -ldl -Wl,-E) >"$log" 2>&1; then
+      echo "not ok - build Lua 5.5 from $sources/lua55"
+      as_comments "$log"
+      rm -f "$log" "$LUA55"
+      exit 1
+    fi
+    rm -f "$log"
+    cp "$sources"/lua55/{lua.h,luaconf.h,lualib.h,lauxlib.h} "$ROOT/build/lua5.5/include/"
+  fi
+  build_or_exit LUA="$LUA55" all
+}
