@@ -23,3 +23,9 @@ end
 -- math.tointeger, ...) from lua-compat-5.3 (Debian lua-compat53), for the specs only. Its
 -- math.maxinteger there is 2^53, the largest integer a double holds exactly.
 if not math.type then require "compat53" end
+-- Where compat53's C half cannot load (the Windows LuaJIT of stage 47), string.pack and unpack
+-- come from the FFI.
+if not string.pack and rawget(_G, "jit") then
+  local p = require "pack_ffi"
+  string.pack, string.unpack = p.pack, p.unpack -- luacheck: ignore 122
+end

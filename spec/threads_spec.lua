@@ -78,7 +78,8 @@ describe("threads and states", function()
       r = fab.run_threads([[
         local dlpack = require "dlpack"
         local fab = require "fabricate"
-        local pack = string.pack or require("compat53.string").pack -- Lua 5.1, 5.2, LuaJIT
+        local pack = string.pack or (pcall(require, "compat53.string") and require("compat53.string").pack)
+          or require("pack_ffi").pack -- Lua 5.1, 5.2, LuaJIT (Windows: spec/pack_ffi.lua)
         local t = dlpack.from_dlpack((fab.versioned { data = pack("ffff", 1, 2, 3, 4) }))
         local cap = dlpack.to_dlpack(t:transpose(1, 1))
         t:release()
@@ -103,7 +104,8 @@ describe("threads and states", function()
     local r = fab.run_threads([[
       require "dlpack"
       local fab = require "fabricate"
-      local pack = string.pack or require("compat53.string").pack -- Lua 5.1, 5.2, LuaJIT
+      local pack = string.pack or (pcall(require, "compat53.string") and require("compat53.string").pack)
+          or require("pack_ffi").pack -- Lua 5.1, 5.2, LuaJIT (Windows: spec/pack_ffi.lua)
       return (fab.versioned { data = pack("ffff", 9, 8, 7, 6) })
     ]], 1)
     all_ok(r)

@@ -5,14 +5,15 @@
 -- machine, for the kernels the hardware tests use):
 --   lua5.4 spec/cuda/run.lua            (--ipc: only spec/cuda/ipc_suite.lua, as spec/gpu/ipc.lua)
 -- The driver is the system's libcuda, or the library DLPACK_LUA_CUDA_DRIVER
--- names (the fake driver, build/fakecuda.so). Without one it prints
+-- names (the fake driver, build/fakecuda.so; .dll on Windows). Without one it prints
 -- "1..0 # SKIP <reason>" and exits 0. Module paths: the in-tree lua/ and spec/,
 -- then $DLPACK_BUILD (default build/) and its gpu/ folder, come first.
 local root = (arg and arg[0] or ""):match("^(.*)/spec/%w+/[^/]*$") or "." -- spec/gpu/ipc.lua runs it too
 local build = os.getenv("DLPACK_BUILD") or (root .. "/build")
 package.path = table.concat({root .. "/lua/?.lua", root .. "/lua/?/init.lua", root .. "/spec/cuda/?.lua",
                              root .. "/spec/?.lua", package.path}, ";")
-package.cpath = table.concat({build .. "/?.so", build .. "/gpu/?.so", package.cpath}, ";")
+local so = package.config:sub(1, 1) == "\\" and "dll" or "so" -- Windows (stage 47): DLLs
+package.cpath = table.concat({build .. "/?." .. so, build .. "/gpu/?." .. so, package.cpath}, ";")
 
 require "helper" -- DLPACK_SPEC_GC: the collector mode, as for the busted specs
 local harness = require "harness"
