@@ -168,8 +168,8 @@ def _check_runtime(runtime):
         raise ImportError("%s is built for %s, and this LuaRuntime (%s) is %s: use dlpack_lupa.load_lupa(%r) "
                           "or build the module for %s" % (path, built, type(runtime).__module__, lua,
                                                           _LUPA.get(built), lua))
-    own = _make_global(type(runtime).__module__)[1].lua_version
-    first = ctypes.CDLL(None).lua_version  # the one a module's calls reach
+    own = _make_global(type(runtime).__module__)[1].lua_pushstring  # a function of every Lua
+    first = ctypes.CDLL(None).lua_pushstring  # the one a module's calls reach
     if ctypes.cast(own, ctypes.c_void_p).value != ctypes.cast(first, ctypes.c_void_p).value:
         raise ImportError("another Lua's C API was made global in this process before %s's: the module's calls "
                           "would reach it from this %s runtime (make one lupa runtime global per process)"
