@@ -33,12 +33,6 @@
 /* Refuses (a Lua error) to open the module in a Lua other than the one it is built for, asking
  * the code that called the entry point (src/runtime.c); `caller` is DLP_CALLER() evaluated there. */
 void dlp_check_runtime(lua_State *L, const void *caller);
-#ifdef _MSC_VER
-#include <intrin.h>
-#define DLP_CALLER() _ReturnAddress()
-#else
-#define DLP_CALLER() __builtin_return_address(0)
-#endif
 
 /* Tensors with more dimensions than this are refused (NumPy's NPY_MAXDIMS is 64). */
 #define DLP_MAX_NDIM 64

@@ -1,6 +1,6 @@
 /* The operating system's side of platform.h: libraries opened at run time and memory, on POSIX
  * (dlopen, mmap) and on Windows (LoadLibrary, VirtualAlloc). */
-#define _GNU_SOURCE /* dladdr, RTLD_NODELETE, MAP_ANONYMOUS */
+#define _GNU_SOURCE /* dladdr, RTLD_NODELETE, RTLD_NOLOAD, RTLD_DEFAULT, MAP_ANONYMOUS */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +45,14 @@ void dlp_library_pin_self(void) {
                      (LPCSTR)(uintptr_t)dlp_library_pin_self, &self);
 }
 
+void *dlp_library_export_at(const void *address, const char *name) {
+  HMODULE object;
+  if (!GetModuleHandleExA(GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS | GET_MODULE_HANDLE_EX_FLAG_UNCHANGED_REFCOUNT,
+                          (LPCSTR)address, &object))
+    return NULL;
+  return dlp_library_symbol(object, name);
+}
+
 void *dlp_aligned_alloc(size_t alignment, size_t nbytes) { return _aligned_malloc(nbytes, alignment); }
 void dlp_aligned_free(void *p) { _aligned_free(p); }
 
@@ -78,6 +86,17 @@ void dlp_library_pin_self(void) {
     void *handle = dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
     if (handle) dlclose(handle); /* the NODELETE mark stays */
   }
+}
+
+void *dlp_library_export_at(const void *address, const char *name) {
+  Dl_info at, found;
+  if (!dladdr(address, &at)) return NULL;
+  /* the program itself has no name dlopen takes: the global scope, where it comes first */
+  void *handle = at.dli_fname ? dlopen(at.dli_fname, RTLD_LAZY | RTLD_NOLOAD) : NULL;
+  void *symbol = dlsym(handle ? handle : RTLD_DEFAULT, name);
+  if (handle) dlclose(handle); /* RTLD_NOLOAD took a reference to a library that stays loaded */
+  if (!symbol || !dladdr(symbol, &found) || found.dli_fbase != at.dli_fbase) return NULL;
+  return symbol;
 }
 
 void *dlp_aligned_alloc(size_t alignment, size_t nbytes) {

@@ -8,7 +8,7 @@
  *   threads               dlp_thread_id, dlp_thread_self, dlp_thread_equal, dlp_thread_yield,
  *                         dlp_thread_key (a per-thread pointer)
  *   libraries             dlp_library_open, dlp_library_symbol, dlp_library_close,
- *                         dlp_library_pin_self (platform.c)
+ *                         dlp_library_pin_self, dlp_library_export_at (platform.c), DLP_CALLER
  *   memory                dlp_aligned_alloc, dlp_aligned_free, dlp_pages_map, dlp_pages_unmap,
  *                         dlp_pages_advise_huge (platform.c)
  *   the C library         CMPLX, CMPLXF
@@ -95,6 +95,11 @@ void *dlp_library_open(const char *name, int pin, char *why, size_t whylen);
 void *dlp_library_symbol(void *lib, const char *name); /* NULL when it has none */
 void dlp_library_close(void *lib);
 void dlp_library_pin_self(void); /* keep this module loaded for the life of the process */
+/* The function `name` exported by the very shared library or program that holds the code at
+ * `address` (not by whatever else is loaded); NULL when that one does not export it. */
+void *dlp_library_export_at(const void *address, const char *name);
+/* The return address of the function it is used in: the code that called it. */
+#define DLP_CALLER() __builtin_return_address(0)
 
 /* ---- memory: platform.c ---- */
 /* A block aligned to `alignment` (a power of two, at least sizeof(void *)), freed with

@@ -18,41 +18,22 @@
  * What it cannot see: a caller that exports no Lua symbols (a host program linking Lua
  * statically without exporting it, which calls luaopen_dlpack_core itself; it was compiled
  * against one Lua and links the module against the same). luaL_checkversion then runs as usual. */
-#define _GNU_SOURCE /* dladdr, RTLD_NOLOAD, RTLD_DEFAULT */
 #include <stdio.h>
+#include <string.h>
 
 #include "internal.h"
-
-#ifdef _WIN32
-#include <windows.h>
-#else
-#include <dlfcn.h>
-#endif
 
 /* The text examples/dlpack_lupa.py finds in the module file to pick the lupa runtime. */
 static const char built_for[] = "dlpack_lua built for " LUA_VERSION;
 
 typedef void (*Function)(void);
 
-/* The function `name` exported by the very object (shared library or program) that holds the
- * code at `address`; NULL when that object does not export it. */
+/* dlp_library_export_at (platform.h) as a function pointer; NULL when there is none. */
 static Function exported_by(const void *address, const char *name) {
-#ifdef _WIN32
-  HMODULE object;
-  if (!GetModuleHandleExA(GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS | GET_MODULE_HANDLE_EX_FLAG_UNCHANGED_REFCOUNT,
-                          (LPCSTR)address, &object))
-    return NULL;
-  return (Function)GetProcAddress(object, name);
-#else
-  Dl_info at, found;
-  if (!dladdr(address, &at)) return NULL;
-  /* the program itself has no name dlopen takes: the global scope, where it comes first */
-  void *handle = at.dli_fname ? dlopen(at.dli_fname, RTLD_LAZY | RTLD_NOLOAD) : NULL;
-  void *symbol = dlsym(handle ? handle : RTLD_DEFAULT, name);
-  if (handle) dlclose(handle); /* RTLD_NOLOAD took a reference to a library that stays loaded */
-  if (!symbol || !dladdr(symbol, &found) || found.dli_fbase != at.dli_fbase) return NULL;
-  return (Function)symbol;
-#endif
+  void *symbol = dlp_library_export_at(address, name);
+  Function fn = NULL;
+  if (symbol) memcpy(&fn, &symbol, sizeof fn); /* POSIX and Windows: function pointers convert */
+  return fn;
 }
 
 /* The LUA_VERSION_NUM of the Lua in the object holding `address` (504 for Lua 5.4), 0 when that

@@ -95,4 +95,10 @@ step "Windows LuaJIT: the module built for Lua 5.4 is refused with an error, not
   env LUA_CPATH="$winpath\\?.dll" bash -c 'source spec/windows/env.sh; wine_lua luajit -e "
     local ok, err = pcall(require, \"dlpack\")
     assert(not ok and tostring(err):find(\"core.dll\", 1, true), tostring(err))"'
+# With lua54.dll on the PATH, the 5.4 module loads into LuaJIT's process: its entry point must
+# see that the Lua calling it is another (src/runtime.c) and refuse through LuaJIT's own API.
+step "Windows LuaJIT: with lua54.dll on the PATH too, the 5.4 module raises naming both Luas" \
+  env LUA_CPATH="$winpath\\?.dll" WINEPATH="Z:$(tr / '\\' <<<"$ROOT/build/windows/lua54")" bash -c 'source spec/windows/env.sh; wine_lua luajit -e "
+    local ok, err = pcall(require, \"dlpack\")
+    assert(not ok and tostring(err):find(\"built for Lua 5.4 and cannot load into Lua 5.1\", 1, true), tostring(err))"'
 exit 0
