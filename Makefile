@@ -37,15 +37,17 @@ CUDA_FLAGS := $(shell test -f $(CUDA_HOME)/include/cuda.h && echo -DDLPACK_LUA_H
 WINDOWS    := $(if $(findstring mingw,$(shell $(CC) -dumpmachine)),1)
 ifeq ($(WINDOWS),1)
 SO          = dll
+EXE         = .exe
 AR         := $(patsubst %gcc,%ar,$(CC))
 PLATFORM_CFLAGS = -D__USE_MINGW_ANSI_STDIO=1 -Wa,-muse-unaligned-vector-move
 LDLIBS      = -lm
 MODULE_LIBS = $(LUA_LIB) -static-libgcc
-# The test-only modules (fabricate, fakecuda) use POSIX threads: MinGW-w64's winpthreads, linked
+# The test-only modules (fabricate, fakecuda) and the example host use POSIX threads: MinGW-w64's winpthreads, linked
 # statically so that they need no libwinpthread-1.dll (the module itself uses platform.h).
 TEST_LIBS   = -Wl,-Bstatic -lwinpthread -Wl,-Bdynamic
 else
 SO          = so
+EXE         =
 PLATFORM_CFLAGS = -fPIC -fvisibility=hidden -pthread
 LDLIBS      = -pthread -ldl -lm
 MODULE_LIBS =
@@ -67,7 +69,7 @@ MODULE      = $(BUILD)/dlpack/core.$(SO)
 STATIC      = $(BUILD)/libdlpack_lua.a
 FABRICATE   = $(BUILD)/fabricate.$(SO)
 FAKECUDA    = $(BUILD)/fakecuda.$(SO)
-HOST        = $(BUILD)/host
+HOST        = $(BUILD)/host$(EXE)
 HOST_CPP    = $(BUILD)/host-cpp
 HOST_IPC    = $(BUILD)/host-ipc
 CXX        ?= c++
@@ -131,7 +133,7 @@ $(FAKECUDA): spec/c/fakecuda.c src/cuda_driver.h
 	$(CC) -shared $(ALL_CFLAGS) -Isrc -o $@ $< $(MODULE_LIBS) $(TEST_LIBS) $(LDLIBS)
 
 $(HOST): examples/host.c $(STATIC)
-	$(CC) $(ALL_CFLAGS) -fvisibility=default -Isrc -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -fvisibility=default -Isrc -o $@ $< $(STATIC) $(LUA_LIB) $(TEST_LIBS) $(LDLIBS)
 
 $(HOST_IPC): examples/host_ipc.c $(STATIC)
 	$(CC) $(ALL_CFLAGS) -fvisibility=default -Isrc -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)

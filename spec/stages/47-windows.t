@@ -64,6 +64,12 @@ for lua in lua54 luajit; do
   fi
 done
 
+# examples/host.c, a C host that links the static library (and Lua's DLL): it prints TAP.
+if module lua54 host.exe; then
+  WINEPATH="Z:$(tr / '\\' <<<"$ROOT/build/windows/lua54")" run_tap "Windows C host (examples/host.c)" \
+    bash -c 'source spec/windows/env.sh; wine_run build/windows/dlpack-lua54/host.exe 2>&1 | tr -d "\r"; exit "${PIPESTATUS[0]}"'
+fi
+
 # The DLL's links: only Lua's DLL and Windows' own (libgcc static, no libwinpthread), and no
 # luaopen_* export but the two `require` may call (dlpack.unsafe and dlpack.ipc are opened
 # through package.loadlib: README, "Safety"; spec/sandbox_spec.lua lists them with nm on Linux).
