@@ -79,7 +79,8 @@ describe_status() {
 
 # `run_tap LABEL CMD...`: runs CMD, a program that prints TAP (busted -o TAP, a suite,
 # a test host), and passes its TAP through. When CMD ends with a status other than 0
-# or 1 (a crash, a sanitizer or valgrind report), or prints no test line at all, adds
+# or 1 (a crash, a sanitizer or valgrind report), with status 1 but no failing line, or
+# prints no test line at all, adds
 # a failing line with the end of its stderr. stderr of a run that ends well is shown on
 # stderr, not judged. Returns CMD's status.
 run_tap() {
@@ -88,7 +89,9 @@ run_tap() {
   err=$(mktemp) out=$(mktemp)
   "$@" 2>"$err" </dev/null | tee "$out"
   rc=${PIPESTATUS[0]}
-  if ((rc > 1)) || ! grep -qE '^(not )?ok( |$)' "$out"; then
+  # status 1 with no failing line: the program stopped (a runner's own error, os.exit(1)),
+  # and the tests it did not reach would be lost with it
+  if ((rc > 1)) || ! grep -qE '^(not )?ok( |$)' "$out" || { ((rc == 1)) && ! grep -qE '^not ok( |$)' "$out"; }; then
     echo "not ok - $label: the run ends cleanly with tests (exit status $rc$(describe_status "$rc"))"
     if grep -qE '==[0-9]+==ERROR:|runtime error:|WARNING: ThreadSanitizer' "$err"; then
       # A sanitizer report: from its first line on.
