@@ -63,9 +63,9 @@ local function new_block(name, parent, body)
 end
 
 local function full_name(block, name)
-  local parts = {name}
+  local parts = {tostring(name)}
   while block and block.name do
-    table.insert(parts, 1, block.name)
+    table.insert(parts, 1, tostring(block.name))
     block = block.parent
   end
   return table.concat(parts, " ")
@@ -83,7 +83,10 @@ local function run_hooks(block, key, ok, err)
     for _, fn in ipairs(b[key]) do
       if not ok and key == "before_each" then return ok, err end
       local ok2, err2 = xpcall(fn, traceback)
-      if ok and not ok2 then ok, err = ok2, err2 end
+      -- a hook's error wins over a test's `pending`: a skip must not hide a failure
+      if not ok2 and (ok or (getmetatable(err) == PENDING and getmetatable(err2) ~= PENDING)) then
+        ok, err = ok2, err2
+      end
     end
   end
   return ok, err
@@ -96,13 +99,11 @@ local function run_test(block, test)
     return
   end
   local name = full_name(block, test.name)
+  running = true -- `pending` in a hook or the test ends this test as pending
   local ok, err = run_hooks(block, "before_each", true)
-  if ok then
-    running = true
-    ok, err = xpcall(test.fn, traceback)
-    running = false
-  end
+  if ok then ok, err = xpcall(test.fn, traceback) end
   ok, err = run_hooks(block, "after_each", ok, err)
+  running = false
   if not ok and getmetatable(err) == PENDING then
     count = count + 1
     print(string.format("ok %d - %s # SKIP %s", count, name, err.message))
@@ -165,7 +166,10 @@ for _, path in ipairs(#arg > 0 and arg or spec_files()) do
   if chunk then
     local file = new_block(nil, nil, chunk)
     file.file = path
-    run_block(file)
+    -- an error of the runner's own (outside any test) fails the file, not the whole run silently
+    local ok, failure = xpcall(function() run_block(file) end, traceback)
+    running = false
+    if not ok then report(false, "suite " .. path .. " (the runner stopped in it)", failure) end
   else
     report(false, "suite " .. path, err)
   end
