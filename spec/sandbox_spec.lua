@@ -174,9 +174,11 @@ local ATTACKER = [[
   return table.concat(found, "\n")
 ]]
 
--- The Lua and LuaJIT shared libraries this machine has (ldconfig's cache and the usual folders).
+-- The Lua and LuaJIT shared libraries this machine has (ldconfig's cache and the usual folders);
+-- none on Windows, which has neither.
 local function lua_libraries()
   local libs, seen = {}, {}
+  if support.WINDOWS then return libs end
   local function add(path)
     local base = path:match("[^/]+$")
     local lua_lib = base:match("^liblua%d") or base:match("^libluajit") or base:match("^liblua%.so")

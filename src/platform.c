@@ -23,9 +23,9 @@ void *dlp_library_open(const char *name, int pin, char *why, size_t whylen) {
     snprintf(why, whylen, "%s (Windows error %lu)", n ? text : "LoadLibrary failed", (unsigned long)err);
     return NULL;
   }
-  if (pin) {
+  if (pin) { /* by address: a name would find whichever loaded DLL has that base name */
     HMODULE pinned;
-    GetModuleHandleExA(GET_MODULE_HANDLE_EX_FLAG_PIN, name, &pinned);
+    GetModuleHandleExA(GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS | GET_MODULE_HANDLE_EX_FLAG_PIN, (LPCSTR)lib, &pinned);
   }
   return (void *)lib;
 }

@@ -42,7 +42,7 @@ static Function exported_by(const void *address, const char *name) {
 static int version_at(const void *address) {
   if (!exported_by(address, "lua_pushstring") || !exported_by(address, "lua_error")) return 0;
   Function version = exported_by(address, "lua_version");
-  if (!version) return 501;
+  if (!version) return exported_by(address, "lua_setfenv") ? 501 : 0; /* 5.1 has no lua_version */
   if (exported_by(address, "lua_newuserdatauv")) return (int)((lua_Number(*)(lua_State *))version)(NULL);
   return (int)*((const lua_Number *(*)(lua_State *))version)(NULL);
 }
