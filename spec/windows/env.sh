@@ -8,7 +8,7 @@
 #   wine_lua luajit -e 'print(jit.version)'              # build/windows/luajit/luajit.exe
 #
 # Wine maps / to Z:, and with the current folder on Z: (anywhere outside the prefix) a Linux
-# path such as /work/x/?.lua works unchanged in LUA_PATH, LUA_CPATH, io.open and loadfile.
+# path such as /home/me/x/?.lua works unchanged in LUA_PATH, LUA_CPATH, io.open and loadfile.
 # The environment passes through: Lua 5.4 reads LUA_PATH_5_4 / LUA_CPATH_5_4 before
 # LUA_PATH / LUA_CPATH, LuaJIT only LUA_PATH / LUA_CPATH.
 #
