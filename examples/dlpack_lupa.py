@@ -137,9 +137,15 @@ local unsafe = require "dlpack.unsafe"
 local function adopt(address, name)
   return dlpack.from_dlpack(unsafe.adopt(unsafe.pointer(address), name))
 end
-local function export(t, major, minor, copy)
+-- stream: the consumer's, as __dlpack__ gives it (nil, -1, 1, 2 or a cudaStream_t handle)
+local function export(t, major, minor, copy, stream)
   local opts = {copy = copy}
   if major then opts.max_version = {major, minor} end
+  if stream == nil or stream == -1 or stream == 1 or stream == 2 then
+    opts.stream = stream
+  else -- a foreign handle, on the tensor's device
+    opts.stream = unsafe.wrap_stream(stream, select(2, getmetatable(t).__dlpack_device(t)))
+  end
   local ptr, name = unsafe.take(dlpack.to_dlpack(t, opts))
   return unsafe.address(ptr), name
 end
@@ -200,14 +206,17 @@ class Bridge:
                 return self._adopt(managed, _NAMES[name])
         raise TypeError("not an unconsumed DLPack capsule nor a __dlpack__ producer: %r" % (obj,))
 
-    def to_capsule(self, tensor, max_version=(1, 3), copy=None):
+    def to_capsule(self, tensor, max_version=(1, 3), copy=None, stream=None):
         """A new PyCapsule for a Lua tensor (or any Lua value with `__dlpack`), for consumers
         that take capsules (`torch.utils.dlpack.from_dlpack`). `max_version=None` or a major
-        of 0 gives a legacy `dltensor`, else a `dltensor_versioned`."""
+        of 0 gives a legacy `dltensor`, else a `dltensor_versioned`. `stream` is the consumer's
+        stream of the Python protocol (None, -1, 1, 2 or a `cudaStream_t` as an integer): for a
+        CUDA tensor, that stream waits for the tensor's pending work before the capsule is
+        returned."""
         major, minor = (None, None) if max_version is None else max_version
         if major == 0 or major is None:
             major, minor = 0, 8
-        address, name = self._export(tensor, major, minor, copy)
+        address, name = self._export(tensor, major, minor, copy, stream)
         return _New(address, _CAPSULE_NAMES[_text(name)], _capsule_destructor)
 
     def wrap(self, tensor):
@@ -220,7 +229,8 @@ class Bridge:
 
 
 class LuaTensor:
-    """The Python DLPack protocol over a Lua tensor (CPU and host-accessible memory)."""
+    """The Python DLPack protocol over a Lua tensor (CPU, host-accessible and CUDA memory; a CUDA
+    tensor's export makes the consumer's `stream` wait for its pending work)."""
 
     def __init__(self, bridge, tensor):
         self.bridge, self.tensor = bridge, tensor
@@ -233,4 +243,4 @@ class LuaTensor:
             raise BufferError("a CPU tensor takes stream=None")
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError("dlpack_lupa: cannot move a Lua tensor to device %r" % (dl_device,))
-        return self.bridge.to_capsule(self.tensor, max_version=max_version, copy=copy)
+        return self.bridge.to_capsule(self.tensor, max_version=max_version, copy=copy, stream=stream)

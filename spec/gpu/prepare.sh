@@ -32,7 +32,9 @@ pack() {
   mkdir -p "$PACK/bin" "$PACK/lib/extra" "$PACK/include/lua5.4"
   cp -L "$(dpkg -L lua5.4 | grep -E '/bin/lua5\.4$' | head -1)" "$PACK/bin/lua5.4"
   cp -L "$(dpkg -L liblua5.4-0 | grep -E '/liblua5\.4\.so\.0$' | head -1)" "$PACK/lib/liblua5.4.so.0"
-  for h in $(dpkg -L liblua5.4-dev | grep -E '/include/lua5\.4/[^/]+\.(h|hpp)$'); do
+  # and Debian's lua5.4-deb-multiarch.h (in /usr/include/<multiarch>/), which its luaconf.h
+  # includes with quotes: found first beside luaconf.h, so it goes there
+  for h in $(dpkg -L liblua5.4-dev | grep -E '/include/(lua5\.4/[^/]+\.(h|hpp)|[^/]+/lua5\.4-deb-multiarch\.h)$'); do
     cp -L "$h" "$PACK/include/lua5.4/"
   done
   # The interpreter's own needs beyond libc, used there only if the system lacks them.

@@ -329,6 +329,44 @@ def lupa_runtimes(t):
         t.skip(desc, why55)
 
 
+CUDA_STREAM = """
+import os
+os.environ["DLPACK_LUA_CUDA_DRIVER"] = os.path.join(%(root)r, "build", "fakecuda.so")
+lupa = dlpack_lupa.load_lupa()
+lua = lupa.LuaRuntime()
+b = dlpack_lupa.Bridge(lua)
+t, handle, pending, sync = lua.execute(
+    'local dlpack, fake = require "dlpack", require "fakecuda" '
+    'local P, S = dlpack.cuda.Stream(), dlpack.cuda.Stream() '
+    'local T = dlpack.zeros({4}, "float32", "cuda:0") '
+    'T:copy(dlpack.tensor({1, 2, 3, 4}, "float32"), {stream = P}) '  # queued on P
+    'return T, S.handle, function() return fake.pending(S.handle) end, '
+    'function() S:synchronize() P:synchronize() end')
+before = pending()
+cap = b.wrap(t).__dlpack__(stream=handle, max_version=(1, 3))
+after = pending()
+del cap
+sync()
+print(before, after)
+"""
+
+
+@group("lupa and CUDA streams", "lupa",
+       ["LuaTensor.__dlpack__(stream=handle) of a CUDA tensor makes the consumer's stream wait (fake driver)"])
+def lupa_cuda_streams(t):
+    desc = "LuaTensor.__dlpack__(stream=handle) of a CUDA tensor makes the consumer's stream wait (fake driver)"
+    if not os.path.exists(os.path.join(ROOT, "build", "fakecuda.so")):
+        t.skip(desc, "build/fakecuda.so is not built")
+        return
+    rc, out, err = python(CUDA_STREAM % {"root": ROOT}, os.path.join(ROOT, "build"))
+    # before: nothing queued on the consumer's stream; after: its wait for the producer's copy
+    counts = out.split()
+    t.ok(desc, rc == 0 and len(counts) == 2 and counts[0] == "0" and int(counts[1]) >= 1,
+         "exit status %d, pending on the consumer's stream before and after: %r" % (rc, out))
+    if rc:
+        tap.comment(err)
+
+
 def main():
     tap.plan()
     lupa, reason = peers["lupa"]
