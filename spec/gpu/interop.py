@@ -94,8 +94,10 @@ _cycles_per_ms = None
 def sleep_on(handle, ms):
     """Put about ms milliseconds of GPU work on the stream `handle` (device 0)."""
     global _cycles_per_ms
-    if lp.run("local ok, K = pcall(require, 'gpu_kernels') if ok then K.sleep(..., 0) end return ok",
-              int(handle), float(ms)):
+    # (`K.sleep(..., 0)` would pass the handle alone: `...` followed by an argument is cut to one
+    # value, and the first GPU run's ordering cases slept 0 ms)
+    if lp.run("local handle, ms = ... local ok, K = pcall(require, 'gpu_kernels') "
+              "if ok then K.sleep(handle, ms, 0) end return ok", int(handle), float(ms)):
         return
     torch = peers["torch"][0]
     if torch is None:
