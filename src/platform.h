@@ -1,7 +1,7 @@
 /* Every difference between the operating systems the module builds on lives here, as every
- * difference between Lua versions lives in compat.h: POSIX (Linux, macOS) and Windows (MinGW-w64,
- * or clang-cl from Visual Studio). The rest of the module calls these and includes no system
- * header of its own for threads, libraries or pages.
+ * difference between Lua versions lives in compat.h: POSIX (Linux; macOS untested) and Windows
+ * (MinGW-w64: docs/windows.md). The rest of the module calls these and includes no system header
+ * of its own for threads, libraries or pages.
  *
  *   once-initialisation   dlp_once_flag, DLP_ONCE_INIT, dlp_call_once
  *   locks                 dlp_mutex, DLP_MUTEX_INIT, dlp_mutex_lock, dlp_mutex_unlock
