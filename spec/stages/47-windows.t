@@ -31,8 +31,10 @@ module() {
 wine_start || { echo "not ok - Wine starts (wine_start)"; exit 0; }
 trap wine_stop EXIT
 
-# Text mode: the Windows C runtime ends lines with \r\n.
-win_tap() { wine_lua "$@" 2>&1 | tr -d '\r'; return "${PIPESTATUS[0]}"; }
+# `win_text CMD...`: CMD's output without the \r of the Windows C runtime's text mode, and its status.
+win_text() { "$@" 2>&1 | tr -d '\r'; return "${PIPESTATUS[0]}"; }
+# Windows' spelling of a path here (Wine's drive Z: is /).
+windows_path() { echo "Z:${1//\//\\}"; }
 
 specs=(spec/*_spec.lua)
 
@@ -48,26 +50,27 @@ for lua in lua54 luajit; do
     echo "ok - $label: conformance # SKIP the suite is Lua 5.4 code (<close>), as stage 20 runs it"
   elif [[ -f $SUITE ]]; then
     out=build/stages/windows-conformance-$lua.out
-    win_tap "$lua" "$SUITE" >"$out"
+    win_text wine_lua "$lua" "$SUITE" >"$out"
     lua5.4 spec/stages/conformance_tap.lua "$SUITE" "$out" "$?" "$label"
   else
     echo "ok - $label: conformance # SKIP the suite is not at $SUITE (CI puts shared/ beside the repo)"
   fi
 
-  run_tap "$label specs" win_tap "$lua" spec/runner.lua "${specs[@]}"
+  run_tap "$label specs" win_text wine_lua "$lua" spec/runner.lua "${specs[@]}"
 
   if [[ $lua == luajit ]]; then
     echo "ok - $label: the CUDA suite # SKIP the suite is Lua 5.4 code (<close>), as stage 45 runs it"
   else
     DLPACK_BUILD="$ROOT/build/windows/dlpack-$lua" DLPACK_LUA_CUDA_DRIVER="$ROOT/build/windows/dlpack-$lua/fakecuda.dll" \
-      FAKECUDA_DEVICES=2 run_tap "$label CUDA suite (fake driver)" win_tap "$lua" spec/cuda/run.lua
+      FAKECUDA_DEVICES=2 run_tap "$label CUDA suite (fake driver)" win_text wine_lua "$lua" spec/cuda/run.lua
   fi
 done
 
-# examples/host.c, a C host that links the static library (and Lua's DLL): it prints TAP.
+# examples/host.c, a C host that links the static library (and Lua's DLL, found on WINEPATH):
+# it prints TAP.
+lua54_dir=$(windows_path "$ROOT/build/windows/lua54")
 if module lua54 host.exe; then
-  WINEPATH="Z:$(tr / '\\' <<<"$ROOT/build/windows/lua54")" run_tap "Windows C host (examples/host.c)" \
-    bash -c 'source spec/windows/env.sh; wine_run build/windows/dlpack-lua54/host.exe 2>&1 | tr -d "\r"; exit "${PIPESTATUS[0]}"'
+  WINEPATH=$lua54_dir run_tap "Windows C host (examples/host.c)" win_text wine_run build/windows/dlpack-lua54/host.exe
 fi
 
 # The DLL's links: only Lua's DLL and Windows' own (libgcc static, no libwinpthread), and no
@@ -88,23 +91,23 @@ step "core.dll needs only lua54.dll, KERNEL32.dll and msvcrt.dll, and exports no
 # nvcuda.dll is a reason, not an error; the module of one Lua refused by another, cleanly.
 odd="build/windows/cpath test ü"
 rm -rf "$odd" && mkdir -p "$odd/dlpack" && cp build/windows/dlpack-lua54/dlpack/core.dll "$odd/dlpack/"
-winpath="Z:$(tr / '\\' <<<"$ROOT/$odd")"
-step "Windows Lua 5.4: require through a package.cpath of spaces, backslashes and a non-ASCII name" \
-  env LUA_CPATH="$winpath\\?.dll" bash -c 'source spec/windows/env.sh; wine_lua lua54 -e "
-    local d = require \"dlpack\"
-    assert(package.searchpath(\"dlpack.core\", package.cpath):find(\"ü\", 1, true))
+cpath="$(windows_path "$ROOT/$odd")\\?.dll"
+LUA_CPATH=$cpath step "Windows Lua 5.4: require through a package.cpath of spaces, backslashes and a non-ASCII name" \
+  wine_lua lua54 -e '
+    local d = require "dlpack"
+    assert(package.searchpath("dlpack.core", package.cpath):find("ü", 1, true))
     assert(d.arange(4):sum() == 6)
     local ok, why = d.cuda.is_available()
-    assert(ok == false and why:find(\"nvcuda.dll\", 1, true), why)
-    assert(select(2, pcall(require, \"dlpack.ipc\")):find(\"not available on Windows\", 1, true))"'
-step "Windows LuaJIT: the module built for Lua 5.4 is refused with an error, not a crash" \
-  env LUA_CPATH="$winpath\\?.dll" bash -c 'source spec/windows/env.sh; wine_lua luajit -e "
-    local ok, err = pcall(require, \"dlpack\")
-    assert(not ok and tostring(err):find(\"core.dll\", 1, true), tostring(err))"'
+    assert(ok == false and why:find("nvcuda.dll", 1, true), why)
+    assert(select(2, pcall(require, "dlpack.ipc")):find("not available on Windows", 1, true))'
+LUA_CPATH=$cpath step "Windows LuaJIT: the module built for Lua 5.4 is refused with an error, not a crash" \
+  wine_lua luajit -e '
+    local ok, err = pcall(require, "dlpack")
+    assert(not ok and tostring(err):find("core.dll", 1, true), tostring(err))'
 # With lua54.dll on the PATH, the 5.4 module loads into LuaJIT's process: its entry point must
 # see that the Lua calling it is another (src/runtime.c) and refuse through LuaJIT's own API.
-step "Windows LuaJIT: with lua54.dll on the PATH too, the 5.4 module raises naming both Luas" \
-  env LUA_CPATH="$winpath\\?.dll" WINEPATH="Z:$(tr / '\\' <<<"$ROOT/build/windows/lua54")" bash -c 'source spec/windows/env.sh; wine_lua luajit -e "
-    local ok, err = pcall(require, \"dlpack\")
-    assert(not ok and tostring(err):find(\"built for Lua 5.4 and cannot load into Lua 5.1\", 1, true), tostring(err))"'
+LUA_CPATH=$cpath WINEPATH=$lua54_dir step "Windows LuaJIT: with lua54.dll on the PATH too, the 5.4 module raises naming both Luas" \
+  wine_lua luajit -e '
+    local ok, err = pcall(require, "dlpack")
+    assert(not ok and tostring(err):find("built for Lua 5.4 and cannot load into Lua 5.1", 1, true), tostring(err))'
 exit 0
