@@ -53,7 +53,7 @@ LDLIBS      = -pthread -ldl -lm
 MODULE_LIBS =
 TEST_LIBS   =
 endif
-ALL_CFLAGS  = -std=c11 $(PLATFORM_CFLAGS) $(WARNINGS) $(LUA_INC) $(COMPAT53_INC) $(SYSTEM_DLPACK) $(CUDA_FLAGS) $(CFLAGS)
+ALL_CFLAGS  = -std=c11 -Isrc $(PLATFORM_CFLAGS) $(WARNINGS) $(LUA_INC) $(COMPAT53_INC) $(SYSTEM_DLPACK) $(CUDA_FLAGS) $(CFLAGS)
 
 PREFIX     ?= /usr/local
 INST_LIBDIR ?= $(PREFIX)/lib/lua/$(LUA_VERSION)
@@ -62,9 +62,9 @@ INST_INCDIR ?= $(PREFIX)/include
 INST_ARCDIR ?= $(PREFIX)/lib
 
 BUILD      ?= $(if $(filter lua5.4,$(LUA_NAME)),build,build/$(LUA_NAME))
-SOURCES     = $(wildcard src/*.c)
+SOURCES     = $(wildcard src/*.c src/*/*.c)
 OBJECTS     = $(SOURCES:src/%.c=$(BUILD)/obj/%.o)
-HEADERS     = $(wildcard src/*.h)
+HEADERS     = $(wildcard src/*.h src/*/*.h)
 MODULE      = $(BUILD)/dlpack/core.$(SO)
 STATIC      = $(BUILD)/libdlpack_lua.a
 FABRICATE   = $(BUILD)/fabricate.$(SO)
@@ -91,17 +91,17 @@ $(BUILD)/obj/%.o: src/%.c $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
-# The elementwise loops (src/kernels.c) are plain indexed loops written for the vectoriser: -O3
+# The elementwise loops (src/compute/kernels.c) are plain indexed loops written for the vectoriser: -O3
 # turns it on for them whatever CFLAGS says (GCC's -O2 vectorises only loops it need not version),
 # -fno-math-errno lets sqrt and friends compile to instructions (errno is never read here), and
 # -fno-trapping-math lets selects on floats vectorise (the floating-point exception flags are never
 # read either); neither changes a result.
-$(BUILD)/obj/kernels.o: ALL_CFLAGS += -O3 -fno-math-errno -fno-trapping-math
+$(BUILD)/obj/compute/kernels.o: ALL_CFLAGS += -O3 -fno-math-errno -fno-trapping-math
 # On x86-64 the same loops are compiled a second time for AVX2, chosen at run time (kernels.c).
 ifneq ($(filter x86_64%,$(shell $(CC) -dumpmachine)),)
-OBJECTS += $(BUILD)/obj/kernels_avx2.o
-$(BUILD)/obj/kernels.o: ALL_CFLAGS += -DDLP_HAVE_AVX2_KERNELS=1
-$(BUILD)/obj/kernels_avx2.o: src/kernels.c $(HEADERS)
+OBJECTS += $(BUILD)/obj/compute/kernels_avx2.o
+$(BUILD)/obj/compute/kernels.o: ALL_CFLAGS += -DDLP_HAVE_AVX2_KERNELS=1
+$(BUILD)/obj/compute/kernels_avx2.o: src/compute/kernels.c $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -O3 -fno-math-errno -fno-trapping-math -mavx2 -DDLP_KERNELS_AVX2 -c $< -o $@
 endif
@@ -116,27 +116,27 @@ $(STATIC): $(OBJECTS)
 
 # Test-only: the module with 2-bit capsule generations, so that a spec reaches the end of a
 # capsule slot's life in a few hundred capsules (spec/safety_spec.lua); never installed.
-$(BUILD)/gen/capsule.o: src/capsule.c $(HEADERS)
+$(BUILD)/gen/capsule.o: src/exchange/capsule.c $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -DDLPACK_LUA_TEST_GEN_BITS=2 -c $< -o $@
 
-$(GEN_MODULE): $(filter-out $(BUILD)/obj/capsule.o,$(OBJECTS)) $(BUILD)/gen/capsule.o
+$(GEN_MODULE): $(filter-out $(BUILD)/obj/exchange/capsule.o,$(OBJECTS)) $(BUILD)/gen/capsule.o
 	@mkdir -p $(@D)
 	$(CC) -shared $(ALL_CFLAGS) -o $@ $^ $(MODULE_LIBS) $(LDLIBS)
 
 # Test-only module that fabricates foreign managed tensors; never installed.
 $(FABRICATE): spec/c/fabricate.c src/dlpack_lua.h src/dlpack_abi.h
-	$(CC) -shared $(ALL_CFLAGS) -Isrc -o $@ $< $(MODULE_LIBS) $(TEST_LIBS) $(LDLIBS)
+	$(CC) -shared $(ALL_CFLAGS) -o $@ $< $(MODULE_LIBS) $(TEST_LIBS) $(LDLIBS)
 
 # Test-only fake CUDA driver (and Lua module `fakecuda`) for the CUDA specs without a GPU; never installed.
-$(FAKECUDA): spec/c/fakecuda.c src/cuda_driver.h
-	$(CC) -shared $(ALL_CFLAGS) -Isrc -o $@ $< $(MODULE_LIBS) $(TEST_LIBS) $(LDLIBS)
+$(FAKECUDA): spec/c/fakecuda.c src/cuda/cuda_driver.h
+	$(CC) -shared $(ALL_CFLAGS) -o $@ $< $(MODULE_LIBS) $(TEST_LIBS) $(LDLIBS)
 
 $(HOST): examples/host.c $(STATIC)
-	$(CC) $(ALL_CFLAGS) -fvisibility=default -Isrc -o $@ $< $(STATIC) $(LUA_LIB) $(TEST_LIBS) $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -fvisibility=default -o $@ $< $(STATIC) $(LUA_LIB) $(TEST_LIBS) $(LDLIBS)
 
 $(HOST_IPC): examples/host_ipc.c $(STATIC)
-	$(CC) $(ALL_CFLAGS) -fvisibility=default -Isrc -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -fvisibility=default -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)
 
 # The same C API from C++ (examples/host.cpp): dlpack_lua.h gives Lua's functions C linkage.
 $(HOST_CPP): examples/host.cpp $(STATIC)
@@ -146,7 +146,7 @@ $(HOST_CPP): examples/host.cpp $(STATIC)
 PY_CFLAGS = $(shell $(PYTHON)-config --cflags 2>/dev/null | sed 's/-Werror[^ ]*//g')
 PY_LIBS   = $(shell $(PYTHON)-config --embed --ldflags 2>/dev/null)
 $(PEERS): spec/peers/peers.c $(STATIC)
-	$(CC) $(ALL_CFLAGS) $(PY_CFLAGS) -Wno-missing-prototypes -Wno-redundant-decls -Wno-write-strings -Isrc -o $@ $< $(STATIC) $(LUA_LIB) $(PY_LIBS) $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(PY_CFLAGS) -Wno-missing-prototypes -Wno-redundant-decls -Wno-write-strings -o $@ $< $(STATIC) $(LUA_LIB) $(PY_LIBS) $(LDLIBS)
 
 # The GPU suite's pieces (spec/gpu, docs/gpu.md): built here where they can be, run on a GPU machine.
 NVCC       ?= $(CUDA_HOME)/bin/nvcc
@@ -161,16 +161,16 @@ $(GPU_KERNELS): spec/gpu/kernels.cu
 
 $(LUAPEER): spec/gpu/luapeer.c $(STATIC)
 	@mkdir -p $(@D)
-	$(CC) -shared $(ALL_CFLAGS) -Wno-missing-prototypes -Wno-missing-declarations -Isrc -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)
+	$(CC) -shared $(ALL_CFLAGS) -Wno-missing-prototypes -Wno-missing-declarations -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)
 
 # The C loops `make bench` compares the module with (bench/baselines.c), with the module's flags.
 BENCH_BASE  = $(BUILD)/bench/baselines.so
 $(BENCH_BASE): bench/baselines.c src/dlpack_lua.h src/dlpack_abi.h
 	@mkdir -p $(@D)
-	$(CC) -shared $(ALL_CFLAGS) -Isrc -o $@ $< $(LDLIBS)
+	$(CC) -shared $(ALL_CFLAGS) -o $@ $< $(LDLIBS)
 
 $(BENCH_CUDA): bench/cuda.c $(STATIC)
-	$(CC) $(ALL_CFLAGS) -Isrc -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)
 
 gpu-build: all $(LUAPEER) $(BENCH_CUDA) $(if $(wildcard $(NVCC)),$(GPU_KERNELS))
 

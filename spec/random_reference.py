@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """An independent model of dlpack's random numbers, written from docs/api.md ("Random
-numbers"), not from src/random.c. It printed the values that spec/random_spec.lua pins:
+numbers"), not from src/compute/random.c. It printed the values that spec/random_spec.lua pins:
     python3 spec/random_reference.py
 Pure Python (floats are IEEE-754 doubles, one rounding per operation); NumPy only for the
 float16 rounding, when present."""

@@ -1,6 +1,6 @@
 -- Random tensors: rand, randn, randint and manual_seed. The pinned numbers were computed once by
 -- spec/random_reference.py, a model of the generator written from docs/api.md ("Random
--- numbers"), not from src/random.c: a platform, compiler or Lua version that drew other numbers
+-- numbers"), not from src/compute/random.c: a platform, compiler or Lua version that drew other numbers
 -- fails here.
 local dlpack = require "dlpack"
 local support = require "support"

@@ -1,4 +1,4 @@
--- Reductions: sum prod mean var std min max argmin argmax any all (src/reduce.c).
+-- Reductions: sum prod mean var std min max argmin argmax any all (src/compute/reduce.c).
 local dlpack = require "dlpack"
 local support = require "support"
 

@@ -2,7 +2,7 @@
  * fakecuda: a fake CUDA driver for the specs (test-only, never installed).
  *
  * One shared library that is both
- *   - a "libcuda" exporting exactly the driver functions of src/cuda_driver.h
+ *   - a "libcuda" exporting exactly the driver functions of src/cuda/cuda_driver.h
  *     (plus cuEventElapsedTime_v2), which the module dlopens when
  *     DLPACK_LUA_CUDA_DRIVER names this file, and
  *   - a Lua module (`require "fakecuda"`) that inspects and drives the same
@@ -105,7 +105,7 @@
 #define _GNU_SOURCE
 
 #undef DLPACK_LUA_HAVE_CUDA_H /* always the ABI types of cuda_driver.h, never cuda.h */
-#include "cuda_driver.h"
+#include "cuda/cuda_driver.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -143,7 +143,7 @@ enum {
   E_NOT_SUPPORTED = 801,
 };
 
-/* Every function the fake exports: those the module resolves (src/cuda_driver.h), and
+/* Every function the fake exports: those the module resolves (src/cuda/cuda_driver.h), and
  * cuEventElapsedTime_v2, which the module prefers when a driver has it. */
 #define FAKE_FUNCTIONS(X) \
   DLP_CUDA_FUNCTIONS(X)   \

@@ -478,7 +478,7 @@ def lua_raises(line, what, run_lua):
 
 
 def cast_like_copy(a, dtype):
-    """`t:copy(src)`'s conversion (src/convert.c): C casts, integers wrap, floats to integers
+    """`t:copy(src)`'s conversion (src/core/convert.c): C casts, integers wrap, floats to integers
     truncate toward zero and saturate, NaN gives 0; to bool is `~= 0`."""
     dtype = np.dtype(dtype)
     if a.dtype.kind == "f" and dtype.kind in "iu":

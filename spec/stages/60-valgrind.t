@@ -9,7 +9,7 @@ VALGRIND=(valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-ki
           --show-leak-kinds=definite --keep-debuginfo=yes --num-callers=16)
 export LUA_CPATH="$ROOT/build/?.so;;"
 # Freed tensor memory goes straight back to the C allocator, not to the module's block cache
-# (src/owner.c), so that memcheck sees a use after free.
+# (src/core/owner.c), so that memcheck sees a use after free.
 export DLPACK_LUA_BLOCK_CACHE=0
 # The specs' repeated random value checks run a tenth as often (spec/support.lua, trials).
 export DLPACK_SPEC_FEWER_TRIALS=1

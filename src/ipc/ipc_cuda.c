@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cuda_private.h"
+#include "cuda/cuda_private.h"
 
 #ifdef DLPACK_LUA_HAVE_CUDA_H
 /* The declarations of cuda_driver.h against the toolkit's prototypes, where cuda.h is there. */
