@@ -443,6 +443,9 @@ dlp_IterLoop dlp_kernel(int op, int compute_dtype); /* NULL when op has no loop 
 /* The loop of a comparison (DLP_OP_EQ .. DLP_OP_GE) of int64 with uint64, exact: x_unsigned
  * says which one comes first (data[1]); NULL for other ops. */
 dlp_IterLoop dlp_mixed_kernel(int op, int x_unsigned);
+/* The CUDA kernel of the same loop (kernels.cu), and its family; NULL when there is none. */
+const char *dlp_kernel_name(int op, int compute_dtype, int *family);
+const char *dlp_mixed_kernel_name(int op, int x_unsigned, int *family);
 
 /* ---- operands.c: the operands and options of the computing functions ---- */
 
@@ -510,6 +513,24 @@ void *dlp_cuda_alloc(lua_State *L, DLDevice device, size_t nbytes, int zeroed, c
 void dlp_cuda_free(DLDevice device, void *memory);          /* any thread */
 /* Copy src into dst (same shape) where either is CUDA device memory; on stream (NULL: synchronously). */
 void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStream *stream, const char *what);
+/* launch.c: a kernel of the computing functions (src/compute/cuda/kernels.cu) on `stream`, after
+ * the pending work on each operand; the operands' memory is held until it ran, and their later
+ * work waits for it; takes (releases) launch->stream. dlp_cuda_compute_stream: the stream a
+ * computing function runs on (retained;
+ * NULL when no operand is CUDA memory): `given` (opts.stream), else the first CUDA operand's. */
+struct dlp_ElementwiseArgs;
+typedef struct dlp_CudaLaunch {
+  const char *what;
+  int family;          /* the kernel's family (a compute type's index, kernels.cu) */
+  const char *kernel;  /* its name, a static string */
+  dlp_CudaStream *stream;
+  dlp_Tensor *operands[4];
+  int noperands;
+  const struct dlp_ElementwiseArgs *args;
+} dlp_CudaLaunch;
+void dlp_cuda_launch(lua_State *L, const dlp_CudaLaunch *launch);
+void dlp_cuda_require(lua_State *L, const char *what); /* raises when CUDA is not available */
+dlp_CudaStream *dlp_cuda_compute_stream(dlp_Tensor *const *operands, int n, dlp_CudaStream *given);
 /* The stream the value at idx names for work on device `on` (idx 0 or nil: `dflt`, a DLPack
  * stream value): a stream object, or one of the DLPack stream values -1, 1, 2 (integer handles
  * are raw pointers and refused). Devices without streams take nil or -1 only. Pushes one value

@@ -128,6 +128,7 @@
 #endif
 
 #include "compat.h"
+#include "compute/cuda/fake_kernels.h"
 
 /* ---- result codes ---- */
 enum {
@@ -138,7 +139,9 @@ enum {
   E_NO_DEVICE = 100,
   E_INVALID_DEVICE = 101,
   E_INVALID_CONTEXT = 201,
+  E_INVALID_IMAGE = 200,
   E_INVALID_HANDLE = 400,
+  E_NOT_FOUND = 500,
   E_NOT_READY = 600,
   E_NOT_SUPPORTED = 801,
 };
@@ -205,7 +208,7 @@ typedef struct Alloc {
 static Alloc *allocs;
 static size_t nallocs, capallocs;
 
-enum { OP_COPY, OP_SET, OP_RECORD, OP_WAIT, OP_WRITE };
+enum { OP_COPY, OP_SET, OP_RECORD, OP_WAIT, OP_WRITE, OP_LAUNCH };
 typedef struct Item {
   struct Item *next;
   int op;
@@ -217,7 +220,10 @@ typedef struct Item {
   uint64_t gen;
   struct CUstream_st *target;
   uint64_t point; /* OP_WAIT: the target's record point */
-  unsigned char *bytes;
+  unsigned char *bytes; /* OP_WRITE: the bytes; OP_LAUNCH: the kernel's arguments */
+  struct CUfunc_st *function; /* OP_LAUNCH */
+  unsigned blocks, threads;
+  int device;
 } Item;
 
 enum { S_CREATED, S_LEGACY, S_PER_THREAD };
@@ -444,6 +450,7 @@ static void enqueue(struct CUstream_st *s, Item *it) {
 }
 
 static void run_to(struct CUstream_st *s, uint64_t seq);
+static void run_kernel(const Item *it);
 
 static void execute(Item *it) {
   switch (it->op) {
@@ -464,6 +471,9 @@ static void execute(Item *it) {
     break;
   case OP_WAIT:
     run_to(it->target, it->point);
+    break;
+  case OP_LAUNCH:
+    run_kernel(it);
     break;
   }
 }
@@ -491,6 +501,12 @@ static int item_touches(const Item *it, uintptr_t lo, uintptr_t hi) {
   case OP_SET:
   case OP_WRITE:
     return ranges_meet(it->dst, it->n, lo, hi);
+  case OP_LAUNCH: { /* the operands' first elements: enough to tell which blocks a launch uses */
+    const dlp_ElementwiseArgs *a = (const dlp_ElementwiseArgs *)(const void *)it->bytes;
+    for (int k = 0; k < DLP_KERNEL_MAX_OPS; k++)
+      if (!((a->scalars >> k) & 1) && a->data[k] && ranges_meet((uintptr_t)a->data[k], 1, lo, hi)) return 1;
+    return 0;
+  }
   default:
     return 0;
   }
@@ -1039,6 +1055,131 @@ EXPORT CUresult cuEventDestroy_v2(CUevent event) {
   RETURN(E_SUCCESS);
 }
 
+/* ---- modules and kernel launches ----
+ * cuModuleLoadData takes a PTX image (text with a ".version" line; anything else: 200,
+ * INVALID_IMAGE) for the current context's device. cuModuleGetFunction finds a kernel only when
+ * the image declares it (".entry NAME(") AND the C build of src/compute/cuda/kernels.cu has it
+ * (else 500, NOT_FOUND): the module's embedded PTX and the kernels the fake runs must agree.
+ * cuLaunchKernel enqueues the launch (1-D grids and blocks only, the arguments one struct, copied
+ * as the driver copies them); when the queue runs it, every thread of the grid is called in
+ * turn. A kernel's reads and writes go through dlp_fake_device_bytes: an address outside every
+ * live allocation, device memory of another device, or memory that a cuMemMap mapping does not
+ * give access to is misuse (logged, then served from a scratch buffer so that nothing crashes). A
+ * launch on a stream of another device than the current context's is misuse (the driver refuses
+ * it). */
+struct CUmod_st {
+  struct CUmod_st *next;
+  const char *image;
+  int device;
+};
+struct CUfunc_st {
+  struct CUfunc_st *next;
+  struct CUmod_st *module;
+  const dlp_FakeKernel *kernel;
+};
+static struct CUmod_st *modules;
+static struct CUfunc_st *kernel_functions;
+static unsigned long launches;
+
+static _Thread_local int64_t run_thread, run_threads;
+static _Thread_local int kernel_device;
+static _Thread_local const char *run_name;
+static unsigned char scratch[64];
+
+int64_t dlp_fake_thread(void);
+int64_t dlp_fake_threads(void);
+void *dlp_fake_device_bytes(uint64_t address, int64_t n, int write);
+int64_t dlp_fake_thread(void) { return run_thread; }
+int64_t dlp_fake_threads(void) { return run_threads; }
+
+void *dlp_fake_device_bytes(uint64_t address, int64_t n, int write) {
+  Alloc *a;
+  int found = lookup((uintptr_t)address, (size_t)n, &a);
+  if (found == 1 && (a->kind != K_DEVICE || a->device == kernel_device) && (!a->phys || a->access == CU_MEM_ACCESS_FLAGS_PROT_READWRITE))
+    return a->mem + (address - a->base);
+  misuse("kernel %s %s %lld bytes at 0x%llx: %s", run_name, write ? "writes" : "reads", (long long)n,
+         (unsigned long long)address,
+         found == 0 ? "not in any live allocation" : found < 0 ? "past the end of its allocation"
+         : a->kind == K_DEVICE && a->device != kernel_device ? "memory of another device" : "a mapping without access");
+  memset(scratch, 0, sizeof scratch);
+  return scratch;
+}
+
+static void run_kernel(const Item *it) {
+  const dlp_ElementwiseArgs *args = (const dlp_ElementwiseArgs *)(const void *)it->bytes;
+  run_threads = (int64_t)it->blocks * it->threads;
+  kernel_device = it->device;
+  run_name = it->function->kernel->name;
+  for (run_thread = 0; run_thread < run_threads; run_thread++) it->function->kernel->run(args);
+  launches++;
+}
+
+EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image) {
+  ENTER(cuModuleLoadData);
+  NEED_CONTEXT(cuModuleLoadData);
+  if (!module || !image) MISUSE(E_INVALID_VALUE, "cuModuleLoadData with a NULL argument");
+  if (!strstr((const char *)image, "\n.version ")) RETURN(E_INVALID_IMAGE);
+  struct CUmod_st *m = xmalloc(sizeof *m);
+  m->image = image;
+  m->device = cur;
+  m->next = modules;
+  modules = m;
+  *module = m;
+  RETURN(E_SUCCESS);
+}
+
+EXPORT CUresult cuModuleGetFunction(CUfunction *function, CUmodule module, const char *name) {
+  ENTER(cuModuleGetFunction);
+  struct CUmod_st *m = modules;
+  while (m && m != module) m = m->next;
+  if (!m) MISUSE(E_INVALID_HANDLE, "cuModuleGetFunction on an unknown module %p", (void *)module);
+  if (!function || !name) MISUSE(E_INVALID_VALUE, "cuModuleGetFunction with a NULL argument");
+  char entry[160];
+  snprintf(entry, sizeof entry, ".entry %s(", name);
+  if (!strstr(m->image, entry)) RETURN(E_NOT_FOUND);
+  const dlp_FakeKernel *k = dlp_fake_kernels;
+  while (k->name && strcmp(k->name, name) != 0) k++;
+  if (!k->name) MISUSE(E_NOT_FOUND, "kernel %s is in the PTX but not in the fake's C build of kernels.cu", name);
+  struct CUfunc_st *f = xmalloc(sizeof *f);
+  f->module = m;
+  f->kernel = k;
+  f->next = kernel_functions;
+  kernel_functions = f;
+  *function = f;
+  RETURN(E_SUCCESS);
+}
+
+EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                               unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                               unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra) {
+  ENTER(cuLaunchKernel);
+  NEED_CONTEXT(cuLaunchKernel);
+  struct CUfunc_st *fn = kernel_functions;
+  while (fn && fn != f) fn = fn->next;
+  if (!fn) MISUSE(E_INVALID_HANDLE, "cuLaunchKernel of an unknown function %p", (void *)f);
+  if (fn->module->device != cur)
+    MISUSE(E_INVALID_CONTEXT, "cuLaunchKernel of %s (loaded on device %d) with device %d current", fn->kernel->name,
+           fn->module->device, cur);
+  if (gridDimX == 0 || blockDimX == 0 || blockDimX > 1024 || gridDimY != 1 || gridDimZ != 1 || blockDimY != 1 ||
+      blockDimZ != 1 || sharedMemBytes != 0 || !kernelParams || !kernelParams[0] || extra)
+    MISUSE(E_INVALID_VALUE, "cuLaunchKernel of %s: grid %ux%ux%u, block %ux%ux%u, %u bytes shared, params %p, extra %p "
+           "(the fake runs 1-D launches of one argument)", fn->kernel->name, gridDimX, gridDimY, gridDimZ, blockDimX,
+           blockDimY, blockDimZ, sharedMemBytes, (void *)kernelParams, (void *)extra);
+  RESOLVE(s, hStream, cuLaunchKernel, 1);
+  if (s->device != cur)
+    MISUSE(E_INVALID_CONTEXT, "cuLaunchKernel of %s on a stream of device %d with device %d current", fn->kernel->name,
+           s->device, cur);
+  Item *it = new_item(OP_LAUNCH);
+  it->bytes = xmalloc(sizeof(dlp_ElementwiseArgs));
+  memcpy(it->bytes, kernelParams[0], sizeof(dlp_ElementwiseArgs));
+  it->function = fn;
+  it->blocks = gridDimX;
+  it->threads = blockDimX;
+  it->device = cur;
+  enqueue(s, it);
+  RETURN(E_SUCCESS);
+}
+
 /* ---- virtual memory management: cuMemCreate and friends (dlpack.ipc) ----
  * A physical allocation is a memfd named "fakecuda-vmm:N" (N: its device), sealed against
  * shrinking and growing and mapped MAP_SHARED as its shadow buffer; exporting it dups the memfd,
@@ -1403,6 +1544,8 @@ static int l_live(lua_State *L) {
   for (Phys *p = physes; p; p = p->next) handles++;
   for (Reservation *r = reservations; r; r = r->next) reserved++;
   for (size_t i = 0; i < nallocs; i++) mapped += allocs[i].phys != NULL;
+  lua_Integer nmodules = 0, nlaunches = (lua_Integer)launches;
+  for (struct CUmod_st *m = modules; m; m = m->next) nmodules++;
   unlock();
   lua_createtable(L, 0, 10);
   set_int(L, "handles", handles);
@@ -1415,6 +1558,8 @@ static int l_live(lua_State *L) {
   set_int(L, "bytes", bytes);
   set_int(L, "streams", streams);
   set_int(L, "events", events);
+  set_int(L, "launches", nlaunches);
+  set_int(L, "modules", nmodules);
   return 1;
 }
 

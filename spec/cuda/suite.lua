@@ -1640,6 +1640,8 @@ describe("the shared stream objects", function()
   end)
 end)
 
+require "compute_suite"
+
 describe("at the end of the suite", function()
   fake_it("no memory, stream or event is left and the driver saw no misuse but the deliberate ones", function()
     gc()

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "compute/cuda/args.h"
 #include "internal.h"
 
 /* How an operation chooses its dtypes from the promoted dtype P of its inputs. */
@@ -342,6 +343,86 @@ static dlp_IterLoop mixed_integer_compare(const Operand *in, int p, int op, int 
   return dlp_mixed_kernel(op, !is_signed[0]);
 }
 
+/* The device an operation runs on: the CUDA device whose memory a tensor (an operand or out) is
+ * in, or -1 for the host. Tensors on two devices raise naming both: nothing is copied behind the
+ * script's back. */
+static int compute_device(lua_State *L, dlp_Tensor *const *t, int n, const char *what) {
+  const dlp_Tensor *first = NULL;
+  for (int k = 0; k < n && !first; k++)
+    if (t[k] && t[k]->dl.device.device_type == kDLCUDA) first = t[k];
+  if (!first) {
+    for (int k = 0; k < n; k++)
+      if (t[k]) dlp_check_host(L, t[k], what);
+    return -1;
+  }
+  for (int k = 0; k < n; k++)
+    if (t[k] && (t[k]->dl.device.device_type != kDLCUDA || t[k]->dl.device.device_id != first->dl.device.device_id)) {
+      dlp_push_device_name(L, first->dl.device);
+      dlp_push_device_name(L, t[k]->dl.device);
+      luaL_error(L, "%s: operands on different devices: %s and %s (move one with :to first)", what,
+                 lua_tostring(L, -2), lua_tostring(L, -1));
+    }
+  dlp_push_device_name(L, first->dl.device);
+  dlp_cuda_require(L, lua_pushfstring(L, "%s (operands on %s)", what, lua_tostring(L, -1)));
+  lua_pop(L, 2);
+  return first->dl.device.device_id;
+}
+
+/* Run the planned operation as a CUDA kernel on device memory: the same operands, strides and
+ * scalars the CPU loop would get, walked by the same iteration engine's merged dimensions. */
+static void run_on_cuda(lua_State *L, const char *what, int nops, int ndim, const int64_t *shape, char *const *data,
+                        const int64_t (*strides)[DLP_MAX_NDIM], dlp_Tensor *const *tensors, const Operand *in,
+                        const int *sizes, const char *kernel, int family) {
+  dlp_ElementwiseArgs args;
+  dlp_Iter it;
+  dlp_CudaLaunch launch;
+  memset(&args, 0, sizeof args);
+  memset(&launch, 0, sizeof launch);
+  dlp_iter_init(&it, nops, ndim, shape, data, strides, 1);
+  args.numel = it.numel;
+  args.ndim = it.ndim;
+  for (int i = 0; i < it.ndim; i++) args.shape[i] = it.shape[i];
+  for (int k = 0; k < nops; k++) {
+    if (k > 0 && !tensors[k]) { /* a Lua scalar, already in the kernel's type */
+      args.scalars |= 1 << k;
+      memcpy(args.value[k], in[k - 1].value.bytes, sizeof args.value[k]);
+      continue;
+    }
+    /* a kernel reads elements as its C type: they must sit at multiples of its size */
+    int misaligned = (uintptr_t)it.data[k] % (uintptr_t)sizes[k] != 0;
+    for (int i = 0; i < it.ndim; i++) {
+      args.strides[k][i] = it.strides[k][i];
+      misaligned |= it.strides[k][i] % sizes[k] != 0;
+    }
+    if (misaligned && it.numel > 0)
+      luaL_error(L, "%s: a CUDA operand's elements are not aligned to their size (%d bytes)", what, sizes[k]);
+    args.data[k] = (uint64_t)(uintptr_t)it.data[k];
+    launch.operands[launch.noperands++] = tensors[k];
+  }
+  launch.what = what;
+  launch.kernel = kernel;
+  launch.family = family;
+  launch.args = &args;
+  launch.stream = dlp_cuda_compute_stream(launch.operands, launch.noperands, NULL);
+  dlp_cuda_launch(L, &launch); /* takes the stream; raises only after letting go of what it took */
+}
+
+/* dst = src on one CUDA device, any strides, same dtype (a 16-byte complex128 as two 8-byte halves
+ * is not done: it raises). */
+static void copy_on_cuda(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, const char *what) {
+  static const char *const names[] = {"dlp_copy_1", "dlp_copy_2", NULL, "dlp_copy_4", NULL, NULL, NULL, "dlp_copy_8"};
+  int size = (int)dlp_dtypes[src->dtype].itemsize, sizes[2] = {size, size};
+  int64_t strides[2][DLP_MAX_NDIM];
+  char *data[2] = {dlp_first_element(dst), dlp_first_element(src)};
+  dlp_Tensor *tensors[2] = {dst, src};
+  if (size < 1 || size > 8 || !names[size - 1] || dlp_is_packed(src->dtype, src->flags))
+    luaL_error(L, "%s: CUDA copies of %s are not done on the device yet", what, dlp_dtypes[src->dtype].name);
+  dlp_broadcast_strides(dst, dst->dl.ndim, dst->dl.shape, strides[0]);
+  dlp_broadcast_strides(src, dst->dl.ndim, dst->dl.shape, strides[1]);
+  run_on_cuda(L, what, 2, dst->dl.ndim, dst->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, tensors, NULL,
+              sizes, names[size - 1], 12);
+}
+
 /* ---- the driver ---- */
 
 typedef struct Call {
@@ -364,9 +445,11 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
   int64_t shape[DLP_MAX_NDIM];
   int n = info->arity, ntensors = 0, top = lua_gettop(L);
   for (int k = 0; k < n; k++) read_operand(L, c->first + k, &in[k], c->what);
+  dlp_Tensor *all[4] = {c->out ? dlp_tensor_test(L, c->out) : NULL, in[0].t, n > 1 ? in[1].t : NULL,
+                        n > 2 ? in[2].t : NULL};
+  int gpu = compute_device(L, all, n + 1, c->what);
   for (int k = 0; k < n; k++)
     if (in[k].t) {
-      dlp_check_host(L, in[k].t, c->what);
       dlp_check_computes(L, in[k].t->dtype, c->what);
       tensors[ntensors++] = in[k].t;
     }
@@ -449,7 +532,6 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
   dlp_Tensor *out = NULL;
   if (c->out) {
     out = lua_touserdata(L, c->out);
-    dlp_check_host(L, out, c->what);
     dlp_check_writable(L, out, c->what);
     dlp_check_computes(L, out->dtype, c->what);
     int same = out->dl.ndim == ndim;
@@ -469,8 +551,8 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
                  dlp_dtypes[result].name, dlp_dtypes[out->dtype].name);
     lua_pushvalue(L, c->out);
   } else {
-    DLDevice cpu = {kDLCPU, 0};
-    out = dlp_tensor_new(L, result, 0, cpu, ndim, shape, 0, c->what);
+    DLDevice on = {gpu < 0 ? kDLCPU : kDLCUDA, gpu < 0 ? 0 : gpu};
+    out = dlp_tensor_new(L, result, 0, on, ndim, shape, 0, c->what);
   }
   int out_idx = lua_gettop(L);
 
@@ -487,10 +569,9 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
       int same = dlp_first_element(out) == dlp_first_element(in[k].t) && in[k].t->dl.ndim == ndim;
       dlp_broadcast_strides(in[k].t, ndim, shape, strides[k + 1]);
       for (int i = 0; same && i < ndim; i++) same = strides[k + 1][i] == strides[0][i];
-      if (!same) {
-        DLDevice cpu = {kDLCPU, 0};
-        source[k] = dlp_tensor_new(L, in[k].t->dtype, 0, cpu, in[k].t->dl.ndim, in[k].t->dl.shape, 0, c->what);
-      }
+      if (!same)
+        source[k] = dlp_tensor_new(L, in[k].t->dtype, 0, in[k].t->dl.device, in[k].t->dl.ndim, in[k].t->dl.shape, 0,
+                                   c->what);
     }
   }
   /* from here on no Lua code runs until the loop is done (dlp_copy into a fresh temporary
@@ -499,7 +580,10 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
   for (int k = 0; k < n; k++)
     if (in[k].t) dlp_live(L, in[k].t, c->what);
   for (int k = 0; k < n; k++)
-    if (source[k] && source[k] != in[k].t) dlp_copy(L, source[k], in[k].t, NULL, c->what);
+    if (source[k] && source[k] != in[k].t) {
+      if (gpu >= 0) copy_on_cuda(L, source[k], in[k].t, c->what);
+      else dlp_copy(L, source[k], in[k].t, NULL, c->what);
+    }
 
   Run run;
   memset(&run, 0, sizeof run);
@@ -524,16 +608,37 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
 
   /* integer division by zero and negative integer powers raise before anything is written,
    * decided on the divisor and exponent as the loop reads them (converted to its dtype) */
+  if (gpu >= 0 && source[1] && is_integer(loop_in) &&
+      (c->op == DLP_OP_IDIV || c->op == DLP_OP_MOD || (c->op == DLP_OP_POW && dlp_dtype_kind(loop_in) == 2)))
+    luaL_error(L, "%s: integer %s by a CUDA tensor is not checked on the device yet (use a number, or compute on the "
+               "host)", c->what, c->op == DLP_OP_POW ? "powers" : "division");
   if (is_integer(loop_in) && (c->op == DLP_OP_IDIV || c->op == DLP_OP_MOD) &&
       input_has(&run, 1, source[1], in[1].value.bytes, 0))
     luaL_error(L, "%s: integer division by zero", c->what);
   if (c->op == DLP_OP_POW && dlp_dtype_kind(loop_in) == 2 && input_has(&run, 1, source[1], in[1].value.bytes, 1))
     luaL_error(L, "%s: integers to negative integer powers are not allowed", c->what);
 
-  dlp_Iter it;
-  dlp_iter_init(&it, n + 1, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1);
-  fold_periodic(&it, &run);
-  dlp_iter_run(&it, run_rows, &run);
+  if (gpu >= 0) {
+    int family = 0, sizes[DLP_ITER_MAX_OPS];
+    const char *name = mixed ? dlp_mixed_kernel_name(c->op, want[0] == DLP_UINT64, &family)
+                       : c->kernel ? NULL : dlp_kernel_name(c->op, loop_in, &family);
+    if (!name) luaL_error(L, "%s: does not run on CUDA devices yet", c->what);
+    for (int k = 0; k <= n && run.converts; k++) /* the first operand the CPU loop would convert */
+      if (run.convert[k] || run.convert_mid[k])
+        luaL_error(L, "%s: CUDA tensors do not convert inside a computation yet (%s would be converted to %s); "
+                   "convert with :to first", c->what, dlp_dtypes[k ? source[k - 1]->dtype : loop_out].name,
+                   dlp_dtypes[k ? want[k - 1] : out->dtype].name);
+    dlp_Tensor *ops_t[DLP_ITER_MAX_OPS] = {out, source[0], source[1], source[2]};
+    sizes[0] = (int)dlp_dtypes[out->dtype].itemsize;
+    for (int k = 0; k < n; k++) sizes[k + 1] = (int)dlp_dtypes[want[k]].itemsize;
+    run_on_cuda(L, c->what, n + 1, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, ops_t, in, sizes,
+                name, family);
+  } else {
+    dlp_Iter it;
+    dlp_iter_init(&it, n + 1, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1);
+    fold_periodic(&it, &run);
+    dlp_iter_run(&it, run_rows, &run);
+  }
   for (int k = 0; k < n; k++)
     if (source[k] && source[k] != in[k].t) dlp_tensor_release(source[k]);
   lua_pushvalue(L, out_idx);

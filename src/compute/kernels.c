@@ -18,8 +18,7 @@
 #include <string.h>
 
 #include "internal.h"
-
-typedef uint8_t b8; /* bool elements: any nonzero byte is true (see the bool loops) */
+#include "compute/ops.h"
 
 #define ALIGNED(p, T) ((((uintptr_t)(p)) & (_Alignof(T) - 1)) == 0)
 
@@ -84,8 +83,8 @@ typedef uint8_t b8; /* bool elements: any nonzero byte is true (see the bool loo
 #define DEF1(name, T, R, EXPR) \
   static void name(void *ctx, char *const *data, const int64_t *steps, int64_t n) { LOOP1(T, R, EXPR) }
 
-/* where: out = c ? x : y, with c a bool at data[1] and x, y of type T at data[2], data[3]. */
-#define DEFWHERE(name, T)                                                                              \
+/* where: out = NORM(c ? x : y), with c a bool at data[1] and x, y of type T at data[2], data[3]. */
+#define DEFWHERE(name, T, NORM)                                                                              \
   static void name(void *ctx, char *const *data, const int64_t *steps, int64_t n) {                    \
     char *o = data[0];                                                                                 \
     const char *c = data[1], *a = data[2], *b = data[3];                                               \
@@ -93,6 +92,7 @@ typedef uint8_t b8; /* bool elements: any nonzero byte is true (see the bool loo
     for (int64_t i = 0; i < n; i++, o += steps[0], c += steps[1], a += steps[2], b += steps[3]) {      \
       T v;                                                                                             \
       memcpy(&v, *c ? a : b, sizeof v);                                                                \
+      v = NORM(v);                                                                                     \
       memcpy(o, &v, sizeof v);                                                                         \
     }                                                                                                  \
   }
@@ -125,128 +125,17 @@ typedef uint8_t b8; /* bool elements: any nonzero byte is true (see the bool loo
     }                                                                                                  \
   }
 
-/* ---- the scalar rules the expressions use ---- */
 
-/* NumPy's floor division and remainder of floats (npy_divmod): a divisor of 0 gives a / b and
- * NaN; the quotient is rounded so that a == floordiv * b + mod as nearly as possible. */
-static inline double floordiv_f64(double a, double b) {
-  if (b == 0) return a / b;
-  double mod = fmod(a, b), div = (a - mod) / b;
-  if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1.0;
-  if (div == 0) return copysign(0.0, a / b);
-  double fl = floor(div);
-  return div - fl > 0.5 ? fl + 1.0 : fl;
-}
-static inline double rem_f64(double a, double b) {
-  if (b == 0) return fmod(a, b);
-  double mod = fmod(a, b);
-  if (mod != 0) return (b < 0) != (mod < 0) ? mod + b : mod;
-  return copysign(0.0, b);
-}
-static inline float floordiv_f32(float a, float b) {
-  if (b == 0) return a / b;
-  float mod = fmodf(a, b), div = (a - mod) / b;
-  if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1.0f;
-  if (div == 0) return copysignf(0.0f, a / b);
-  float fl = floorf(div);
-  return div - fl > 0.5f ? fl + 1.0f : fl;
-}
-static inline float rem_f32(float a, float b) {
-  if (b == 0) return fmodf(a, b);
-  float mod = fmodf(a, b);
-  if (mod != 0) return (b < 0) != (mod < 0) ? mod + b : mod;
-  return copysignf(0.0f, b);
-}
+/* ---- the loops, per operation: ops.h's lists ---- */
 
-/* NaN-propagating maximum and minimum (NumPy's maximum, minimum). */
-#define FMAX(x, y) ((x) != (x) ? (x) : (y) != (y) ? (y) : (x) > (y) ? (x) : (y))
-#define FMIN(x, y) ((x) != (x) ? (x) : (y) != (y) ? (y) : (x) < (y) ? (x) : (y))
-#define MAX(x, y) ((x) > (y) ? (x) : (y))
-#define MIN(x, y) ((x) < (y) ? (x) : (y))
-/* sign of a float: 0 for both zeros, NaN for NaN (NumPy's) */
-#define SIGN(x) ((x) > 0 ? 1 : (x) < 0 ? -1 : (x) == 0 ? 0 : (x))
-
-/* Integer rules, per type: wrapping arithmetic through the unsigned type U; floor division and
- * remainder with the divisor's sign (b is never 0 here; b == -1 wraps as NumPy's does); powers
- * by squaring (exponents are never negative here); shifts past the width give 0 (or -1 for a
- * negative value shifted right), as NumPy's npy_lshift and npy_rshift. */
-#define INTEGER_RULES(T, U, SIGNED, LT0)                                                                    \
-  static inline T add_##T(T a, T b) { return (T)((U)a + (U)b); }                                       \
-  static inline T sub_##T(T a, T b) { return (T)((U)a - (U)b); }                                       \
-  static inline T mul_##T(T a, T b) { return (T)(U)(1u * (U)a * (U)b); } /* 1u: never in int */                                       \
-  static inline T neg_##T(T a) { return (T)((U)0 - (U)a); }                                            \
-  static inline T floordiv_##T(T a, T b) {                                                             \
-    if (b == 0) return 0; /* unreachable but for dtype= narrowing a divisor to 0: no trap */            \
-    if (SIGNED && b == (T)-1) return neg_##T(a);                                                       \
-    T q = (T)(a / b);                                                                                  \
-    if (SIGNED && (a % b != 0) && (LT0(a) != LT0(b))) q = (T)(q - 1);                                \
-    return q;                                                                                          \
-  }                                                                                                    \
-  static inline T mod_##T(T a, T b) {                                                                  \
-    if (b == 0 || (SIGNED && b == (T)-1)) return 0;                                                    \
-    T r = (T)(a % b);                                                                                  \
-    if (SIGNED && r != 0 && (LT0(r) != LT0(b))) r = (T)(r + b);                                      \
-    return r;                                                                                          \
-  }                                                                                                    \
-  static inline T pow_##T(T a, T b) {                                                                  \
-    U result = 1, base = (U)a;                                                                         \
-    for (U e = (U)b; e; e >>= 1) {                                                                     \
-      if (e & 1) result = (U)(1u * result * base);                                                     \
-      base = (U)(1u * base * base);                                                                    \
-    }                                                                                                  \
-    return (T)result;                                                                                  \
-  }                                                                                                    \
-  static inline T shl_##T(T a, T b) { return (U)b < sizeof(T) * 8 ? (T)((U)a << (U)b) : 0; }           \
-  static inline T shr_##T(T a, T b) {                                                                  \
-    if ((U)b < sizeof(T) * 8) return (T)(a >> (U)b);                                                   \
-    return LT0(a) ? (T)-1 : 0;                                                                \
-  }                                                                                                    \
-  static inline T abs_##T(T a) { return LT0(a) ? neg_##T(a) : a; }                                   \
-  static inline T sign_##T(T a) { return (T)((a > 0) - LT0(a)); }
-
-#define SIGNED_LT0(v) ((v) < 0)
-#define UNSIGNED_LT0(v) ((void)(v), 0) /* no type-limits warning for "unsigned < 0" */
-INTEGER_RULES(int8_t, uint8_t, 1, SIGNED_LT0)
-INTEGER_RULES(int16_t, uint16_t, 1, SIGNED_LT0)
-INTEGER_RULES(int32_t, uint32_t, 1, SIGNED_LT0)
-INTEGER_RULES(int64_t, uint64_t, 1, SIGNED_LT0)
-INTEGER_RULES(uint8_t, uint8_t, 0, UNSIGNED_LT0)
-INTEGER_RULES(uint16_t, uint16_t, 0, UNSIGNED_LT0)
-INTEGER_RULES(uint32_t, uint32_t, 0, UNSIGNED_LT0)
-INTEGER_RULES(uint64_t, uint64_t, 0, UNSIGNED_LT0)
-
-/* exp for float32, written for the vectoriser (libm's expf is a call per element): x = k ln2 + r
- * with |r| <= ln2/2 (Cody and Waite's two-part ln2), exp(r) by Cephes' degree-7 polynomial, and
- * 2^k applied as two exact powers of two so that results down to the subnormals come out right.
- * Every branch is a select. Within 1 ulp of the correctly rounded result (spec/elementwise_spec). */
-static inline float vexp_f32(float x) {
-  float xc = x != x ? 0.0f : x < -104.0f ? -104.0f : x > 89.0f ? 89.0f : x;
-  /* k = x / ln2 rounded to an integer, which adding 1.5 * 2^23 leaves in the low mantissa bits */
-  float shifted = xc * 1.44269504088896341f + 12582912.0f, k = shifted - 12582912.0f;
-  int32_t ki;
-  memcpy(&ki, &shifted, 4);
-  ki -= 0x4B400000;
-  float r = xc - k * 0.693359375f + k * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  int32_t k1 = ki / 2, k2 = ki - k1; /* each in [-75, 64]: normal powers of two */
-  uint32_t b1 = (uint32_t)(k1 + 127) << 23, b2 = (uint32_t)(k2 + 127) << 23;
-  float s1, s2;
-  memcpy(&s1, &b1, 4);
-  memcpy(&s2, &b2, 4);
-  float y = p * s1 * s2;
-  y = x > 88.72283935546875f ? INFINITY : y;
-  y = x < -103.972084045410156f ? 0.0f : y;
-  return x != x ? x : y;
-}
-
-static inline float logistic_f32(float x) { return 1.0f / (1.0f + vexp_f32(-x)); }
-static inline double logistic_f64(double x) { return 1.0 / (1.0 + exp(-x)); }
+#define DEF_MIXED(name, TX, TY, EXPR) \
+  static void name(void *ctx, char *const *data, const int64_t *steps, int64_t n) { LOOP2_TYPES(TX, TY, b8, EXPR) }
+#define INT_LOOPS(s, T) DLP_INT_OPS(DEF2, DEF1, DEFCLAMP, s, T) DLP_COMPARE_OPS(DEF2, DEF1, DEFWHERE, s, T)
+#define FLOAT_LOOPS(s, T, F) DLP_FLOAT_OPS(DEF2, DEF1, DEFCLAMP, s, T, F) DLP_COMPARE_OPS(DEF2, DEF1, DEFWHERE, s, T)
+DLP_INTS(INT_LOOPS)
+DLP_FLOATS(FLOAT_LOOPS)
+DLP_BOOL_OPS(DEF2, DEF1, DEFCLAMP, DEFWHERE)
+DLP_MIXED_OPS(DEF_MIXED)
 
 /* ---- complex ---- */
 
@@ -333,125 +222,6 @@ COMPLEX_RULES(c128, c128, double, , CMPLX)
 /* nonzero when either part is (the logic functions) */
 #define CNZ(x) ((x) != 0)
 
-/* ---- the loops, per operation ---- */
-
-/* Operations on every integer type: ints(DO) calls DO(suffix, C type) for each. */
-#define INTS(DO) DO(i8, int8_t) DO(i16, int16_t) DO(i32, int32_t) DO(i64, int64_t) \
-                 DO(u8, uint8_t) DO(u16, uint16_t) DO(u32, uint32_t) DO(u64, uint64_t)
-#define FLOATS(DO) DO(f32, float) DO(f64, double)
-
-#define INT_ARITH(s, T)                                                       \
-  DEFCLAMP(clamp_##s, T, MAX, MIN)                                            \
-  DEF2(add_##s, T, T, add_##T(x, y))                                          \
-  DEF2(sub_##s, T, T, sub_##T(x, y))                                          \
-  DEF2(mul_##s, T, T, mul_##T(x, y))                                          \
-  DEF2(idiv_##s, T, T, floordiv_##T(x, y))                                    \
-  DEF2(mod_##s, T, T, mod_##T(x, y))                                          \
-  DEF2(pow_##s, T, T, pow_##T(x, y))                                          \
-  DEF2(max_##s, T, T, MAX(x, y))                                              \
-  DEF2(min_##s, T, T, MIN(x, y))                                              \
-  DEF2(band_##s, T, T, x & y)                                                 \
-  DEF2(bor_##s, T, T, x | y)                                                  \
-  DEF2(bxor_##s, T, T, x ^ y)                                                 \
-  DEF2(shl_##s, T, T, shl_##T(x, y))                                          \
-  DEF2(shr_##s, T, T, shr_##T(x, y))                                          \
-  DEF1(neg_##s, T, T, neg_##T(x))                                             \
-  DEF1(abs_##s, T, T, abs_##T(x))                                             \
-  DEF1(sign_##s, T, T, sign_##T(x))                                           \
-  DEF1(bnot_##s, T, T, ~x)                                                    \
-  DEF1(same_##s, T, T, x)                                                     \
-  DEF1(false_##s, T, b8, 0 * x)                                               \
-  DEF1(true_##s, T, b8, 1 + 0 * x)
-INTS(INT_ARITH)
-
-#define FLOAT_ARITH(s, T, F)                                                  \
-  DEFCLAMP(clamp_##s, T, FMAX, FMIN)                                          \
-  DEF2(add_##s, T, T, x + y)                                                  \
-  DEF2(sub_##s, T, T, x - y)                                                  \
-  DEF2(mul_##s, T, T, x * y)                                                  \
-  DEF2(div_##s, T, T, x / y)                                                  \
-  DEF2(idiv_##s, T, T, floordiv_##s(x, y))                                    \
-  DEF2(mod_##s, T, T, rem_##s(x, y))                                          \
-  DEF2(pow_##s, T, T, pow##F(x, y))                                           \
-  DEF2(max_##s, T, T, FMAX(x, y))                                             \
-  DEF2(min_##s, T, T, FMIN(x, y))                                             \
-  DEF1(neg_##s, T, T, -x)                                                     \
-  DEF1(abs_##s, T, T, fabs##F(x))                                             \
-  DEF1(sign_##s, T, T, SIGN(x))                                               \
-  DEF1(sqrt_##s, T, T, sqrt##F(x))                                            \
-  DEF1(exp_##s, T, T, EXP_##s(x))                                             \
-  DEF1(log_##s, T, T, log##F(x))                                              \
-  DEF1(log1p_##s, T, T, log1p##F(x))                                          \
-  DEF1(expm1_##s, T, T, expm1##F(x))                                          \
-  DEF1(sin_##s, T, T, sin##F(x))                                              \
-  DEF1(cos_##s, T, T, cos##F(x))                                              \
-  DEF1(tan_##s, T, T, tan##F(x))                                              \
-  DEF1(tanh_##s, T, T, tanh##F(x))                                            \
-  DEF1(sigmoid_##s, T, T, logistic_##s(x))                                     \
-  DEF1(floor_##s, T, T, floor##F(x))                                          \
-  DEF1(ceil_##s, T, T, ceil##F(x))                                            \
-  DEF1(round_##s, T, T, nearbyint##F(x))                                      \
-  DEF1(trunc_##s, T, T, trunc##F(x))                                          \
-  DEF1(isnan_##s, T, b8, x != x)                                              \
-  DEF1(isinf_##s, T, b8, x - x != x - x && x == x)                            \
-  DEF1(isfinite_##s, T, b8, x - x == x - x)
-#define EXP_f32 vexp_f32
-#define EXP_f64 exp
-FLOAT_ARITH(f32, float, f)
-FLOAT_ARITH(f64, double, )
-
-/* bool: add is or, mul and, maximum or, minimum and (NumPy's bool loops). A bool byte need not
- * be 0 or 1 (frombytes, a producer's 0/255 mask): every bool loop reads a byte as true when it is
- * nonzero (TRUTH) and writes 0 or 1, as NumPy's do. */
-#define TRUTH(v) ((b8)((v) != 0))
-#define BMAX(x, y) TRUTH((x) | (y))
-#define BMIN(x, y) (TRUTH(x) & TRUTH(y))
-DEFCLAMP(clamp_b, b8, BMAX, BMIN)
-DEF2(add_b, b8, b8, BMAX(x, y))
-DEF2(mul_b, b8, b8, BMIN(x, y))
-DEF2(max_b, b8, b8, BMAX(x, y))
-DEF2(min_b, b8, b8, BMIN(x, y))
-DEF2(band_b, b8, b8, BMIN(x, y))
-DEF2(bor_b, b8, b8, BMAX(x, y))
-DEF2(bxor_b, b8, b8, TRUTH(x) ^ TRUTH(y))
-DEF1(abs_b, b8, b8, TRUTH(x))
-DEF1(bnot_b, b8, b8, !x)
-DEF1(same_b, b8, b8, TRUTH(x))
-DEF1(false_b, b8, b8, 0 * x)
-DEF1(true_b, b8, b8, 1 + 0 * x)
-DEF2(eq_b, b8, b8, TRUTH(x) == TRUTH(y))
-DEF2(ne_b, b8, b8, TRUTH(x) != TRUTH(y))
-DEF2(lt_b, b8, b8, TRUTH(x) < TRUTH(y))
-DEF2(le_b, b8, b8, TRUTH(x) <= TRUTH(y))
-DEF2(gt_b, b8, b8, TRUTH(x) > TRUTH(y))
-DEF2(ge_b, b8, b8, TRUTH(x) >= TRUTH(y))
-DEF2(land_b, b8, b8, TRUTH(x) & TRUTH(y))
-DEF2(lor_b, b8, b8, BMAX(x, y))
-DEF2(lxor_b, b8, b8, TRUTH(x) ^ TRUTH(y))
-DEF1(lnot_b, b8, b8, !x)
-/* where of bool values: the chosen byte as 0 or 1 */
-static void where_b(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
-  char *o = data[0];
-  const char *c = data[1], *a = data[2], *b = data[3];
-  (void)ctx;
-  for (int64_t i = 0; i < n; i++, o += steps[0], c += steps[1], a += steps[2], b += steps[3])
-    *o = (char)TRUTH(*(*c ? a : b));
-}
-
-#define COMPARE_AND_LOGIC(s, T)                                               \
-  DEF2(eq_##s, T, b8, x == y)                                                 \
-  DEF2(ne_##s, T, b8, x != y)                                                 \
-  DEF2(lt_##s, T, b8, x < y)                                                  \
-  DEF2(le_##s, T, b8, x <= y)                                                 \
-  DEF2(gt_##s, T, b8, x > y)                                                  \
-  DEF2(ge_##s, T, b8, x >= y)                                                 \
-  DEF2(land_##s, T, b8, (x != 0) & (y != 0))                                  \
-  DEF2(lor_##s, T, b8, (x != 0) | (y != 0))                                   \
-  DEF2(lxor_##s, T, b8, (x != 0) ^ (y != 0))                                  \
-  DEF1(lnot_##s, T, b8, x == 0)                                               \
-  DEFWHERE(where_##s, T)
-INTS(COMPARE_AND_LOGIC)
-FLOATS(COMPARE_AND_LOGIC)
 
 #define COMPLEX_OPS(s, T, R, F)                                               \
   DEF2(add_##s, T, T, x + y)                                                  \
@@ -465,7 +235,7 @@ FLOATS(COMPARE_AND_LOGIC)
   DEF2(lor_##s, T, b8, CNZ(x) | CNZ(y))                                       \
   DEF2(lxor_##s, T, b8, CNZ(x) ^ CNZ(y))                                      \
   DEF1(lnot_##s, T, b8, x == 0)                                               \
-  DEFWHERE(where_##s, T)                                                      \
+  DEFWHERE(where_##s, T, DLP_SAME)                                                      \
   DEF1(neg_##s, T, T, -x)                                                     \
   DEF1(abs_##s, T, R, cabs_##s(x))                                            \
   DEF1(sign_##s, T, T, csign_##s(x))                                          \
@@ -485,24 +255,6 @@ FLOATS(COMPARE_AND_LOGIC)
 COMPLEX_OPS(c64, c64, float, f)
 COMPLEX_OPS(c128, c128, double, )
 
-/* int64 against uint64, exactly (NumPy 2's mixed loops; their promoted dtype, float64, would
- * round both beyond 2^53): a negative int64 is below every uint64, the others compare as
- * uint64. x is data[1]'s type, y data[2]'s. */
-#define DEF_MIXED(name, TX, TY, EXPR) \
-  static void name(void *ctx, char *const *data, const int64_t *steps, int64_t n) { LOOP2_TYPES(TX, TY, b8, EXPR) }
-DEF_MIXED(eq_i64_u64, int64_t, uint64_t, (x >= 0) & ((uint64_t)x == y))
-DEF_MIXED(ne_i64_u64, int64_t, uint64_t, (x < 0) | ((uint64_t)x != y))
-DEF_MIXED(lt_i64_u64, int64_t, uint64_t, (x < 0) | ((uint64_t)x < y))
-DEF_MIXED(le_i64_u64, int64_t, uint64_t, (x < 0) | ((uint64_t)x <= y))
-DEF_MIXED(gt_i64_u64, int64_t, uint64_t, (x >= 0) & ((uint64_t)x > y))
-DEF_MIXED(ge_i64_u64, int64_t, uint64_t, (x >= 0) & ((uint64_t)x >= y))
-DEF_MIXED(eq_u64_i64, uint64_t, int64_t, (y >= 0) & (x == (uint64_t)y))
-DEF_MIXED(ne_u64_i64, uint64_t, int64_t, (y < 0) | (x != (uint64_t)y))
-DEF_MIXED(lt_u64_i64, uint64_t, int64_t, (y >= 0) & (x < (uint64_t)y))
-DEF_MIXED(le_u64_i64, uint64_t, int64_t, (y >= 0) & (x <= (uint64_t)y))
-DEF_MIXED(gt_u64_i64, uint64_t, int64_t, (y < 0) | (x > (uint64_t)y))
-DEF_MIXED(ge_u64_i64, uint64_t, int64_t, (y < 0) | (x >= (uint64_t)y))
-
 /* ---- the table: the loop of each operation for each compute dtype (NULL: none) ---- */
 
 /* The row of an operation: its loops for bool, int8 .. int64, uint8 .. uint64, float32, float64. */
@@ -517,55 +269,58 @@ DEF_MIXED(ge_u64_i64, uint64_t, int64_t, (y < 0) | (x >= (uint64_t)y))
 #define ROW_CLASSIFY(op, ints) {ints##_b, ints##_i8, ints##_i16, ints##_i32, ints##_i64, ints##_u8, ints##_u16, \
                                 ints##_u32, ints##_u64, op##_f32, op##_f64}
 
-static const dlp_IterLoop loops[DLP_OP_COUNT][DLP_NCOMPUTE] = {
-  [DLP_OP_ADD] = {add_b, add_i8, add_i16, add_i32, add_i64, add_u8, add_u16, add_u32, add_u64, add_f32, add_f64},
-  [DLP_OP_SUB] = ROW_NUM(sub),
-  [DLP_OP_MUL] = {mul_b, mul_i8, mul_i16, mul_i32, mul_i64, mul_u8, mul_u16, mul_u32, mul_u64, mul_f32, mul_f64},
-  [DLP_OP_DIV] = ROW_FLOAT(div),
-  [DLP_OP_IDIV] = ROW_NUM(idiv),
-  [DLP_OP_MOD] = ROW_NUM(mod),
-  [DLP_OP_POW] = ROW_NUM(pow),
-  [DLP_OP_MAXIMUM] = {max_b, max_i8, max_i16, max_i32, max_i64, max_u8, max_u16, max_u32, max_u64, max_f32, max_f64},
-  [DLP_OP_MINIMUM] = {min_b, min_i8, min_i16, min_i32, min_i64, min_u8, min_u16, min_u32, min_u64, min_f32, min_f64},
-  [DLP_OP_EQ] = ROW_ALL(eq),
-  [DLP_OP_NE] = ROW_ALL(ne),
-  [DLP_OP_LT] = ROW_ALL(lt),
-  [DLP_OP_LE] = ROW_ALL(le),
-  [DLP_OP_GT] = ROW_ALL(gt),
-  [DLP_OP_GE] = ROW_ALL(ge),
-  [DLP_OP_LOGICAL_AND] = ROW_ALL(land),
-  [DLP_OP_LOGICAL_OR] = ROW_ALL(lor),
-  [DLP_OP_LOGICAL_XOR] = ROW_ALL(lxor),
-  [DLP_OP_BAND] = ROW_INT_BOOL(band),
-  [DLP_OP_BOR] = ROW_INT_BOOL(bor),
-  [DLP_OP_BXOR] = ROW_INT_BOOL(bxor),
-  [DLP_OP_SHL] = ROW_INT(shl),
-  [DLP_OP_SHR] = ROW_INT(shr),
-  [DLP_OP_WHERE] = ROW_ALL(where),
-  [DLP_OP_CLAMP] = ROW_ALL(clamp),
-  [DLP_OP_NEG] = ROW_NUM(neg),
-  [DLP_OP_ABS] = {abs_b, abs_i8, abs_i16, abs_i32, abs_i64, abs_u8, abs_u16, abs_u32, abs_u64, abs_f32, abs_f64},
-  [DLP_OP_SIGN] = ROW_NUM(sign),
-  [DLP_OP_SQRT] = ROW_FLOAT(sqrt),
-  [DLP_OP_EXP] = ROW_FLOAT(exp),
-  [DLP_OP_LOG] = ROW_FLOAT(log),
-  [DLP_OP_LOG1P] = ROW_FLOAT(log1p),
-  [DLP_OP_EXPM1] = ROW_FLOAT(expm1),
-  [DLP_OP_SIN] = ROW_FLOAT(sin),
-  [DLP_OP_COS] = ROW_FLOAT(cos),
-  [DLP_OP_TAN] = ROW_FLOAT(tan),
-  [DLP_OP_TANH] = ROW_FLOAT(tanh),
-  [DLP_OP_SIGMOID] = ROW_FLOAT(sigmoid),
-  [DLP_OP_FLOOR] = ROW_ROUNDING(floor),
-  [DLP_OP_CEIL] = ROW_ROUNDING(ceil),
-  [DLP_OP_ROUND] = ROW_ROUNDING(round),
-  [DLP_OP_TRUNC] = ROW_ROUNDING(trunc),
-  [DLP_OP_ISNAN] = ROW_CLASSIFY(isnan, false),
-  [DLP_OP_ISINF] = ROW_CLASSIFY(isinf, false),
-  [DLP_OP_ISFINITE] = ROW_CLASSIFY(isfinite, true),
-  [DLP_OP_LOGICAL_NOT] = ROW_ALL(lnot),
-  [DLP_OP_BNOT] = ROW_INT_BOOL(bnot),
-};
+#define OP_TABLE(ROW_ALL, ROW_NUM, ROW_INT_BOOL, ROW_INT, ROW_FLOAT, ROW_ROUNDING, ROW_CLASSIFY) \
+  { \
+  [DLP_OP_ADD] = ROW_ALL(add), \
+  [DLP_OP_SUB] = ROW_NUM(sub), \
+  [DLP_OP_MUL] = ROW_ALL(mul), \
+  [DLP_OP_DIV] = ROW_FLOAT(div), \
+  [DLP_OP_IDIV] = ROW_NUM(idiv), \
+  [DLP_OP_MOD] = ROW_NUM(mod), \
+  [DLP_OP_POW] = ROW_NUM(pow), \
+  [DLP_OP_MAXIMUM] = ROW_ALL(max), \
+  [DLP_OP_MINIMUM] = ROW_ALL(min), \
+  [DLP_OP_EQ] = ROW_ALL(eq), \
+  [DLP_OP_NE] = ROW_ALL(ne), \
+  [DLP_OP_LT] = ROW_ALL(lt), \
+  [DLP_OP_LE] = ROW_ALL(le), \
+  [DLP_OP_GT] = ROW_ALL(gt), \
+  [DLP_OP_GE] = ROW_ALL(ge), \
+  [DLP_OP_LOGICAL_AND] = ROW_ALL(land), \
+  [DLP_OP_LOGICAL_OR] = ROW_ALL(lor), \
+  [DLP_OP_LOGICAL_XOR] = ROW_ALL(lxor), \
+  [DLP_OP_BAND] = ROW_INT_BOOL(band), \
+  [DLP_OP_BOR] = ROW_INT_BOOL(bor), \
+  [DLP_OP_BXOR] = ROW_INT_BOOL(bxor), \
+  [DLP_OP_SHL] = ROW_INT(shl), \
+  [DLP_OP_SHR] = ROW_INT(shr), \
+  [DLP_OP_WHERE] = ROW_ALL(where), \
+  [DLP_OP_CLAMP] = ROW_ALL(clamp), \
+  [DLP_OP_NEG] = ROW_NUM(neg), \
+  [DLP_OP_ABS] = ROW_ALL(abs), \
+  [DLP_OP_SIGN] = ROW_NUM(sign), \
+  [DLP_OP_SQRT] = ROW_FLOAT(sqrt), \
+  [DLP_OP_EXP] = ROW_FLOAT(exp), \
+  [DLP_OP_LOG] = ROW_FLOAT(log), \
+  [DLP_OP_LOG1P] = ROW_FLOAT(log1p), \
+  [DLP_OP_EXPM1] = ROW_FLOAT(expm1), \
+  [DLP_OP_SIN] = ROW_FLOAT(sin), \
+  [DLP_OP_COS] = ROW_FLOAT(cos), \
+  [DLP_OP_TAN] = ROW_FLOAT(tan), \
+  [DLP_OP_TANH] = ROW_FLOAT(tanh), \
+  [DLP_OP_SIGMOID] = ROW_FLOAT(sigmoid), \
+  [DLP_OP_FLOOR] = ROW_ROUNDING(floor), \
+  [DLP_OP_CEIL] = ROW_ROUNDING(ceil), \
+  [DLP_OP_ROUND] = ROW_ROUNDING(round), \
+  [DLP_OP_TRUNC] = ROW_ROUNDING(trunc), \
+  [DLP_OP_ISNAN] = ROW_CLASSIFY(isnan, false), \
+  [DLP_OP_ISINF] = ROW_CLASSIFY(isinf, false), \
+  [DLP_OP_ISFINITE] = ROW_CLASSIFY(isfinite, true), \
+  [DLP_OP_LOGICAL_NOT] = ROW_ALL(lnot), \
+  [DLP_OP_BNOT] = ROW_INT_BOOL(bnot), \
+  }
+static const dlp_IterLoop loops[DLP_OP_COUNT][DLP_NCOMPUTE] =
+  OP_TABLE(ROW_ALL, ROW_NUM, ROW_INT_BOOL, ROW_INT, ROW_FLOAT, ROW_ROUNDING, ROW_CLASSIFY);
 
 /* complex64 and complex128 (compute indices DLP_NCOMPUTE and one more): the operations NumPy 2
  * defines for complex, less those that order (maximum, minimum, clamp, the comparisons lt le gt
@@ -619,6 +374,42 @@ int dlp_compute_index(int dtype) {
     case DLP_COMPLEX128: return DLP_NCOMPUTE + 1;
     default: return -1;
   }
+}
+
+
+/* The same table as names of the CUDA kernels (kernels.cu names them dlp_<loop>). */
+#define N(op, t) "dlp_" #op "_" #t
+#define NAME_ALL(op) {N(op, b), N(op, i8), N(op, i16), N(op, i32), N(op, i64), N(op, u8), N(op, u16), N(op, u32), \
+                      N(op, u64), N(op, f32), N(op, f64)}
+#define NAME_NUM(op) {NULL, N(op, i8), N(op, i16), N(op, i32), N(op, i64), N(op, u8), N(op, u16), N(op, u32), \
+                      N(op, u64), N(op, f32), N(op, f64)}
+#define NAME_INT_BOOL(op) {N(op, b), N(op, i8), N(op, i16), N(op, i32), N(op, i64), N(op, u8), N(op, u16), \
+                           N(op, u32), N(op, u64), NULL, NULL}
+#define NAME_INT(op) {NULL, N(op, i8), N(op, i16), N(op, i32), N(op, i64), N(op, u8), N(op, u16), N(op, u32), \
+                      N(op, u64), NULL, NULL}
+#define NAME_FLOAT(op) {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, N(op, f32), N(op, f64)}
+#define NAME_ROUNDING(op) {N(same, b), N(same, i8), N(same, i16), N(same, i32), N(same, i64), N(same, u8), \
+                           N(same, u16), N(same, u32), N(same, u64), N(op, f32), N(op, f64)}
+#define NAME_CLASSIFY(op, ints) {N(ints, b), N(ints, i8), N(ints, i16), N(ints, i32), N(ints, i64), N(ints, u8), \
+                                 N(ints, u16), N(ints, u32), N(ints, u64), N(op, f32), N(op, f64)}
+static const char *const kernel_names[DLP_OP_COUNT][DLP_NCOMPUTE] =
+  OP_TABLE(NAME_ALL, NAME_NUM, NAME_INT_BOOL, NAME_INT, NAME_FLOAT, NAME_ROUNDING, NAME_CLASSIFY);
+static const char *const mixed_names[6][2] = {
+  {N(eq, i64_u64), N(eq, u64_i64)}, {N(ne, i64_u64), N(ne, u64_i64)}, {N(lt, i64_u64), N(lt, u64_i64)},
+  {N(le, i64_u64), N(le, u64_i64)}, {N(gt, i64_u64), N(gt, u64_i64)}, {N(ge, i64_u64), N(ge, u64_i64)},
+};
+
+const char *dlp_kernel_name(int op, int compute_dtype, int *family) {
+  int k = dlp_compute_index(compute_dtype);
+  if (op < 0 || op >= DLP_OP_COUNT || k < 0 || k >= DLP_NCOMPUTE) return NULL;
+  *family = k;
+  return kernel_names[op][k];
+}
+
+const char *dlp_mixed_kernel_name(int op, int x_unsigned, int *family) {
+  if (op < DLP_OP_EQ || op > DLP_OP_GE) return NULL;
+  *family = DLP_NCOMPUTE; /* the mixed family follows the compute types' */
+  return mixed_names[op - DLP_OP_EQ][!!x_unsigned];
 }
 
 #if DLP_HAVE_AVX2_KERNELS

@@ -20,6 +20,8 @@ typedef unsigned long long CUdeviceptr;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_NOT_READY 600
 #define CU_STREAM_LEGACY ((CUstream)0x1)
@@ -90,6 +92,11 @@ typedef struct CUmemAccessDesc_st {
   X(cuEventElapsedTime, (float *ms, CUevent start, CUevent end))                                \
   X(cuEventDestroy_v2, (CUevent event))                                                         \
   X(cuCtxSynchronize, (void))                                                                   \
+  X(cuModuleLoadData, (CUmodule *module, const void *image))                                    \
+  X(cuModuleGetFunction, (CUfunction *function, CUmodule module, const char *name))             \
+  X(cuLaunchKernel, (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, \
+                     unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,    \
+                     unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)) \
   X(cuMemGetAllocationGranularity,                                                              \
     (size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option)) \
   X(cuMemCreate, (CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, \

@@ -22,7 +22,6 @@ typedef struct dlp_CudaState {
 extern dlp_CudaState dlp_cuda;
 
 int dlp_cuda_ready(void);                                 /* loads the driver the first time */
-void dlp_cuda_require(lua_State *L, const char *what);    /* raises when CUDA is not available */
 void dlp_cuda_check(lua_State *L, CUresult rc, const char *what); /* raises on a CUDA error */
 int dlp_cuda_check_device(lua_State *L, lua_Integer id, const char *what);
 
@@ -57,5 +56,17 @@ void dlp_cuda_stream_retain(dlp_CudaStream *s);
 CUresult dlp_cuda_make_wait(const dlp_CudaStream *waiter, const dlp_CudaStream *producer);
 /* Let go of the memory held for queued work that completed; with wait, wait for all of it first. */
 void dlp_cuda_drain_pending(int wait);
+
+/* The stream of the pending work on o's memory (on device d), retained; NULL: none (host memory). */
+dlp_CudaStream *dlp_cuda_owner_stream(dlp_Owner *o, DLDevice d);
+/* Holds for launch.c: a new one (NULL: no memory), an owner added (at most 4), and the hold
+ * committed behind the work issued on stream so far (takes h; see cuda.c). */
+dlp_CudaHold *dlp_cuda_hold_new(void);
+void dlp_cuda_hold_owner(dlp_CudaHold *h, dlp_Owner *o);
+CUresult dlp_cuda_hold_commit(dlp_CudaHold *h, CUstream stream, int device);
+
+/* The PTX of the kernel families (generated from src/compute/cuda/ptx/ into the build). */
+#define DLP_KERNEL_FAMILIES 13
+extern const char *const dlp_kernel_ptx[DLP_KERNEL_FAMILIES];
 
 #endif

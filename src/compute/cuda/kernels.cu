@@ -1,0 +1,138 @@
+/* The CUDA kernels of the elementwise functions: ops.h's element expressions, one kernel per
+ * (operation, compute type), named dlp_<op>_<type> as the CPU loops are named <op>_<type>.
+ *
+ * Family 12 holds the strided copies, by element size. Compiled twice from this one source:
+ *   - as CUDA, to PTX, one file per family (DLP_FAMILY: a compute type, or the mixed integer
+ *     comparisons), by `make ptx` with the toolkit; the PTX is kept in the repository under
+ *     ptx/, embedded in the module and loaded by the driver a family at a time on first use
+ *     (src/cuda/launch.c), so the module builds with no toolkit;
+ *   - as C, every family at once, into the fake driver of the specs (spec/c/fakecuda.c), which
+ *     runs a launch by calling each thread of the grid in turn and translates device addresses
+ *     (bounds-checked) to its shadow memory. So `make test` runs these very kernels.
+ *
+ * Each thread walks elements i = thread, thread + threads, ... (args.h): the element's byte
+ * offset in each operand comes from i by dividing through the shape, innermost last. */
+#include "compute/cuda/args.h"
+#include "compute/ops.h"
+
+#ifndef DLP_FAMILY
+#define DLP_FAMILY -1 /* every family: the fake driver's C */
+#endif
+#define FAMILY(n) (DLP_FAMILY < 0 || DLP_FAMILY == (n))
+
+#ifdef __CUDACC__
+#define KERNEL(name) extern "C" __global__ void name(const dlp_ElementwiseArgs A)
+#define THREAD ((int64_t)blockIdx.x * blockDim.x + threadIdx.x)
+#define THREADS ((int64_t)gridDim.x * blockDim.x)
+#define BYTES(address, n, write) ((void *)(uintptr_t)(address))
+#define ROLLED _Pragma("unroll 1") /* the walk over the dimensions stays a loop: small PTX */
+#else
+/* The fake driver's side: the thread being run and the grid's size, and the bytes of device
+ * memory at an address (a launch that reaches outside its allocations is reported there). */
+int64_t dlp_fake_thread(void);
+int64_t dlp_fake_threads(void);
+void *dlp_fake_device_bytes(uint64_t address, int64_t n, int write);
+#define KERNEL(name) void name(const dlp_ElementwiseArgs *args); void name(const dlp_ElementwiseArgs *args)
+#define A (*args)
+#define THREAD dlp_fake_thread()
+#define THREADS dlp_fake_threads()
+#define BYTES(address, n, write) dlp_fake_device_bytes((address), (n), (write))
+#define ROLLED
+#endif
+
+/* Run the statements for each element of the launch, with off[k] the element's byte offset in
+ * operand k (of the first nops). */
+#define EACH_ELEMENT(nops, ...)                                                                        \
+  for (int64_t i = THREAD, step = THREADS; i < A.numel; i += step) {                                  \
+    int64_t off[DLP_KERNEL_MAX_OPS] = {0, 0, 0, 0}, rest = i;                                         \
+    ROLLED                                                                                             \
+    for (int d = A.ndim - 1; d >= 0; d--) {                                                            \
+      int64_t n = A.shape[d], at = d > 0 ? rest % n : rest;                                            \
+      rest = d > 0 ? rest / n : 0;                                                                     \
+      for (int k = 0; k < (nops); k++) off[k] += at * A.strides[k][d];                                 \
+    }                                                                                                  \
+    __VA_ARGS__                                                                                        \
+  }
+
+/* operand k's element as a T (the scalar's value, or memory); the output's element set to v */
+#define LOAD(T, k, var)                                                                                \
+  T var;                                                                                               \
+  if ((A.scalars >> (k)) & 1) {                                                                        \
+    uint64_t word_ = A.value[k][0];                                                                    \
+    memcpy(&var, &word_, sizeof var);                                                                  \
+  } else {                                                                                             \
+    var = *(const T *)BYTES(A.data[k] + (uint64_t)off[k], (int64_t)sizeof(T), 0);                      \
+  }
+#define STORE(R, v) (*(R *)BYTES(A.data[0] + (uint64_t)off[0], (int64_t)sizeof(R), 1) = (v))
+
+#define K2(name, T, R, EXPR) \
+  KERNEL(dlp_##name) { EACH_ELEMENT(3, LOAD(T, 1, x) LOAD(T, 2, y) STORE(R, (R)(EXPR));) }
+#define K1(name, T, R, EXPR) \
+  KERNEL(dlp_##name) { EACH_ELEMENT(2, LOAD(T, 1, x) STORE(R, (R)(EXPR));) }
+#define KC(name, T, MAXF, MINF) \
+  KERNEL(dlp_##name) { EACH_ELEMENT(4, LOAD(T, 1, x) LOAD(T, 2, l) LOAD(T, 3, h) T m = MAXF(x, l); STORE(T, MINF(m, h));) }
+#define KW(name, T, NORM)                                                                              \
+  KERNEL(dlp_##name) {                                                                                 \
+    EACH_ELEMENT(4, LOAD(b8, 1, c) LOAD(T, 2, x) LOAD(T, 3, y) T v = c ? x : y; STORE(T, NORM(v));)    \
+  }
+#define KM(name, TX, TY, EXPR) \
+  KERNEL(dlp_##name) { EACH_ELEMENT(3, LOAD(TX, 1, x) LOAD(TY, 2, y) STORE(b8, (b8)(EXPR));) }
+
+#define INT_KERNELS(s, T) DLP_INT_OPS(K2, K1, KC, s, T) DLP_COMPARE_OPS(K2, K1, KW, s, T)
+#define FLOAT_KERNELS(s, T, F) DLP_FLOAT_OPS(K2, K1, KC, s, T, F) DLP_COMPARE_OPS(K2, K1, KW, s, T)
+
+/* The families, numbered as the module's compute types (kernels.c, dlp_compute_index). */
+#if FAMILY(0)
+DLP_BOOL_OPS(K2, K1, KC, KW)
+#endif
+#if FAMILY(1)
+INT_KERNELS(i8, int8_t)
+#endif
+#if FAMILY(2)
+INT_KERNELS(i16, int16_t)
+#endif
+#if FAMILY(3)
+INT_KERNELS(i32, int32_t)
+#endif
+#if FAMILY(4)
+INT_KERNELS(i64, int64_t)
+#endif
+#if FAMILY(5)
+INT_KERNELS(u8, uint8_t)
+#endif
+#if FAMILY(6)
+INT_KERNELS(u16, uint16_t)
+#endif
+#if FAMILY(7)
+INT_KERNELS(u32, uint32_t)
+#endif
+#if FAMILY(8)
+INT_KERNELS(u64, uint64_t)
+#endif
+#if FAMILY(9)
+FLOAT_KERNELS(f32, float, f)
+#endif
+#if FAMILY(10)
+FLOAT_KERNELS(f64, double, )
+#endif
+#if FAMILY(11)
+DLP_MIXED_OPS(KM)
+#endif
+/* strided copies by element size, any dtype of that size */
+#define COPIES(K) K(copy_1, uint8_t, uint8_t, x) K(copy_2, uint16_t, uint16_t, x) K(copy_4, uint32_t, uint32_t, x) \
+  K(copy_8, uint64_t, uint64_t, x)
+#if FAMILY(12)
+COPIES(K1)
+#endif
+
+#ifndef __CUDACC__
+/* The fake driver's table of the kernels by name. */
+#include "compute/cuda/fake_kernels.h"
+#define ENTRY(name, ...) {"dlp_" #name, dlp_##name},
+#define INT_ENTRIES(s, T) DLP_INT_OPS(ENTRY, ENTRY, ENTRY, s, T) DLP_COMPARE_OPS(ENTRY, ENTRY, ENTRY, s, T)
+#define FLOAT_ENTRIES(s, T, F) DLP_FLOAT_OPS(ENTRY, ENTRY, ENTRY, s, T, F) DLP_COMPARE_OPS(ENTRY, ENTRY, ENTRY, s, T)
+const dlp_FakeKernel dlp_fake_kernels[] = {
+  DLP_BOOL_OPS(ENTRY, ENTRY, ENTRY, ENTRY) DLP_INTS(INT_ENTRIES) DLP_FLOATS(FLOAT_ENTRIES) DLP_MIXED_OPS(ENTRY) COPIES(ENTRY)
+  {NULL, NULL},
+};
+#endif
