@@ -110,7 +110,7 @@ endif
 # family, kept in the repository so that the module builds without the CUDA toolkit; `make ptx`
 # regenerates them with nvcc (and CI checks that they match their source). The module embeds them
 # as strings.
-KERNEL_FAMILIES = 0 1 2 3 4 5 6 7 8 9 10 11 12
+KERNEL_FAMILIES = $(shell seq 0 25)
 PTX_DIR     = src/compute/cuda/ptx
 PTX_FILES   = $(KERNEL_FAMILIES:%=$(PTX_DIR)/family%.ptx)
 PTX_ARCH    = compute_80

@@ -447,6 +447,17 @@ dlp_IterLoop dlp_mixed_kernel(int op, int x_unsigned);
 const char *dlp_kernel_name(int op, int compute_dtype, int *family);
 const char *dlp_mixed_kernel_name(int op, int x_unsigned, int *family);
 
+/* ---- on_cuda.c: the computing functions' work on CUDA device memory, as kernels ----
+ * dlp_run_on_cuda: one launch of `kernel` (of `family`) over nops operands as the iteration
+ * engine would walk them (operand 0 the output; a NULL tensor is the scalar values[k], in the
+ * kernel's type; sizes[k] the element size the kernel reads), on `stream` (NULL: the operands').
+ * dlp_copy_on_cuda: dst = src (same shape, one device, any strides), converting between the real
+ * dtypes; others raise. */
+void dlp_run_on_cuda(lua_State *L, const char *what, dlp_CudaStream *stream, int nops, int ndim, const int64_t *shape,
+                     char *const *data, const int64_t (*strides)[DLP_MAX_NDIM], dlp_Tensor *const *tensors,
+                     const void *const *values, const int *sizes, const char *kernel, int family);
+void dlp_copy_on_cuda(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStream *stream, const char *what);
+
 /* ---- operands.c: the operands and options of the computing functions ---- */
 
 /* The options table of a computing function: out (elementwise), dtype, keepdim and correction

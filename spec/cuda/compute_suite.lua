@@ -35,6 +35,7 @@ local VALUES = {
   int64 = {-2 ^ 40, -3, 0, 5, 7, 2 ^ 50}, uint8 = {0, 1, 3, 5, 200, 255}, uint16 = {0, 1, 3, 5, 7, 65535},
   uint32 = {0, 1, 3, 5, 7, 4294967295}, uint64 = {0, 1, 3, 5, 7, 2 ^ 60},
   float32 = {-2.5, -0.0, 0.0, 1.5, 3.25, 1e30}, float64 = {-2.5, -0.0, 0.0, 1.5, 3.25, 1e300},
+  float16 = {-2.5, -0.0, 0.0, 1.5, 3.25, 60000}, bfloat16 = {-2.5, -0.0, 0.0, 1.5, 3.25, 1e30},
 }
 local MATH = {sqrt = true, exp = true, log = true, log1p = true, expm1 = true, sin = true, cos = true, tan = true,
               tanh = true, sigmoid = true, pow = true, div = true}
@@ -82,8 +83,6 @@ describe("computing on CUDA tensors", function()
           local dx, dy = x:to("cuda:0"), y:to("cuda:0")
           if op == "pow" and result.dtype:match("^int") then -- negative exponents are refused on the host
             raises(function() return dlpack[op](dx, dy) end, "not checked on the device yet")
-          elseif result.dtype ~= dtype and result.dtype ~= "bool" then -- the CPU converts (bool << bool)
-            raises(function() return dlpack[op](dx, dy) end, "do not convert inside a computation yet")
           else
             agrees(op .. " " .. dtype, dlpack[op], x, y)
           end
@@ -98,12 +97,7 @@ describe("computing on CUDA tensors", function()
     for dtype, values in pairs(VALUES) do
       local x = dlpack.tensor(values, dtype)
       for _, op in ipairs(unary) do
-        local ok, result = pcall(dlpack[op], x)
-        if ok and result.dtype ~= dtype and result.dtype ~= "bool" then -- sqrt of an integer: converts
-          raises(function() return dlpack[op](x:to("cuda:0")) end, "do not convert inside a computation yet")
-        elseif ok then
-          agrees(op .. " " .. dtype, dlpack[op], x)
-        end
+        if pcall(dlpack[op], x) then agrees(op .. " " .. dtype, dlpack[op], x) end
       end
     end
   end)
@@ -116,6 +110,58 @@ describe("computing on CUDA tensors", function()
       agrees("scalar first " .. dtype, function(t) return dlpack.sub(100, t) end, x)
     end
     agrees("float scalar", function(t) return t * 0.5 end, dlpack.tensor({1, 2, 3}, "float32"))
+  end)
+
+  it("operands of different dtypes convert on the device, through float16 where the CPU does", function()
+    local pairs_ = {{"int32", "float32"}, {"uint8", "int8"}, {"int64", "uint64"}, {"float16", "bfloat16"},
+                    {"bool", "float16"}, {"uint32", "float64"}, {"float16", "int16"}}
+    for _, p in ipairs(pairs_) do
+      local x, y = dlpack.tensor(VALUES[p[1]], p[1]), dlpack.tensor(VALUES[p[2]], p[2])
+      for _, op in ipairs({"add", "mul", "maximum", "lt", "eq", "div"}) do
+        if pcall(dlpack[op], x, y) then agrees(op .. " " .. p[1] .. " " .. p[2], dlpack[op], x, y) end
+      end
+    end
+    agrees("sqrt of int16", dlpack.sqrt, dlpack.tensor(VALUES.int16, "int16"))
+    agrees("dtype=", function(a, b) return dlpack.add(a, b, {dtype = "float16"}) end,
+           dlpack.tensor(VALUES.float32, "float32"), dlpack.tensor(VALUES.int8, "int8"))
+    agrees("out= of another dtype", function(a, b)
+      local out = dlpack.zeros({6}, "float16", a.device)
+      dlpack.mul(a, b, {out = out})
+      return out
+    end, dlpack.tensor(VALUES.float64, "float64"), dlpack.tensor(VALUES.float64, "float64"))
+    agrees("in place, cast back", function(a) return a:clone():mul_(2.5) end, dlpack.tensor(VALUES.float16, "float16"))
+    raises(function() return dlpack.tensor({1, 2}, "int32"):to("cuda:0"):add_(0.5) end, "same_kind")
+  end)
+
+  it("converts between every pair of real dtypes on the device as the CPU does", function()
+    local names = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
+                   "bfloat16", "float32", "float64"}
+    local extreme = {float64 = {-1e300, -70000.75, -1.5, 0.5, 255.5, 1e19, 0 / 0, 1 / 0, -2 ^ 63, 2 ^ 64}}
+    for _, from in ipairs(names) do
+      local x = dlpack.tensor(extreme[from] or VALUES[from], from)
+      for _, to in ipairs(names) do
+        agrees("to " .. from .. " -> " .. to, function(t) return t:to(to) end, x)
+      end
+    end
+    local wide = dlpack.tensor({2 ^ 62 + 2 ^ 38 + 1, -(2 ^ 62 + 2 ^ 38 + 1), 2 ^ 53 + 1}, "int64")
+    agrees("int64 to float32 in one rounding", function(t) return t:to("float32") end, wide)
+    agrees("int64 to bfloat16 in one rounding", function(t) return t:to("bfloat16") end, wide)
+  end)
+
+  it("contiguous, clone and copy stay on the device, any strides", function()
+    local m = dlpack.arange(60, "float32"):view({3, 4, 5})
+    agrees("contiguous of a transpose", function(t) return t:transpose(1, 3):contiguous() end, m)
+    agrees("clone of a flipped slice", function(t) return t:flip(2):clone() end, m)
+    agrees("copy converting", function(t)
+      local d = dlpack.zeros({5, 4, 3}, "int16", t.device)
+      return d:copy(t:transpose(1, 3))
+    end, m)
+    local d = m:to("cuda:0")
+    local launches = fake and fake.calls("cuLaunchKernel")
+    local c = d:transpose(1, 2):contiguous()
+    assert.are.equal("cuda:0", c.device)
+    if fake then assert.is_true(fake.calls("cuLaunchKernel") > launches, "a kernel copied") end
+    assert.are.equal(d, d:contiguous(), "already contiguous: itself")
   end)
 
   it("broadcasts and walks any strides: transposed, sliced, flipped and expanded views", function()
@@ -153,8 +199,7 @@ describe("computing on CUDA tensors", function()
     raises(function() return d + h end, "add: operands on different devices: cuda:0 and cpu")
     raises(function() return dlpack.add(h, d) end, "operands on different devices: cuda:0 and cpu")
     raises(function() return dlpack.add(d, d, {out = h}) end, "operands on different devices: cuda:0 and cpu")
-    raises(function() return d + dlpack.tensor({1, 2}, "int32"):to("cuda:0") end, "convert with :to first")
-    raises(function() return dlpack.tensor({1, 2}, "float16"):to("cuda:0") + 1 end, "convert with :to first")
+    raises(function() return dlpack.zeros({2}, "complex64", "cuda:0") + 1 end, "does not run on CUDA devices yet")
     raises(function()
       local i = dlpack.tensor({1, 2}, "int32"):to("cuda:0")
       return dlpack.idiv(i, i)

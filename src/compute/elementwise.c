@@ -7,7 +7,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "compute/cuda/args.h"
 #include "internal.h"
 
 /* How an operation chooses its dtypes from the promoted dtype P of its inputs. */
@@ -368,59 +367,18 @@ static int compute_device(lua_State *L, dlp_Tensor *const *t, int n, const char 
   return first->dl.device.device_id;
 }
 
-/* Run the planned operation as a CUDA kernel on device memory: the same operands, strides and
- * scalars the CPU loop would get, walked by the same iteration engine's merged dimensions. */
-static void run_on_cuda(lua_State *L, const char *what, int nops, int ndim, const int64_t *shape, char *const *data,
-                        const int64_t (*strides)[DLP_MAX_NDIM], dlp_Tensor *const *tensors, const Operand *in,
-                        const int *sizes, const char *kernel, int family) {
-  dlp_ElementwiseArgs args;
-  dlp_Iter it;
-  dlp_CudaLaunch launch;
-  memset(&args, 0, sizeof args);
-  memset(&launch, 0, sizeof launch);
-  dlp_iter_init(&it, nops, ndim, shape, data, strides, 1);
-  args.numel = it.numel;
-  args.ndim = it.ndim;
-  for (int i = 0; i < it.ndim; i++) args.shape[i] = it.shape[i];
-  for (int k = 0; k < nops; k++) {
-    if (k > 0 && !tensors[k]) { /* a Lua scalar, already in the kernel's type */
-      args.scalars |= 1 << k;
-      memcpy(args.value[k], in[k - 1].value.bytes, sizeof args.value[k]);
-      continue;
-    }
-    /* a kernel reads elements as its C type: they must sit at multiples of its size */
-    int misaligned = (uintptr_t)it.data[k] % (uintptr_t)sizes[k] != 0;
-    for (int i = 0; i < it.ndim; i++) {
-      args.strides[k][i] = it.strides[k][i];
-      misaligned |= it.strides[k][i] % sizes[k] != 0;
-    }
-    if (misaligned && it.numel > 0)
-      luaL_error(L, "%s: a CUDA operand's elements are not aligned to their size (%d bytes)", what, sizes[k]);
-    args.data[k] = (uint64_t)(uintptr_t)it.data[k];
-    launch.operands[launch.noperands++] = tensors[k];
+/* A temporary on t's device holding t converted to `to`, through `mid` first when the CPU loop
+ * would (plan_conversion); pushed. */
+static dlp_Tensor *converted_on_cuda(lua_State *L, dlp_Tensor *t, int mid, int to, const char *what) {
+  dlp_Tensor *from = t, *r;
+  if (mid >= 0 && mid != t->dtype && mid != to) {
+    from = dlp_tensor_new(L, mid, 0, t->dl.device, t->dl.ndim, t->dl.shape, 0, what);
+    dlp_copy_on_cuda(L, from, t, NULL, what);
   }
-  launch.what = what;
-  launch.kernel = kernel;
-  launch.family = family;
-  launch.args = &args;
-  launch.stream = dlp_cuda_compute_stream(launch.operands, launch.noperands, NULL);
-  dlp_cuda_launch(L, &launch); /* takes the stream; raises only after letting go of what it took */
-}
-
-/* dst = src on one CUDA device, any strides, same dtype (a 16-byte complex128 as two 8-byte halves
- * is not done: it raises). */
-static void copy_on_cuda(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, const char *what) {
-  static const char *const names[] = {"dlp_copy_1", "dlp_copy_2", NULL, "dlp_copy_4", NULL, NULL, NULL, "dlp_copy_8"};
-  int size = (int)dlp_dtypes[src->dtype].itemsize, sizes[2] = {size, size};
-  int64_t strides[2][DLP_MAX_NDIM];
-  char *data[2] = {dlp_first_element(dst), dlp_first_element(src)};
-  dlp_Tensor *tensors[2] = {dst, src};
-  if (size < 1 || size > 8 || !names[size - 1] || dlp_is_packed(src->dtype, src->flags))
-    luaL_error(L, "%s: CUDA copies of %s are not done on the device yet", what, dlp_dtypes[src->dtype].name);
-  dlp_broadcast_strides(dst, dst->dl.ndim, dst->dl.shape, strides[0]);
-  dlp_broadcast_strides(src, dst->dl.ndim, dst->dl.shape, strides[1]);
-  run_on_cuda(L, what, 2, dst->dl.ndim, dst->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, tensors, NULL,
-              sizes, names[size - 1], 12);
+  r = dlp_tensor_new(L, to, 0, t->dl.device, t->dl.ndim, t->dl.shape, 0, what);
+  dlp_copy_on_cuda(L, r, from, NULL, what);
+  if (from != t) dlp_tensor_release(from);
+  return r;
 }
 
 /* ---- the driver ---- */
@@ -581,7 +539,7 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
     if (in[k].t) dlp_live(L, in[k].t, c->what);
   for (int k = 0; k < n; k++)
     if (source[k] && source[k] != in[k].t) {
-      if (gpu >= 0) copy_on_cuda(L, source[k], in[k].t, c->what);
+      if (gpu >= 0) dlp_copy_on_cuda(L, source[k], in[k].t, NULL, c->what);
       else dlp_copy(L, source[k], in[k].t, NULL, c->what);
     }
 
@@ -623,16 +581,32 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
     const char *name = mixed ? dlp_mixed_kernel_name(c->op, want[0] == DLP_UINT64, &family)
                        : c->kernel ? NULL : dlp_kernel_name(c->op, loop_in, &family);
     if (!name) luaL_error(L, "%s: does not run on CUDA devices yet", c->what);
-    for (int k = 0; k <= n && run.converts; k++) /* the first operand the CPU loop would convert */
-      if (run.convert[k] || run.convert_mid[k])
-        luaL_error(L, "%s: CUDA tensors do not convert inside a computation yet (%s would be converted to %s); "
-                   "convert with :to first", c->what, dlp_dtypes[k ? source[k - 1]->dtype : loop_out].name,
-                   dlp_dtypes[k ? want[k - 1] : out->dtype].name);
-    dlp_Tensor *ops_t[DLP_ITER_MAX_OPS] = {out, source[0], source[1], source[2]};
-    sizes[0] = (int)dlp_dtypes[out->dtype].itemsize;
+    /* operands the CPU loop converts in blocks are converted whole into device temporaries
+     * first (through the same dtypes), and a result the loop would convert is written to one */
+    dlp_Tensor *ops_t[DLP_ITER_MAX_OPS] = {out, source[0], source[1], source[2]}, *temps[DLP_ITER_MAX_OPS] = {NULL};
+    for (int k = 0; k < n; k++)
+      if (source[k] && (run.convert[k + 1] || run.convert_mid[k + 1])) {
+        ops_t[k + 1] = temps[k + 1] = converted_on_cuda(L, source[k], mid[k], want[k], c->what);
+        data[k + 1] = dlp_first_element(temps[k + 1]);
+        dlp_broadcast_strides(temps[k + 1], ndim, shape, strides[k + 1]);
+      }
+    if (run.convert[0] || run.convert_mid[0]) {
+      ops_t[0] = temps[0] = dlp_tensor_new(L, loop_out, 0, out->dl.device, ndim, shape, 0, c->what);
+      data[0] = dlp_first_element(temps[0]);
+      dlp_broadcast_strides(temps[0], ndim, shape, strides[0]);
+    }
+    sizes[0] = (int)dlp_dtypes[ops_t[0]->dtype].itemsize;
     for (int k = 0; k < n; k++) sizes[k + 1] = (int)dlp_dtypes[want[k]].itemsize;
-    run_on_cuda(L, c->what, n + 1, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, ops_t, in, sizes,
-                name, family);
+    const void *values[DLP_ITER_MAX_OPS] = {NULL, in[0].value.bytes, in[1].value.bytes, in[2].value.bytes};
+    dlp_run_on_cuda(L, c->what, NULL, n + 1, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, ops_t, values,
+                    sizes, name, family);
+    if (temps[0]) { /* rounded to the result dtype before going into an out of another, as on the CPU */
+      dlp_Tensor *rounded = converted_on_cuda(L, temps[0], -1, result, c->what);
+      dlp_copy_on_cuda(L, out, rounded, NULL, c->what);
+      dlp_tensor_release(rounded);
+    }
+    for (int k = 0; k <= n; k++)
+      if (temps[k]) dlp_tensor_release(temps[k]);
   } else {
     dlp_Iter it;
     dlp_iter_init(&it, n + 1, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1);

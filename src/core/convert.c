@@ -1,322 +1,119 @@
 /* Typed loops over one row of elements: conversion between the element types that convert
  * (bool, the integers, float16, bfloat16, float32, float64, complex64, complex128), same-type
  * moves and fills. One kernel per pair of dtypes, each a plain loop the compiler vectorises
- * when both rows are contiguous. The conversion rules are those of C casts, written once per
- * destination type (store_*): integers wrap, floats truncate toward zero and saturate (NaN
- * gives 0), anything becomes bool as "~= 0", complex becomes real by its real part, and
- * float16/bfloat16 round to nearest even straight from the source value. Elements may sit at
+ * when both rows are contiguous. The conversion of one element between real dtypes is
+ * convert_rules.h's, shared with the CUDA kernels: integers wrap, floats truncate toward zero and
+ * saturate (NaN gives 0), anything becomes bool as "~= 0", and float16/bfloat16 round to nearest
+ * even straight from the source value; complex becomes real by its real part. Elements may sit at
  * any address (producers need not align them): every load and store goes through memcpy,
  * which compilers turn into plain moves. */
 #include <math.h>
 #include <string.h>
 
+#include "core/convert_rules.h"
 #include "internal.h"
 
-/* ---- float16 and bfloat16, bit by bit ---- */
+/* ---- the exported scalar conversions (dtype.c, random.c, values.c use them) ---- */
 
-float dlp_half_to_float(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1F, m = h & 0x3FF, bits;
-  float f;
-  if (e == 0) { /* zero or subnormal: m * 2^-24, exact in float */
-    f = (float)m * 0x1p-24f;
-    memcpy(&bits, &f, 4);
-    bits |= sign;
-  } else if (e == 31) {
-    bits = sign | 0x7F800000 | (m << 13);
-  } else {
-    bits = sign | ((e + 112) << 23) | (m << 13);
+float dlp_half_to_float(uint16_t h) { return dlp_rule_half_to_float(h); }
+float dlp_bfloat_to_float(uint16_t h) { return dlp_rule_bfloat_to_float(h); }
+uint16_t dlp_half_from_double(double d) { return dlp_rule_half_from_double(d); }
+uint16_t dlp_bfloat_from_double(double d) { return dlp_rule_bfloat_from_double(d); }
+double dlp_uint64_to_odd_double(uint64_t v) { return dlp_rule_odd_double_u(v); }
+double dlp_int64_to_odd_double(int64_t v) { return dlp_rule_odd_double_i(v); }
+
+/* ---- the kernels: one per (source, destination) pair ---- */
+
+#define STORE(p, T, x) do { T v_ = (x); memcpy((p), &v_, sizeof v_); } while (0)
+#define ROW(ssz, dsz, ...)                                                               \
+  if (dstep == (dsz) && sstep == (ssz)) {                                                       \
+    for (int64_t i = 0; i < n; i++) { const char *sp_ = sp + i * (ssz); char *dp_ = dp + i * (dsz); __VA_ARGS__ } \
+  } else {                                                                                      \
+    for (int64_t i = 0; i < n; i++) { const char *sp_ = sp + i * sstep; char *dp_ = dp + i * dstep; __VA_ARGS__ } \
   }
-  memcpy(&f, &bits, 4);
-  return f;
-}
 
-float dlp_bfloat_to_float(uint16_t h) {
-  uint32_t bits = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
-
-/* Drop the low `drop` bits of the magnitude a (an IEEE bit pattern without its sign, finite),
- * rounding to nearest even; a carry out of the mantissa lands in the exponent, as it should. */
-static uint64_t round_bits(uint64_t a, int drop) {
-  uint64_t half = (uint64_t)1 << (drop - 1), rest = a & ((half << 1) - 1), kept = a >> drop;
-  return kept + (rest > half || (rest == half && (kept & 1)));
-}
-
-static inline uint16_t float16_from_float(float f) { /* round to nearest even */
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
-  uint32_t a = x & 0x7FFFFFFF;
-  if (a > 0x7F800000) return sign | 0x7E00;              /* NaN */
-  if (a >= 0x477FF000) return sign | 0x7C00;             /* 65520 and up round to infinity */
-  if (a < 0x38800000) {                                  /* below 2^-14: a subnormal half */
-    float m = fabsf(f) * 0x1p24f;                        /* exact scaling: the half's mantissa */
-    return sign | (uint16_t)(m + 0x1p23f - 0x1p23f);     /* rounded to an integer, to nearest even */
+/* real to real: convert_rules.h, as the CUDA kernels do */
+#define REAL_PAIR(S, s, ST, sc, D, d, DT, dc)                                                   \
+  static void convert_##s##_##d(char *dp, int64_t dstep, const char *sp, int64_t sstep, int64_t n) { \
+    ROW((int64_t)sizeof(ST), (int64_t)sizeof(DT),                                               \
+        ST v; memcpy(&v, sp_, sizeof v); STORE(dp_, DT, DLP_CONVERT(d, sc, DLP_LOAD_##s(v)));) \
   }
-  /* rebias the exponent (-112 << 23), then drop 13 bits rounding to nearest even */
-  return sign | (uint16_t)((a + 0xC8000FFF + ((a >> 13) & 1)) >> 13);
-}
+#define REAL_PAIRS_FROM(S, s, ST, sc) DLP_REAL_DESTINATIONS(REAL_PAIR, S, s, ST, sc)
+DLP_REAL_DTYPES(REAL_PAIRS_FROM)
 
-uint16_t dlp_half_from_double(double d) {
-  uint64_t x;
-  memcpy(&x, &d, 8);
-  uint16_t sign = (uint16_t)((x >> 48) & 0x8000);
-  uint64_t a = x & 0x7FFFFFFFFFFFFFFF;
-  if (a > 0x7FF0000000000000) return sign | 0x7E00;
-  if (a >= 0x40EFFE0000000000) return sign | 0x7C00;      /* 65520 and up */
-  if (a < 0x3F10000000000000) {                          /* below 2^-14 */
-    double m = fabs(d) * 0x1p24;
-    return sign | (uint16_t)(m + 0x1p52 - 0x1p52);
-  }
-  return sign | (uint16_t)(round_bits(a, 42) - ((uint64_t)1008 << 10));
-}
-
-static inline uint16_t bfloat16_from_float(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  if ((x & 0x7FFFFFFF) > 0x7F800000) return (uint16_t)(((x >> 16) & 0x8000) | 0x7FC0); /* NaN */
-  return (uint16_t)((x + 0x7FFF + ((x >> 16) & 1)) >> 16); /* to nearest even; a carry makes infinity */
-}
-
-uint16_t dlp_bfloat_from_double(double d) {
-  uint64_t x;
-  memcpy(&x, &d, 8);
-  uint16_t sign = (uint16_t)((x >> 48) & 0x8000);
-  uint64_t a = x & 0x7FFFFFFFFFFFFFFF;
-  if (a > 0x7FF0000000000000) return sign | 0x7FC0;
-  if (a >= 0x47EFFFF000000000) return sign | 0x7F80;      /* rounds past the largest bfloat16 */
-  if (a < 0x3810000000000000) {                          /* below 2^-126: a subnormal bfloat16 */
-    double m = fabs(d) * 0x1p133;
-    return sign | (uint16_t)(m + 0x1p52 - 0x1p52);
-  }
-  return sign | (uint16_t)(round_bits(a, 45) - ((uint64_t)896 << 7));
-}
-
-/* An integer as a double rounded to odd: exact below 2^53; beyond, the last of its 53 bits is set
- * when any bit dropped was. Rounding that double once more, to a float of 24 bits or fewer
- * (float32, bfloat16, float16), then gives the integer correctly rounded, as if rounded once:
- * through a double rounded to nearest, 2^62 + 2^38 + 1 would become 2^62 in float32, not 2^62 + 2^39.
- * (float16 needs none of it: from 65520 up every integer is infinity there, and below 2^53 a
- * double is exact.) */
-static double odd_double_beyond_2_53(uint64_t v) {
-  int drop = 1; /* bits beyond 53: 1 to 11 */
-  while (v >> drop >= (uint64_t)1 << 53) drop++;
-  uint64_t kept = v >> drop | ((v & (((uint64_t)1 << drop) - 1)) != 0);
-  return (double)kept * (double)((uint64_t)1 << drop); /* kept has 53 bits, times a power of two: exact */
-}
-
-static inline double odd_double_u(uint64_t v) {
-  return v < (uint64_t)1 << 53 ? (double)v : odd_double_beyond_2_53(v);
-}
-
-static inline double odd_double_i(int64_t v) {
-  if (v > -((int64_t)1 << 53) && v < (int64_t)1 << 53) return (double)v;
-  double d = odd_double_beyond_2_53(v < 0 ? 0 - (uint64_t)v : (uint64_t)v);
-  return v < 0 ? -d : d;
-}
-
-/* v as a double that a second rounding, dropping the low `drop` bits of its 52-bit fraction
- * (29 for float32, 45 for bfloat16), rounds as if it rounded v once. The double rounded to
- * nearest does, unless it is a midpoint of the narrow float (only there can the second rounding
- * go the other way); then the one rounded to odd. So the fast conversion serves all but a few. */
-static inline int is_midpoint(double d, int drop) {
-  uint64_t bits;
-  memcpy(&bits, &d, sizeof bits);
-  return (bits & (((uint64_t)1 << drop) - 1)) == (uint64_t)1 << (drop - 1);
-}
-static inline double once_double_i(int64_t v, int drop) {
-  double d = (double)v;
-  return is_midpoint(d, drop) ? odd_double_i(v) : d;
-}
-static inline double once_double_u(uint64_t v, int drop) {
-  double d = (double)v;
-  return is_midpoint(d, drop) ? odd_double_u(v) : d;
-}
-
-double dlp_uint64_to_odd_double(uint64_t v) { return odd_double_u(v); }
-double dlp_int64_to_odd_double(int64_t v) { return odd_double_i(v); }
-
-/* ---- loads: each source type as the value it converts from ---- */
-
+/* complex: a real value becomes the real part; a complex one gives its real part to a real dtype
+ * (bool: either part nonzero) */
 typedef struct Complex {
   double re, im;
 } Complex;
-
-#define DEFINE_LOAD(name, storage, value, expr) \
-  static inline value name(const char *p) { storage v; memcpy(&v, p, sizeof v); return (value)(expr); }
-DEFINE_LOAD(load_bool, uint8_t, uint8_t, v != 0)
-DEFINE_LOAD(load_int8, int8_t, int8_t, v)
-DEFINE_LOAD(load_int16, int16_t, int16_t, v)
-DEFINE_LOAD(load_int32, int32_t, int32_t, v)
-DEFINE_LOAD(load_int64, int64_t, int64_t, v)
-DEFINE_LOAD(load_uint8, uint8_t, uint8_t, v)
-DEFINE_LOAD(load_uint16, uint16_t, uint16_t, v)
-DEFINE_LOAD(load_uint32, uint32_t, uint32_t, v)
-DEFINE_LOAD(load_uint64, uint64_t, uint64_t, v)
-DEFINE_LOAD(load_float16, uint16_t, float, dlp_half_to_float(v))
-DEFINE_LOAD(load_bfloat16, uint16_t, float, dlp_bfloat_to_float(v))
-DEFINE_LOAD(load_float32, float, float, v)
-DEFINE_LOAD(load_float64, double, double, v)
-#undef DEFINE_LOAD
-
 static inline Complex load_complex64(const char *p) {
   float v[2];
   memcpy(v, p, sizeof v);
-  return (Complex){v[0], v[1]};
+  Complex c = {v[0], v[1]};
+  return c;
 }
-
 static inline Complex load_complex128(const char *p) {
   Complex c;
   memcpy(&c, p, sizeof c);
   return c;
 }
-
-/* ---- conversions to each destination type, from each kind of value ---- */
-
-/* floats to integers: truncated toward zero, saturated, NaN -> 0 */
-#define DEFINE_SATURATE(name, type, lo, hi) \
-  static inline type name(double v) { return v != v ? 0 : v <= (double)(lo) ? (lo) : v >= (double)(hi) ? (hi) : (type)v; }
-DEFINE_SATURATE(sat_int8, int8_t, INT8_MIN, INT8_MAX)
-DEFINE_SATURATE(sat_int16, int16_t, INT16_MIN, INT16_MAX)
-DEFINE_SATURATE(sat_int32, int32_t, INT32_MIN, INT32_MAX)
-DEFINE_SATURATE(sat_uint8, uint8_t, 0, UINT8_MAX)
-DEFINE_SATURATE(sat_uint16, uint16_t, 0, UINT16_MAX)
-DEFINE_SATURATE(sat_uint32, uint32_t, 0, UINT32_MAX)
-#undef DEFINE_SATURATE
-/* the 64-bit limits are not doubles: compare against the powers of two */
-static inline int64_t sat_int64(double v) {
-  return v != v ? 0 : v >= 0x1p63 ? INT64_MAX : v < -0x1p63 ? INT64_MIN : (int64_t)v;
+static inline void store_complex64(char *p, Complex c) {
+  float v[2] = {(float)c.re, (float)c.im};
+  memcpy(p, v, sizeof v);
 }
-static inline uint64_t sat_uint64(double v) {
-  return v != v || v <= 0 ? 0 : v >= 0x1p64 ? UINT64_MAX : (uint64_t)v;
-}
+static inline void store_complex128(char *p, Complex c) { memcpy(p, &c, sizeof c); }
 
-/* Each to_<dtype>(x) picks the rule for the type of x: an integer (wraps, as uint64_t bits), a
- * float or double, or a Complex. */
-#define INTEGER_TO(name, type, sat) \
-  static inline type name##_from_bits(uint64_t v) { return (type)v; } \
-  static inline type name##_from_real(double v) { return sat(v); } \
-  static inline type name##_from_complex(Complex v) { return sat(v.re); }
-INTEGER_TO(int8, int8_t, sat_int8)
-INTEGER_TO(int16, int16_t, sat_int16)
-INTEGER_TO(int32, int32_t, sat_int32)
-INTEGER_TO(int64, int64_t, sat_int64)
-INTEGER_TO(uint8, uint8_t, sat_uint8)
-INTEGER_TO(uint16, uint16_t, sat_uint16)
-INTEGER_TO(uint32, uint32_t, sat_uint32)
-INTEGER_TO(uint64, uint64_t, sat_uint64)
-#undef INTEGER_TO
-#define TO_INTEGER(name, x) \
-  _Generic((x), float: name##_from_real, double: name##_from_real, Complex: name##_from_complex, \
-           default: name##_from_bits)(x)
-
-static inline uint8_t bool_from_bits(uint64_t v) { return v != 0; }
-static inline uint8_t bool_from_real(double v) { return v != 0; }
-static inline uint8_t bool_from_complex(Complex v) { return v.re != 0 || v.im != 0; }
-
-/* 64-bit integers reach float32 in one rounding, through once_double: C's own conversion would
- * do it in one where the compiler and the machine follow Annex F, but not every one does
- * (valgrind's emulation rounds through a double; older MSVC's uint64 conversion too). */
-static inline float float32_from_int(int64_t v) { return (float)once_double_i(v, 29); }
-static inline float float32_from_uint(uint64_t v) { return (float)once_double_u(v, 29); }
-static inline float float32_from_float(float v) { return v; }
-static inline float float32_from_double(double v) { return (float)v; }
-static inline float float32_from_complex(Complex v) { return (float)v.re; }
-static inline float float32_from_int32(int32_t v) { return (float)v; } /* exact through double too */
-
-static inline double float64_from_real(double v) { return v; }
-static inline double float64_from_complex(Complex v) { return v.re; }
-
-static inline uint16_t float16_from_double(double v) { return dlp_half_from_double(v); }
-static inline uint16_t float16_from_complex(Complex v) { return dlp_half_from_double(v.re); }
-static inline uint16_t bfloat16_from_double(double v) { return dlp_bfloat_from_double(v); }
-static inline uint16_t bfloat16_from_complex(Complex v) { return dlp_bfloat_from_double(v.re); }
-static inline uint16_t bfloat16_from_int(int64_t v) { return dlp_bfloat_from_double(once_double_i(v, 45)); }
-static inline uint16_t bfloat16_from_uint(uint64_t v) { return dlp_bfloat_from_double(once_double_u(v, 45)); }
-
-/* the imaginary part a value gives complex64 */
-static inline float imag32_from_real(double v) { (void)v; return 0; }
-static inline float imag32_from_complex(Complex v) { return (float)v.im; }
-
-static inline Complex complex_from_real(double v) { return (Complex){v, 0}; }
-static inline Complex complex_from_complex(Complex v) { return v; }
-
-#define TO_BOOL(x) \
-  _Generic((x), float: bool_from_real, double: bool_from_real, Complex: bool_from_complex, default: bool_from_bits)(x)
-#define TO_FLOAT32(x) \
-  _Generic((x), float: float32_from_float, double: float32_from_double, Complex: float32_from_complex, \
-           int32_t: float32_from_int32, int16_t: float32_from_int32, int8_t: float32_from_int32, \
-           uint16_t: float32_from_int32, uint8_t: float32_from_int32, uint64_t: float32_from_uint, \
-           default: float32_from_int)(x)
-#define TO_FLOAT64(x) _Generic((x), Complex: float64_from_complex, default: float64_from_real)(x)
-#define TO_FLOAT16(x) \
-  _Generic((x), float: float16_from_float, Complex: float16_from_complex, default: float16_from_double)(x)
-#define TO_BFLOAT16(x) \
-  _Generic((x), float: bfloat16_from_float, Complex: bfloat16_from_complex, int64_t: bfloat16_from_int, \
-           uint64_t: bfloat16_from_uint, default: bfloat16_from_double)(x)
-#define IMAG32(x) _Generic((x), Complex: imag32_from_complex, default: imag32_from_real)(x)
-#define TO_COMPLEX(x) _Generic((x), Complex: complex_from_complex, default: complex_from_real)(x)
-
-/* ---- stores ---- */
-
-/* store_<dtype>(p, x): convert x (any value type) and store it */
-#define store_bool(p, x) do { uint8_t v_ = TO_BOOL(x); memcpy((p), &v_, 1); } while (0)
-#define store_int8(p, x) do { int8_t v_ = TO_INTEGER(int8, x); memcpy((p), &v_, 1); } while (0)
-#define store_int16(p, x) do { int16_t v_ = TO_INTEGER(int16, x); memcpy((p), &v_, 2); } while (0)
-#define store_int32(p, x) do { int32_t v_ = TO_INTEGER(int32, x); memcpy((p), &v_, 4); } while (0)
-#define store_int64(p, x) do { int64_t v_ = TO_INTEGER(int64, x); memcpy((p), &v_, 8); } while (0)
-#define store_uint8(p, x) do { uint8_t v_ = TO_INTEGER(uint8, x); memcpy((p), &v_, 1); } while (0)
-#define store_uint16(p, x) do { uint16_t v_ = TO_INTEGER(uint16, x); memcpy((p), &v_, 2); } while (0)
-#define store_uint32(p, x) do { uint32_t v_ = TO_INTEGER(uint32, x); memcpy((p), &v_, 4); } while (0)
-#define store_uint64(p, x) do { uint64_t v_ = TO_INTEGER(uint64, x); memcpy((p), &v_, 8); } while (0)
-#define store_float16(p, x) do { uint16_t v_ = TO_FLOAT16(x); memcpy((p), &v_, 2); } while (0)
-#define store_bfloat16(p, x) do { uint16_t v_ = TO_BFLOAT16(x); memcpy((p), &v_, 2); } while (0)
-#define store_float32(p, x) do { float v_ = TO_FLOAT32(x); memcpy((p), &v_, 4); } while (0)
-#define store_float64(p, x) do { double v_ = TO_FLOAT64(x); memcpy((p), &v_, 8); } while (0)
-#define store_complex64(p, x) do { float v_[2] = {TO_FLOAT32(x), IMAG32(x)}; memcpy((p), v_, 8); } while (0)
-#define store_complex128(p, x) do { Complex c_ = TO_COMPLEX(x); memcpy((p), &c_, 16); } while (0)
-
-/* ---- the kernels: one per (source, destination) pair ---- */
-
-/* X(dtype enum suffix, name used above, itemsize) for every convertible dtype */
-#define CONVERTIBLE(X)                                                                          \
-  X(BOOL, bool, 1) X(INT8, int8, 1) X(INT16, int16, 2) X(INT32, int32, 4) X(INT64, int64, 8)    \
-  X(UINT8, uint8, 1) X(UINT16, uint16, 2) X(UINT32, uint32, 4) X(UINT64, uint64, 8)             \
-  X(FLOAT16, float16, 2) X(BFLOAT16, bfloat16, 2) X(FLOAT32, float32, 4) X(FLOAT64, float64, 8) \
-  X(COMPLEX64, complex64, 8) X(COMPLEX128, complex128, 16)
-
-#define KERNEL(S, s, ssz, D, d, dsz)                                                           \
-  static void convert_##s##_##d(char *dp, int64_t dstep, const char *sp, int64_t sstep, int64_t n) { \
-    if (dstep == dsz && sstep == ssz) {                                                         \
-      for (int64_t i = 0; i < n; i++) store_##d(dp + i * dsz, load_##s(sp + i * ssz));          \
-    } else {                                                                                    \
-      for (int64_t i = 0; i < n; i++) store_##d(dp + i * dstep, load_##s(sp + i * sstep));      \
-    }                                                                                           \
+#define TO_COMPLEX(S, s, ST, sc)                                                          \
+  static void convert_##s##_complex64(char *dp, int64_t dstep, const char *sp, int64_t sstep, int64_t n) { \
+    ROW((int64_t)sizeof(ST), 8, ST v; memcpy(&v, sp_, sizeof v);                                \
+        Complex c = {DLP_CONVERT(float32, sc, DLP_LOAD_##s(v)), 0}; store_complex64(dp_, c);)   \
+  }                                                                                             \
+  static void convert_##s##_complex128(char *dp, int64_t dstep, const char *sp, int64_t sstep, int64_t n) { \
+    ROW((int64_t)sizeof(ST), 16, ST v; memcpy(&v, sp_, sizeof v);                               \
+        Complex c = {DLP_CONVERT(float64, sc, DLP_LOAD_##s(v)), 0}; store_complex128(dp_, c);)  \
   }
-/* The same dtypes again, with a source bound: a macro cannot expand inside its own expansion, so
- * the pairs need a second list. KERNELS_FROM defines a source's kernels, ENTRIES_FROM its row of
- * the table. */
-#define EACH_DESTINATION(X, S, s, ssz)                                                           \
-  X(S, s, ssz, BOOL, bool, 1) X(S, s, ssz, INT8, int8, 1) X(S, s, ssz, INT16, int16, 2)          \
-  X(S, s, ssz, INT32, int32, 4) X(S, s, ssz, INT64, int64, 8)                                    \
-  X(S, s, ssz, UINT8, uint8, 1) X(S, s, ssz, UINT16, uint16, 2)                                  \
-  X(S, s, ssz, UINT32, uint32, 4) X(S, s, ssz, UINT64, uint64, 8)                                \
-  X(S, s, ssz, FLOAT16, float16, 2) X(S, s, ssz, BFLOAT16, bfloat16, 2)                          \
-  X(S, s, ssz, FLOAT32, float32, 4) X(S, s, ssz, FLOAT64, float64, 8)                            \
-  X(S, s, ssz, COMPLEX64, complex64, 8) X(S, s, ssz, COMPLEX128, complex128, 16)
-#define KERNELS_FROM(S, s, ssz) EACH_DESTINATION(KERNEL, S, s, ssz)
-CONVERTIBLE(KERNELS_FROM)
-#undef KERNELS_FROM
-#undef KERNEL
+DLP_REAL_DTYPES(TO_COMPLEX)
 
-#define ENTRY(S, s, ssz, D, d, dsz) [DLP_##S][DLP_##D] = convert_##s##_##d,
-#define ENTRIES_FROM(S, s, ssz) EACH_DESTINATION(ENTRY, S, s, ssz)
-static const dlp_RowFn converters[DLP_COMPLEX128 + 1][DLP_COMPLEX128 + 1] = {CONVERTIBLE(ENTRIES_FROM)};
+/* the value a complex number v gives a real dtype d, as a double */
+#define COMPLEX_VALUE_bool(v) ((v).re != 0 || (v).im != 0 ? 1.0 : 0.0)
+#define COMPLEX_VALUE_int8(v) (v).re
+#define COMPLEX_VALUE_int16(v) (v).re
+#define COMPLEX_VALUE_int32(v) (v).re
+#define COMPLEX_VALUE_int64(v) (v).re
+#define COMPLEX_VALUE_uint8(v) (v).re
+#define COMPLEX_VALUE_uint16(v) (v).re
+#define COMPLEX_VALUE_uint32(v) (v).re
+#define COMPLEX_VALUE_uint64(v) (v).re
+#define COMPLEX_VALUE_float16(v) (v).re
+#define COMPLEX_VALUE_bfloat16(v) (v).re
+#define COMPLEX_VALUE_float32(v) (v).re
+#define COMPLEX_VALUE_float64(v) (v).re
+#define FROM_COMPLEX(C, c, csz, unused, D, d, DT, dc)                                          \
+  static void convert_##c##_##d(char *dp, int64_t dstep, const char *sp, int64_t sstep, int64_t n) { \
+    ROW(csz, (int64_t)sizeof(DT), Complex v = load_##c(sp_);                                    \
+        STORE(dp_, DT, DLP_CONVERT(d, dbl, COMPLEX_VALUE_##d(v)));)                              \
+  }
+DLP_REAL_DESTINATIONS(FROM_COMPLEX, COMPLEX64, complex64, 8, -)
+DLP_REAL_DESTINATIONS(FROM_COMPLEX, COMPLEX128, complex128, 16, -)
+static void convert_complex64_complex128(char *dp, int64_t dstep, const char *sp, int64_t sstep, int64_t n) {
+  ROW(8, 16, store_complex128(dp_, load_complex64(sp_));)
+}
+static void convert_complex128_complex64(char *dp, int64_t dstep, const char *sp, int64_t sstep, int64_t n) {
+  ROW(16, 8, store_complex64(dp_, load_complex128(sp_));)
+}
+
+#define ENTRY(S, s, ST, sc, D, d, DT, dc) [DLP_##S][DLP_##D] = convert_##s##_##d,
+#define ENTRIES_FROM(S, s, ST, sc) DLP_REAL_DESTINATIONS(ENTRY, S, s, ST, sc) \
+  [DLP_##S][DLP_COMPLEX64] = convert_##s##_complex64, [DLP_##S][DLP_COMPLEX128] = convert_##s##_complex128,
+static const dlp_RowFn converters[DLP_COMPLEX128 + 1][DLP_COMPLEX128 + 1] = {
+  DLP_REAL_DTYPES(ENTRIES_FROM)
+  DLP_REAL_DESTINATIONS(ENTRY, COMPLEX64, complex64, -, -)
+  DLP_REAL_DESTINATIONS(ENTRY, COMPLEX128, complex128, -, -)
+  [DLP_COMPLEX64][DLP_COMPLEX128] = convert_complex64_complex128,
+  [DLP_COMPLEX128][DLP_COMPLEX64] = convert_complex128_complex64,
+};
 #undef ENTRIES_FROM
 #undef ENTRY
-#undef EACH_DESTINATION
 
 /* ---- same-type moves and fills ---- */
 

@@ -544,6 +544,15 @@ void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStrea
   if (!src_host && !dlp_device_is_cuda(src->dl.device)) dlp_check_host(L, src, what);
   dlp_cuda_require(L, what);
   dlp_cuda_drain_pending(0);
+  if (dst->dl.device.device_type == kDLCUDA && src->dl.device.device_type == kDLCUDA &&
+      dst->dl.device.device_id == src->dl.device.device_id &&
+      (dst->dtype != src->dtype || !dlp_is_contiguous(dst) || !dlp_is_contiguous(src)) &&
+      dst->dtype <= DLP_COMPLEX128 && src->dtype <= DLP_COMPLEX128) {
+    dlp_live(L, src, what);
+    dlp_live(L, dst, what);
+    dlp_copy_on_cuda(L, dst, src, stream, what); /* one device, converting or strided: a kernel */
+    return;
+  }
   if (!dst_host) check_contiguous(L, dst, what);
   if (!src_host) check_contiguous(L, src, what);
   if (!dst_host && !src_host) {

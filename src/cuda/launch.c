@@ -55,14 +55,14 @@ static CUresult find_kernel(int device, int family, const char *name, CUfunction
 }
 
 dlp_CudaStream *dlp_cuda_compute_stream(dlp_Tensor *const *operands, int n, dlp_CudaStream *given) {
-  if (given) {
-    dlp_cuda_stream_retain(given);
-    return given;
-  }
   for (int k = 0; k < n; k++)
-    if (operands[k] && operands[k]->dl.device.device_type == kDLCUDA)
-      return dlp_cuda_owner_stream(operands[k]->owner, operands[k]->dl.device);
-  return NULL;
+    if (operands[k] && operands[k]->dl.device.device_type == kDLCUDA) {
+      if (!given) return dlp_cuda_owner_stream(operands[k]->owner, operands[k]->dl.device);
+      given = dlp_cuda_on_device(given, operands[k]->dl.device.device_id); /* the default streams: this device's */
+      break;
+    }
+  if (given) dlp_cuda_stream_retain(given);
+  return given;
 }
 
 void dlp_cuda_launch(lua_State *L, const dlp_CudaLaunch *l) {
@@ -70,8 +70,12 @@ void dlp_cuda_launch(lua_State *L, const dlp_CudaLaunch *l) {
   CUfunction fn = NULL;
   CUresult rc = CUDA_SUCCESS;
   dlp_CudaStream *s = l->stream;
-  int device = s->device, queued = 0;
+  int device = l->operands[0]->dl.device.device_id, queued = 0;
   dlp_CudaHold *held;
+  if (s->device != device) {
+    dlp_cuda_stream_release(s);
+    luaL_error(L, "%s: the stream is on cuda:%d, the operands on cuda:%d", l->what, s->device, device);
+  }
   if (l->args->numel == 0) {
     dlp_cuda_stream_release(s);
     return;

@@ -14,6 +14,7 @@
  * offset in each operand comes from i by dividing through the shape, innermost last. */
 #include "compute/cuda/args.h"
 #include "compute/ops.h"
+#include "core/convert_rules.h"
 
 #ifndef DLP_FAMILY
 #define DLP_FAMILY -1 /* every family: the fake driver's C */
@@ -58,8 +59,8 @@ void *dlp_fake_device_bytes(uint64_t address, int64_t n, int write);
 #define LOAD(T, k, var)                                                                                \
   T var;                                                                                               \
   if ((A.scalars >> (k)) & 1) {                                                                        \
-    uint64_t word_ = A.value[k][0];                                                                    \
-    memcpy(&var, &word_, sizeof var);                                                                  \
+    uint64_t words_[2] = {A.value[k][0], A.value[k][1]};                                               \
+    memcpy(&var, words_, sizeof var);                                                                  \
   } else {                                                                                             \
     var = *(const T *)BYTES(A.data[k] + (uint64_t)off[k], (int64_t)sizeof(T), 0);                      \
   }
@@ -119,10 +120,57 @@ FLOAT_KERNELS(f64, double, )
 DLP_MIXED_OPS(KM)
 #endif
 /* strided copies by element size, any dtype of that size */
+typedef struct {
+  uint64_t lo, hi;
+} bytes16;
 #define COPIES(K) K(copy_1, uint8_t, uint8_t, x) K(copy_2, uint16_t, uint16_t, x) K(copy_4, uint32_t, uint32_t, x) \
-  K(copy_8, uint64_t, uint64_t, x)
+  K(copy_8, uint64_t, uint64_t, x) K(copy_16, bytes16, bytes16, x)
 #if FAMILY(12)
 COPIES(K1)
+#endif
+/* conversions between the real dtypes (convert_rules.h), dlp_convert_<source>_<destination>: a
+ * family per source dtype, 13 (bool) to 25 (float64) in DLP_REAL_DTYPES' order */
+#define KCONVERT(S, s, ST, sc, D, d, DT, dc) \
+  KERNEL(dlp_convert_##s##_##d) { EACH_ELEMENT(2, LOAD(ST, 1, v) STORE(DT, DLP_CONVERT(d, sc, DLP_LOAD_##s(v)));) }
+#define CONVERSIONS_FROM(S, s, ST, sc) DLP_REAL_DESTINATIONS(KCONVERT, S, s, ST, sc)
+#if FAMILY(13)
+CONVERSIONS_FROM(BOOL, bool, uint8_t, small)
+#endif
+#if FAMILY(14)
+CONVERSIONS_FROM(INT8, int8, int8_t, small)
+#endif
+#if FAMILY(15)
+CONVERSIONS_FROM(INT16, int16, int16_t, small)
+#endif
+#if FAMILY(16)
+CONVERSIONS_FROM(INT32, int32, int32_t, small)
+#endif
+#if FAMILY(17)
+CONVERSIONS_FROM(INT64, int64, int64_t, i64)
+#endif
+#if FAMILY(18)
+CONVERSIONS_FROM(UINT8, uint8, uint8_t, small)
+#endif
+#if FAMILY(19)
+CONVERSIONS_FROM(UINT16, uint16, uint16_t, small)
+#endif
+#if FAMILY(20)
+CONVERSIONS_FROM(UINT32, uint32, uint32_t, u32)
+#endif
+#if FAMILY(21)
+CONVERSIONS_FROM(UINT64, uint64, uint64_t, u64)
+#endif
+#if FAMILY(22)
+CONVERSIONS_FROM(FLOAT16, float16, uint16_t, flt)
+#endif
+#if FAMILY(23)
+CONVERSIONS_FROM(BFLOAT16, bfloat16, uint16_t, flt)
+#endif
+#if FAMILY(24)
+CONVERSIONS_FROM(FLOAT32, float32, float, flt)
+#endif
+#if FAMILY(25)
+CONVERSIONS_FROM(FLOAT64, float64, double, dbl)
 #endif
 
 #ifndef __CUDACC__
@@ -130,9 +178,12 @@ COPIES(K1)
 #include "compute/cuda/fake_kernels.h"
 #define ENTRY(name, ...) {"dlp_" #name, dlp_##name},
 #define INT_ENTRIES(s, T) DLP_INT_OPS(ENTRY, ENTRY, ENTRY, s, T) DLP_COMPARE_OPS(ENTRY, ENTRY, ENTRY, s, T)
+#define CONVERSION_ENTRY(S, s, ST, sc, D, d, DT, dc) {"dlp_convert_" #s "_" #d, dlp_convert_##s##_##d},
+#define CONVERSION_ENTRIES(S, s, ST, sc) DLP_REAL_DESTINATIONS(CONVERSION_ENTRY, S, s, ST, sc)
 #define FLOAT_ENTRIES(s, T, F) DLP_FLOAT_OPS(ENTRY, ENTRY, ENTRY, s, T, F) DLP_COMPARE_OPS(ENTRY, ENTRY, ENTRY, s, T)
 const dlp_FakeKernel dlp_fake_kernels[] = {
   DLP_BOOL_OPS(ENTRY, ENTRY, ENTRY, ENTRY) DLP_INTS(INT_ENTRIES) DLP_FLOATS(FLOAT_ENTRIES) DLP_MIXED_OPS(ENTRY) COPIES(ENTRY)
+  DLP_REAL_DTYPES(CONVERSION_ENTRIES)
   {NULL, NULL},
 };
 #endif

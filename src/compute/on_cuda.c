@@ -1,0 +1,91 @@
+/* The computing functions' work on CUDA device memory, as kernels (src/compute/cuda/kernels.cu,
+ * launched by src/cuda/launch.c): one elementwise launch from what the CPU loop would be given,
+ * and copies and dtype conversions between two tensors of one device, any strides. */
+#include <string.h>
+
+#include "compute/cuda/args.h"
+#include "core/convert_rules.h"
+#include "internal.h"
+
+void dlp_run_on_cuda(lua_State *L, const char *what, dlp_CudaStream *stream, int nops, int ndim, const int64_t *shape,
+                     char *const *data, const int64_t (*strides)[DLP_MAX_NDIM], dlp_Tensor *const *tensors,
+                     const void *const *values, const int *sizes, const char *kernel, int family) {
+  dlp_ElementwiseArgs args;
+  dlp_Iter it;
+  dlp_CudaLaunch launch;
+  memset(&args, 0, sizeof args);
+  memset(&launch, 0, sizeof launch);
+  dlp_iter_init(&it, nops, ndim, shape, data, strides, 1);
+  args.numel = it.numel;
+  args.ndim = it.ndim;
+  for (int i = 0; i < it.ndim; i++) args.shape[i] = it.shape[i];
+  for (int k = 0; k < nops; k++) /* a finalizer run by an allocation since may have released one */
+    if (tensors[k]) dlp_live(L, tensors[k], what);
+  for (int k = 0; k < nops; k++) {
+    if (!tensors[k]) { /* a Lua scalar, already in the kernel's type */
+      args.scalars |= 1 << k;
+      memcpy(args.value[k], values[k], (size_t)sizes[k]);
+      continue;
+    }
+    /* a kernel reads elements as its C type: they must sit at multiples of its size */
+    int misaligned = (uintptr_t)it.data[k] % (uintptr_t)sizes[k] != 0;
+    for (int i = 0; i < it.ndim; i++) {
+      args.strides[k][i] = it.strides[k][i];
+      misaligned |= it.strides[k][i] % sizes[k] != 0;
+    }
+    if (misaligned && it.numel > 0)
+      luaL_error(L, "%s: a CUDA operand's elements are not aligned to their size (%d bytes)", what, sizes[k]);
+    args.data[k] = (uint64_t)(uintptr_t)it.data[k];
+    launch.operands[launch.noperands++] = tensors[k];
+  }
+  launch.what = what;
+  launch.kernel = kernel;
+  launch.family = family;
+  launch.args = &args;
+  launch.stream = dlp_cuda_compute_stream(launch.operands, launch.noperands, stream);
+  dlp_cuda_launch(L, &launch); /* takes the stream; raises only after letting go of what it took */
+}
+
+/* the kernels that convert between the real dtypes: [source][destination], a family per source
+ * (13 + the source's dtype: kernels.cu) */
+#define NAME(S, s, ST, sc, D, d, DT, dc) [DLP_##D] = "dlp_convert_" #s "_" #d,
+#define NAMES_FROM(S, s, ST, sc) [DLP_##S] = {DLP_REAL_DESTINATIONS(NAME, S, s, ST, sc)},
+static const char *const conversions[DLP_FLOAT64 + 1][DLP_FLOAT64 + 1] = {DLP_REAL_DTYPES(NAMES_FROM)};
+#define CONVERSION_FAMILY(source) (13 + (source))
+/* same-dtype copies by element size: family 12 */
+static const char *const copies[] = {"dlp_copy_1", "dlp_copy_2", NULL, "dlp_copy_4", NULL, NULL, NULL, "dlp_copy_8",
+                                     NULL, NULL, NULL, NULL, NULL, NULL, NULL, "dlp_copy_16"};
+
+void dlp_copy_on_cuda(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStream *stream, const char *what) {
+  int ssize = (int)dlp_dtypes[src->dtype].itemsize, dsize = (int)dlp_dtypes[dst->dtype].itemsize;
+  int sizes[2] = {dsize, ssize}, family;
+  int64_t strides[2][DLP_MAX_NDIM];
+  char *data[2] = {dlp_first_element(dst), dlp_first_element(src)};
+  dlp_Tensor *tensors[2] = {dst, src};
+  const char *kernel;
+  if (dlp_is_packed(src->dtype, src->flags) || dlp_is_packed(dst->dtype, dst->flags) ||
+      (dst->dtype != src->dtype && (src->dtype > DLP_FLOAT64 || dst->dtype > DLP_FLOAT64)))
+    luaL_error(L, "%s: %s to %s is not converted on CUDA devices yet (copy through the host)", what,
+               dlp_dtypes[src->dtype].name, dlp_dtypes[dst->dtype].name);
+  if (dst->dtype == src->dtype) {
+    if (ssize > 16 || !copies[ssize - 1])
+      luaL_error(L, "%s: %s is not copied on CUDA devices yet (copy through the host)", what, dlp_dtypes[src->dtype].name);
+    kernel = copies[ssize - 1];
+    family = 12;
+  } else {
+    kernel = conversions[src->dtype][dst->dtype];
+    family = CONVERSION_FAMILY(src->dtype);
+  }
+  if (dlp_overlaps(dst, src)) { /* views of one block: through a temporary, as on the host */
+    dlp_Tensor *tmp = dlp_tensor_new(L, src->dtype, 0, src->dl.device, src->dl.ndim, src->dl.shape, 0, what);
+    dlp_copy_on_cuda(L, tmp, src, stream, what);
+    dlp_copy_on_cuda(L, dst, tmp, stream, what);
+    dlp_tensor_release(tmp);
+    lua_pop(L, 1);
+    return;
+  }
+  dlp_broadcast_strides(dst, dst->dl.ndim, dst->dl.shape, strides[0]);
+  dlp_broadcast_strides(src, dst->dl.ndim, dst->dl.shape, strides[1]);
+  dlp_run_on_cuda(L, what, stream, 2, dst->dl.ndim, dst->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides,
+                  tensors, NULL, sizes, kernel, family);
+}
