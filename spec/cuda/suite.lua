@@ -78,6 +78,20 @@ local function calls(name)
   return fake.calls(name)
 end
 
+-- pools: the fake's devices have the stream-ordered allocator (FAKECUDA_POOLS, and a build that
+-- exports it): the module's device memory is then freed by cuMemFreeAsync, when its stream reaches
+-- the free. freed_device_memory() runs the frees queued so far (the GPU catching up); without
+-- pools the memory went at once and it runs nothing.
+local pools = fake and fake.pools() or false
+local function freed_device_memory()
+  if pools then fake.sync_all() end
+end
+-- calls of a driver function that a build may lack (0 there)
+local function calls_of(name)
+  local ok, n = pcall(fake.calls, name)
+  return ok and n or 0
+end
+
 -- a Lua producer of the protocol around tensor t that records the opts it gets
 local function producer(t)
   local seen = {}
@@ -135,7 +149,13 @@ describe("memory", function()
       assert.are.equal(c.ordinal, fake.pointer_device(t:data_ptr()), c.device)
       assert.is_true(a.size >= 80, c.device)
       assert.are.equal(live[c.kind] + 1, fake.live()[c.kind], c.device)
+      assert.are.equal(pools and c.kind == "device", a.async, c.device .. ": from the stream-ordered allocator")
+      local ptr = t:data_ptr()
       t:release()
+      if pools and c.kind == "device" then
+        assert.is_true(probe.allocation(ptr).freeing, c.device .. ": its free is queued")
+        assert.is_true(fake.run(1, c.ordinal) > 0, c.device .. ": on the legacy stream")
+      end
       assert.are.equal(live[c.kind], fake.live()[c.kind], c.device .. ": released memory is freed")
     end
   end)
@@ -212,15 +232,17 @@ describe("memory", function()
 
   fake_it("is freed exactly once, by release, <close> or the collector", function()
     local live = fake.live().total
-    local frees = calls("cuMemFree_v2") + calls("cuMemFreeHost")
+    local frees = calls("cuMemFree_v2") + calls("cuMemFreeHost") + calls_of("cuMemFreeAsync")
     do
       local a = dlpack.empty({8}, "float32", "cuda:0")
       local b <close> = dlpack.empty({8}, "float32", "cuda_host")
       local v = a:view({2, 4}) -- a view holds the memory too
       a:release()
       a:release()
+      freed_device_memory()
       assert.are.equal(live + 2, fake.live().total, "the view keeps the block")
       v:release()
+      freed_device_memory()
       assert.are.equal(live + 1, fake.live().total)
       do
         local _ = dlpack.empty({8}, "float32", "cuda_managed") -- dropped
@@ -230,24 +252,27 @@ describe("memory", function()
       assert.is_truthy(b)
     end
     assert.are.equal(live, fake.live().total, "<close> freed b")
-    assert.are.equal(frees + 3, calls("cuMemFree_v2") + calls("cuMemFreeHost"))
+    assert.are.equal(frees + 3, calls("cuMemFree_v2") + calls("cuMemFreeHost") + calls_of("cuMemFreeAsync"))
   end)
 
   fake_it("is freed with the function of its kind", function()
-    local host, dev = calls("cuMemFreeHost"), calls("cuMemFree_v2")
+    local host, dev, async = calls("cuMemFreeHost"), calls("cuMemFree_v2"), calls_of("cuMemFreeAsync")
     dlpack.empty({4}, "uint8", "cuda_host"):release()
     assert.are.equal(host + 1, calls("cuMemFreeHost"))
     dlpack.empty({4}, "uint8", "cuda_managed"):release()
     dlpack.empty({4}, "uint8", "cuda:1"):release()
-    assert.are.equal(dev + 2, calls("cuMemFree_v2"))
+    -- device memory from a pool is freed in stream order
+    assert.are.equal(pools and dev + 1 or dev + 2, calls("cuMemFree_v2"))
+    assert.are.equal(pools and async + 1 or async, calls_of("cuMemFreeAsync"))
   end, 2)
 
   fake_it("survives a failed allocation with a clear error and no leak", function()
     local live = fake.live().total
-    fake.fail_next("cuMemAlloc_v2", 2) -- CUDA_ERROR_OUT_OF_MEMORY
-    raises(function() dlpack.empty({4}, "float32", "cuda:0") end, "cuda")
+    fake.fail_next(pools and "cuMemAllocAsync" or "cuMemAlloc_v2", 2) -- CUDA_ERROR_OUT_OF_MEMORY
+    raises(function() dlpack.empty({4}, "float32", "cuda:0") end, "out of memory")
     fake.fail_next("cuMemsetD8Async", 2)
     raises(function() dlpack.zeros({4}, "float32", "cuda:0") end, "cuda")
+    freed_device_memory()
     assert.are.equal(live, fake.live().total, "nothing leaked")
     local t = dlpack.zeros({4}, "float32", "cuda:0") -- and it works again
     assert.are.same({0, 0, 0, 0}, t:to("cpu"):totable())
@@ -929,10 +954,12 @@ describe("exporting a CUDA tensor (the module as producer)", function()
     local t = dlpack.tensor({1, 2, 3}, "float32"):to("cuda:0")
     local cap = dlpack.to_dlpack(t)
     t:release()
+    freed_device_memory()
     assert.are.equal(live + 1, fake.live().total)
     local u = dlpack.from_dlpack(cap)
     assert.are.same({1, 2, 3}, u:to("cpu"):totable())
     u:release()
+    freed_device_memory()
     assert.are.equal(live, fake.live().total)
     local cap2 = dlpack.to_dlpack(dlpack.zeros({2}, "float32", "cuda_host"))
     gc()
@@ -1287,7 +1314,12 @@ describe("memory that queued work uses (stream-ordered lifetimes)", function()
     end
     gc()
     assert.are.equal(live + 2, fake.live().device, "device 1's blocks are still used by s0's work")
-    s0:synchronize()
+    if pools then -- freed on device 1's legacy stream, which waits for s0's work first
+      assert.are.equal(2, fake.live().freeing, "two frees queued")
+      fake.run(1, 1)
+    else
+      s0:synchronize()
+    end
     assert.are.equal(live, fake.live().device, "freed once s0's work completed")
     assert.are.equal(esc(string.rep("\5", 16)), esc(h:tobytes()))
   end, 2)
@@ -1361,7 +1393,11 @@ describe("memory that queued work uses (stream-ordered lifetimes)", function()
     fab.delete_on_thread(ptr, name)
     gc()
     assert.are.equal(live + 2, fake.live().device, "device 1's block is still used by c0's work")
-    c0:synchronize()
+    if pools then -- freed on device 1's legacy stream, which waits for c0's work first
+      fake.run(1, 1)
+    else
+      c0:synchronize()
+    end
     assert.are.equal(live + 1, fake.live().device)
     assert.are.equal(esc(string.rep("\9", 16)), read(out:data_ptr(), 16))
   end, 2)
@@ -1421,7 +1457,7 @@ describe("threads", function()
       end
       -- this thread's per-thread stream is its own queue (checked before the
       -- barrier: after it, threads that end free memory, which synchronizes)
-      local p = dlpack.empty({4}, "uint8", "cuda:" .. device)
+      local p = dlpack.zeros({4}, "uint8", "cuda:" .. device) -- its allocation ran (the fake.write is not ordered)
       fake.write(2, p:data_ptr(), string.format("T%03d", index), device)
       local mine = fake.pending(2, device)
       assert(mine == 1, "per-thread queue shared between threads: " .. mine)
