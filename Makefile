@@ -69,6 +69,7 @@ MODULE      = $(BUILD)/dlpack/core.$(SO)
 STATIC      = $(BUILD)/libdlpack_lua.a
 FABRICATE   = $(BUILD)/fabricate.$(SO)
 FAKECUDA    = $(BUILD)/fakecuda.$(SO)
+FAKECUDA_OLD = $(BUILD)/old-driver/fakecuda.$(SO)
 HOST        = $(BUILD)/host$(EXE)
 HOST_CPP    = $(BUILD)/host-cpp
 HOST_IPC    = $(BUILD)/host-ipc
@@ -83,7 +84,7 @@ export LUA_CPATH := $(CURDIR)/$(BUILD)/?.so;;
 
 GEN_MODULE  = $(BUILD)/gen/dlpack/core.$(SO)
 
-all: $(MODULE) $(STATIC) $(FABRICATE) $(FAKECUDA) $(GEN_MODULE)
+all: $(MODULE) $(STATIC) $(FABRICATE) $(FAKECUDA) $(FAKECUDA_OLD) $(GEN_MODULE)
 
 static: $(STATIC)
 
@@ -131,6 +132,11 @@ $(FABRICATE): spec/c/fabricate.c src/dlpack_lua.h src/dlpack_abi.h
 # Test-only fake CUDA driver (and Lua module `fakecuda`) for the CUDA specs without a GPU; never installed.
 $(FAKECUDA): spec/c/fakecuda.c src/cuda_driver.h
 	$(CC) -shared $(ALL_CFLAGS) -Isrc -o $@ $< $(MODULE_LIBS) $(TEST_LIBS) $(LDLIBS)
+
+# The same as an old driver's library, without the stream-ordered allocator's functions.
+$(FAKECUDA_OLD): spec/c/fakecuda.c src/cuda_driver.h
+	@mkdir -p $(dir $@)
+	$(CC) -shared $(ALL_CFLAGS) -DFAKECUDA_NO_ASYNC -Isrc -o $@ $< $(MODULE_LIBS) $(TEST_LIBS) $(LDLIBS)
 
 $(HOST): examples/host.c $(STATIC)
 	$(CC) $(ALL_CFLAGS) -fvisibility=default -Isrc -o $@ $< $(STATIC) $(LUA_LIB) $(TEST_LIBS) $(LDLIBS)

@@ -1438,11 +1438,185 @@ describe("memory that queued work uses (stream-ordered lifetimes)", function()
     end)
 end)
 
+-- Device memory the module allocates, on a driver and device with the stream-ordered allocator:
+-- cuMemAllocAsync on the device's legacy stream, cuMemFreeAsync on the stream of its last use,
+-- so that it comes back when that stream reaches the free, with no further call of the module
+-- (fake.run is the GPU making progress). Without pools (FAKECUDA_POOLS=0, or the old driver's
+-- build/old-driver/fakecuda.so that lacks the functions) the same suite runs through
+-- cuMemAlloc_v2, cuMemFree_v2 and the holds.
+describe("device memory from the stream-ordered allocator", function()
+  local function pool_it(name, fn, devices)
+    if fake and not pools then
+      pending(name .. ": needs the stream-ordered allocator (FAKECUDA_POOLS=0 or an old driver: the holds serve)")
+    else
+      fake_it(name, fn, devices)
+    end
+  end
+  local function counting(n)
+    local s = {}
+    for i = 1, n do s[i] = string.char(i) end
+    return table.concat(s)
+  end
+
+  fake_it("comes from the pool where the device has one, else from cuMemAlloc_v2; each device is asked once",
+    function()
+      local allocs, async = calls("cuMemAlloc_v2"), calls_of("cuMemAllocAsync")
+      local asked = calls_of("cuDeviceGetAttribute")
+      local t = dlpack.empty({8}, "float32", "cuda:0")
+      local u = dlpack.zeros({8}, "float32", "cuda:0")
+      assert.are.equal(pools, probe.allocation(t:data_ptr()).async)
+      assert.are.equal(pools, probe.allocation(u:data_ptr()).async)
+      assert.are.equal(pools and async + 2 or async, calls_of("cuMemAllocAsync"))
+      assert.are.equal(pools and allocs or allocs + 2, calls("cuMemAlloc_v2"))
+      assert.are.equal(asked, calls_of("cuDeviceGetAttribute"), "asked at the first allocation only")
+      local _, exported = fake.pools()
+      if not exported then assert.are.equal(0, calls_of("cuMemFreeAsync"), "an old driver: none of it") end
+      -- pinned and managed memory never comes from the pool
+      assert.is_false(probe.allocation(dlpack.empty({4}, "uint8", "cuda_host"):data_ptr()).async)
+      assert.is_false(probe.allocation(dlpack.empty({4}, "uint8", "cuda_managed"):data_ptr()).async)
+    end)
+
+  pool_it("comes back by release, <close> and the collector once the legacy stream reaches the free", function()
+    local live = fake.live()
+    local ptrs = {}
+    do
+      local a = dlpack.empty({16}, "uint8", "cuda:0")
+      local b <close> = dlpack.zeros({16}, "uint8", "cuda:0")
+      local _ = dlpack.full({16}, 3, "uint8", "cuda:0") -- dropped
+      ptrs = {a:data_ptr(), b:data_ptr()}
+      a:release()
+    end
+    gc()
+    assert.are.equal(live.device + 3, fake.live().device, "counted until the frees ran")
+    assert.are.equal(3, fake.live().freeing, "three frees queued")
+    assert.is_true(probe.allocation(ptrs[1]).freeing)
+    assert.is_true(probe.allocation(ptrs[2]).freeing)
+    local creates = calls("cuStreamSynchronize") + calls("cuEventQuery")
+    assert.is_true(fake.run(1, 0) >= 3)
+    assert.are.equal(live.device, fake.live().device, "freed when the stream reached the frees")
+    assert.are.equal(0, fake.live().freeing)
+    assert.are.equal(creates, calls("cuStreamSynchronize") + calls("cuEventQuery"), "no call of the module")
+  end)
+
+  pool_it("is freed after the work queued on the stream of its last use (a copy still reads valid memory)",
+    function()
+      local s = cuda.Stream()
+      local live = fake.live().device
+      local out = dlpack.zeros({16}, "uint8", "cuda:0")
+      do
+        local src = dlpack.tensor({9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9}, "uint8"):to("cuda:0")
+        out:copy(src, {stream = s}) -- queued on s: reads src
+        src:release() -- its free goes behind the copy, on s
+      end
+      gc()
+      assert.are.equal(live + 2, fake.live().device)
+      assert.is_true(fake.pending(s.handle) >= 2, "the copy (behind its waits), then the free")
+      assert.are.equal(1, fake.live().freeing)
+      fake.run(s.handle)
+      assert.are.equal(live + 1, fake.live().device, "freed when s reached the free")
+      assert.are.equal(esc(string.rep("\9", 16)), read(out:data_ptr(), 16), "the copy read valid memory")
+    end)
+
+  pool_it("of an export comes back on the consumer's stream once the consumer lets go (its last reference)",
+    function()
+      local c = cuda.Stream()
+      local live = fake.live().device
+      local out = dlpack.zeros({16}, "uint8", "cuda:0")
+      local t = dlpack.tensor({counting(16):byte(1, -1)}, "uint8"):to("cuda:0")
+      local ptr, name = unsafe.take(dlpack.to_dlpack(t, {stream = c}))
+      t:release()
+      local data = fab.inspect(ptr, name).data
+      fake.copy(c.handle, out:data_ptr(), data, 16) -- the consumer's work on its stream
+      fab.delete_on_thread(ptr, name) -- the consumer lets go, on another thread
+      assert.is_true(probe.allocation(data).freeing, "the free is queued")
+      assert.are.equal(live + 2, fake.live().device, "counted until the consumer's stream reached the free")
+      assert.is_true(fake.pending(c.handle) >= 2, "the consumer's copy (behind the export's wait), then the free")
+      fake.run(c.handle)
+      assert.are.equal(live + 1, fake.live().device, "freed on the consumer's stream, with no call of the module")
+      assert.are.equal(esc(counting(16)), read(out:data_ptr(), 16))
+    end)
+
+  pool_it("last used on two streams is freed on the consumer's after it waited for the module's", function()
+    local c, s = cuda.Stream(), cuda.Stream()
+    local live = fake.live().device
+    local out = dlpack.zeros({4}, "uint8", "cuda:0")
+    local t = dlpack.zeros({4}, "uint8", "cuda:0")
+    local ptr, name = unsafe.take(dlpack.to_dlpack(t, {stream = c}))
+    local data = fab.inspect(ptr, name).data
+    fake.copy(c.handle, out:data_ptr(), data, 4) -- the consumer reads on c
+    t:copy(u8("wxyz"), {stream = s}) -- the module writes on s, after the export
+    t:release()
+    fab.delete_on_thread(ptr, name)
+    assert.are.equal(live + 2, fake.live().device)
+    assert.is_true(fake.pending(s.handle) > 0, "the module's copy is queued on s")
+    fake.run(c.handle) -- c waits for s's copy, then frees: nothing of s may still use the block
+    assert.are.equal(live + 1, fake.live().device, "freed on c")
+    assert.are.equal(0, fake.pending(s.handle), "s's copy ran before the free (c waited for it)")
+    assert.are.equal(esc("\0\0\0\0"), read(out:data_ptr(), 4), "the consumer read before the module's write")
+  end)
+
+  pool_it("still referenced when the consumer lets go is freed after the consumer's work (a hold)", function()
+    local c = cuda.Stream()
+    local live = fake.live().device
+    local out = dlpack.zeros({4}, "uint8", "cuda:0")
+    local t = dlpack.tensor({1, 2, 3, 4}, "uint8"):to("cuda:0")
+    local ptr, name = unsafe.take(dlpack.to_dlpack(t, {stream = c}))
+    fake.copy(c.handle, out:data_ptr(), fab.inspect(ptr, name).data, 4)
+    fab.delete_on_thread(ptr, name) -- t still holds the memory
+    t:release()
+    gc()
+    assert.are.equal(live + 2, fake.live().device, "held while c's work is queued")
+    fake.run(c.handle)
+    cuda.Stream():synchronize() -- a point where the module lets go of holds whose work completed
+    freed_device_memory()
+    assert.are.equal(live + 1, fake.live().device)
+    assert.are.equal(esc("\1\2\3\4"), read(out:data_ptr(), 4))
+  end)
+
+  pool_it("survives failures of cuMemAllocAsync and cuMemFreeAsync with a clear error and no leak", function()
+    local live = fake.live()
+    fake.fail_next("cuMemAllocAsync", 2) -- CUDA_ERROR_OUT_OF_MEMORY
+    raises(function() dlpack.empty({4}, "float32", "cuda:0") end, "out of memory")
+    fake.fail_next("cuMemAllocAsync", 2)
+    raises(function() dlpack.zeros({4}, "float32", "cuda:0") end, "out of memory")
+    assert.are.same({live.device, live.freeing}, {fake.live().device, fake.live().freeing}, "nothing allocated")
+    -- no stream-ordered free: the stream is synchronised and the block freed at once
+    local frees = calls("cuMemFree_v2")
+    local t = dlpack.full({4}, 1, "uint8", "cuda:0")
+    fake.fail_next("cuMemFreeAsync", 999)
+    t:release()
+    assert.are.equal(frees + 1, calls("cuMemFree_v2"))
+    assert.are.equal(live.device, fake.live().device, "freed at once")
+    -- a memset that cannot be queued: the new block goes behind its allocation
+    fake.fail_next("cuMemsetD8Async", 2)
+    raises(function() dlpack.zeros({4}, "float32", "cuda:0") end, "cuda")
+    fake.run(1, 0)
+    assert.are.equal(live.device, fake.live().device, "nothing leaked")
+  end)
+
+  pool_it("left to lua_close is freed when the stream reaches the frees queued then", function()
+    local live = fake.live().device
+    local r = fab.run_threads([[
+      local dlpack = require "dlpack"
+      _G.src = dlpack.full({16}, 4, "uint8", "cuda:0")
+      _G.dst = dlpack.empty({16}, "uint8", "cuda:0")
+      _G.dst:copy(_G.src, {stream = dlpack.cuda.legacy_stream}) -- queued; both left to lua_close
+      return true
+    ]], 1)
+    assert.is_true(r[1].ok, tostring(r[1].value))
+    assert.are.equal(live + 2, fake.live().device, "the frees are queued behind the copy")
+    assert.are.equal(2, fake.live().freeing)
+    fake.run(1, 0)
+    assert.are.equal(live, fake.live().device, "freed with the lua_State gone")
+  end)
+end)
+
 describe("threads", function()
   fake_it("several lua_States on several threads use streams, copies and per-thread streams at once", function()
     local r = fab.run_threads([[
       local dlpack = require "dlpack"
-      local fake = require "fakecuda"
+      local driver = os.getenv("DLPACK_LUA_CUDA_DRIVER") -- the module's instance of the fake
+      local fake = (driver and package.loadlib(driver, "luaopen_fakecuda") or require)("fakecuda")
       local _, index = ...
       local device = index % 2
       local s = dlpack.cuda.Stream({device = device})
