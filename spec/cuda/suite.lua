@@ -1478,7 +1478,7 @@ describe("device memory from the stream-ordered allocator", function()
 
   pool_it("comes back by release, <close> and the collector once the legacy stream reaches the free", function()
     local live = fake.live()
-    local ptrs = {}
+    local ptrs
     do
       local a = dlpack.empty({16}, "uint8", "cuda:0")
       local b <close> = dlpack.zeros({16}, "uint8", "cuda:0")
@@ -1491,11 +1491,11 @@ describe("device memory from the stream-ordered allocator", function()
     assert.are.equal(3, fake.live().freeing, "three frees queued")
     assert.is_true(probe.allocation(ptrs[1]).freeing)
     assert.is_true(probe.allocation(ptrs[2]).freeing)
-    local creates = calls("cuStreamSynchronize") + calls("cuEventQuery")
+    local module_calls = calls("cuStreamSynchronize") + calls("cuEventQuery")
     assert.is_true(fake.run(1, 0) >= 3)
     assert.are.equal(live.device, fake.live().device, "freed when the stream reached the frees")
     assert.are.equal(0, fake.live().freeing)
-    assert.are.equal(creates, calls("cuStreamSynchronize") + calls("cuEventQuery"), "no call of the module")
+    assert.are.equal(module_calls, calls("cuStreamSynchronize") + calls("cuEventQuery"), "no call of the module")
   end)
 
   pool_it("is freed after the work queued on the stream of its last use (a copy still reads valid memory)",
