@@ -2,8 +2,8 @@
  * fakecuda: a fake CUDA driver for the specs (test-only, never installed).
  *
  * One shared library that is both
- *   - a "libcuda" exporting exactly the driver functions of src/cuda_driver.h
- *     (plus cuEventElapsedTime_v2), which the module dlopens when
+ *   - a "libcuda" exporting exactly the driver functions of src/cuda_driver.h,
+ *     its optional ones included (plus cuEventElapsedTime_v2), which the module dlopens when
  *     DLPACK_LUA_CUDA_DRIVER names this file, and
  *   - a Lua module (`require "fakecuda"`) that inspects and drives the same
  *     library instance: the dynamic loader hands the module's dlopen and Lua's
@@ -33,6 +33,23 @@
  *              block is misuse (the driver does not wait for it): reported,
  *              then run before the free. cuMemcpyAsync between overlapping
  *              areas is misuse (undefined in the driver).
+ *   Pools      the stream-ordered allocator. cuDeviceGetAttribute answers
+ *              MEMORY_POOLS_SUPPORTED (115) with 1, or 0 when FAKECUDA_POOLS=0
+ *              (then cuMemAllocAsync and cuMemFreeAsync are misuse, 801); other
+ *              attributes answer 1 (INVALID_VALUE). cuMemAllocAsync makes a
+ *              device block as cuMemAlloc_v2 does and queues an allocation item
+ *              on the stream: work that uses the block and runs before that
+ *              item ran (on another stream, not ordered after it by an event
+ *              wait or a synchronisation) is misuse. cuMemFreeAsync (any device
+ *              block of the stream's device) queues a free item: the block
+ *              stays live (fake.live() counts it) until its stream reaches the
+ *              item; work queued after the free is misuse (and not queued), as
+ *              is a second free; work of another stream still queued when the
+ *              free runs is misuse (reported, then run first). cuMemFree_v2 of
+ *              cuMemAllocAsync's memory waits for nothing, as the driver's
+ *              does: queued work that still uses it is misuse. Built with
+ *              FAKECUDA_NO_ASYNC defined (build/old-driver/fakecuda.so), the
+ *              library lacks the three functions, as an old driver does.
  *   VMM        cuMemCreate (granularity 2 MiB, POSIX file descriptors) makes a
  *              physical allocation backed by a sealed memfd named
  *              "fakecuda-vmm:N" (N its device); export dups that memfd and
@@ -84,9 +101,14 @@
  * Lua side (`local fake = require "fakecuda"`); pointers and handles are light
  * userdata or integers (or a table/userdata with a `handle` field):
  *   fake.live() -> {device =, host =, managed =, total =, bytes =, streams =, events =,
- *       handles =, reservations =, mapped =} (the last three: cuMemCreate/Import handles not yet
- *       freed, cuMemAddressReserve ranges, cuMemMap mappings, which `device` counts too)
- *   fake.allocation(ptr) -> {kind =, device =, base =, size =, offset =} or nil
+ *       handles =, reservations =, mapped =, async =, freeing =} (handles, reservations, mapped:
+ *       cuMemCreate/Import handles not yet freed, cuMemAddressReserve ranges, cuMemMap mappings,
+ *       which `device` counts too; async: blocks of cuMemAllocAsync; freeing: blocks whose
+ *       cuMemFreeAsync has not run yet, which `device` counts too)
+ *   fake.allocation(ptr) -> {kind =, device =, base =, size =, offset =, async =, pending =,
+ *       freeing =} or nil (pending: its cuMemAllocAsync has not run yet)
+ *   fake.pools() -> whether devices answer MEMORY_POOLS_SUPPORTED, whether this build has the
+ *       stream-ordered allocator at all
  *   fake.errors() -> count; fake.error_log() -> {messages...} (the last 64)
  *   fake.pending(stream [, device]) -> queued items (legacy/per-thread: device
  *       of the current context, else 0, unless given)
