@@ -513,8 +513,8 @@ void dlp_cuda_hold_drop(dlp_CudaHold *h) {
  * far on `last` (the stream of its last use; NULL: the device's legacy stream) completed. Pool
  * memory: cuMemFreeAsync on that stream, or, when the last use is on another device's stream, on
  * this device's legacy stream made to wait for it (an event). When no stream-ordered free can be
- * queued, the stream is synchronised and the block freed at once; when that fails too, the block
- * is kept for good (a device that is failing). Other memory: cuMemFree_v2, which waits for the
+ * queued, the stream (else the whole device) is synchronised and the block freed at once; when
+ * that fails too, the block is kept for good (a device that is failing). Other memory: cuMemFree_v2, which waits for the
  * device's work itself. */
 static void give_back(int device, CUdeviceptr p, const dlp_CudaStream *last) {
   const dlp_CudaStream *on = last ? last : dlp_cuda_default_stream(CU_STREAM_LEGACY, device);
@@ -530,7 +530,8 @@ static void give_back(int device, CUdeviceptr p, const dlp_CudaStream *last) {
   }
   if (rc == CUDA_SUCCESS && dlp_cuda.fn.cuMemFreeAsync(p, on->handle) == CUDA_SUCCESS) return;
   rc = dlp_cuda_enter(on->device, &scope);
-  if (rc == CUDA_SUCCESS) rc = dlp_cuda.fn.cuStreamSynchronize(on->handle);
+  if (rc == CUDA_SUCCESS && dlp_cuda.fn.cuStreamSynchronize(on->handle) != CUDA_SUCCESS)
+    rc = dlp_cuda.fn.cuCtxSynchronize(); /* a stream that is gone (a foreign one): all of the device's work */
   dlp_cuda_leave(&scope);
   if (rc == CUDA_SUCCESS) dlp_cuda.fn.cuMemFree_v2(p);
 }
