@@ -69,6 +69,7 @@ MODULE      = $(BUILD)/dlpack/core.$(SO)
 STATIC      = $(BUILD)/libdlpack_lua.a
 FABRICATE   = $(BUILD)/fabricate.$(SO)
 FAKECUDA    = $(BUILD)/fakecuda.$(SO)
+FAKECUDA_OLD = $(BUILD)/old-driver/fakecuda.$(SO)
 HOST        = $(BUILD)/host$(EXE)
 HOST_CPP    = $(BUILD)/host-cpp
 HOST_IPC    = $(BUILD)/host-ipc
@@ -83,7 +84,7 @@ export LUA_CPATH := $(CURDIR)/$(BUILD)/?.so;;
 
 GEN_MODULE  = $(BUILD)/gen/dlpack/core.$(SO)
 
-all: $(MODULE) $(STATIC) $(FABRICATE) $(FAKECUDA) $(GEN_MODULE)
+all: $(MODULE) $(STATIC) $(FABRICATE) $(FAKECUDA) $(FAKECUDA_OLD) $(GEN_MODULE)
 
 static: $(STATIC)
 
@@ -165,6 +166,12 @@ $(FABRICATE): spec/c/fabricate.c src/dlpack_lua.h src/dlpack_abi.h
 # It runs the module's CUDA kernels as C: src/compute/cuda/kernels.cu is compiled into it.
 $(FAKECUDA): spec/c/fakecuda.c src/compute/cuda/kernels.cu $(HEADERS)
 	$(CC) -shared $(ALL_CFLAGS) -o $@ spec/c/fakecuda.c -x c src/compute/cuda/kernels.cu -x none $(MODULE_LIBS) $(TEST_LIBS) $(LDLIBS)
+
+# The same as an old driver's library, without the stream-ordered allocator's functions.
+$(FAKECUDA_OLD): spec/c/fakecuda.c src/compute/cuda/kernels.cu $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) -shared $(ALL_CFLAGS) -DFAKECUDA_NO_ASYNC -o $@ spec/c/fakecuda.c -x c src/compute/cuda/kernels.cu -x none \
+	  $(MODULE_LIBS) $(TEST_LIBS) $(LDLIBS)
 
 $(HOST): examples/host.c $(STATIC)
 	$(CC) $(ALL_CFLAGS) -fvisibility=default -o $@ $< $(STATIC) $(LUA_LIB) $(TEST_LIBS) $(LDLIBS)

@@ -522,6 +522,9 @@ void dlp_cuda_register(lua_State *L, int module);         /* the dlpack.cuda tab
 /* Allocate on a CUDA device, pinned or managed memory; raises (naming CUDA) when impossible. */
 void *dlp_cuda_alloc(lua_State *L, DLDevice device, size_t nbytes, int zeroed, const char *what);
 void dlp_cuda_free(DLDevice device, void *memory);          /* any thread */
+/* The same, for memory whose last work was issued on `last` (an owner's recorded stream; NULL:
+ * the legacy stream): device memory from a pool is freed in that stream's order (cuda.c). */
+void dlp_cuda_free_after(DLDevice device, void *memory, const dlp_CudaStream *last);
 /* Copy src into dst (same shape) where either is CUDA device memory; on stream (NULL: synchronously). */
 void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStream *stream, const char *what);
 /* launch.c: a kernel of the computing functions (src/compute/cuda/kernels.cu) on `stream`, after

@@ -2,8 +2,8 @@
  * fakecuda: a fake CUDA driver for the specs (test-only, never installed).
  *
  * One shared library that is both
- *   - a "libcuda" exporting exactly the driver functions of src/cuda/cuda_driver.h
- *     (plus cuEventElapsedTime_v2), which the module dlopens when
+ *   - a "libcuda" exporting exactly the driver functions of src/cuda/cuda_driver.h,
+ *     its optional ones included (plus cuEventElapsedTime_v2), which the module dlopens when
  *     DLPACK_LUA_CUDA_DRIVER names this file, and
  *   - a Lua module (`require "fakecuda"`) that inspects and drives the same
  *     library instance: the dynamic loader hands the module's dlopen and Lua's
@@ -33,6 +33,23 @@
  *              block is misuse (the driver does not wait for it): reported,
  *              then run before the free. cuMemcpyAsync between overlapping
  *              areas is misuse (undefined in the driver).
+ *   Pools      the stream-ordered allocator. cuDeviceGetAttribute answers
+ *              MEMORY_POOLS_SUPPORTED (115) with 1, or 0 when FAKECUDA_POOLS=0
+ *              (then cuMemAllocAsync and cuMemFreeAsync are misuse, 801); other
+ *              attributes answer 1 (INVALID_VALUE). cuMemAllocAsync makes a
+ *              device block as cuMemAlloc_v2 does and queues an allocation item
+ *              on the stream: work that uses the block and runs before that
+ *              item ran (on another stream, not ordered after it by an event
+ *              wait or a synchronisation) is misuse. cuMemFreeAsync (any device
+ *              block of the stream's device) queues a free item: the block
+ *              stays live (fake.live() counts it) until its stream reaches the
+ *              item; work queued after the free is misuse (and not queued), as
+ *              is a second free; work of another stream still queued when the
+ *              free runs is misuse (reported, then run first). cuMemFree_v2 of
+ *              cuMemAllocAsync's memory waits for nothing, as the driver's
+ *              does: queued work that still uses it is misuse. Built with
+ *              FAKECUDA_NO_ASYNC defined (build/old-driver/fakecuda.so), the
+ *              library lacks the three functions, as an old driver does.
  *   VMM        cuMemCreate (granularity 2 MiB, POSIX file descriptors) makes a
  *              physical allocation backed by a sealed memfd named
  *              "fakecuda-vmm:N" (N its device); export dups that memfd and
@@ -84,9 +101,14 @@
  * Lua side (`local fake = require "fakecuda"`); pointers and handles are light
  * userdata or integers (or a table/userdata with a `handle` field):
  *   fake.live() -> {device =, host =, managed =, total =, bytes =, streams =, events =,
- *       handles =, reservations =, mapped =} (the last three: cuMemCreate/Import handles not yet
- *       freed, cuMemAddressReserve ranges, cuMemMap mappings, which `device` counts too)
- *   fake.allocation(ptr) -> {kind =, device =, base =, size =, offset =} or nil
+ *       handles =, reservations =, mapped =, async =, freeing =} (handles, reservations, mapped:
+ *       cuMemCreate/Import handles not yet freed, cuMemAddressReserve ranges, cuMemMap mappings,
+ *       which `device` counts too; async: blocks of cuMemAllocAsync; freeing: blocks whose
+ *       cuMemFreeAsync has not run yet, which `device` counts too)
+ *   fake.allocation(ptr) -> {kind =, device =, base =, size =, offset =, async =, pending =,
+ *       freeing =} or nil (pending: its cuMemAllocAsync has not run yet)
+ *   fake.pools() -> whether devices answer MEMORY_POOLS_SUPPORTED, whether this build has the
+ *       stream-ordered allocator at all
  *   fake.errors() -> count; fake.error_log() -> {messages...} (the last 64)
  *   fake.pending(stream [, device]) -> queued items (legacy/per-thread: device
  *       of the current context, else 0, unless given)
@@ -146,10 +168,17 @@ enum {
   E_NOT_SUPPORTED = 801,
 };
 
-/* Every function the fake exports: those the module resolves (src/cuda/cuda_driver.h), and
- * cuEventElapsedTime_v2, which the module prefers when a driver has it. */
+/* Every function the fake exports: those the module resolves (src/cuda/cuda_driver.h), its optional
+ * ones (the stream-ordered allocator; left out of a build with FAKECUDA_NO_ASYNC defined, an old
+ * driver's library), and cuEventElapsedTime_v2, which the module prefers when a driver has it. */
+#ifdef FAKECUDA_NO_ASYNC
+#define FAKE_OPTIONAL(X)
+#else
+#define FAKE_OPTIONAL(X) DLP_CUDA_OPTIONAL_FUNCTIONS(X)
+#endif
 #define FAKE_FUNCTIONS(X) \
   DLP_CUDA_FUNCTIONS(X)   \
+  FAKE_OPTIONAL(X)        \
   X(cuEventElapsedTime_v2, (float *ms, CUevent start, CUevent end))
 
 /* function ids, for call counts and injected failures */
@@ -180,6 +209,7 @@ static pthread_mutex_t mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 static pthread_mutex_t mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER;
 #endif
 static int initialized, ndev;
+static int pools_on; /* CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: FAKECUDA_POOLS (default 1), 0 without the functions */
 static unsigned long calls[F_COUNT];
 static int fail_code[F_COUNT];
 static unsigned fail_times[F_COUNT];
@@ -204,11 +234,14 @@ typedef struct Alloc {
   int kind, device;
   struct Phys *phys; /* cuMemMap: the physical allocation mapped here (mem points into it), else NULL */
   int access;        /* cuMemMap: the CU_MEM_ACCESS_FLAGS_* that cuMemSetAccess gave (0: none yet) */
+  int async;         /* made by cuMemAllocAsync */
+  int pending;       /* cuMemAllocAsync: its stream has not reached the allocation yet */
+  int freeing;       /* cuMemFreeAsync queued: freed when its stream reaches it */
 } Alloc;
 static Alloc *allocs;
 static size_t nallocs, capallocs;
 
-enum { OP_COPY, OP_SET, OP_RECORD, OP_WAIT, OP_WRITE, OP_LAUNCH };
+enum { OP_COPY, OP_SET, OP_RECORD, OP_WAIT, OP_WRITE, OP_LAUNCH, OP_ALLOC, OP_FREE };
 typedef struct Item {
   struct Item *next;
   int op;
@@ -335,6 +368,12 @@ static unsigned char *bytes_at(uintptr_t p) {
   return (unsigned char *)p;
 }
 
+/* p lies in a block whose cuMemFreeAsync is queued: no later work may use it */
+static int being_freed(uintptr_t p) {
+  Alloc *a;
+  return lookup(p, 0, &a) != 0 && a && a->freeing;
+}
+
 /* p lies in a cuMemMap mapping that cuMemSetAccess did not make readable and writable */
 static int no_access(uintptr_t p) {
   Alloc *a;
@@ -451,8 +490,55 @@ static void enqueue(struct CUstream_st *s, Item *it) {
 
 static void run_to(struct CUstream_st *s, uint64_t seq);
 static void run_kernel(const Item *it);
+static size_t run_all(struct CUstream_st *s);
+static int item_touches(const Item *it, uintptr_t lo, uintptr_t hi);
 
-static void execute(Item *it) {
+/* Stream-ordered memory is usable only by work ordered after its allocation: here, when that
+ * work runs, the allocation has run (the fake runs nothing early). */
+static void check_allocated(const Item *it, const struct CUstream_st *s) {
+  uintptr_t ptrs[2] = {it->dst, it->op == OP_COPY ? it->src : 0};
+  for (int i = 0; i < 2; i++) {
+    Alloc *a;
+    if (it->n && ptrs[i] && lookup(ptrs[i], 0, &a) != 0 && a && a->pending)
+      misuse("work on a %s stream of device %d uses %p before its stream reached its cuMemAllocAsync (not ordered "
+             "after it)",
+             snames[s->kind], s->device, (void *)ptrs[i]);
+  }
+}
+
+/* s reached a cuMemFreeAsync of the block at base. Work queued on other streams that still reads
+ * or writes it is not ordered before the free: reported, then run first, so that the fake itself
+ * never touches freed memory. (Work queued after the free was reported when it was queued.) */
+static void free_queued(struct CUstream_st *s, uintptr_t base) {
+  Alloc *a = find_base(base);
+  if (!a) return;
+  uintptr_t lo = a->base, hi = a->base + a->size;
+  for (struct CUstream_st *o = all_streams; o; o = o->next_all)
+    if (o != s)
+      for (Item *it = o->head; it; it = it->next)
+        if (item_touches(it, lo, hi)) {
+          misuse("cuMemFreeAsync(%p) ran on a %s stream of device %d while work queued on a %s stream of device %d "
+                 "still uses the block (not ordered before the free)",
+                 (void *)base, snames[s->kind], s->device, snames[o->kind], o->device);
+          run_all(o);
+          break;
+        }
+  if ((a = find_base(base)) != NULL) remove_alloc(a);
+}
+
+static void execute(Item *it, struct CUstream_st *s) {
+  Alloc *a;
+  switch (it->op) {
+  case OP_ALLOC:
+    if ((a = find_base(it->dst)) != NULL) a->pending = 0;
+    break;
+  case OP_FREE:
+    free_queued(s, it->dst);
+    break;
+  default:
+    check_allocated(it, s);
+    break;
+  }
   switch (it->op) {
   case OP_COPY:
     if (it->n) memmove(bytes_at(it->dst), bytes_at(it->src), it->n);
@@ -485,7 +571,7 @@ static void run_to(struct CUstream_st *s, uint64_t seq) {
     s->head = it->next;
     if (!s->head) s->tail = NULL;
     s->count--;
-    execute(it); /* a WAIT item may run other streams, never this one past s->done */
+    execute(it, s); /* a WAIT item may run other streams, never this one past s->done */
     s->done = it->seq;
     free(it->bytes);
     free(it);
@@ -640,6 +726,12 @@ EXPORT CUresult cuInit(unsigned int flags) {
     int n = env && *env ? atoi(env) : 2;
     if (n <= 0) RETURN(E_NO_DEVICE);
     ndev = n > MAXDEV ? MAXDEV : n;
+#ifdef FAKECUDA_NO_ASYNC
+    pools_on = 0;
+#else
+    const char *pools_env = getenv("FAKECUDA_POOLS");
+    pools_on = !(pools_env && strcmp(pools_env, "0") == 0);
+#endif
     init_devices();
     initialized = 1;
   }
@@ -724,26 +816,32 @@ EXPORT CUresult cuGetErrorString(CUresult error, const char **text) {
 
 static void fill_new(unsigned char *p, size_t n) { memset(p, 0xA5, n); }
 
-EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes) {
-  ENTER(cuMemAlloc_v2);
-  if (!ptr) MISUSE(E_INVALID_VALUE, "cuMemAlloc_v2(NULL, ...)");
-  NEED_CONTEXT(cuMemAlloc_v2);
-  if (bytes == 0) MISUSE(E_INVALID_VALUE, "cuMemAlloc_v2 of 0 bytes");
+/* A block of device memory on device (a PROT_NONE range, its bytes in a shadow buffer). */
+static CUresult device_alloc(CUdeviceptr *ptr, size_t bytes, int device, Alloc **out) {
   size_t page = page_size();
   size_t reserved = (bytes + page - 1) / page * page;
   void *base = reserve_range(reserved);
-  if (!base) RETURN(E_OUT_OF_MEMORY);
+  if (!base) return E_OUT_OF_MEMORY;
   unsigned char *mem = malloc(bytes);
   Alloc *a = mem ? add_alloc() : NULL;
   if (!a) {
     free(mem);
     release_range(base, reserved);
-    RETURN(E_OUT_OF_MEMORY);
+    return E_OUT_OF_MEMORY;
   }
   fill_new(mem, bytes);
-  *a = (Alloc){(uintptr_t)base, bytes, reserved, mem, K_DEVICE, cur, NULL, 0};
+  *a = (Alloc){(uintptr_t)base, bytes, reserved, mem, K_DEVICE, device, NULL, 0, 0, 0, 0};
   *ptr = (CUdeviceptr)(uintptr_t)base;
-  RETURN(E_SUCCESS);
+  if (out) *out = a;
+  return E_SUCCESS;
+}
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes) {
+  ENTER(cuMemAlloc_v2);
+  if (!ptr) MISUSE(E_INVALID_VALUE, "cuMemAlloc_v2(NULL, ...)");
+  NEED_CONTEXT(cuMemAlloc_v2);
+  if (bytes == 0) MISUSE(E_INVALID_VALUE, "cuMemAlloc_v2 of 0 bytes");
+  RETURN(device_alloc(ptr, bytes, cur, NULL));
 }
 
 static CUresult host_like_alloc(void **out, size_t bytes, int kind) {
@@ -755,7 +853,7 @@ static CUresult host_like_alloc(void **out, size_t bytes, int kind) {
     return E_OUT_OF_MEMORY;
   }
   fill_new(mem, bytes);
-  *a = (Alloc){(uintptr_t)mem, bytes, rounded, mem, kind, cur, NULL, 0};
+  *a = (Alloc){(uintptr_t)mem, bytes, rounded, mem, kind, cur, NULL, 0, 0, 0, 0};
   *out = mem;
   return E_SUCCESS;
 }
@@ -801,6 +899,10 @@ static CUresult free_alloc(int f, uintptr_t p, int host) {
     misuse("%s(%p): the block was mapped by cuMemMap (cuMemUnmap it)", fnames[f], (void *)p);
     return E_INVALID_VALUE;
   }
+  if (a->freeing) {
+    misuse("%s(%p): a cuMemFreeAsync of the block is queued already (double free)", fnames[f], (void *)p);
+    return E_INVALID_VALUE;
+  }
   return retire(f, a);
 }
 
@@ -809,12 +911,17 @@ static CUresult retire(int f, Alloc *a) {
   uintptr_t p = a->base;
   int host = a->kind == K_HOST;
   int device = a->device;
-  run_device(host ? -1 : device); /* synchronous, as the real driver is */
+  if (a->async) {
+    /* memory of cuMemAllocAsync: the driver does not wait for anything (cuda.h, cuMemFree) */
+    if (a->pending) misuse("%s(%p): the block's cuMemAllocAsync has not run yet", fnames[f], (void *)p);
+  } else {
+    run_device(host ? -1 : device); /* synchronous, as the real driver is */
+  }
   a = find_base(p);               /* the table may have moved */
   if (!a) return E_SUCCESS;
-  /* The driver waits for the freeing device's work only: work queued on another device's
-   * stream that still reads or writes the block would use freed memory. Reported, then run
-   * first, so that the fake itself never touches freed memory. */
+  /* The driver waits for the freeing device's work only (for none, with cuMemAllocAsync's
+   * memory): work queued on another stream that still reads or writes the block would use freed
+   * memory. Reported, then run first, so that the fake itself never touches freed memory. */
   uintptr_t lo = a->base, hi = a->base + a->size;
   for (struct CUstream_st *s = all_streams; s; s = s->next_all)
     for (Item *it = s->head; it; it = it->next)
@@ -839,6 +946,65 @@ EXPORT CUresult cuMemFreeHost(void *ptr) {
   RETURN(free_alloc(F_cuMemFreeHost, (uintptr_t)ptr, 1));
 }
 
+#ifndef FAKECUDA_NO_ASYNC
+EXPORT CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attribute, CUdevice device) {
+  ENTER(cuDeviceGetAttribute);
+  if (!value) MISUSE(E_INVALID_VALUE, "cuDeviceGetAttribute(NULL, ...)");
+  if (device < 0 || device >= ndev) MISUSE(E_INVALID_DEVICE, "cuDeviceGetAttribute: invalid device %d", (int)device);
+  if ((int)attribute != CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED) RETURN(E_INVALID_VALUE); /* unknown to the fake */
+  *value = pools_on;
+  RETURN(E_SUCCESS);
+}
+
+/* Stream-ordered allocation: the block exists at once, but only work ordered after the
+ * allocation item (on that stream, or after an event recorded behind it) may use it. */
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *ptr, size_t bytes, CUstream stream) {
+  ENTER(cuMemAllocAsync);
+  if (!ptr) MISUSE(E_INVALID_VALUE, "cuMemAllocAsync(NULL, ...)");
+  RESOLVE(s, stream, cuMemAllocAsync, 1);
+  if (!pools_on) MISUSE(E_NOT_SUPPORTED, "cuMemAllocAsync on device %d, which has no memory pools", s->device);
+  if (bytes == 0) MISUSE(E_INVALID_VALUE, "cuMemAllocAsync of 0 bytes");
+  Alloc *a;
+  CUresult rc = device_alloc(ptr, bytes, s->device, &a);
+  if (rc != E_SUCCESS) RETURN(rc);
+  a->async = 1;
+  a->pending = 1;
+  Item *it = new_item(OP_ALLOC);
+  it->dst = a->base;
+  enqueue(s, it);
+  RETURN(E_SUCCESS);
+}
+
+/* Stream-ordered free: the block goes when its stream reaches the free item; until then it counts
+ * as live. Any block of device memory (cuMemAlloc_v2's too, as the real driver allows). */
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr ptr, CUstream stream) {
+  ENTER(cuMemFreeAsync);
+  RESOLVE(s, stream, cuMemFreeAsync, 1);
+  if (!pools_on) MISUSE(E_NOT_SUPPORTED, "cuMemFreeAsync on device %d, which has no memory pools", s->device);
+  Alloc *a = find_base((uintptr_t)ptr);
+  if (!a) {
+    Alloc *in;
+    if (lookup((uintptr_t)ptr, 0, &in) != 0)
+      MISUSE(E_INVALID_VALUE, "cuMemFreeAsync(%p): not the start of its allocation", (void *)(uintptr_t)ptr);
+    MISUSE(E_INVALID_VALUE, "cuMemFreeAsync(%p): not a live allocation (double or bad free)", (void *)(uintptr_t)ptr);
+  }
+  if (a->kind != K_DEVICE || a->phys)
+    MISUSE(E_INVALID_VALUE, "cuMemFreeAsync(%p): the block is %s memory", (void *)(uintptr_t)ptr,
+           a->phys ? "cuMemMap'ed" : knames[a->kind]);
+  if (a->freeing)
+    MISUSE(E_INVALID_VALUE, "cuMemFreeAsync(%p): a free of the block is queued already (double free)",
+           (void *)(uintptr_t)ptr);
+  if (a->device != s->device)
+    MISUSE(E_INVALID_VALUE, "cuMemFreeAsync(%p): a block of device %d on a stream of device %d",
+           (void *)(uintptr_t)ptr, a->device, s->device);
+  a->freeing = 1;
+  Item *it = new_item(OP_FREE);
+  it->dst = a->base;
+  enqueue(s, it);
+  RETURN(E_SUCCESS);
+}
+#endif
+
 EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream) {
   ENTER(cuMemcpyAsync);
   RESOLVE(s, stream, cuMemcpyAsync, 1);
@@ -850,6 +1016,9 @@ EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CU
     MISUSE(E_INVALID_VALUE, "cuMemcpyAsync: %zu bytes from %p overflow its %s allocation", bytes,
            (void *)(uintptr_t)src, knames[a->kind]);
   if (bytes && (!dst || !src)) MISUSE(E_INVALID_VALUE, "cuMemcpyAsync with a NULL pointer");
+  if (bytes && (being_freed((uintptr_t)dst) || being_freed((uintptr_t)src)))
+    MISUSE(E_INVALID_VALUE, "cuMemcpyAsync: %zu bytes from %p to %p use a block after its cuMemFreeAsync", bytes,
+           (void *)(uintptr_t)src, (void *)(uintptr_t)dst);
   if (bytes && (no_access((uintptr_t)dst) || no_access((uintptr_t)src)))
     MISUSE(E_INVALID_VALUE, "cuMemcpyAsync: memory mapped by cuMemMap without read/write access (cuMemSetAccess)");
   /* undefined in the driver (the areas may not overlap): a copy between overlapping views must
@@ -875,6 +1044,8 @@ EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t cou
                      (void *)(uintptr_t)dst);
   if (count && no_access((uintptr_t)dst))
     MISUSE(E_INVALID_VALUE, "cuMemsetD8Async: memory mapped by cuMemMap without read/write access (cuMemSetAccess)");
+  if (count && being_freed((uintptr_t)dst))
+    MISUSE(E_INVALID_VALUE, "cuMemsetD8Async on %p after its cuMemFreeAsync", (void *)(uintptr_t)dst);
   Item *it = new_item(OP_SET);
   it->dst = (uintptr_t)dst;
   it->value = value;
@@ -1369,7 +1540,7 @@ EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGener
       MISUSE(E_INVALID_VALUE, "cuMemMap(%p, %zu): the range is mapped already", (void *)lo, size);
   Alloc *a = add_alloc();
   if (!a) RETURN(E_OUT_OF_MEMORY);
-  *a = (Alloc){lo, size, size, p->mem + offset, K_DEVICE, p->device, p, 0};
+  *a = (Alloc){lo, size, size, p->mem + offset, K_DEVICE, p->device, p, 0, 0, 0, 0};
   p->maps++;
   RETURN(E_SUCCESS);
 }
@@ -1540,14 +1711,20 @@ static int l_live(lua_State *L) {
   }
   for (struct CUstream_st *s = all_streams; s; s = s->next_all) streams += s->kind == S_CREATED && !s->destroyed;
   for (struct CUevent_st *e = all_events; e; e = e->next_all) events += !e->destroyed;
-  lua_Integer handles = 0, reserved = 0, mapped = 0;
+  lua_Integer handles = 0, reserved = 0, mapped = 0, pooled = 0, freeing = 0;
   for (Phys *p = physes; p; p = p->next) handles++;
   for (Reservation *r = reservations; r; r = r->next) reserved++;
-  for (size_t i = 0; i < nallocs; i++) mapped += allocs[i].phys != NULL;
+  for (size_t i = 0; i < nallocs; i++) {
+    mapped += allocs[i].phys != NULL;
+    pooled += allocs[i].async;
+    freeing += allocs[i].freeing;
+  }
   lua_Integer nmodules = 0, nlaunches = (lua_Integer)launches;
   for (struct CUmod_st *m = modules; m; m = m->next) nmodules++;
   unlock();
-  lua_createtable(L, 0, 10);
+  lua_createtable(L, 0, 12);
+  set_int(L, "async", pooled);
+  set_int(L, "freeing", freeing);
   set_int(L, "handles", handles);
   set_int(L, "reservations", reserved);
   set_int(L, "mapped", mapped);
@@ -1574,9 +1751,12 @@ static int l_allocation(lua_State *L) {
     lua_pushnil(L);
     return 1;
   }
-  lua_createtable(L, 0, 5);
+  lua_createtable(L, 0, 8);
   lua_pushstring(L, knames[copy.kind]);
   lua_setfield(L, -2, "kind");
+  set_bool(L, "async", copy.async);
+  set_bool(L, "pending", copy.pending);
+  set_bool(L, "freeing", copy.freeing);
   set_int(L, "device", copy.device);
   set_int(L, "base", (lua_Integer)copy.base);
   set_int(L, "size", (lua_Integer)copy.size);
@@ -1648,6 +1828,11 @@ static int l_write(lua_State *L) {
     unlock();
     return luaL_error(L, "fakecuda.write: a kernel on device %d cannot write memory of device %d", s->device, adev);
   }
+  if (n && being_freed(p)) { /* not queued: the fake would write freed memory */
+    misuse("fakecuda.write to %p after its cuMemFreeAsync", (void *)p);
+    unlock();
+    return 0;
+  }
   Item *it = new_item(OP_WRITE);
   it->dst = p;
   it->n = n;
@@ -1669,7 +1854,9 @@ static int l_copy(lua_State *L) {
   lock();
   int bad = s->destroyed || lookup(dst, (size_t)n, &a) < 0 || lookup(src, (size_t)n, &a) < 0 ||
             ranges_meet(dst, (size_t)n, src, src + (size_t)n);
-  if (!bad) {
+  if (!bad && n && (being_freed(dst) || being_freed(src))) { /* not queued: it would use freed memory */
+    misuse("fakecuda.copy: %d bytes from %p to %p use a block after its cuMemFreeAsync", (int)n, (void *)src, (void *)dst);
+  } else if (!bad) {
     Item *it = new_item(OP_COPY);
     it->dst = dst;
     it->src = src;
@@ -1726,6 +1913,20 @@ static int l_device_count(lua_State *L) {
   lua_pushinteger(L, ndev);
   unlock();
   return 1;
+}
+
+/* Whether the devices answer MEMORY_POOLS_SUPPORTED (FAKECUDA_POOLS, and a build with the
+ * stream-ordered allocator), and whether this build exports its functions at all. */
+static int l_pools(lua_State *L) {
+  lock();
+  lua_pushboolean(L, pools_on);
+  unlock();
+#ifdef FAKECUDA_NO_ASYNC
+  lua_pushboolean(L, 0);
+#else
+  lua_pushboolean(L, 1);
+#endif
+  return 2;
 }
 
 static int l_initialized(lua_State *L) {
@@ -1814,6 +2015,7 @@ EXPORT int luaopen_fakecuda(lua_State *L) {
     {"set_current", l_set_current},
     {"device_count", l_device_count},
     {"initialized", l_initialized},
+    {"pools", l_pools},
     {"calls", l_calls},
     {"fail_next", l_fail_next},
     {"stream_info", l_stream_info},

@@ -24,7 +24,18 @@
 --   probe.no_kernels                  why probe.kernels is nil
 local probe = {}
 
-local fake_ok, fake = pcall(require, "fakecuda")
+-- The fake is the library DLPACK_LUA_CUDA_DRIVER names (one instance with the module's driver:
+-- build/fakecuda.so, or build/old-driver/fakecuda.so), else whatever `require` finds.
+local function load_fake()
+  local path = os.getenv("DLPACK_LUA_CUDA_DRIVER")
+  local open = path and path ~= "" and package.loadlib(path, "luaopen_fakecuda")
+  if open then
+    package.loaded.fakecuda = open()
+    return true, package.loaded.fakecuda
+  end
+  return pcall(require, "fakecuda")
+end
+local fake_ok, fake = load_fake()
 if fake_ok and fake.initialized() then
   probe.kind, probe.fake = "fake", fake
   probe.write = fake.write

@@ -78,6 +78,20 @@ local function calls(name)
   return fake.calls(name)
 end
 
+-- pools: the fake's devices have the stream-ordered allocator (FAKECUDA_POOLS, and a build that
+-- exports it): the module's device memory is then freed by cuMemFreeAsync, when its stream reaches
+-- the free. freed_device_memory() runs the frees queued so far (the GPU catching up); without
+-- pools the memory went at once and it runs nothing.
+local pools = fake and fake.pools() or false
+local function freed_device_memory()
+  if pools then fake.sync_all() end
+end
+-- calls of a driver function that a build may lack (0 there)
+local function calls_of(name)
+  local ok, n = pcall(fake.calls, name)
+  return ok and n or 0
+end
+
 -- a Lua producer of the protocol around tensor t that records the opts it gets
 local function producer(t)
   local seen = {}
@@ -135,7 +149,13 @@ describe("memory", function()
       assert.are.equal(c.ordinal, fake.pointer_device(t:data_ptr()), c.device)
       assert.is_true(a.size >= 80, c.device)
       assert.are.equal(live[c.kind] + 1, fake.live()[c.kind], c.device)
+      assert.are.equal(pools and c.kind == "device", a.async, c.device .. ": from the stream-ordered allocator")
+      local ptr = t:data_ptr()
       t:release()
+      if pools and c.kind == "device" then
+        assert.is_true(probe.allocation(ptr).freeing, c.device .. ": its free is queued")
+        assert.is_true(fake.run(1, c.ordinal) > 0, c.device .. ": on the legacy stream")
+      end
       assert.are.equal(live[c.kind], fake.live()[c.kind], c.device .. ": released memory is freed")
     end
   end)
@@ -212,15 +232,17 @@ describe("memory", function()
 
   fake_it("is freed exactly once, by release, <close> or the collector", function()
     local live = fake.live().total
-    local frees = calls("cuMemFree_v2") + calls("cuMemFreeHost")
+    local frees = calls("cuMemFree_v2") + calls("cuMemFreeHost") + calls_of("cuMemFreeAsync")
     do
       local a = dlpack.empty({8}, "float32", "cuda:0")
       local b <close> = dlpack.empty({8}, "float32", "cuda_host")
       local v = a:view({2, 4}) -- a view holds the memory too
       a:release()
       a:release()
+      freed_device_memory()
       assert.are.equal(live + 2, fake.live().total, "the view keeps the block")
       v:release()
+      freed_device_memory()
       assert.are.equal(live + 1, fake.live().total)
       do
         local _ = dlpack.empty({8}, "float32", "cuda_managed") -- dropped
@@ -230,24 +252,27 @@ describe("memory", function()
       assert.is_truthy(b)
     end
     assert.are.equal(live, fake.live().total, "<close> freed b")
-    assert.are.equal(frees + 3, calls("cuMemFree_v2") + calls("cuMemFreeHost"))
+    assert.are.equal(frees + 3, calls("cuMemFree_v2") + calls("cuMemFreeHost") + calls_of("cuMemFreeAsync"))
   end)
 
   fake_it("is freed with the function of its kind", function()
-    local host, dev = calls("cuMemFreeHost"), calls("cuMemFree_v2")
+    local host, dev, async = calls("cuMemFreeHost"), calls("cuMemFree_v2"), calls_of("cuMemFreeAsync")
     dlpack.empty({4}, "uint8", "cuda_host"):release()
     assert.are.equal(host + 1, calls("cuMemFreeHost"))
     dlpack.empty({4}, "uint8", "cuda_managed"):release()
     dlpack.empty({4}, "uint8", "cuda:1"):release()
-    assert.are.equal(dev + 2, calls("cuMemFree_v2"))
+    -- device memory from a pool is freed in stream order
+    assert.are.equal(pools and dev + 1 or dev + 2, calls("cuMemFree_v2"))
+    assert.are.equal(pools and async + 1 or async, calls_of("cuMemFreeAsync"))
   end, 2)
 
   fake_it("survives a failed allocation with a clear error and no leak", function()
     local live = fake.live().total
-    fake.fail_next("cuMemAlloc_v2", 2) -- CUDA_ERROR_OUT_OF_MEMORY
-    raises(function() dlpack.empty({4}, "float32", "cuda:0") end, "cuda")
+    fake.fail_next(pools and "cuMemAllocAsync" or "cuMemAlloc_v2", 2) -- CUDA_ERROR_OUT_OF_MEMORY
+    raises(function() dlpack.empty({4}, "float32", "cuda:0") end, "out of memory")
     fake.fail_next("cuMemsetD8Async", 2)
     raises(function() dlpack.zeros({4}, "float32", "cuda:0") end, "cuda")
+    freed_device_memory()
     assert.are.equal(live, fake.live().total, "nothing leaked")
     local t = dlpack.zeros({4}, "float32", "cuda:0") -- and it works again
     assert.are.same({0, 0, 0, 0}, t:to("cpu"):totable())
@@ -931,10 +956,12 @@ describe("exporting a CUDA tensor (the module as producer)", function()
     local t = dlpack.tensor({1, 2, 3}, "float32"):to("cuda:0")
     local cap = dlpack.to_dlpack(t)
     t:release()
+    freed_device_memory()
     assert.are.equal(live + 1, fake.live().total)
     local u = dlpack.from_dlpack(cap)
     assert.are.same({1, 2, 3}, u:to("cpu"):totable())
     u:release()
+    freed_device_memory()
     assert.are.equal(live, fake.live().total)
     local cap2 = dlpack.to_dlpack(dlpack.zeros({2}, "float32", "cuda_host"))
     gc()
@@ -1289,7 +1316,12 @@ describe("memory that queued work uses (stream-ordered lifetimes)", function()
     end
     gc()
     assert.are.equal(live + 2, fake.live().device, "device 1's blocks are still used by s0's work")
-    s0:synchronize()
+    if pools then -- freed on device 1's legacy stream, which waits for s0's work first
+      assert.are.equal(2, fake.live().freeing, "two frees queued")
+      fake.run(1, 1)
+    else
+      s0:synchronize()
+    end
     assert.are.equal(live, fake.live().device, "freed once s0's work completed")
     assert.are.equal(esc(string.rep("\5", 16)), esc(h:tobytes()))
   end, 2)
@@ -1363,7 +1395,11 @@ describe("memory that queued work uses (stream-ordered lifetimes)", function()
     fab.delete_on_thread(ptr, name)
     gc()
     assert.are.equal(live + 2, fake.live().device, "device 1's block is still used by c0's work")
-    c0:synchronize()
+    if pools then -- freed on device 1's legacy stream, which waits for c0's work first
+      fake.run(1, 1)
+    else
+      c0:synchronize()
+    end
     assert.are.equal(live + 1, fake.live().device)
     assert.are.equal(esc(string.rep("\9", 16)), read(out:data_ptr(), 16))
   end, 2)
@@ -1404,11 +1440,185 @@ describe("memory that queued work uses (stream-ordered lifetimes)", function()
     end)
 end)
 
+-- Device memory the module allocates, on a driver and device with the stream-ordered allocator:
+-- cuMemAllocAsync on the device's legacy stream, cuMemFreeAsync on the stream of its last use,
+-- so that it comes back when that stream reaches the free, with no further call of the module
+-- (fake.run is the GPU making progress). Without pools (FAKECUDA_POOLS=0, or the old driver's
+-- build/old-driver/fakecuda.so that lacks the functions) the same suite runs through
+-- cuMemAlloc_v2, cuMemFree_v2 and the holds.
+describe("device memory from the stream-ordered allocator", function()
+  local function pool_it(name, fn, devices)
+    if fake and not pools then
+      pending(name .. ": needs the stream-ordered allocator (FAKECUDA_POOLS=0 or an old driver: the holds serve)")
+    else
+      fake_it(name, fn, devices)
+    end
+  end
+  local function counting(n)
+    local s = {}
+    for i = 1, n do s[i] = string.char(i) end
+    return table.concat(s)
+  end
+
+  fake_it("comes from the pool where the device has one, else from cuMemAlloc_v2; each device is asked once",
+    function()
+      local allocs, async = calls("cuMemAlloc_v2"), calls_of("cuMemAllocAsync")
+      local asked = calls_of("cuDeviceGetAttribute")
+      local t = dlpack.empty({8}, "float32", "cuda:0")
+      local u = dlpack.zeros({8}, "float32", "cuda:0")
+      assert.are.equal(pools, probe.allocation(t:data_ptr()).async)
+      assert.are.equal(pools, probe.allocation(u:data_ptr()).async)
+      assert.are.equal(pools and async + 2 or async, calls_of("cuMemAllocAsync"))
+      assert.are.equal(pools and allocs or allocs + 2, calls("cuMemAlloc_v2"))
+      assert.are.equal(asked, calls_of("cuDeviceGetAttribute"), "asked at the first allocation only")
+      local _, exported = fake.pools()
+      if not exported then assert.are.equal(0, calls_of("cuMemFreeAsync"), "an old driver: none of it") end
+      -- pinned and managed memory never comes from the pool
+      assert.is_false(probe.allocation(dlpack.empty({4}, "uint8", "cuda_host"):data_ptr()).async)
+      assert.is_false(probe.allocation(dlpack.empty({4}, "uint8", "cuda_managed"):data_ptr()).async)
+    end)
+
+  pool_it("comes back by release, <close> and the collector once the legacy stream reaches the free", function()
+    local live = fake.live()
+    local ptrs
+    do
+      local a = dlpack.empty({16}, "uint8", "cuda:0")
+      local b <close> = dlpack.zeros({16}, "uint8", "cuda:0")
+      local _ = dlpack.full({16}, 3, "uint8", "cuda:0") -- dropped
+      ptrs = {a:data_ptr(), b:data_ptr()}
+      a:release()
+    end
+    gc()
+    assert.are.equal(live.device + 3, fake.live().device, "counted until the frees ran")
+    assert.are.equal(3, fake.live().freeing, "three frees queued")
+    assert.is_true(probe.allocation(ptrs[1]).freeing)
+    assert.is_true(probe.allocation(ptrs[2]).freeing)
+    local module_calls = calls("cuStreamSynchronize") + calls("cuEventQuery")
+    assert.is_true(fake.run(1, 0) >= 3)
+    assert.are.equal(live.device, fake.live().device, "freed when the stream reached the frees")
+    assert.are.equal(0, fake.live().freeing)
+    assert.are.equal(module_calls, calls("cuStreamSynchronize") + calls("cuEventQuery"), "no call of the module")
+  end)
+
+  pool_it("is freed after the work queued on the stream of its last use (a copy still reads valid memory)",
+    function()
+      local s = cuda.Stream()
+      local live = fake.live().device
+      local out = dlpack.zeros({16}, "uint8", "cuda:0")
+      do
+        local src = dlpack.tensor({9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9}, "uint8"):to("cuda:0")
+        out:copy(src, {stream = s}) -- queued on s: reads src
+        src:release() -- its free goes behind the copy, on s
+      end
+      gc()
+      assert.are.equal(live + 2, fake.live().device)
+      assert.is_true(fake.pending(s.handle) >= 2, "the copy (behind its waits), then the free")
+      assert.are.equal(1, fake.live().freeing)
+      fake.run(s.handle)
+      assert.are.equal(live + 1, fake.live().device, "freed when s reached the free")
+      assert.are.equal(esc(string.rep("\9", 16)), read(out:data_ptr(), 16), "the copy read valid memory")
+    end)
+
+  pool_it("of an export comes back on the consumer's stream once the consumer lets go (its last reference)",
+    function()
+      local c = cuda.Stream()
+      local live = fake.live().device
+      local out = dlpack.zeros({16}, "uint8", "cuda:0")
+      local t = dlpack.tensor({counting(16):byte(1, -1)}, "uint8"):to("cuda:0")
+      local ptr, name = unsafe.take(dlpack.to_dlpack(t, {stream = c}))
+      t:release()
+      local data = fab.inspect(ptr, name).data
+      fake.copy(c.handle, out:data_ptr(), data, 16) -- the consumer's work on its stream
+      fab.delete_on_thread(ptr, name) -- the consumer lets go, on another thread
+      assert.is_true(probe.allocation(data).freeing, "the free is queued")
+      assert.are.equal(live + 2, fake.live().device, "counted until the consumer's stream reached the free")
+      assert.is_true(fake.pending(c.handle) >= 2, "the consumer's copy (behind the export's wait), then the free")
+      fake.run(c.handle)
+      assert.are.equal(live + 1, fake.live().device, "freed on the consumer's stream, with no call of the module")
+      assert.are.equal(esc(counting(16)), read(out:data_ptr(), 16))
+    end)
+
+  pool_it("last used on two streams is freed on the consumer's after it waited for the module's", function()
+    local c, s = cuda.Stream(), cuda.Stream()
+    local live = fake.live().device
+    local out = dlpack.zeros({4}, "uint8", "cuda:0")
+    local t = dlpack.zeros({4}, "uint8", "cuda:0")
+    local ptr, name = unsafe.take(dlpack.to_dlpack(t, {stream = c}))
+    local data = fab.inspect(ptr, name).data
+    fake.copy(c.handle, out:data_ptr(), data, 4) -- the consumer reads on c
+    t:copy(u8("wxyz"), {stream = s}) -- the module writes on s, after the export
+    t:release()
+    fab.delete_on_thread(ptr, name)
+    assert.are.equal(live + 2, fake.live().device)
+    assert.is_true(fake.pending(s.handle) > 0, "the module's copy is queued on s")
+    fake.run(c.handle) -- c waits for s's copy, then frees: nothing of s may still use the block
+    assert.are.equal(live + 1, fake.live().device, "freed on c")
+    assert.are.equal(0, fake.pending(s.handle), "s's copy ran before the free (c waited for it)")
+    assert.are.equal(esc("\0\0\0\0"), read(out:data_ptr(), 4), "the consumer read before the module's write")
+  end)
+
+  pool_it("still referenced when the consumer lets go is freed after the consumer's work (a hold)", function()
+    local c = cuda.Stream()
+    local live = fake.live().device
+    local out = dlpack.zeros({4}, "uint8", "cuda:0")
+    local t = dlpack.tensor({1, 2, 3, 4}, "uint8"):to("cuda:0")
+    local ptr, name = unsafe.take(dlpack.to_dlpack(t, {stream = c}))
+    fake.copy(c.handle, out:data_ptr(), fab.inspect(ptr, name).data, 4)
+    fab.delete_on_thread(ptr, name) -- t still holds the memory
+    t:release()
+    gc()
+    assert.are.equal(live + 2, fake.live().device, "held while c's work is queued")
+    fake.run(c.handle)
+    cuda.Stream():synchronize() -- a point where the module lets go of holds whose work completed
+    freed_device_memory()
+    assert.are.equal(live + 1, fake.live().device)
+    assert.are.equal(esc("\1\2\3\4"), read(out:data_ptr(), 4))
+  end)
+
+  pool_it("survives failures of cuMemAllocAsync and cuMemFreeAsync with a clear error and no leak", function()
+    local live = fake.live()
+    fake.fail_next("cuMemAllocAsync", 2) -- CUDA_ERROR_OUT_OF_MEMORY
+    raises(function() dlpack.empty({4}, "float32", "cuda:0") end, "out of memory")
+    fake.fail_next("cuMemAllocAsync", 2)
+    raises(function() dlpack.zeros({4}, "float32", "cuda:0") end, "out of memory")
+    assert.are.same({live.device, live.freeing}, {fake.live().device, fake.live().freeing}, "nothing allocated")
+    -- no stream-ordered free: the stream is synchronised and the block freed at once
+    local frees = calls("cuMemFree_v2")
+    local t = dlpack.full({4}, 1, "uint8", "cuda:0")
+    fake.fail_next("cuMemFreeAsync", 999)
+    t:release()
+    assert.are.equal(frees + 1, calls("cuMemFree_v2"))
+    assert.are.equal(live.device, fake.live().device, "freed at once")
+    -- a memset that cannot be queued: the new block goes behind its allocation
+    fake.fail_next("cuMemsetD8Async", 2)
+    raises(function() dlpack.zeros({4}, "float32", "cuda:0") end, "cuda")
+    fake.run(1, 0)
+    assert.are.equal(live.device, fake.live().device, "nothing leaked")
+  end)
+
+  pool_it("left to lua_close is freed when the stream reaches the frees queued then", function()
+    local live = fake.live().device
+    local r = fab.run_threads([[
+      local dlpack = require "dlpack"
+      _G.src = dlpack.full({16}, 4, "uint8", "cuda:0")
+      _G.dst = dlpack.empty({16}, "uint8", "cuda:0")
+      _G.dst:copy(_G.src, {stream = dlpack.cuda.legacy_stream}) -- queued; both left to lua_close
+      return true
+    ]], 1)
+    assert.is_true(r[1].ok, tostring(r[1].value))
+    assert.are.equal(live + 2, fake.live().device, "the frees are queued behind the copy")
+    assert.are.equal(2, fake.live().freeing)
+    fake.run(1, 0)
+    assert.are.equal(live, fake.live().device, "freed with the lua_State gone")
+  end)
+end)
+
 describe("threads", function()
   fake_it("several lua_States on several threads use streams, copies and per-thread streams at once", function()
     local r = fab.run_threads([[
       local dlpack = require "dlpack"
-      local fake = require "fakecuda"
+      local driver = os.getenv("DLPACK_LUA_CUDA_DRIVER") -- the module's instance of the fake
+      local fake = (driver and package.loadlib(driver, "luaopen_fakecuda") or require)("fakecuda")
       local _, index = ...
       local device = index % 2
       local s = dlpack.cuda.Stream({device = device})
@@ -1423,7 +1633,7 @@ describe("threads", function()
       end
       -- this thread's per-thread stream is its own queue (checked before the
       -- barrier: after it, threads that end free memory, which synchronizes)
-      local p = dlpack.empty({4}, "uint8", "cuda:" .. device)
+      local p = dlpack.zeros({4}, "uint8", "cuda:" .. device) -- its allocation ran (the fake.write is not ordered)
       fake.write(2, p:data_ptr(), string.format("T%03d", index), device)
       local mine = fake.pending(2, device)
       assert(mine == 1, "per-thread queue shared between threads: " .. mine)

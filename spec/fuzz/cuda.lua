@@ -88,7 +88,8 @@ local function packed(kind) return kind.fp4 and not kind.padded end
 
 -- Driver functions whose next call(s) a step may make fail, and the codes they return.
 local INJECT = { "cuStreamSynchronize", "cuEventQuery", "cuEventRecord", "cuStreamWaitEvent", "cuMemcpyAsync",
-  "cuMemAlloc_v2", "cuMemsetD8Async", "cuEventCreate", "cuMemHostAlloc", "cuMemAllocManaged", "cuStreamQuery" }
+  "cuMemAlloc_v2", "cuMemsetD8Async", "cuEventCreate", "cuMemHostAlloc", "cuMemAllocManaged", "cuStreamQuery",
+  "cuMemAllocAsync", "cuMemFreeAsync" }
 local CODES = { 2, 999, 700 } -- out of memory, unknown, illegal address
 
 local function decode(kind, bytes, n)

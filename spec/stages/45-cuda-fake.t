@@ -3,10 +3,13 @@
 # as on a GPU machine) against the fake CUDA driver (spec/c/fakecuda.c, built as
 # build/fakecuda.so, named by DLPACK_LUA_CUDA_DRIVER): with two devices under
 # the default collector and under the incremental one, with one device (the
-# tests that need two skip), then under valgrind when it is installed
-# (DLPACK_STAGE_NO_VALGRIND=1 skips that run). Needs no GPU.
+# tests that need two skip), with devices that have no memory pools
+# (FAKECUDA_POOLS=0) and with an old driver that lacks the stream-ordered
+# allocator (build/old-driver/fakecuda.so): the module's device memory then goes
+# through cuMemAlloc_v2, cuMemFree_v2 and the holds; then under valgrind when it
+# is installed (DLPACK_STAGE_NO_VALGRIND=1 skips that run). Needs no GPU.
 source "$(dirname "$0")/lib.sh"
-build_or_exit all build/fakecuda.so
+build_or_exit all build/fakecuda.so build/old-driver/fakecuda.so
 
 export DLPACK_LUA_CUDA_DRIVER="$ROOT/build/fakecuda.so"
 export FAKECUDA_DEVICES=2
@@ -14,6 +17,8 @@ SUITE=spec/cuda/run.lua
 run_tap cuda-fake "$LUA" "$SUITE"
 DLPACK_SPEC_GC=incremental run_tap cuda-fake-incremental "$LUA" "$SUITE"
 FAKECUDA_DEVICES=1 run_tap cuda-fake-one-device "$LUA" "$SUITE"
+FAKECUDA_POOLS=0 run_tap cuda-fake-no-pools "$LUA" "$SUITE"
+DLPACK_LUA_CUDA_DRIVER="$ROOT/build/old-driver/fakecuda.so" run_tap cuda-fake-old-driver "$LUA" "$SUITE"
 
 if [[ -n ${DLPACK_STAGE_NO_VALGRIND:-} ]]; then
   echo "ok - the CUDA suite under valgrind # SKIP DLPACK_STAGE_NO_VALGRIND is set"

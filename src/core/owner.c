@@ -193,7 +193,7 @@ void dlp_owner_release(dlp_Owner *o) {
   if (o->managed) dlp_managed_delete(o->managed, o->versioned);
   else if (o->fd >= 0) dlp_ipc_unmap(o);
   else if (o->memory && o->device.device_type == kDLCPU) deallocate(o->memory, o->nbytes, o->mapped);
-  else if (o->memory) dlp_cuda_free(o->device, o->memory);
+  else if (o->memory) dlp_cuda_free_after(o->device, o->memory, atomic_load(&o->stream)); /* in stream order */
   dlp_CudaStream *s = atomic_load(&o->stream);
   if (s) dlp_cuda_stream_release(s);
   free(o);

@@ -26,6 +26,16 @@
 #endif
 
 
+#ifdef DLPACK_LUA_HAVE_CUDA_H
+/* The optional functions of cuda_driver.h against the toolkit's prototypes (ipc_cuda.c checks
+ * those of dlpack.ipc). */
+#define DLP_SAME_PROTOTYPE(name, params)                                       \
+  _Static_assert(__builtin_types_compatible_p(__typeof__(&name), name##_fn), \
+                 #name ": cuda_driver.h disagrees with cuda.h");
+DLP_CUDA_OPTIONAL_FUNCTIONS(DLP_SAME_PROTOTYPE)
+#undef DLP_SAME_PROTOTYPE
+#endif
+
 dlp_CudaState dlp_cuda = {DLP_ONCE_INIT, 0, 0, "", {0}, DLP_MUTEX_INIT, {0}};
 
 static void load_driver(void) {
@@ -44,6 +54,9 @@ static void load_driver(void) {
   if (!(*(void **)&dlp_cuda.fn.name = dlp_library_symbol(lib, #name)) && !missing) missing = #name;
   DLP_CUDA_FUNCTIONS(DLP_CUDA_LOAD)
 #undef DLP_CUDA_LOAD
+#define DLP_CUDA_LOAD_OPTIONAL(name, params) *(void **)&dlp_cuda.fn.name = dlp_library_symbol(lib, #name);
+  DLP_CUDA_OPTIONAL_FUNCTIONS(DLP_CUDA_LOAD_OPTIONAL) /* NULL where the driver lacks them */
+#undef DLP_CUDA_LOAD_OPTIONAL
   /* drivers of CUDA 12.8 and later have a _v2 with the same signature */
   if ((elapsed_v2 = dlp_library_symbol(lib, "cuEventElapsedTime_v2"))) *(void **)&dlp_cuda.fn.cuEventElapsedTime = elapsed_v2;
   if (missing) {
@@ -111,6 +124,46 @@ CUresult dlp_cuda_enter(int device, dlp_CudaScope *scope) {
 
 void dlp_cuda_leave(dlp_CudaScope *scope) {
   if (scope->changed) dlp_cuda.fn.cuCtxSetCurrent(scope->saved);
+}
+
+/* ---- the stream-ordered allocator ----
+ *
+ * Where the driver has cuMemAllocAsync and cuMemFreeAsync and a device answers
+ * CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, the device memory this module allocates (kDLCUDA,
+ * dlp_cuda_alloc) comes from the device's memory pool, allocated on the device's legacy stream
+ * (the stream an owner with no stream recorded stands for: every later use orders itself after
+ * it), and is freed with cuMemFreeAsync on the stream of its last use (the owner's recorded
+ * stream): the driver frees it once the work queued there before it ran, and no hold, no later
+ * call of this module is needed. Elsewhere (an old driver, a device without pools) cuMemAlloc_v2
+ * and cuMemFree_v2 with the holds below. Each device is asked once, at its first allocation; a
+ * failed question counts as no pools. */
+
+static atomic_int pools[MAX_DEVICES]; /* 0: not asked yet, 1: pools, -1: none */
+
+static int has_pools(int device) {
+  int answer = atomic_load(&pools[device]);
+  if (answer == 0) {
+    CUdevice dev;
+    int value = 0;
+    answer = -1;
+    if (dlp_cuda.fn.cuMemAllocAsync && dlp_cuda.fn.cuMemFreeAsync && dlp_cuda.fn.cuDeviceGetAttribute &&
+        dlp_cuda.fn.cuDeviceGet(&dev, device) == CUDA_SUCCESS &&
+        dlp_cuda.fn.cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, dev) == CUDA_SUCCESS &&
+        value)
+      answer = 1;
+    atomic_store(&pools[device], answer);
+  }
+  return answer > 0;
+}
+
+/* Was memory on device d allocated from its pool (and so freed in stream order)? */
+static int pooled(DLDevice d) {
+  return d.device_type == kDLCUDA && d.device_id >= 0 && d.device_id < MAX_DEVICES && atomic_load(&pools[d.device_id]) > 0;
+}
+
+/* An owner of a block dlp_cuda_alloc made from a pool: freed in stream order, never held. */
+static int stream_freed(const dlp_Owner *o) {
+  return o && o->memory && !o->managed && o->fd < 0 && !o->lua_owned && pooled(o->device);
 }
 
 /* ---- stream records: shared by stream objects and by the memory they ordered ---- */
@@ -427,9 +480,26 @@ void dlp_cuda_release_after(dlp_CudaHold *h, dlp_Owner *o) {
   dlp_CudaScope scope;
   CUresult idle;
   if (stream == CU_STREAM_PER_THREAD && !dlp_thread_equal(h->thread, dlp_thread_self())) stream = CU_STREAM_LEGACY;
+  dlp_cuda_reap(); /* deleters may come after the last lua_State closed: nothing else would drain */
+  /* Pool memory whose last reference is the export's (no other can appear: a reference comes from
+   * a holder) is freed on the consumer's stream, behind the consumer's work, once that stream
+   * waited for the work this module queued on the memory: nothing to hold, no later call of the
+   * module needed. A reference left elsewhere keeps the hold below (the consumer's stream may be
+   * gone by the time the memory is freed). A consumer's stream of another device: the memory's
+   * device's legacy stream waits for it and frees (give_back). */
+  if (stream == h->stream->handle && stream_freed(o) && atomic_load(&o->refs) == 1) {
+    dlp_CudaStream *pending = owner_stream(o, o->device);
+    CUresult rc = dlp_cuda_make_wait(h->stream, pending);
+    if (pending) dlp_cuda_stream_release(pending);
+    if (rc == CUDA_SUCCESS) {
+      dlp_owner_set_stream(o, h->stream);
+      hold_free(h); /* holds the stream alone */
+      dlp_owner_release(o); /* cuMemFreeAsync on the consumer's stream */
+      return;
+    }
+  }
   h->owners[0] = o;
   h->n = 1;
-  dlp_cuda_reap(); /* deleters may come after the last lua_State closed: nothing else would drain */
   /* a consumer that waited for its work leaves nothing to hold for */
   idle = dlp_cuda_enter(h->stream->device, &scope);
   if (idle == CUDA_SUCCESS) idle = dlp_cuda.fn.cuStreamQuery(stream);
@@ -444,19 +514,49 @@ void dlp_cuda_hold_drop(dlp_CudaHold *h) {
 
 /* ---- memory ---- */
 
+/* Free block p of device (dlp_cuda_alloc's), with device's context current, once the work issued so
+ * far on `last` (the stream of its last use; NULL: the device's legacy stream) completed. Pool
+ * memory: cuMemFreeAsync on that stream, or, when the last use is on another device's stream, on
+ * this device's legacy stream made to wait for it (an event). When no stream-ordered free can be
+ * queued, the stream (else the whole device) is synchronised and the block freed at once; when
+ * that fails too, the block is kept for good (a device that is failing). Other memory: cuMemFree_v2, which waits for the
+ * device's work itself. */
+static void give_back(int device, CUdeviceptr p, const dlp_CudaStream *last) {
+  const dlp_CudaStream *on = last ? last : dlp_cuda_default_stream(CU_STREAM_LEGACY, device);
+  dlp_CudaScope scope;
+  CUresult rc = CUDA_SUCCESS;
+  if (atomic_load(&pools[device]) <= 0) { /* asked at the block's allocation */
+    dlp_cuda.fn.cuMemFree_v2(p);
+    return;
+  }
+  if (on->device != device) {
+    const dlp_CudaStream *legacy = dlp_cuda_default_stream(CU_STREAM_LEGACY, device);
+    if ((rc = dlp_cuda_make_wait(legacy, on)) == CUDA_SUCCESS) on = legacy;
+  }
+  if (rc == CUDA_SUCCESS && dlp_cuda.fn.cuMemFreeAsync(p, on->handle) == CUDA_SUCCESS) return;
+  rc = dlp_cuda_enter(on->device, &scope);
+  if (rc == CUDA_SUCCESS && dlp_cuda.fn.cuStreamSynchronize(on->handle) != CUDA_SUCCESS)
+    rc = dlp_cuda.fn.cuCtxSynchronize(); /* a stream that is gone (a foreign one): all of the device's work */
+  dlp_cuda_leave(&scope);
+  if (rc == CUDA_SUCCESS) dlp_cuda.fn.cuMemFree_v2(p);
+}
+
 /* Zero a new block on its device's legacy stream (its context current) and wait; on failure the
- * block is freed, but only once the memset is known not to be queued any more. */
+ * block is freed, but only once the memset is known not to be queued any more: pool memory by a
+ * free queued behind the memset, other memory through a hold. */
 static CUresult zero_block(CUdeviceptr d, size_t nbytes, DLDevice device) {
-  Hold *h = hold_new(); /* before the memset: nothing can fail for want of memory after it */
-  CUresult rc = h ? dlp_cuda.fn.cuMemsetD8Async(d, 0, nbytes, CU_STREAM_LEGACY) : 2; /* OUT_OF_MEMORY */
+  int ordered = pooled(device);
+  Hold *h = ordered ? NULL : hold_new(); /* before the memset: nothing can fail for want of memory after it */
+  CUresult rc = h || ordered ? dlp_cuda.fn.cuMemsetD8Async(d, 0, nbytes, CU_STREAM_LEGACY) : 2; /* OUT_OF_MEMORY */
   if (rc != CUDA_SUCCESS) { /* nothing queued */
     free(h);
-    dlp_cuda.fn.cuMemFree_v2(d);
+    give_back(device.device_id, d, NULL);
     return rc;
   }
   rc = dlp_cuda.fn.cuStreamSynchronize(CU_STREAM_LEGACY);
-  if (rc == CUDA_SUCCESS) {
+  if (rc == CUDA_SUCCESS || ordered) {
     free(h);
+    if (rc != CUDA_SUCCESS) give_back(device.device_id, d, NULL); /* after the memset, on its stream */
     return rc;
   }
   h->block = (void *)(uintptr_t)d;
@@ -477,7 +577,9 @@ void *dlp_cuda_alloc(lua_State *L, DLDevice device, size_t nbytes, int zeroed, c
   rc = dlp_cuda_enter(dlp_cuda_device_of(device), &scope);
   if (rc == CUDA_SUCCESS) {
     if (device.device_type == kDLCUDA) {
-      rc = dlp_cuda.fn.cuMemAlloc_v2(&d, nbytes);
+      /* pool memory: on the legacy stream, which an owner with no stream recorded stands for */
+      if (has_pools(device.device_id)) rc = dlp_cuda.fn.cuMemAllocAsync(&d, nbytes, CU_STREAM_LEGACY);
+      else rc = dlp_cuda.fn.cuMemAlloc_v2(&d, nbytes);
       p = (void *)(uintptr_t)d;
       if (rc == CUDA_SUCCESS && zeroed) rc = zero_block(d, nbytes, device);
     } else if (device.device_type == kDLCUDAHost) {
@@ -494,13 +596,18 @@ void *dlp_cuda_alloc(lua_State *L, DLDevice device, size_t nbytes, int zeroed, c
   return p;
 }
 
-void dlp_cuda_free(DLDevice device, void *memory) {
+void dlp_cuda_free_after(DLDevice device, void *memory, const dlp_CudaStream *last) {
   dlp_CudaScope scope;
   if (dlp_cuda_enter(dlp_cuda_device_of(device), &scope) == CUDA_SUCCESS) {
     if (device.device_type == kDLCUDAHost) dlp_cuda.fn.cuMemFreeHost(memory);
+    else if (device.device_type == kDLCUDA) give_back(device.device_id, (CUdeviceptr)(uintptr_t)memory, last);
     else dlp_cuda.fn.cuMemFree_v2((CUdeviceptr)(uintptr_t)memory);
   }
   dlp_cuda_leave(&scope);
+}
+
+void dlp_cuda_free(DLDevice device, void *memory) {
+  dlp_cuda_free_after(device, memory, NULL);
 }
 
 /* ---- copies between host and device, and between devices ----
@@ -600,10 +707,12 @@ void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStrea
   if (bytes && !held) luaL_error(L, "%s: not enough memory", what);
   dlp_CudaStream *after_src = owner_stream(src->owner, src->dl.device);
   dlp_CudaStream *after_dst = owner_stream(dst->owner, dst->dl.device);
+  dlp_CudaStream *after_tmp = tmp ? owner_stream(tmp->owner, tmp->dl.device) : NULL; /* its allocation */
   int queued = 0, sync = !stream || to != dst;
   /* the copy waits for what is pending on both blocks */
   rc = dlp_cuda_make_wait(s, after_src);
   if (rc == CUDA_SUCCESS) rc = dlp_cuda_make_wait(s, after_dst);
+  if (rc == CUDA_SUCCESS && tmp && pooled(tmp->dl.device)) rc = dlp_cuda_make_wait(s, after_tmp);
   if (rc == CUDA_SUCCESS) rc = dlp_cuda_enter(s->device, &scope);
   else scope.changed = 0;
   if (rc == CUDA_SUCCESS && bytes > 0) {
@@ -613,22 +722,29 @@ void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStrea
   if (queued && rc == CUDA_SUCCESS && sync) rc = dlp_cuda.fn.cuStreamSynchronize(s->handle);
   dlp_cuda_leave(&scope);
   if (queued && !(sync && rc == CUDA_SUCCESS)) {
-    /* queued work reads or writes these (also when a synchronisation failed): held until it completed */
-    hold_owner(held, from->owner);
-    hold_owner(held, to->owner);
-    if (tmp) hold_owner(held, tmp->owner);
-    CUresult held_rc = hold_commit(held, s->handle, s->device);
-    if (rc == CUDA_SUCCESS) rc = held_rc;
+    /* queued work reads or writes these (also when a synchronisation failed): held until it
+     * completed, but for pool memory, which records s below and is freed in s's order */
+    if (!stream_freed(from->owner)) hold_owner(held, from->owner);
+    if (!stream_freed(to->owner)) hold_owner(held, to->owner);
+    if (tmp && !stream_freed(tmp->owner)) hold_owner(held, tmp->owner);
+    if (held->n) {
+      CUresult held_rc = hold_commit(held, s->handle, s->device);
+      if (rc == CUDA_SUCCESS) rc = held_rc;
+    } else {
+      free(held);
+    }
   } else {
     free(held);
   }
   if (after_src) dlp_cuda_stream_release(after_src);
   if (after_dst) dlp_cuda_stream_release(after_dst);
+  if (after_tmp) dlp_cuda_stream_release(after_tmp);
   if (queued || (stream && rc == CUDA_SUCCESS)) {
     /* later work on either block waits for this copy (a write into src too), also when it failed
      * after work was queued; s waited for their earlier work, so nothing older is lost */
     dlp_owner_set_stream(dst->owner, s);
     dlp_owner_set_stream(src->owner, s);
+    if (tmp && queued) dlp_owner_set_stream(tmp->owner, s);
   }
   dlp_cuda_check(L, rc, what);
   if (tmp) dlp_tensor_release(tmp);

@@ -22,6 +22,7 @@ typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
+typedef int CUdevice_attribute; /* an enum in the driver's ABI */
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_NOT_READY 600
 #define CU_STREAM_LEGACY ((CUstream)0x1)
@@ -32,6 +33,7 @@ typedef struct CUfunc_st *CUfunction;
 #define CU_MEMHOSTALLOC_PORTABLE 0x01
 #define CU_MEM_ATTACH_GLOBAL 0x1
 #define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
+#define CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED 115
 /* Virtual memory management (dlpack.ipc): memory exportable as a POSIX file descriptor. */
 typedef unsigned long long CUmemGenericAllocationHandle;
 typedef int CUmemAllocationHandleType;        /* an enum in the driver's ABI */
@@ -114,14 +116,23 @@ typedef struct CUmemAccessDesc_st {
   X(cuMemImportFromShareableHandle, (CUmemGenericAllocationHandle *handle, void *os_handle,     \
                                      CUmemAllocationHandleType type))
 
+/* Functions a driver may lack (the stream-ordered allocator came with CUDA 11.2): NULL when
+ * missing, and the module works without them (cuMemAlloc_v2, cuMemFree_v2 and its holds). */
+#define DLP_CUDA_OPTIONAL_FUNCTIONS(X)                                                          \
+  X(cuDeviceGetAttribute, (int *value, CUdevice_attribute attribute, CUdevice device))          \
+  X(cuMemAllocAsync, (CUdeviceptr *ptr, size_t bytes, CUstream stream))                         \
+  X(cuMemFreeAsync, (CUdeviceptr ptr, CUstream stream))
+
 #define DLP_CUDA_TYPEDEF(name, params) typedef CUresult (*name##_fn) params;
 DLP_CUDA_FUNCTIONS(DLP_CUDA_TYPEDEF)
+DLP_CUDA_OPTIONAL_FUNCTIONS(DLP_CUDA_TYPEDEF)
 #undef DLP_CUDA_TYPEDEF
 
 /* The driver's functions, filled by dlp_cuda_driver() (cuda.c). */
 typedef struct dlp_CudaDriver {
 #define DLP_CUDA_FIELD(name, params) name##_fn name;
   DLP_CUDA_FUNCTIONS(DLP_CUDA_FIELD)
+  DLP_CUDA_OPTIONAL_FUNCTIONS(DLP_CUDA_FIELD)
 #undef DLP_CUDA_FIELD
 } dlp_CudaDriver;
 
