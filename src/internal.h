@@ -452,11 +452,12 @@ const char *dlp_mixed_kernel_name(int op, int x_unsigned, int *family);
  * engine would walk them (operand 0 the output; a NULL tensor is the scalar values[k], in the
  * kernel's type; sizes[k] the element size the kernel reads), on `stream` (NULL: the operands').
  * dlp_copy_on_cuda: dst = src (same shape, one device, any strides), converting between the real
- * dtypes; others raise. */
+ * dtypes; others raise. dlp_fill_on_cuda: every element of t set to `element` (t's dtype). */
 void dlp_run_on_cuda(lua_State *L, const char *what, dlp_CudaStream *stream, int nops, int ndim, const int64_t *shape,
                      char *const *data, const int64_t (*strides)[DLP_MAX_NDIM], dlp_Tensor *const *tensors,
                      const void *const *values, const int *sizes, const char *kernel, int family);
 void dlp_copy_on_cuda(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStream *stream, const char *what);
+void dlp_fill_on_cuda(lua_State *L, dlp_Tensor *t, const void *element, dlp_CudaStream *stream, const char *what);
 
 /* ---- operands.c: the operands and options of the computing functions ---- */
 
@@ -468,8 +469,9 @@ typedef struct dlp_ComputeOptions {
   int keepdim;       /* 0 or 1 */
   int has_correction;
   double correction; /* var/std; finite */
+  int stream;        /* stack index of the stream value, 0 when absent (checked with dlp_cuda_check_stream) */
 } dlp_ComputeOptions;
-enum { DLP_COPT_OUT = 1, DLP_COPT_DTYPE = 2, DLP_COPT_KEEPDIM = 4, DLP_COPT_CORRECTION = 8 };
+enum { DLP_COPT_OUT = 1, DLP_COPT_DTYPE = 2, DLP_COPT_KEEPDIM = 4, DLP_COPT_CORRECTION = 8, DLP_COPT_STREAM = 16 };
 /* Read the table at arg (none or nil: defaults) for the options `allowed`; what names the function. */
 void dlp_read_compute_options(lua_State *L, int arg, unsigned allowed, dlp_ComputeOptions *o, const char *what);
 

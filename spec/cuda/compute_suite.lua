@@ -164,6 +164,21 @@ describe("computing on CUDA tensors", function()
     assert.are.equal(d, d:contiguous(), "already contiguous: itself")
   end)
 
+  it("fills on the device: full, ones, fill of a strided or expanded view", function()
+    local launches = fake and fake.calls("cuLaunchKernel")
+    local f = dlpack.full({2, 3}, 2.5, "float16", "cuda:0")
+    if fake then assert.is_true(fake.calls("cuLaunchKernel") > launches, "a kernel filled") end
+    assert.are.same({{2.5, 2.5, 2.5}, {2.5, 2.5, 2.5}}, host(f):totable())
+    assert.are.same({1, 1}, host(dlpack.ones({2}, "int64", "cuda:0")):totable())
+    local m = dlpack.zeros({3, 4}, "int32", "cuda:0")
+    m:transpose(1, 2):narrow(1, 1, 2):fill(7)
+    assert.are.same({{7, 7, 0, 0}, {7, 7, 0, 0}, {7, 7, 0, 0}}, host(m):totable())
+    local big = dlpack.zeros({1}, "uint8", "cuda:0"):expand({2 ^ 40})
+    big:fill(9) -- one element, however many times it repeats
+    assert.are.same({9}, host(big:narrow(1, 1, 1)):totable())
+    raises(function() m:fill(2 ^ 40) end, "out of range")
+  end)
+
   it("broadcasts and walks any strides: transposed, sliced, flipped and expanded views", function()
     local m = dlpack.arange(24, "int32"):view({2, 3, 4})
     local row = dlpack.tensor({1, 2, 3, 4}, "int32")
@@ -218,6 +233,25 @@ describe("computing on CUDA tensors", function()
     end
     gc()
     assert.are.same({10, 40, 90}, host(r):totable())
+  end)
+
+  it("runs on opts.stream when given, after the operands' pending work", function()
+    local s = cuda.Stream()
+    local a = dlpack.tensor({1, 2, 3}, "float32"):to("cuda:0")
+    local b = dlpack.tensor({4, 5, 6}, "int32"):to("cuda:0") -- converted on the same stream
+    local launches = fake and fake.calls("cuLaunchKernel")
+    local r = dlpack.add(a, b, {stream = s})
+    if fake then
+      assert.is_true(fake.calls("cuLaunchKernel") >= launches + 2, "a conversion and the addition")
+      assert.is_true(fake.pending(s.handle) > 0, "queued on s, not run yet")
+    end
+    assert.are.same({5, 7, 9}, host(r):totable())
+    assert.are.same({5, 7, 9}, host(dlpack.add(a, b, {stream = cuda.legacy_stream})):totable())
+    raises(function() return dlpack.add(dlpack.ones({2}), 1, {stream = s}) end,
+           "stream must be nil or -1 for a tensor on cpu")
+    raises(function() return dlpack.add(a, 1, {stream = 7}) end, "wrap_stream")
+    s:close()
+    raises(function() return dlpack.add(a, 1, {stream = s}) end, "the stream was closed")
   end)
 
   it("runs on the operands' stream after their pending work", function()

@@ -369,14 +369,15 @@ static int compute_device(lua_State *L, dlp_Tensor *const *t, int n, const char 
 
 /* A temporary on t's device holding t converted to `to`, through `mid` first when the CPU loop
  * would (plan_conversion); pushed. */
-static dlp_Tensor *converted_on_cuda(lua_State *L, dlp_Tensor *t, int mid, int to, const char *what) {
+static dlp_Tensor *converted_on_cuda(lua_State *L, dlp_Tensor *t, int mid, int to, dlp_CudaStream *stream,
+                                     const char *what) {
   dlp_Tensor *from = t, *r;
   if (mid >= 0 && mid != t->dtype && mid != to) {
     from = dlp_tensor_new(L, mid, 0, t->dl.device, t->dl.ndim, t->dl.shape, 0, what);
-    dlp_copy_on_cuda(L, from, t, NULL, what);
+    dlp_copy_on_cuda(L, from, t, stream, what);
   }
   r = dlp_tensor_new(L, to, 0, t->dl.device, t->dl.ndim, t->dl.shape, 0, what);
-  dlp_copy_on_cuda(L, r, from, NULL, what);
+  dlp_copy_on_cuda(L, r, from, stream, what);
   if (from != t) dlp_tensor_release(from);
   return r;
 }
@@ -390,6 +391,7 @@ typedef struct Call {
   int out;           /* stack index of the output tensor, 0: a new one */
   int inplace;       /* the output is the first input (t:add_(u)) */
   int dtype;         /* opts.dtype, -1 when absent */
+  int stream;        /* stack index of opts.stream, 0 when absent */
   void *kernel_ctx;  /* for loops that take parameters (allclose) */
   dlp_IterLoop kernel; /* a loop other than the op's (allclose), computing in `loop_dtype` */
   int loop_dtype;
@@ -406,6 +408,11 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
   dlp_Tensor *all[4] = {c->out ? dlp_tensor_test(L, c->out) : NULL, in[0].t, n > 1 ? in[1].t : NULL,
                         n > 2 ? in[2].t : NULL};
   int gpu = compute_device(L, all, n + 1, c->what);
+  dlp_CudaStream *stream = NULL; /* opts.stream (kept by a holder on the stack), else the operands' */
+  if (c->stream) {
+    DLDevice on = {gpu < 0 ? kDLCPU : kDLCUDA, gpu < 0 ? 0 : gpu};
+    stream = dlp_cuda_check_stream(L, c->stream, on, -1, c->what);
+  }
   for (int k = 0; k < n; k++)
     if (in[k].t) {
       dlp_check_computes(L, in[k].t->dtype, c->what);
@@ -539,7 +546,7 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
     if (in[k].t) dlp_live(L, in[k].t, c->what);
   for (int k = 0; k < n; k++)
     if (source[k] && source[k] != in[k].t) {
-      if (gpu >= 0) dlp_copy_on_cuda(L, source[k], in[k].t, NULL, c->what);
+      if (gpu >= 0) dlp_copy_on_cuda(L, source[k], in[k].t, stream, c->what);
       else dlp_copy(L, source[k], in[k].t, NULL, c->what);
     }
 
@@ -586,7 +593,7 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
     dlp_Tensor *ops_t[DLP_ITER_MAX_OPS] = {out, source[0], source[1], source[2]}, *temps[DLP_ITER_MAX_OPS] = {NULL};
     for (int k = 0; k < n; k++)
       if (source[k] && (run.convert[k + 1] || run.convert_mid[k + 1])) {
-        ops_t[k + 1] = temps[k + 1] = converted_on_cuda(L, source[k], mid[k], want[k], c->what);
+        ops_t[k + 1] = temps[k + 1] = converted_on_cuda(L, source[k], mid[k], want[k], stream, c->what);
         data[k + 1] = dlp_first_element(temps[k + 1]);
         dlp_broadcast_strides(temps[k + 1], ndim, shape, strides[k + 1]);
       }
@@ -598,11 +605,11 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
     sizes[0] = (int)dlp_dtypes[ops_t[0]->dtype].itemsize;
     for (int k = 0; k < n; k++) sizes[k + 1] = (int)dlp_dtypes[want[k]].itemsize;
     const void *values[DLP_ITER_MAX_OPS] = {NULL, in[0].value.bytes, in[1].value.bytes, in[2].value.bytes};
-    dlp_run_on_cuda(L, c->what, NULL, n + 1, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, ops_t, values,
+    dlp_run_on_cuda(L, c->what, stream, n + 1, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, ops_t, values,
                     sizes, name, family);
     if (temps[0]) { /* rounded to the result dtype before going into an out of another, as on the CPU */
-      dlp_Tensor *rounded = converted_on_cuda(L, temps[0], -1, result, c->what);
-      dlp_copy_on_cuda(L, out, rounded, NULL, c->what);
+      dlp_Tensor *rounded = converted_on_cuda(L, temps[0], -1, result, stream, c->what);
+      dlp_copy_on_cuda(L, out, rounded, stream, c->what);
       dlp_tensor_release(rounded);
     }
     for (int k = 0; k <= n; k++)
@@ -633,9 +640,10 @@ static int l_elementwise(lua_State *L) {
   int n = ops[c.op].arity;
   dlp_ComputeOptions o;
   dlp_check_no_more(L, n + 2, c.what, n == 1 ? "a tensor and an options table" : "operands and an options table");
-  dlp_read_compute_options(L, n + 1, DLP_COPT_OUT | DLP_COPT_DTYPE, &o, c.what);
+  dlp_read_compute_options(L, n + 1, DLP_COPT_OUT | DLP_COPT_DTYPE | DLP_COPT_STREAM, &o, c.what);
   c.out = o.out;
   c.dtype = o.dtype;
+  c.stream = o.stream;
   elementwise(L, &c);
   return 1;
 }

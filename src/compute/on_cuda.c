@@ -89,3 +89,21 @@ void dlp_copy_on_cuda(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaSt
   dlp_run_on_cuda(L, what, stream, 2, dst->dl.ndim, dst->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides,
                   tensors, NULL, sizes, kernel, family);
 }
+
+void dlp_fill_on_cuda(lua_State *L, dlp_Tensor *t, const void *element, dlp_CudaStream *stream, const char *what) {
+  int size = (int)dlp_dtypes[t->dtype].itemsize, sizes[2] = {size, size};
+  int64_t strides[2][DLP_MAX_NDIM];
+  char *data[2] = {dlp_first_element(t), NULL};
+  dlp_Tensor *tensors[2] = {t, NULL};
+  const void *values[2] = {NULL, element};
+  if (dlp_is_packed(t->dtype, t->flags) || size > 16 || !copies[size - 1])
+    luaL_error(L, "%s: %s is not filled on CUDA devices yet", what, dlp_dtypes[t->dtype].name);
+  int64_t shape[DLP_MAX_NDIM];
+  dlp_broadcast_strides(t, t->dl.ndim, t->dl.shape, strides[0]);
+  for (int i = 0; i < t->dl.ndim; i++) { /* a dimension of stride 0 repeats one element: filled once */
+    strides[1][i] = 0;
+    shape[i] = strides[0][i] == 0 && t->dl.shape[i] > 0 ? 1 : t->dl.shape[i];
+  }
+  dlp_run_on_cuda(L, what, stream, 2, t->dl.ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, tensors,
+                  values, sizes, copies[size - 1], 12);
+}

@@ -5,7 +5,7 @@
 
 #include "internal.h"
 
-static const char *const compute_option_names[] = {"out", "dtype", "keepdim", "correction", NULL};
+static const char *const compute_option_names[] = {"out", "dtype", "keepdim", "correction", "stream", NULL};
 
 /* Every key of the table at arg must be an allowed option: a raw walk (lua_next runs no Lua code). */
 static void check_option_keys(lua_State *L, int arg, unsigned allowed, const char *what) {
@@ -33,6 +33,7 @@ void dlp_read_compute_options(lua_State *L, int arg, unsigned allowed, dlp_Compu
   o->keepdim = 0;
   o->has_correction = 0;
   o->correction = 0;
+  o->stream = 0;
   if (arg == 0 || lua_isnoneornil(L, arg)) return;
   arg = lua_absindex(L, arg);
   if (!lua_istable(L, arg))
@@ -69,6 +70,10 @@ void dlp_read_compute_options(lua_State *L, int arg, unsigned allowed, dlp_Compu
       luaL_argerror(L, arg, lua_pushfstring(L, "correction must be a number, got %s", luaL_typename(L, -1)));
     }
     lua_pop(L, 1);
+  }
+  if (allowed & DLP_COPT_STREAM) { /* the value stays on the stack (read once the device is known) */
+    if (lua_getfield(L, arg, "stream") == LUA_TNIL) lua_pop(L, 1);
+    else o->stream = lua_gettop(L);
   }
   if (allowed & DLP_COPT_OUT) { /* last: the value stays on the stack, which keeps it alive */
     if (lua_getfield(L, arg, "out") == LUA_TNIL) {

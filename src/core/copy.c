@@ -344,6 +344,11 @@ void dlp_fill(lua_State *L, dlp_Tensor *t, int idx, const char *what) {
   int64_t strides[DLP_MAX_NDIM];
   Walk w;
   dlp_check_writable(L, t, what);
+  if (t->dl.device.device_type == kDLCUDA) {
+    dlp_check_element(L, idx, t->dtype, value, what);
+    dlp_fill_on_cuda(L, t, value, NULL, what); /* a kernel on the tensor's stream */
+    return;
+  }
   dlp_check_host(L, t, what);
   dlp_check_element(L, idx, t->dtype, value, what); /* runs no Lua code */
   dlp_live(L, t, what);

@@ -69,6 +69,8 @@ dlp_Tensor *dlp_tensor_filled(lua_State *L, int dtype, DLDevice device, int ndim
   if (dlp_numel(t) == 0) return t; /* its memory may be NULL */
   if (dlp_device_is_host(device)) {
     dlp_fill_row(dlp_first_element(t), (int64_t)itemsize, element, dlp_numel(t), itemsize);
+  } else if (device.device_type == kDLCUDA && !dlp_is_packed(dtype, t->flags)) { /* a kernel */
+    dlp_fill_on_cuda(L, t, element, NULL, what);
   } else { /* fill on the host, then one copy to the device */
     dlp_Tensor *staging = dlp_tensor_new(L, dtype, 0, cpu, ndim, shape, 0, what);
     dlp_fill_row(dlp_first_element(staging), (int64_t)itemsize, element, dlp_numel(staging), itemsize);

@@ -383,8 +383,17 @@ static CUresult hold_commit(Hold *h, CUstream stream, int device) {
 }
 
 dlp_CudaHold *dlp_cuda_hold_new(void) { return hold_new(); }
-void dlp_cuda_hold_owner(dlp_CudaHold *h, dlp_Owner *o) { hold_owner(h, o); }
-CUresult dlp_cuda_hold_commit(dlp_CudaHold *h, CUstream stream, int device) { return hold_commit(h, stream, device); }
+/* launch.c's holds: pool memory is not held (it records the stream and is freed in its order) */
+void dlp_cuda_hold_owner(dlp_CudaHold *h, dlp_Owner *o) {
+  if (!stream_freed(o)) hold_owner(h, o);
+}
+CUresult dlp_cuda_hold_commit(dlp_CudaHold *h, CUstream stream, int device) {
+  if (h->n == 0 && !h->block) { /* nothing to hold */
+    free(h);
+    return CUDA_SUCCESS;
+  }
+  return hold_commit(h, stream, device);
+}
 dlp_CudaStream *dlp_cuda_owner_stream(dlp_Owner *o, DLDevice d) { return owner_stream(o, d); }
 
 /* Did h's work complete? (Waits for it first with wait.) With its event's device current. */

@@ -59,8 +59,9 @@ void dlp_cuda_drain_pending(int wait);
 
 /* The stream of the pending work on o's memory (on device d), retained; NULL: none (host memory). */
 dlp_CudaStream *dlp_cuda_owner_stream(dlp_Owner *o, DLDevice d);
-/* Holds for launch.c: a new one (NULL: no memory), an owner added (at most 4), and the hold
- * committed behind the work issued on stream so far (takes h; see cuda.c). */
+/* Holds for launch.c: a new one (NULL: no memory), an owner added (at most 4; pool memory, freed
+ * in stream order, is not held), and the hold committed behind the work issued on stream so far
+ * (takes h; see cuda.c). */
 dlp_CudaHold *dlp_cuda_hold_new(void);
 void dlp_cuda_hold_owner(dlp_CudaHold *h, dlp_Owner *o);
 CUresult dlp_cuda_hold_commit(dlp_CudaHold *h, CUstream stream, int device);
