@@ -249,3 +249,18 @@ describe("computing on CUDA tensors", function()
     assert.are.same({2, 4}, host(x + x):totable())
   end)
 end)
+
+-- What a hostile script or a broken producer does to the computing functions on CUDA tensors:
+-- each must raise a clear error or give the CPU's result, leak nothing, free nothing twice and
+-- never let a kernel touch freed memory (the suite checks probe.errors() after every test).
+describe("compute attacks", function()
+  it("equal reads a CUDA result back before looking at it (it read device memory on the host)", function()
+    local a = dlpack.tensor({1, 2, 3}, "float32"):to("cuda:0")
+    local b = dlpack.tensor({1, 2, 4}, "float32"):to("cuda:0")
+    assert.is_true(dlpack.equal(a, a))
+    assert.is_false(dlpack.equal(a, b))
+    assert.is_false(a:equal(a:flip(1)))
+    assert.is_true(dlpack.equal(dlpack.zeros({0, 3}, "int8", "cuda:0"), dlpack.zeros({0, 3}, "int8", "cuda:0")))
+    raises(function() return dlpack.equal(a, a:to("cpu")) end, "operands on different devices: cuda:0 and cpu")
+  end)
+end)
