@@ -283,3 +283,234 @@ describe("computing on CUDA tensors", function()
     assert.are.same({2, 4}, host(x + x):totable())
   end)
 end)
+
+-- What a hostile script or a broken producer does to the computing functions on CUDA tensors:
+-- each must raise a clear error or give the CPU's result, leak nothing, free nothing twice and
+-- never let a kernel touch freed memory (the suite checks probe.errors() after every test).
+describe("compute attacks", function()
+  it("equal reads a CUDA result back before looking at it (it read device memory on the host)", function()
+    local a = dlpack.tensor({1, 2, 3}, "float32"):to("cuda:0")
+    local b = dlpack.tensor({1, 2, 4}, "float32"):to("cuda:0")
+    assert.is_true(dlpack.equal(a, a))
+    assert.is_false(dlpack.equal(a, b))
+    assert.is_false(a:equal(a:flip(1)))
+    assert.is_true(dlpack.equal(dlpack.zeros({0, 3}, "int8", "cuda:0"), dlpack.zeros({0, 3}, "int8", "cuda:0")))
+    raises(function() return dlpack.equal(a, a:to("cpu")) end, "operands on different devices: cuda:0 and cpu")
+  end)
+
+  -- fake_only: needs the fake's counters or fault injection, on cuda:0
+  local function fake_only(name, fn)
+    if fake then it(name, fn) else pending(name .. ": needs the fake driver") end
+  end
+  -- everything back where it was: memory freed once the queued work ran
+  local function settle()
+    gc()
+    if fake then fake.sync_all() end
+    cuda.legacy_stream:synchronize()
+    gc()
+    if fake then fake.sync_all() end
+  end
+  local function device_live() return fake and fake.live().device or 0 end
+
+  fake_only("option tables whose metamethods release an operand or out, or collect, raise and leak nothing", function()
+    settle()
+    local live = device_live()
+    do
+      local a = dlpack.tensor({1, 2, 3}, "int8"):to("cuda:0")
+      local b = dlpack.tensor({1, 2, 3}, "float32"):to("cuda:0")
+      local out = dlpack.zeros({3}, "float16", "cuda:0")
+      raises(function()
+        return dlpack.add(a, b, setmetatable({}, {__index = function() a:release() end}))
+      end, "add: the tensor was released")
+      raises(function()
+        return dlpack.add(b, b, setmetatable({out = out}, {__index = function() out:release(); gc() end}))
+      end, "add: the tensor was released")
+      local c = dlpack.zeros({3}, "float64", "cuda:0")
+      raises(function()
+        return c:copy(b:flip(1), setmetatable({}, {__index = function() b:release(); c:release() end}))
+      end, "copy: the tensor was released")
+    end
+    settle()
+    assert.are.equal(live, device_live())
+  end)
+
+  fake_only("finalizers that release operands or out while temporaries are allocated: an error or the CPU's result",
+    function()
+      settle()
+      local live = device_live()
+      local incremental = pcall(collectgarbage, "incremental", 1, 100) -- a collection step at every allocation
+      if not incremental then collectgarbage("setpause", 1) end
+      local base = dlpack.arange(12, "float32"):view({3, 4})
+      local dtypes = {"int8", "float16", "float32", "int64", "bool", "uint8"}
+      local ok_count, released = 0, 0
+      for round = 1, 150 do
+        local pool, cpu = {}, {}
+        for i = 1, 5 do
+          cpu[i] = base:to(dtypes[(round * i) % #dtypes + 1])
+          pool[i] = cpu[i]:to("cuda:0")
+          if (round + i) % 3 == 0 then pool[i], cpu[i] = pool[i]:flip(1), cpu[i]:flip(1) end
+        end
+        local victim = pool[round % 5 + 1]
+        setmetatable({}, {__gc = function() victim:release() end})
+        victim = nil -- luacheck: ignore 311
+        local ops = {
+          function(t) return dlpack.add(t[1], t[2]) end,
+          function(t) return dlpack.where(t[5], t[1], t[2]) end,
+          function(t) return dlpack.mul(t[3], t[3]:flip(2)) end,
+          function(t) return dlpack.clamp(t[1], t[2], t[4]) end,
+          function(t) return dlpack.sqrt(t[2]) end,
+          function(t) return t[4]:to("float16") end,
+        }
+        local op = ops[round % #ops + 1]
+        local ok, r = pcall(op, pool)
+        if ok then
+          ok_count = ok_count + 1
+          assert.are.equal(op(cpu):tobytes(), r:to("cpu"):tobytes(), "round " .. round)
+        else
+          assert.is_truthy(tostring(r):find("the tensor was released", 1, true), tostring(r))
+          released = released + 1
+        end
+      end
+      if incremental then collectgarbage("incremental", 200, 100) else collectgarbage("setpause", 200) end
+      assert.is_true(ok_count > 0)
+      settle()
+      assert.are.equal(live, device_live())
+    end)
+
+  it("out aliasing or partly overlapping the inputs (flips, transposes, expanded inputs) gives the CPU's result",
+    function()
+      local m = dlpack.arange(24, "int32"):view({4, 6})
+      local cases = {
+        function(a) return dlpack.add(a, a:flip(1), {out = a}) end,
+        function(a) local s = a:narrow(2, 1, 4); dlpack.sub(s, s:transpose(1, 2), {out = s}); return a end,
+        function(a) local f = a:to("float16"); dlpack.mul(f, f:flip(2), {out = f}); return f end,
+        function(a) local f = a:to("float32"); return dlpack.add(f, f, {out = f, dtype = "float64"}) end,
+        function(a)
+          local f = a:view({24})
+          dlpack.add(f:narrow(1, 2, 20), f:narrow(1, 1, 20), {out = f:narrow(1, 3, 20)})
+          return a
+        end,
+        function(a) local f = a:view({24}):to("float32"); dlpack.add(f:narrow(1, 2, 20), 1, {out = f:narrow(1, 3, 20)})
+          return f end,
+        function(a) return dlpack.where(a:to("bool"), a, a:flip(1), {out = a}) end,
+        function(a) return dlpack.clamp(a, a:flip(1), a:flip(2), {out = a}) end,
+        function(a) return dlpack.add(a:narrow(1, 1, 1):expand({4, 6}), a, {out = a}) end,
+        function(a) return a:copy(a:flip(1)) end,
+        function(a) local f = a:view({24}); f:narrow(1, 2, 20):copy(f:narrow(1, 1, 20)); return a end,
+        function(a) local s = a:narrow(2, 1, 4); s:copy(s:to("float64"):transpose(1, 2)); return a end,
+      }
+      for i, case in ipairs(cases) do
+        local want = case(m:clone())
+        local got = case(m:to("cuda:0"))
+        assert.are.equal(want:tobytes(), got:contiguous():to("cpu"):tobytes(), "case " .. i)
+      end
+    end)
+
+  fake_only("a driver failure at any call of a computation raises, leaks nothing and leaves later ops work", function()
+    local names = {"cuMemAlloc_v2", "cuMemAllocAsync", "cuMemFreeAsync", "cuMemFree_v2", "cuStreamWaitEvent",
+                   "cuEventCreate", "cuEventRecord", "cuEventQuery", "cuEventDestroy_v2", "cuStreamSynchronize",
+                   "cuModuleLoadData", "cuModuleGetFunction", "cuLaunchKernel", "cuCtxSetCurrent"}
+    local ops = {
+      function(a, b, _, o) return dlpack.add(a, b, {out = o}) end,
+      function(a, b, c) return dlpack.where(c, a, b) end,
+      function(a) local t = a:clone(); t:add_(t:flip(1)); return t end,
+      function(_, b, _, o) return o:copy(b:flip(1)) end,
+      function(_, b) return dlpack.equal(b, b:flip(1)) and b or b:flip(1) end,
+    }
+    local s = cuda.Stream()
+    local hits = 0
+    for i, op in ipairs(ops) do
+      for _, name in ipairs(names) do
+        local counted = pcall(fake.calls, name) -- the old driver has no stream-ordered allocator
+        for after = 0, 8 do
+          if not counted then break end
+          settle()
+          local live, errors = device_live(), fake.errors()
+          local a = dlpack.tensor({1, 2, 3, 4}, "int8"):to({device = "cuda:0", stream = s})
+          local b = dlpack.tensor({1, 2, 3, 5}, "float32"):to("cuda:0")
+          local c = dlpack.tensor({true, false, true, false}):to("cuda:0")
+          local o = dlpack.zeros({4}, "float16", "cuda:0")
+          local want = op(a:to("cpu"), b:to("cpu"), c:to("cpu"), o:to("cpu")):tobytes()
+          local before = fake.calls(name)
+          fake.fail_next(name, 999, 1, after)
+          local ok, r = pcall(op, a, b, c, o)
+          local hit = fake.calls(name) > before + after
+          fake.fail_next(name, 0, 0)
+          local what = string.format("op %d, %s failing after %d calls", i, name, after)
+          if ok then
+            assert.are.equal(want, r:contiguous():to("cpu"):tobytes(), what)
+          else
+            assert.is_truthy(tostring(r):find("CUDA error 999", 1, true), what .. ": " .. tostring(r))
+          end
+          a, b, c, o, r = nil, nil, nil, nil, nil -- luacheck: ignore 311
+          settle()
+          assert.are.equal(live, device_live(), what .. ": nothing leaks")
+          assert.are.equal(errors, fake.errors(), what .. ": no misuse\n" .. table.concat(fake.error_log(), "\n"))
+          local x = dlpack.tensor({1, 2}, "int8"):to("cuda:0")
+          assert.are.same({2, 4}, (x + dlpack.tensor({1, 2}, "float32"):to("cuda:0")):to("cpu"):totable(), what)
+          if not hit then break end
+          hits = hits + 1
+        end
+      end
+    end
+    assert.is_true(hits > 20, "failures injected: " .. hits)
+    s:close()
+  end)
+
+  fake_only("misaligned device views of a producer's tensor raise before any kernel is queued", function()
+    local fab = require "fabricate"
+    local launches = fake.calls("cuLaunchKernel")
+    for _, offset in ipairs({1, 2, 6}) do
+      local cap = fab.versioned({device_type = 2, device_id = 0, code = 2, bits = 32, shape = {3},
+                                 byte_offset = offset})
+      local x = dlpack.from_dlpack(cap)
+      raises(function() return x + 1 end, "add: a CUDA operand's elements are not aligned to their size (4 bytes)")
+      raises(function() return x:to("float64") end, "not aligned to their size")
+      raises(function() return x:flip(1):contiguous() end, "not aligned to their size")
+      raises(function() return x:add_(1) end, "not aligned to their size")
+      raises(function() return dlpack.zeros({3}, "float32", "cuda:0"):copy(x:flip(1)) end, "not aligned to their size")
+    end
+    assert.are.equal(launches, fake.calls("cuLaunchKernel"))
+  end)
+
+  it("64 dimensions that do not merge, permuted and flipped", function()
+    local shape, perm = {}, {}
+    for i = 1, 64 do shape[i], perm[i] = i <= 12 and 2 or 1, 65 - i end
+    local function f(t)
+      local v = t:permute(perm)
+      for d = 1, 64, 3 do v = v:flip(d) end
+      return dlpack.add(v, v:to("float32"):flip(60))
+    end
+    local x = dlpack.arange(4096, "int16"):view(shape)
+    assert.are.equal(f(x):tobytes(), f(x:to("cuda:0")):contiguous():to("cpu"):tobytes())
+  end)
+
+  fake_only("two lua_States on two threads compute at once, and lua_close leaves queued kernels to finish", function()
+    local fab = require "fabricate"
+    settle()
+    local live, errors = device_live(), fake.errors()
+    local r = fab.run_threads([[
+      local dlpack = require "dlpack"
+      local _, index = ...
+      local x = dlpack.arange(600, "int16"):view({6, 100})
+      local y = dlpack.arange(100, "float32")
+      local want = (dlpack.add(x:flip(1), y) * 3):tobytes()
+      wait_all()
+      for _ = 1, 10 do
+        local dx, dy = x:to("cuda:0"), y:to("cuda:0")
+        assert((dlpack.add(dx:flip(1), dy) * 3):to("cpu"):tobytes() == want, "wrong bytes on thread " .. index)
+      end
+      _G.keep = {} -- left to lua_close with their kernels queued
+      local dx = x:to("cuda:0")
+      for i = 1, 4 do _G.keep[i] = dlpack.add(dx:flip(1), 1.5) end
+      _G.s = dlpack.cuda.Stream()
+      _G.y = dx:to("float64"):flip(2)
+      _G.z = dlpack.mul(_G.y, _G.y:to("int8"))
+      return true
+    ]], 4)
+    for _, res in ipairs(r) do assert.is_true(res.ok, tostring(res.value)) end
+    settle()
+    assert.are.equal(live, device_live(), "nothing leaks")
+    assert.are.equal(errors, fake.errors(), table.concat(fake.error_log(), "\n"))
+  end)
+end)

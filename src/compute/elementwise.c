@@ -742,9 +742,15 @@ static int l_masked_fill(lua_State *L) {
   return 1;
 }
 
-/* Whether every element of the bool tensor at the top of the stack is true; pops it. */
-static int all_true(lua_State *L) {
+/* Whether every element of the bool tensor at the top of the stack is true; pops it. A result on
+ * a CUDA device is read back first (the copy waits for the kernel that wrote it). */
+static int all_true(lua_State *L, const char *what) {
   dlp_Tensor *t = lua_touserdata(L, -1);
+  if (!dlp_device_is_host(t->dl.device)) {
+    DLDevice cpu = {kDLCPU, 0};
+    t = dlp_clone(L, lua_gettop(L), DLP_BOOL, cpu, NULL, what);
+    lua_remove(L, -2);
+  }
   Scan s = {NULL, NULL, dlp_dtypes[t->dtype].itemsize, 0, 0, 0};
   int found = dlp_numel(t) > 0 && tensor_has(t, &s);
   lua_pop(L, 1);
@@ -773,7 +779,7 @@ static int l_equal(lua_State *L) {
   c.first = 1;
   c.dtype = -1;
   elementwise(L, &c);
-  lua_pushboolean(L, all_true(L));
+  lua_pushboolean(L, all_true(L, "equal"));
   return 1;
 }
 
@@ -829,7 +835,7 @@ static int l_allclose(lua_State *L) {
   c.kernel_ctx = tol;
   c.loop_dtype = c.dtype;
   elementwise(L, &c);
-  lua_pushboolean(L, all_true(L));
+  lua_pushboolean(L, all_true(L, "allclose"));
   return 1;
 }
 
