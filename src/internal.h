@@ -457,6 +457,8 @@ void dlp_run_on_cuda(lua_State *L, const char *what, dlp_CudaStream *stream, int
                      char *const *data, const int64_t (*strides)[DLP_MAX_NDIM], dlp_Tensor *const *tensors,
                      const void *const *values, const int *sizes, const char *kernel, int family);
 void dlp_copy_on_cuda(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStream *stream, const char *what);
+/* the kernel (and its family) that copies src_dtype elements into dst_dtype ones; raises when none */
+const char *dlp_cuda_copy_kernel(lua_State *L, int dst_dtype, int src_dtype, int *family, const char *what);
 void dlp_fill_on_cuda(lua_State *L, dlp_Tensor *t, const void *element, dlp_CudaStream *stream, const char *what);
 
 /* ---- operands.c: the operands and options of the computing functions ---- */

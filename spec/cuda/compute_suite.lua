@@ -179,6 +179,18 @@ describe("computing on CUDA tensors", function()
     raises(function() m:fill(2 ^ 40) end, "out of range")
   end)
 
+  it("cat and stack join on the device, converting as the CPU does", function()
+    local a = dlpack.arange(6, "int16"):view({2, 3})
+    local b = dlpack.tensor({{0.5, 1.5, 2.5}}, "float32")
+    agrees("cat", function(x, y) return dlpack.cat({x, y}) end, a, b)
+    agrees("cat along 2", function(x) return dlpack.cat({x, x:flip(2)}, 2) end, a)
+    agrees("stack", function(x, y) return dlpack.stack({x:transpose(1, 2), y:transpose(1, 2)}, 2) end, a, a)
+    local d = a:to("cuda:0")
+    raises(function() return dlpack.cat({d, a}) end,
+           "operands on different devices: list[1] is on cuda:0, list[2] on cpu")
+    raises(function() return dlpack.stack({a, d}) end, "list[2] is on cuda:0, list[1] on cpu")
+  end)
+
   it("broadcasts and walks any strides: transposed, sliced, flipped and expanded views", function()
     local m = dlpack.arange(24, "int32"):view({2, 3, 4})
     local row = dlpack.tensor({1, 2, 3, 4}, "int32")

@@ -33,12 +33,29 @@ static int join(lua_State *L, int stack, const char *what) {
   lua_newtable(L);
   int hold = 3, dtype = -1, ndim = 0, dim = 0;
   const dlp_Tensor *first = NULL;
+  DLDevice on = {kDLCPU, 0}; /* where the result goes: the entries' CUDA device, or the host */
+  int first_cuda = 0;
+  for (int i = 1; i <= (int)n && !first_cuda; i++) { /* raw reads: no Lua code runs */
+    lua_rawgeti(L, 1, i);
+    const dlp_Tensor *t = dlp_tensor_test(L, -1);
+    if (t && t->dl.device.device_type == kDLCUDA) {
+      on = t->dl.device;
+      first_cuda = i;
+    }
+    lua_pop(L, 1);
+  }
   for (int i = 1; i <= (int)n; i++) {
     lua_rawgeti(L, 1, i);
     const dlp_Tensor *t = dlp_tensor_test(L, -1);
     if (!t) return luaL_error(L, "%s: list[%d] is %s, not a tensor", what, i, luaL_typename(L, -1));
     if (!t->owner) return luaL_error(L, "%s: list[%d] was released", what, i);
-    dlp_check_host(L, t, what);
+    if (on.device_type == kDLCUDA && (t->dl.device.device_type != kDLCUDA || t->dl.device.device_id != on.device_id)) {
+      dlp_push_device_name(L, on);
+      dlp_push_device_name(L, t->dl.device);
+      return luaL_error(L, "%s: operands on different devices: list[%d] is on %s, list[%d] on %s (move one with :to "
+                        "first)", what, first_cuda, lua_tostring(L, -2), i, lua_tostring(L, -1));
+    }
+    if (on.device_type != kDLCUDA) dlp_check_host(L, t, what);
     dlp_check_computes(L, t->dtype, what);
     if (!first) {
       first = t;
@@ -89,8 +106,7 @@ static int join(lua_State *L, int stack, const char *what) {
     }
     shape[dim] = total;
   }
-  DLDevice cpu = {kDLCPU, 0};
-  dlp_Tensor *r = dlp_tensor_new(L, dtype, 0, cpu, rdim, shape, 0, what);
+  dlp_Tensor *r = dlp_tensor_new(L, dtype, 0, on, rdim, shape, 0, what);
   /* no Lua code runs from here on: lua_rawgeti and lua_pop do not allocate */
   for (int i = 1; i <= (int)n; i++) {
     lua_rawgeti(L, hold, i);
@@ -117,6 +133,14 @@ static int join(lua_State *L, int stack, const char *what) {
     data[0] = base + (stack ? (int64_t)(i - 1) : at) * cstrides[dim] * itemsize;
     data[1] = dlp_first_element(t);
     if (!stack) at += t->dl.shape[dim];
+    if (on.device_type == kDLCUDA) { /* a copy or conversion kernel into the entry's place */
+      int family, sizes[2] = {(int)itemsize, (int)dlp_dtypes[t->dtype].itemsize};
+      const char *kernel = dlp_cuda_copy_kernel(L, dtype, t->dtype, &family, what);
+      dlp_Tensor *tensors[2] = {r, (dlp_Tensor *)t};
+      dlp_run_on_cuda(L, what, NULL, 2, ndim, t->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, tensors, NULL,
+                      sizes, kernel, family);
+      continue;
+    }
     Copy c = {dlp_row_function(dtype, t->dtype)};
     dlp_Iter it;
     dlp_iter_init(&it, 2, ndim, t->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1);

@@ -56,26 +56,31 @@ static const char *const conversions[DLP_FLOAT64 + 1][DLP_FLOAT64 + 1] = {DLP_RE
 static const char *const copies[] = {"dlp_copy_1", "dlp_copy_2", NULL, "dlp_copy_4", NULL, NULL, NULL, "dlp_copy_8",
                                      NULL, NULL, NULL, NULL, NULL, NULL, NULL, "dlp_copy_16"};
 
+const char *dlp_cuda_copy_kernel(lua_State *L, int dst_dtype, int src_dtype, int *family, const char *what) {
+  int size = (int)dlp_dtypes[src_dtype].itemsize;
+  if (dst_dtype == src_dtype && !dlp_is_packed(src_dtype, 0) && size <= 16 && copies[size - 1]) {
+    *family = 12;
+    return copies[size - 1];
+  }
+  if (dst_dtype != src_dtype && src_dtype <= DLP_FLOAT64 && dst_dtype <= DLP_FLOAT64) {
+    *family = CONVERSION_FAMILY(src_dtype);
+    return conversions[src_dtype][dst_dtype];
+  }
+  luaL_error(L, "%s: %s to %s is not copied on CUDA devices yet (copy through the host)", what,
+             dlp_dtypes[src_dtype].name, dlp_dtypes[dst_dtype].name);
+  return NULL;
+}
+
 void dlp_copy_on_cuda(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStream *stream, const char *what) {
   int ssize = (int)dlp_dtypes[src->dtype].itemsize, dsize = (int)dlp_dtypes[dst->dtype].itemsize;
   int sizes[2] = {dsize, ssize}, family;
   int64_t strides[2][DLP_MAX_NDIM];
   char *data[2] = {dlp_first_element(dst), dlp_first_element(src)};
   dlp_Tensor *tensors[2] = {dst, src};
-  const char *kernel;
-  if (dlp_is_packed(src->dtype, src->flags) || dlp_is_packed(dst->dtype, dst->flags) ||
-      (dst->dtype != src->dtype && (src->dtype > DLP_FLOAT64 || dst->dtype > DLP_FLOAT64)))
-    luaL_error(L, "%s: %s to %s is not converted on CUDA devices yet (copy through the host)", what,
-               dlp_dtypes[src->dtype].name, dlp_dtypes[dst->dtype].name);
-  if (dst->dtype == src->dtype) {
-    if (ssize > 16 || !copies[ssize - 1])
-      luaL_error(L, "%s: %s is not copied on CUDA devices yet (copy through the host)", what, dlp_dtypes[src->dtype].name);
-    kernel = copies[ssize - 1];
-    family = 12;
-  } else {
-    kernel = conversions[src->dtype][dst->dtype];
-    family = CONVERSION_FAMILY(src->dtype);
-  }
+  if (dlp_is_packed(src->dtype, src->flags) || dlp_is_packed(dst->dtype, dst->flags))
+    luaL_error(L, "%s: packed %s is not copied on CUDA devices yet (copy through the host)", what,
+               dlp_dtypes[src->dtype].name);
+  const char *kernel = dlp_cuda_copy_kernel(L, dst->dtype, src->dtype, &family, what);
   if (dlp_overlaps(dst, src)) { /* views of one block: through a temporary, as on the host */
     dlp_Tensor *tmp = dlp_tensor_new(L, src->dtype, 0, src->dl.device, src->dl.ndim, src->dl.shape, 0, what);
     dlp_copy_on_cuda(L, tmp, src, stream, what);
