@@ -201,6 +201,8 @@ describe("computing on CUDA tensors", function()
     agrees("where", function(c, a, b) return dlpack.where(c, a, b) end, dlpack.tensor({true, false, true, false}),
            row, dlpack.tensor({-1, -2, -3, -4}, "int32"))
     agrees("clamp", function(a) return dlpack.clamp(a, 3, 20) end, m)
+    agrees("masked_fill", function(a, mask) return a:masked_fill(mask, -7) end, m,
+           dlpack.tensor({true, false, false, true}))
     agrees("64 dimensions", function(a) return a + 1 end, dlpack.ones({2, 1, 2}, "float64")
       :view({2, 1, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
              1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}))

@@ -276,15 +276,18 @@ static void copy_repacked(dlp_Tensor *dst, const dlp_Tensor *src) {
 
 /* ---- dlp_copy ---- */
 
-/* Spans fit: checked when the tensors were made. Host memory is compared by what it is, not by
- * who owns it: two imports of one producer's memory have different owners but may share bytes,
- * and two mappings of one memfd share bytes at different addresses (ipc.c translates them). On
- * CUDA devices, as before, only views of one owner are compared (two imports of one exported
- * allocation are not recognised). */
+/* Spans fit: checked when the tensors were made. Memory is compared by what it is, not by who
+ * owns it: two imports of one producer's memory have different owners but may share bytes, and
+ * two mappings of one memfd share bytes at different addresses (ipc.c translates them). CUDA
+ * device addresses are unique in a process (unified addressing), so two tensors of one device
+ * are compared by address too; tensors of different devices never overlap. */
 int dlp_overlaps(const dlp_Tensor *a, const dlp_Tensor *b) {
   dlp_Span sa, sb;
   int host = dlp_device_is_host(a->dl.device);
-  if (host != dlp_device_is_host(b->dl.device) || (!host && a->owner != b->owner)) return 0;
+  if (host != dlp_device_is_host(b->dl.device)) return 0;
+  if (!host && (a->dl.device.device_type != b->dl.device.device_type ||
+                a->dl.device.device_id != b->dl.device.device_id))
+    return 0;
   dlp_span_of(a->dl.ndim, a->dl.shape, a->dl.strides, a->dtype, a->flags, &sa);
   dlp_span_of(b->dl.ndim, b->dl.shape, b->dl.strides, b->dtype, b->flags, &sb);
   if (sa.numel == 0 || sb.numel == 0) return 0;
