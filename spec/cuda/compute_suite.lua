@@ -78,14 +78,13 @@ describe("computing on CUDA tensors", function()
       local x = dlpack.tensor(values, dtype)
       local y = dlpack.tensor({values[6], values[1], values[3], values[2], values[5], values[4]}, dtype)
       for _, op in ipairs(binary) do
-        local ok, result = pcall(dlpack[op], x, y) -- what the CPU refuses (bool sub, float band) is not asked
+        local ok, err = pcall(dlpack[op], x, y)
         if ok then
-          local dx, dy = x:to("cuda:0"), y:to("cuda:0")
-          if op == "pow" and result.dtype:match("^int") then -- negative exponents are refused on the host
-            raises(function() return dlpack[op](dx, dy) end, "not checked on the device yet")
-          else
-            agrees(op .. " " .. dtype, dlpack[op], x, y)
-          end
+          agrees(op .. " " .. dtype, dlpack[op], x, y)
+        else -- what the CPU refuses (bool sub, float band, a zero divisor) the device refuses alike
+          local gpu_ok, gpu_err = pcall(dlpack[op], x:to("cuda:0"), y:to("cuda:0"))
+          assert.is_false(gpu_ok, op .. " " .. dtype)
+          assert.are.equal(err, gpu_err, op .. " " .. dtype)
         end
       end
     end
@@ -179,6 +178,26 @@ describe("computing on CUDA tensors", function()
     raises(function() m:fill(2 ^ 40) end, "out of range")
   end)
 
+  it("allclose compares on the device with NumPy's isclose", function()
+    local a = dlpack.tensor({1, 2, 0 / 0, 1 / 0, 1e-9}, "float64")
+    local cases = {
+      {a, a:clone()}, {a, dlpack.tensor({1, 2, 0 / 0, 1 / 0, 0}, "float64")},
+      {dlpack.tensor({1, 2}, "float32"), dlpack.tensor({1.00001, 2}, "float64")},
+      {dlpack.tensor({100, 1e6}, "int32"), dlpack.tensor({100, 1e6 + 1}, "int64")},
+      {dlpack.tensor({1 / 0}, "float32"), dlpack.tensor({-1 / 0}, "float32")},
+    }
+    for i, c in ipairs(cases) do
+      for _, tol in ipairs({{}, {0, 0}, {1e-3, 1e-3}}) do
+        local want = dlpack.allclose(c[1], c[2], tol[1], tol[2])
+        local got = dlpack.allclose(c[1]:to("cuda:0"), c[2]:to("cuda:0"), tol[1], tol[2])
+        assert.are.equal(want, got, "case " .. i)
+      end
+    end
+    local launches = fake and fake.calls("cuLaunchKernel")
+    assert.is_true(dlpack.allclose(a:to("cuda:0"), a:to("cuda:0"), 0, 0) == false) -- NaN is close to nothing
+    if fake then assert.is_true(fake.calls("cuLaunchKernel") > launches, "a kernel compared") end
+  end)
+
   it("cat and stack join on the device, converting as the CPU does", function()
     local a = dlpack.arange(6, "int16"):view({2, 3})
     local b = dlpack.tensor({{0.5, 1.5, 2.5}}, "float32")
@@ -229,10 +248,19 @@ describe("computing on CUDA tensors", function()
     raises(function() return dlpack.add(h, d) end, "operands on different devices: cuda:0 and cpu")
     raises(function() return dlpack.add(d, d, {out = h}) end, "operands on different devices: cuda:0 and cpu")
     raises(function() return dlpack.zeros({2}, "complex64", "cuda:0") + 1 end, "does not run on CUDA devices yet")
-    raises(function()
-      local i = dlpack.tensor({1, 2}, "int32"):to("cuda:0")
-      return dlpack.idiv(i, i)
-    end, "integer division by a CUDA tensor is not checked on the device yet")
+    for _, dtype in ipairs({"int8", "uint16", "int64"}) do -- zero divisors and negative exponents, on the device
+      local i = dlpack.tensor({1, 2, 3}, dtype):to("cuda:0")
+      local z = dlpack.tensor({{3, 2, 1}, {1, 0, 1}}, dtype):to("cuda:0")
+      raises(function() return dlpack.idiv(i, z) end, "integer division by zero")
+      raises(function() return dlpack.mod(i, z:to("int32")) end, "integer division by zero")
+      agrees("idiv by a tensor " .. dtype, dlpack.idiv, dlpack.tensor({7, -8, 9}, "int64"),
+             dlpack.tensor({2, 3, dtype:match("^u") and 4 or -4}, dtype))
+      if dtype:match("^int") then
+        local e = dlpack.tensor({1, -1, 2}, dtype):to("cuda:0")
+        raises(function() return dlpack.pow(i, e) end, "negative integer powers")
+      end
+    end
+    raises(function() return dlpack.idiv(dlpack.zeros({2}, "int32", "cuda:0"), 0) end, "integer division by zero")
     raises(function() return dlpack.zeros({4}, "float8_e4m3fn", "cuda:0") + 1 end, "does not compute")
   end)
 

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "compute/ops.h"
 #include "internal.h"
 
 /* How an operation chooses its dtypes from the promoted dtype P of its inputs. */
@@ -382,6 +383,40 @@ static dlp_Tensor *converted_on_cuda(lua_State *L, dlp_Tensor *t, int mid, int t
   return r;
 }
 
+/* Whether an element of t (device memory, of integer dtype `dtype`, at `data` with `strides` over
+ * `shape`) is zero, or with `negative` below zero: a kernel sets a flag byte on the device, which is
+ * read back (a synchronisation). */
+static int device_has(lua_State *L, dlp_Tensor *t, char *data, int ndim, const int64_t *shape, const int64_t *strides,
+                      int dtype, int negative, dlp_CudaStream *stream, const char *what) {
+  static const char *const zero[] = {NULL, "dlp_has_zero_i8", "dlp_has_zero_i16", "dlp_has_zero_i32",
+                                     "dlp_has_zero_i64", "dlp_has_zero_u8", "dlp_has_zero_u16", "dlp_has_zero_u32",
+                                     "dlp_has_zero_u64"};
+  static const char *const below[] = {NULL, "dlp_has_negative_i8", "dlp_has_negative_i16", "dlp_has_negative_i32",
+                                      "dlp_has_negative_i64"};
+  int family = dlp_compute_index(dtype), sizes[2] = {1, (int)dlp_dtypes[dtype].itemsize};
+  int64_t s[2][DLP_MAX_NDIM];
+  DLDevice cpu = {kDLCPU, 0};
+  unsigned char none = 0;
+  dlp_Tensor *flag = dlp_tensor_new(L, DLP_BOOL, 0, t->dl.device, 0, NULL, 0, what);
+  dlp_fill_on_cuda(L, flag, &none, stream, what);
+  char *ptrs[2] = {dlp_first_element(flag), data};
+  dlp_Tensor *tensors[2] = {flag, t};
+  for (int i = 0; i < ndim; i++) {
+    s[0][i] = 0;
+    s[1][i] = strides[i];
+  }
+  dlp_run_on_cuda(L, what, stream, 2, ndim, shape, ptrs, (const int64_t(*)[DLP_MAX_NDIM])s, tensors, NULL, sizes,
+                  negative ? below[family] : zero[family], family);
+  dlp_Tensor *host = dlp_clone(L, lua_gettop(L), DLP_BOOL, cpu, NULL, what); /* waits for the kernel */
+  int found = *(const unsigned char *)dlp_first_element(host) != 0;
+  dlp_tensor_release(host);
+  dlp_tensor_release(flag);
+  lua_pop(L, 2);
+  return found;
+}
+
+static void isclose_f64(void *ctx, char *const *data, const int64_t *steps, int64_t n); /* allclose's */
+
 /* ---- the driver ---- */
 
 typedef struct Call {
@@ -573,20 +608,21 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
 
   /* integer division by zero and negative integer powers raise before anything is written,
    * decided on the divisor and exponent as the loop reads them (converted to its dtype) */
-  if (gpu >= 0 && source[1] && is_integer(loop_in) &&
-      (c->op == DLP_OP_IDIV || c->op == DLP_OP_MOD || (c->op == DLP_OP_POW && dlp_dtype_kind(loop_in) == 2)))
-    luaL_error(L, "%s: integer %s by a CUDA tensor is not checked on the device yet (use a number, or compute on the "
-               "host)", c->what, c->op == DLP_OP_POW ? "powers" : "division");
-  if (is_integer(loop_in) && (c->op == DLP_OP_IDIV || c->op == DLP_OP_MOD) &&
-      input_has(&run, 1, source[1], in[1].value.bytes, 0))
-    luaL_error(L, "%s: integer division by zero", c->what);
-  if (c->op == DLP_OP_POW && dlp_dtype_kind(loop_in) == 2 && input_has(&run, 1, source[1], in[1].value.bytes, 1))
-    luaL_error(L, "%s: integers to negative integer powers are not allowed", c->what);
+  int divides = is_integer(loop_in) && (c->op == DLP_OP_IDIV || c->op == DLP_OP_MOD);
+  int powers = c->op == DLP_OP_POW && dlp_dtype_kind(loop_in) == 2;
+  if (gpu < 0 || !source[1]) { /* a CUDA divisor is checked on the device, once converted */
+    if (divides && input_has(&run, 1, source[1], in[1].value.bytes, 0))
+      luaL_error(L, "%s: integer division by zero", c->what);
+    if (powers && input_has(&run, 1, source[1], in[1].value.bytes, 1))
+      luaL_error(L, "%s: integers to negative integer powers are not allowed", c->what);
+  }
 
   if (gpu >= 0) {
     int family = 0, sizes[DLP_ITER_MAX_OPS];
     const char *name = mixed ? dlp_mixed_kernel_name(c->op, want[0] == DLP_UINT64, &family)
+                       : c->kernel == isclose_f64 ? "dlp_isclose_f64" /* its tolerances: operand 3 */
                        : c->kernel ? NULL : dlp_kernel_name(c->op, loop_in, &family);
+    if (c->kernel == isclose_f64) family = dlp_compute_index(DLP_FLOAT64);
     if (!name) luaL_error(L, "%s: does not run on CUDA devices yet", c->what);
     /* operands the CPU loop converts in blocks are converted whole into device temporaries
      * first (through the same dtypes), and a result the loop would convert is written to one */
@@ -602,10 +638,23 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
       data[0] = dlp_first_element(temps[0]);
       dlp_broadcast_strides(temps[0], ndim, shape, strides[0]);
     }
+    if ((divides || powers) && source[1]) { /* zeros (negative exponents) of a CUDA divisor, as the loop reads them */
+      if (divides && device_has(L, ops_t[2], data[2], ndim, shape, strides[2], want[1], 0, stream, c->what))
+        luaL_error(L, "%s: integer division by zero", c->what);
+      if (powers && device_has(L, ops_t[2], data[2], ndim, shape, strides[2], want[1], 1, stream, c->what))
+        luaL_error(L, "%s: integers to negative integer powers are not allowed", c->what);
+    }
     sizes[0] = (int)dlp_dtypes[ops_t[0]->dtype].itemsize;
     for (int k = 0; k < n; k++) sizes[k + 1] = (int)dlp_dtypes[want[k]].itemsize;
     const void *values[DLP_ITER_MAX_OPS] = {NULL, in[0].value.bytes, in[1].value.bytes, in[2].value.bytes};
-    dlp_run_on_cuda(L, c->what, stream, n + 1, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, ops_t, values,
+    int nops = n + 1;
+    if (c->kernel == isclose_f64) { /* rtol and atol ride as a 16-byte scalar operand */
+      values[3] = c->kernel_ctx;
+      sizes[3] = 16;
+      ops_t[3] = NULL;
+      nops = 4;
+    }
+    dlp_run_on_cuda(L, c->what, stream, nops, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, ops_t, values,
                     sizes, name, family);
     if (temps[0]) { /* rounded to the result dtype before going into an out of another, as on the CPU */
       dlp_Tensor *rounded = converted_on_cuda(L, temps[0], -1, result, stream, c->what);
@@ -783,8 +832,7 @@ static int l_equal(lua_State *L) {
   return 1;
 }
 
-/* allclose's test, in float64: |a - b| <= atol + rtol * |b| (NumPy's isclose); an infinity is
- * close only to itself, NaN to nothing. */
+/* allclose's test in float64 (ops.h, as the CUDA kernel dlp_isclose_f64); ctx: rtol, atol */
 static void isclose_f64(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
   const double *tol = ctx;
   char *o = data[0];
@@ -793,7 +841,7 @@ static void isclose_f64(void *ctx, char *const *data, const int64_t *steps, int6
     double x, y;
     memcpy(&x, a, sizeof x);
     memcpy(&y, b, sizeof y);
-    unsigned char r = x == y || (isfinite(x) && isfinite(y) && fabs(x - y) <= tol[1] + tol[0] * fabs(y));
+    unsigned char r = dlp_rule_isclose(x, y, tol[0], tol[1]);
     memcpy(o, &r, 1);
   }
 }

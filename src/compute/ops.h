@@ -151,6 +151,12 @@ DLP_RULE float logistic_f32(float x) { return 1.0f / (1.0f + vexp_f32(-x)); }
 DLP_RULE double logistic_f64(double x) { return 1.0 / (1.0 + exp(-x)); }
 
 
+/* allclose's test, in float64: |x - y| <= atol + rtol * |y| (NumPy's isclose); an infinity is
+ * close only to itself, NaN to nothing. */
+DLP_RULE b8 dlp_rule_isclose(double x, double y, double rtol, double atol) {
+  return x == y || (x - x == 0 && y - y == 0 && fabs(x - y) <= atol + rtol * fabs(y));
+}
+
 /* ---- the element expressions, per family ---- */
 
 /* every integer type, DO(suffix, C type); the two float types */

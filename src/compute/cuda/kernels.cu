@@ -79,6 +79,13 @@ void *dlp_fake_device_bytes(uint64_t address, int64_t n, int write);
 #define KM(name, TX, TY, EXPR) \
   KERNEL(dlp_##name) { EACH_ELEMENT(3, LOAD(TX, 1, x) LOAD(TY, 2, y) STORE(b8, (b8)(EXPR));) }
 
+/* the checks before integer division and powers: operand 0, a flag byte every element maps to
+ * (strides 0), is set to 1 when an element is zero (or negative); the threads that set it all
+ * write the same value */
+#define KFLAG(name, T, COND) \
+  KERNEL(dlp_##name) { EACH_ELEMENT(2, LOAD(T, 1, x) if (COND) STORE(b8, 1);) }
+#define SIGNED_FLAGS(s, T) KFLAG(has_zero_##s, T, x == 0) KFLAG(has_negative_##s, T, x < 0)
+#define UNSIGNED_FLAGS(s, T) KFLAG(has_zero_##s, T, x == 0)
 #define INT_KERNELS(s, T) DLP_INT_OPS(K2, K1, KC, s, T) DLP_COMPARE_OPS(K2, K1, KW, s, T)
 #define FLOAT_KERNELS(s, T, F) DLP_FLOAT_OPS(K2, K1, KC, s, T, F) DLP_COMPARE_OPS(K2, K1, KW, s, T)
 
@@ -88,33 +95,50 @@ DLP_BOOL_OPS(K2, K1, KC, KW)
 #endif
 #if FAMILY(1)
 INT_KERNELS(i8, int8_t)
+SIGNED_FLAGS(i8, int8_t)
 #endif
 #if FAMILY(2)
 INT_KERNELS(i16, int16_t)
+SIGNED_FLAGS(i16, int16_t)
 #endif
 #if FAMILY(3)
 INT_KERNELS(i32, int32_t)
+SIGNED_FLAGS(i32, int32_t)
 #endif
 #if FAMILY(4)
 INT_KERNELS(i64, int64_t)
+SIGNED_FLAGS(i64, int64_t)
 #endif
 #if FAMILY(5)
 INT_KERNELS(u8, uint8_t)
+UNSIGNED_FLAGS(u8, uint8_t)
 #endif
 #if FAMILY(6)
 INT_KERNELS(u16, uint16_t)
+UNSIGNED_FLAGS(u16, uint16_t)
 #endif
 #if FAMILY(7)
 INT_KERNELS(u32, uint32_t)
+UNSIGNED_FLAGS(u32, uint32_t)
 #endif
 #if FAMILY(8)
 INT_KERNELS(u64, uint64_t)
+UNSIGNED_FLAGS(u64, uint64_t)
 #endif
 #if FAMILY(9)
 FLOAT_KERNELS(f32, float, f)
 #endif
 #if FAMILY(10)
 FLOAT_KERNELS(f64, double, )
+#endif
+#if FAMILY(10)
+/* allclose's test; rtol and atol are operand 3's 16 bytes */
+KERNEL(dlp_isclose_f64) {
+  uint64_t words[2] = {A.value[3][0], A.value[3][1]};
+  double tol[2];
+  memcpy(tol, words, sizeof tol);
+  EACH_ELEMENT(3, LOAD(double, 1, x) LOAD(double, 2, y) STORE(b8, dlp_rule_isclose(x, y, tol[0], tol[1]));)
+}
 #endif
 #if FAMILY(11)
 DLP_MIXED_OPS(KM)
@@ -178,12 +202,15 @@ CONVERSIONS_FROM(FLOAT64, float64, double, dbl)
 #include "compute/cuda/fake_kernels.h"
 #define ENTRY(name, ...) {"dlp_" #name, dlp_##name},
 #define INT_ENTRIES(s, T) DLP_INT_OPS(ENTRY, ENTRY, ENTRY, s, T) DLP_COMPARE_OPS(ENTRY, ENTRY, ENTRY, s, T)
+#define ZERO_FLAG_ENTRY(s, T) ENTRY(has_zero_##s)
 #define CONVERSION_ENTRY(S, s, ST, sc, D, d, DT, dc) {"dlp_convert_" #s "_" #d, dlp_convert_##s##_##d},
 #define CONVERSION_ENTRIES(S, s, ST, sc) DLP_REAL_DESTINATIONS(CONVERSION_ENTRY, S, s, ST, sc)
 #define FLOAT_ENTRIES(s, T, F) DLP_FLOAT_OPS(ENTRY, ENTRY, ENTRY, s, T, F) DLP_COMPARE_OPS(ENTRY, ENTRY, ENTRY, s, T)
 const dlp_FakeKernel dlp_fake_kernels[] = {
   DLP_BOOL_OPS(ENTRY, ENTRY, ENTRY, ENTRY) DLP_INTS(INT_ENTRIES) DLP_FLOATS(FLOAT_ENTRIES) DLP_MIXED_OPS(ENTRY) COPIES(ENTRY)
-  DLP_REAL_DTYPES(CONVERSION_ENTRIES)
+  DLP_REAL_DTYPES(CONVERSION_ENTRIES) {"dlp_isclose_f64", dlp_isclose_f64},
+  DLP_INTS(ZERO_FLAG_ENTRY) ENTRY(has_negative_i8) ENTRY(has_negative_i16) ENTRY(has_negative_i32)
+  ENTRY(has_negative_i64)
   {NULL, NULL},
 };
 #endif
