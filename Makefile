@@ -111,7 +111,7 @@ endif
 # family, kept in the repository so that the module builds without the CUDA toolkit; `make ptx`
 # regenerates them with nvcc (and CI checks that they match their source). The module embeds them
 # as strings.
-KERNEL_FAMILIES = $(shell seq 0 25)
+KERNEL_FAMILIES = $(shell seq 0 26)
 PTX_DIR     = src/compute/cuda/ptx
 PTX_FILES   = $(KERNEL_FAMILIES:%=$(PTX_DIR)/family%.ptx)
 PTX_ARCH    = compute_80

@@ -198,6 +198,48 @@ describe("computing on CUDA tensors", function()
     if fake then assert.is_true(fake.calls("cuLaunchKernel") > launches, "a kernel compared") end
   end)
 
+  it("rand, randn and randint draw on the device, reproducibly, as docs/api.md specifies", function()
+    -- the documented counter-based draw, in Lua 5.4 integer arithmetic (wrapping, logical shifts)
+    local G = 0x9e3779b97f4a7c15
+    local function mix(z)
+      z = (z ~ (z >> 30)) * 0xbf58476d1ce4e5b9
+      z = (z ~ (z >> 27)) * 0x94d049bb133111eb
+      return z ~ (z >> 31)
+    end
+    local function draw(key, i, t) return mix(mix(key + (t + 1) * G) + (i + 1) * G) end
+    local function rotl(x, k) return (x << k) | (x >> (64 - k)) end
+    local seed, state = 42, {} -- the key: the first draw of xoshiro256** seeded with 42 (docs/api.md)
+    for k = 1, 4 do
+      seed = seed + G
+      state[k] = mix(seed)
+    end
+    local key = rotl(state[2] * 5, 7) * 9
+    dlpack.manual_seed(42)
+    local launches = fake and fake.calls("cuLaunchKernel")
+    local u = dlpack.rand({1000}, "float64", "cuda:0")
+    if fake then assert.is_true(fake.calls("cuLaunchKernel") > launches, "drawn by a kernel") end
+    assert.are.equal("cuda:0", u.device)
+    local values = host(u):totable()
+    for i = 1, 5 do assert.are.equal(((draw(key, i - 1, 0) >> 11) * 2.0 ^ -53), values[i]) end
+    for _, v in ipairs(values) do assert.is_true(v >= 0 and v < 1) end
+    dlpack.manual_seed(42)
+    assert.are.equal(u:to("cpu"):tobytes(), host(dlpack.rand({1000}, "float64", "cuda:0")):tobytes(), "same seed")
+    assert.are_not.equal(u:to("cpu"):tobytes(), host(dlpack.rand({1000}, "float64", "cuda:0")):tobytes())
+    local n = host(dlpack.randn({4000}, "float32", "cuda:0"):to("float64"))
+    local mean = dlpack.tensor(n:totable()):sum() / 4000
+    assert.is_true(math.abs(mean) < 0.1, "mean " .. mean)
+    local k = host(dlpack.randint(-3, 5, {2000}, "int8", "cuda:0")):totable()
+    local seen = {}
+    for _, v in ipairs(k) do
+      assert.is_true(v >= -3 and v < 5)
+      seen[v] = true
+    end
+    for v = -3, 4 do assert.is_true(seen[v], "value " .. v .. " drawn") end
+    assert.are.same({0}, dlpack.randint(0, 1, {1}, "bool", "cuda:0"):to("int32"):to("cpu"):totable())
+    assert.are.same({0}, dlpack.rand({0}, "float32", "cuda:0").shape)
+    raises(function() return dlpack.rand({2}, "float32", "rocm:0") end, "rocm")
+  end)
+
   it("cat and stack join on the device, converting as the CPU does", function()
     local a = dlpack.arange(6, "int16"):view({2, 3})
     local b = dlpack.tensor({{0.5, 1.5, 2.5}}, "float32")

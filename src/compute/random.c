@@ -11,6 +11,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "compute/random_rules.h"
 #include "internal.h"
 
 #if defined(__clang__)
@@ -28,10 +29,7 @@ typedef struct Generator {
 } Generator;
 
 static uint64_t splitmix64(uint64_t *x) {
-  uint64_t z = (*x += 0x9e3779b97f4a7c15u);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-  return z ^ (z >> 31);
+  return dlp_rule_mix64(*x += DLP_GOLDEN);
 }
 
 /* splitmix64's first four outputs: never all zero (it is a bijection of its counter). */
@@ -96,44 +94,14 @@ static int l_manual_seed(lua_State *L) {
 
 /* ---- drawing ---- */
 
-/* A uniform integer in [0, range), range >= 1: Lemire's multiply-and-reject, unbiased. The high
- * and low 64 bits of x * range, from 32-bit halves. */
-static uint64_t mul_wide(uint64_t a, uint64_t b, uint64_t *low) {
-  uint64_t a0 = (uint32_t)a, a1 = a >> 32, b0 = (uint32_t)b, b1 = b >> 32;
-  uint64_t p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
-  uint64_t mid = (p00 >> 32) + (uint32_t)p01 + (uint32_t)p10;
-  *low = (mid << 32) | (uint32_t)p00;
-  return p11 + (p01 >> 32) + (p10 >> 32) + (mid >> 32);
-}
-
+/* A uniform integer in [0, range), range >= 1: Lemire's multiply-and-reject, unbiased. */
 static uint64_t below(Generator *g, uint64_t range) {
-  uint64_t low, high = mul_wide(next(g), range, &low);
+  uint64_t low, high = dlp_rule_mul_wide(next(g), range, &low);
   if (low < range) {
     uint64_t threshold = (0 - range) % range; /* 2^64 mod range: the draws that would bias */
-    while (low < threshold) high = mul_wide(next(g), range, &low);
+    while (low < threshold) high = dlp_rule_mul_wide(next(g), range, &low);
   }
   return high;
-}
-
-/* The natural logarithm of x (positive, finite), from IEEE-754 operations alone: x = m * 2^e
- * with m in [sqrt(1/2), sqrt(2)), then log(m) = 2 atanh(f) with f = (m - 1) / (m + 1), by its
- * series to f^25 (|f| < 0.1716: the next term is below 2^-60 of the sum). Within about 2 ulp of
- * the true value, and the same bits everywhere. */
-static double det_log(double x) {
-  int e;
-  double m = frexp(x, &e); /* exact: x = m * 2^e, m in [0.5, 1) */
-  if (m < 0.70710678118654752440) {
-    m = m * 2;
-    e = e - 1;
-  }
-  double f = (m - 1) / (m + 1), f2 = f * f, p = 1.0 / 25;
-  for (int k = 11; k >= 0; k--) p = p * f2 + 1.0 / (2 * k + 1);
-  return (double)e * 0.69314718055994530942 + 2 * f * p;
-}
-
-/* A double in [-1, 1) from 53 random bits: exact. */
-static double signed_unit(Generator *g) {
-  return (double)(next(g) >> 11) * 0x1p-52 - 1;
 }
 
 /* Store the double v as an element of the float dtype at p (rounded to nearest even). */
@@ -151,8 +119,7 @@ static void put_float(int dtype, char *p, double v) {
 static void fill_uniform(Generator *g, int dtype, char *p, int64_t n) {
   size_t itemsize = dlp_dtypes[dtype].itemsize;
   int bits = dtype == DLP_FLOAT64 ? 53 : dtype == DLP_FLOAT32 ? 24 : dtype == DLP_FLOAT16 ? 11 : 8;
-  double scale = ldexp(1, -bits);
-  for (int64_t i = 0; i < n; i++, p += itemsize) put_float(dtype, p, (double)(next(g) >> (64 - bits)) * scale);
+  for (int64_t i = 0; i < n; i++, p += itemsize) put_float(dtype, p, dlp_rule_uniform(next(g), bits));
 }
 
 /* Standard normal: Marsaglia's polar method. u, v in [-1, 1) (signed_unit, u first), s = u*u +
@@ -163,11 +130,11 @@ static void fill_normal(Generator *g, int dtype, char *p, int64_t n) {
   for (int64_t i = 0; i < n; i += 2) {
     double u, v, s;
     do {
-      u = signed_unit(g);
-      v = signed_unit(g);
+      u = dlp_rule_signed_unit(next(g));
+      v = dlp_rule_signed_unit(next(g));
       s = u * u + v * v;
     } while (s >= 1 || s == 0);
-    double r = sqrt(-2 * det_log(s) / s);
+    double r = dlp_rule_polar_scale(s);
     put_float(dtype, p, u * r);
     p += itemsize;
     if (i + 1 < n) {
@@ -177,20 +144,53 @@ static void fill_normal(Generator *g, int dtype, char *p, int64_t n) {
   }
 }
 
+/* ---- CUDA tensors: a counter-based draw per element, on the device ---- */
+
+/* Fill t (CUDA device memory, contiguous, new) with `kernel`: one draw of g is the key, from which
+ * each element's draws are computed on the device (random_rules.h); lo and range for randint. */
+static void fill_on_cuda(lua_State *L, Generator *g, dlp_Tensor *t, const char *kernel, uint64_t lo, uint64_t range,
+                         const char *what) {
+  if (dlp_numel(t) == 0) return; /* an empty tensor draws nothing */
+  uint64_t key = next(g);
+  int sizes[4] = {(int)dlp_dtypes[t->dtype].itemsize, 8, 8, 8};
+  int64_t strides[4][DLP_MAX_NDIM] = {{0}};
+  char *data[4] = {dlp_first_element(t), NULL, NULL, NULL};
+  dlp_Tensor *tensors[4] = {t, NULL, NULL, NULL};
+  const void *values[4] = {NULL, &key, &lo, &range};
+  dlp_broadcast_strides(t, t->dl.ndim, t->dl.shape, strides[0]);
+  dlp_run_on_cuda(L, what, NULL, 4, t->dl.ndim, t->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, tensors,
+                  values, sizes, kernel, 26);
+}
+
+/* The device a random tensor goes to (the argument at arg, none: the CPU). */
+static DLDevice random_device(lua_State *L, int arg) {
+  DLDevice cpu = {kDLCPU, 0};
+  return lua_isnoneornil(L, arg) ? cpu : dlp_check_device(L, arg, arg, NULL);
+}
+
 /* ---- the functions ---- */
 
 /* dlpack.rand(shape [, dtype]) and randn: shape a table or numbers (rand(2, 3, "float64")). */
 static int random_floats(lua_State *L, int normal, const char *what) {
   int64_t shape[DLP_MAX_NDIM];
   int next_arg, ndim = dlp_check_shape_args(L, 1, shape, &next_arg);
-  dlp_check_no_more(L, next_arg + 1, what, "a shape and a dtype");
+  dlp_check_no_more(L, next_arg + 2, what, "a shape, a dtype and a device");
   int dtype = dlp_opt_dtype(L, next_arg, DLP_FLOAT32);
+  DLDevice device = random_device(L, next_arg + 1);
   if (dtype < DLP_FLOAT16 || dtype > DLP_FLOAT64)
     return luaL_argerror(L, next_arg, lua_pushfstring(L, "%s makes float16, bfloat16, float32 or float64, not %s%s",
                                                       what, dlp_dtypes[dtype].name,
                                                       dtype <= DLP_UINT64 ? " (use dlpack.randint)" : ""));
   Generator *g = generator(L);
-  dlp_Tensor *t = dlp_tensor_new(L, dtype, 0, (DLDevice){kDLCPU, 0}, ndim, shape, 0, what);
+  dlp_Tensor *t = dlp_tensor_new(L, dtype, 0, device, ndim, shape, 0, what);
+  if (device.device_type == kDLCUDA) {
+    static const char *const kernels[2][4] = {
+      {"dlp_rand_float16", "dlp_rand_bfloat16", "dlp_rand_float32", "dlp_rand_float64"},
+      {"dlp_randn_float16", "dlp_randn_bfloat16", "dlp_randn_float32", "dlp_randn_float64"}};
+    fill_on_cuda(L, g, t, kernels[normal][dtype - DLP_FLOAT16], 0, 0, what);
+    return 1;
+  }
+  dlp_check_host(L, t, what);
   (normal ? fill_normal : fill_uniform)(g, dtype, dlp_first_element(t), dlp_numel(t));
   return 1;
 }
@@ -226,8 +226,9 @@ static int l_randint(lua_State *L) {
   int64_t shape[DLP_MAX_NDIM], min, max;
   int64_t lo = check_bound(L, 1, "lo"), hi = check_bound(L, 2, "hi");
   int next_arg, ndim = dlp_check_shape_args(L, 3, shape, &next_arg);
-  dlp_check_no_more(L, next_arg + 1, "dlpack.randint", "lo, hi, a shape and a dtype");
+  dlp_check_no_more(L, next_arg + 2, "dlpack.randint", "lo, hi, a shape, a dtype and a device");
   int dtype = dlp_opt_dtype(L, next_arg, DLP_INT64);
+  DLDevice device = random_device(L, next_arg + 1);
   if (dtype > DLP_UINT64)
     return luaL_argerror(L, next_arg, lua_pushfstring(L, "dlpack.randint makes integers or bool, not %s",
                                                       dlp_dtypes[dtype].name));
@@ -239,8 +240,16 @@ static int l_randint(lua_State *L) {
     return luaL_error(L, "dlpack.randint: the range [%I, %I) does not fit %s (%I to %I)", (lua_Integer)lo,
                       (lua_Integer)hi, dlp_dtypes[dtype].name, (lua_Integer)min, (lua_Integer)max);
   Generator *g = generator(L);
-  dlp_Tensor *t = dlp_tensor_new(L, dtype, 0, (DLDevice){kDLCPU, 0}, ndim, shape, 0, "dlpack.randint");
+  dlp_Tensor *t = dlp_tensor_new(L, dtype, 0, device, ndim, shape, 0, "dlpack.randint");
   uint64_t range = (uint64_t)hi - (uint64_t)lo; /* 1 to 2^64 - 1 */
+  if (device.device_type == kDLCUDA) {
+    static const char *const kernels[] = {"dlp_randint_bool", "dlp_randint_int8", "dlp_randint_int16",
+                                          "dlp_randint_int32", "dlp_randint_int64", "dlp_randint_uint8",
+                                          "dlp_randint_uint16", "dlp_randint_uint32", "dlp_randint_uint64"};
+    fill_on_cuda(L, g, t, kernels[dtype], (uint64_t)lo, range, "dlpack.randint");
+    return 1;
+  }
+  dlp_check_host(L, t, "dlpack.randint");
   size_t itemsize = dlp_dtypes[dtype].itemsize;
   char *p = dlp_first_element(t);
   dlp_Scalar s = {DLP_S_INT, 0, 0, 0, 0};

@@ -67,7 +67,7 @@ void dlp_cuda_hold_owner(dlp_CudaHold *h, dlp_Owner *o);
 CUresult dlp_cuda_hold_commit(dlp_CudaHold *h, CUstream stream, int device);
 
 /* The PTX of the kernel families (generated from src/compute/cuda/ptx/ into the build). */
-#define DLP_KERNEL_FAMILIES 26
+#define DLP_KERNEL_FAMILIES 27
 extern const char *const dlp_kernel_ptx[DLP_KERNEL_FAMILIES];
 
 #endif

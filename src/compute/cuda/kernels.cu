@@ -14,6 +14,7 @@
  * offset in each operand comes from i by dividing through the shape, innermost last. */
 #include "compute/cuda/args.h"
 #include "compute/ops.h"
+#include "compute/random_rules.h"
 #include "core/convert_rules.h"
 
 #ifndef DLP_FAMILY
@@ -197,12 +198,38 @@ CONVERSIONS_FROM(FLOAT32, float32, float, flt)
 CONVERSIONS_FROM(FLOAT64, float64, double, dbl)
 #endif
 
+/* random tensors (family 26): operand 0 the new contiguous tensor; the key (value[1]), randint's
+ * lo (value[2]) and range (value[3]) ride as scalars */
+#define KRAND(d, DT, BITS)                                                                            \
+  KERNEL(dlp_rand_##d) {                                                                               \
+    uint64_t key = A.value[1][0];                                                                      \
+    EACH_ELEMENT(1, STORE(DT, DLP_CONVERT(d, dbl, dlp_rule_uniform(dlp_rule_counter_draw(key, (uint64_t)i, 0), BITS)));) \
+  }                                                                                                    \
+  KERNEL(dlp_randn_##d) {                                                                              \
+    uint64_t key = A.value[1][0];                                                                      \
+    EACH_ELEMENT(1, STORE(DT, DLP_CONVERT(d, dbl, dlp_rule_counter_normal(key, (uint64_t)i)));)         \
+  }
+#define KRANDINT(d, DT)                                                                               \
+  KERNEL(dlp_randint_##d) {                                                                            \
+    uint64_t key = A.value[1][0], lo = A.value[2][0], range = A.value[3][0];                           \
+    EACH_ELEMENT(1, STORE(DT, DLP_CONVERT(d, i64, (int64_t)(lo + dlp_rule_counter_below(key, (uint64_t)i, range))));) \
+  }
+#define RANDOM_KERNELS(K, KI)                                                                        \
+  K(float16, uint16_t, 11) K(bfloat16, uint16_t, 8) K(float32, float, 24) K(float64, double, 53)      \
+  KI(bool, uint8_t) KI(int8, int8_t) KI(int16, int16_t) KI(int32, int32_t) KI(int64, int64_t)          \
+  KI(uint8, uint8_t) KI(uint16, uint16_t) KI(uint32, uint32_t) KI(uint64, uint64_t)
+#if FAMILY(26)
+RANDOM_KERNELS(KRAND, KRANDINT)
+#endif
+
 #ifndef __CUDACC__
 /* The fake driver's table of the kernels by name. */
 #include "compute/cuda/fake_kernels.h"
 #define ENTRY(name, ...) {"dlp_" #name, dlp_##name},
 #define INT_ENTRIES(s, T) DLP_INT_OPS(ENTRY, ENTRY, ENTRY, s, T) DLP_COMPARE_OPS(ENTRY, ENTRY, ENTRY, s, T)
 #define ZERO_FLAG_ENTRY(s, T) ENTRY(has_zero_##s)
+#define RAND_ENTRIES(d, DT, BITS) ENTRY(rand_##d) ENTRY(randn_##d)
+#define RANDINT_ENTRY(d, DT) ENTRY(randint_##d)
 #define CONVERSION_ENTRY(S, s, ST, sc, D, d, DT, dc) {"dlp_convert_" #s "_" #d, dlp_convert_##s##_##d},
 #define CONVERSION_ENTRIES(S, s, ST, sc) DLP_REAL_DESTINATIONS(CONVERSION_ENTRY, S, s, ST, sc)
 #define FLOAT_ENTRIES(s, T, F) DLP_FLOAT_OPS(ENTRY, ENTRY, ENTRY, s, T, F) DLP_COMPARE_OPS(ENTRY, ENTRY, ENTRY, s, T)
@@ -210,7 +237,7 @@ const dlp_FakeKernel dlp_fake_kernels[] = {
   DLP_BOOL_OPS(ENTRY, ENTRY, ENTRY, ENTRY) DLP_INTS(INT_ENTRIES) DLP_FLOATS(FLOAT_ENTRIES) DLP_MIXED_OPS(ENTRY) COPIES(ENTRY)
   DLP_REAL_DTYPES(CONVERSION_ENTRIES) {"dlp_isclose_f64", dlp_isclose_f64},
   DLP_INTS(ZERO_FLAG_ENTRY) ENTRY(has_negative_i8) ENTRY(has_negative_i16) ENTRY(has_negative_i32)
-  ENTRY(has_negative_i64)
+  ENTRY(has_negative_i64) RANDOM_KERNELS(RAND_ENTRIES, RANDINT_ENTRY)
   {NULL, NULL},
 };
 #endif
