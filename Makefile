@@ -120,7 +120,7 @@ OBJECTS    += $(BUILD)/obj/kernel_ptx.o
 ptx:
 	@mkdir -p $(PTX_DIR)
 	for f in $(KERNEL_FAMILIES); do \
-	  $(NVCC) -ptx -arch=$(PTX_ARCH) -fmad=false -DDLP_FAMILY=$$f -Isrc -o $(PTX_DIR)/family$$f.ptx src/compute/cuda/kernels.cu || exit 1; \
+	  $(NVCC) -ptx -arch=$(PTX_ARCH) -fmad=false -Werror all-warnings -DDLP_FAMILY=$$f -Isrc -o $(PTX_DIR)/family$$f.ptx src/compute/cuda/kernels.cu || exit 1; \
 	done
 
 $(BUILD)/gen/kernel_ptx.c: $(PTX_FILES)

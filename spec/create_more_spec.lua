@@ -173,7 +173,8 @@ describe("linspace", function()
     raises(function() dlpack.linspace(0, 1, "3") end, "number expected, got string")
     raises(function() dlpack.linspace(0, 1) end, "number expected, got no value")
     raises_plain(function() dlpack.linspace(-1e308, 1e308, 3) end, "stop - start overflows")
-    raises(function() dlpack.linspace(0, 1, 3, "float32", "cpu") end, "unexpected argument")
+    assert.are.equal("cpu", dlpack.linspace(0, 1, 3, "float32", "cpu").device) -- CUDA devices: spec/cuda
+    raises(function() dlpack.linspace(0, 1, 3, "float32", "cpu", 1) end, "unexpected argument")
   end)
 
   it("raises cleanly when the bytes of n elements overflow or cannot be allocated", function()
@@ -227,8 +228,9 @@ describe("eye", function()
     raises_plain(function() dlpack.eye(2 ^ 62) end, "dlpack.eye: the shape has more elements than fit in 64 bits")
     raises_plain(function() dlpack.eye(2 ^ 31, 2 ^ 31) end, "too many bytes")
     raises(function() dlpack.eye(2, 2, "complex128") end, "complex128")
-    raises(function() dlpack.eye(2, 2, "int32", "cpu") end, "unexpected argument")
-    raises(function() dlpack.eye(2, "int32", 3) end, "unexpected argument")
+    assert.are.equal("cpu", dlpack.eye(2, 2, "int32", "cpu").device) -- CUDA devices: spec/cuda
+    raises(function() dlpack.eye(2, 2, "int32", "cpu", 1) end, "unexpected argument")
+    raises(function() dlpack.eye(2, "int32", 3) end, "a device is a string")
   end)
 end)
 

@@ -288,8 +288,10 @@ describe("arange", function()
     raises(function() dlpack.arange(setmetatable({}, {__index = function() error("ran") end})) end,
       "number expected")
     raises(function() dlpack.arange(1, 2, 3, 4) end, "dtype")
-    raises(function() dlpack.arange(1, nil, 3) end, "unexpected")
-    raises(function() dlpack.arange(1, "int32", 3) end, "unexpected")
+    raises(function() dlpack.arange(1, nil, 3) end, "a device is a string")
+    raises(function() dlpack.arange(1, "int32", 3) end, "a device is a string")
+    raises(function() dlpack.arange(1, "int32", "cpu", 3) end, "unexpected")
+    assert.are.equal("cpu", dlpack.arange(1, "int32", "cpu").device) -- CUDA devices: spec/cuda
     raises(function() dlpack.arange(5, "word") end, "word")
     raises(function() dlpack.arange(5, {}) end)
     raises(function() dlpack.arange(2, "bool") end, "bool")

@@ -457,6 +457,11 @@ void dlp_run_on_cuda(lua_State *L, const char *what, dlp_CudaStream *stream, int
                      char *const *data, const int64_t (*strides)[DLP_MAX_NDIM], dlp_Tensor *const *tensors,
                      const void *const *values, const int *sizes, const char *kernel, int family);
 void dlp_copy_on_cuda(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStream *stream, const char *what);
+/* t (a new contiguous CUDA tensor) filled with a range: kind 0 arange of int64 start and step, 1
+ * arange of double start and step, 2 linspace (params: 48 bytes, as kernels.cu reads them); and
+ * the diagonal of a new zeroed n x m CUDA tensor set to element (eye) */
+void dlp_range_on_cuda(lua_State *L, dlp_Tensor *t, int kind, const void *params, const char *what);
+void dlp_diagonal_on_cuda(lua_State *L, dlp_Tensor *t, const void *element, const char *what);
 /* the kernel (and its family) that copies src_dtype elements into dst_dtype ones; raises when none */
 const char *dlp_cuda_copy_kernel(lua_State *L, int dst_dtype, int src_dtype, int *family, const char *what);
 void dlp_fill_on_cuda(lua_State *L, dlp_Tensor *t, const void *element, dlp_CudaStream *stream, const char *what);

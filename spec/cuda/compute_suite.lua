@@ -240,6 +240,34 @@ describe("computing on CUDA tensors", function()
     raises(function() return dlpack.rand({2}, "float32", "rocm:0") end, "rocm")
   end)
 
+  it("arange, linspace and eye make CUDA tensors on the device, with the CPU's values", function()
+    local function same(what, make, ...)
+      local args = {...}
+      local want = make(table.unpack(args))
+      args[#args + 1] = "cuda:0"
+      local got = make(table.unpack(args))
+      assert.are.equal("cuda:0", got.device, what)
+      assert.are.equal(want.dtype, got.dtype, what)
+      assert.are.equal(want:tobytes(), host(got):tobytes(), what)
+    end
+    local launches = fake and fake.calls("cuLaunchKernel")
+    same("arange int64", dlpack.arange, 2, 40, 3, "int64")
+    if fake then assert.is_true(fake.calls("cuLaunchKernel") > launches, "a kernel") end
+    same("arange down", dlpack.arange, 10, -10, -3, "int8")
+    same("arange floats", dlpack.arange, -1.5, 2.25, 0.125, "float32")
+    same("arange float16 of integers", dlpack.arange, 0, 70000, 999, "float16")
+    same("arange uint64", dlpack.arange, 2 ^ 62, 2 ^ 62 + 50, 7, "uint64")
+    for _, n in ipairs({0, 1, 2, 7, 100}) do
+      same("linspace " .. n, dlpack.linspace, -1, 3.5, n, "float64")
+      same("linspace int " .. n, dlpack.linspace, -7, 9, n, "int16")
+    end
+    same("linspace bfloat16", dlpack.linspace, 0, 1, 33, "bfloat16")
+    same("eye", dlpack.eye, 4, "float32")
+    same("eye 2x5", dlpack.eye, 2, 5, "int32")
+    same("eye 0", dlpack.eye, 0, 3, "uint8")
+    raises(function() return dlpack.arange(0, 3, 1, "int32", "cuda:0", 1) end, "unexpected argument")
+  end)
+
   it("cat and stack join on the device, converting as the CPU does", function()
     local a = dlpack.arange(6, "int16"):view({2, 3})
     local b = dlpack.tensor({{0.5, 1.5, 2.5}}, "float32")

@@ -112,3 +112,41 @@ void dlp_fill_on_cuda(lua_State *L, dlp_Tensor *t, const void *element, dlp_Cuda
   dlp_run_on_cuda(L, what, stream, 2, t->dl.ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, tensors,
                   values, sizes, copies[size - 1], 12);
 }
+
+/* ---- ranges: arange, linspace, eye (family 26) ---- */
+
+#define RANGE_NAMES(prefix)                                                                          \
+  {                                                                                                  \
+    [DLP_INT8] = prefix "int8", [DLP_INT16] = prefix "int16", [DLP_INT32] = prefix "int32",          \
+    [DLP_INT64] = prefix "int64", [DLP_UINT8] = prefix "uint8", [DLP_UINT16] = prefix "uint16",      \
+    [DLP_UINT32] = prefix "uint32", [DLP_UINT64] = prefix "uint64", [DLP_FLOAT16] = prefix "float16", \
+    [DLP_BFLOAT16] = prefix "bfloat16", [DLP_FLOAT32] = prefix "float32", [DLP_FLOAT64] = prefix "float64" \
+  }
+static const char *const range_kernels[3][DLP_FLOAT64 + 1] = {
+  RANGE_NAMES("dlp_arange_int_"), RANGE_NAMES("dlp_arange_float_"), RANGE_NAMES("dlp_linspace_")};
+
+void dlp_range_on_cuda(lua_State *L, dlp_Tensor *t, int kind, const void *params, const char *what) {
+  const char *kernel = t->dtype <= DLP_FLOAT64 ? range_kernels[kind][t->dtype] : NULL;
+  int sizes[4] = {(int)dlp_dtypes[t->dtype].itemsize, 16, 16, 16};
+  int64_t strides[4][DLP_MAX_NDIM] = {{0}};
+  char *data[4] = {dlp_first_element(t), NULL, NULL, NULL};
+  dlp_Tensor *tensors[4] = {t, NULL, NULL, NULL};
+  const unsigned char *p = params;
+  const void *values[4] = {NULL, p, p + 16, p + 32};
+  if (!kernel) luaL_error(L, "%s: %s ranges are not made on CUDA devices", what, dlp_dtypes[t->dtype].name);
+  dlp_broadcast_strides(t, t->dl.ndim, t->dl.shape, strides[0]);
+  dlp_run_on_cuda(L, what, NULL, 4, t->dl.ndim, t->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, tensors,
+                  values, sizes, kernel, 26);
+}
+
+void dlp_diagonal_on_cuda(lua_State *L, dlp_Tensor *t, const void *element, const char *what) {
+  int64_t rows = t->dl.shape[0], cols = t->dl.shape[1], n = rows < cols ? rows : cols, size = dlp_dtypes[t->dtype].itemsize;
+  int64_t strides[2][DLP_MAX_NDIM] = {{(cols + 1) * size}, {0}};
+  int sizes[2] = {(int)size, (int)size}, family;
+  char *data[2] = {dlp_first_element(t), NULL};
+  dlp_Tensor *tensors[2] = {t, NULL};
+  const void *values[2] = {NULL, element};
+  const char *kernel = dlp_cuda_copy_kernel(L, t->dtype, t->dtype, &family, what);
+  dlp_run_on_cuda(L, what, NULL, 2, 1, &n, data, (const int64_t(*)[DLP_MAX_NDIM])strides, tensors, values, sizes,
+                  kernel, family);
+}

@@ -157,6 +157,19 @@ DLP_RULE b8 dlp_rule_isclose(double x, double y, double rtol, double atol) {
   return x == y || (x - x == 0 && y - y == 0 && fabs(x - y) <= atol + rtol * fabs(y));
 }
 
+/* linspace's element i of count, from start a to stop b (create.c computes step = delta / div,
+ * div = count - 1, delta = b - a): NumPy's order of operations; integer dtypes take the floor */
+DLP_RULE double dlp_rule_linspace(int64_t i, int64_t count, double a, double b, double step, double div, double delta,
+                                  int integer) {
+  double y = (double)i;
+  if (count == 1) y = y * delta;
+  else if (step == 0) y = y / div * delta; /* NumPy's way for a step that underflows to 0 */
+  else y = y * step;
+  y = y + a;
+  if (count > 1 && i == count - 1) y = b;
+  return integer ? floor(y) : y;
+}
+
 /* ---- the element expressions, per family ---- */
 
 /* every integer type, DO(suffix, C type); the two float types */

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "compute/ops.h"
 #include "internal.h"
 
 /* linspace computes as NumPy does, one rounding per operation: no fused multiply-add (GCC
@@ -159,10 +160,12 @@ static int floor_fits(int dtype, double v) {
 /* dlpack.linspace(a, b, n [, dtype]): NumPy's linspace (endpoint included), computed in float64
  * exactly as NumPy 2 does, then rounded to dtype (integer dtypes: floored first). */
 static int l_linspace(lua_State *L) {
-  dlp_check_no_more(L, 5, "dlpack.linspace", "a start, a stop, a count and a dtype");
+  dlp_check_no_more(L, 6, "dlpack.linspace", "a start, a stop, a count, a dtype and a device");
   double a = check_finite(L, 1, "start"), b = check_finite(L, 2, "stop");
   int64_t n = check_count(L, 3, "the count");
   int dtype = dlp_opt_dtype(L, 4, DLP_FLOAT32);
+  DLDevice device = {kDLCPU, 0};
+  if (!lua_isnoneornil(L, 5)) device = dlp_check_device(L, 5, 5, NULL);
   const char *name = dlp_dtypes[dtype].name;
   if (dtype == DLP_BOOL) return luaL_argerror(L, 4, "linspace of bool is not supported");
   dlp_check_access(L, dtype);
@@ -173,19 +176,20 @@ static int l_linspace(lua_State *L) {
                       (lua_Number)b);
   if (integer && n > 0 && (!floor_fits(dtype, a) || (n > 1 && !floor_fits(dtype, b))))
     return luaL_error(L, "dlpack.linspace: the values from %f to %f do not fit %s", (lua_Number)a, (lua_Number)b, name);
-  dlp_Tensor *t = dlp_tensor_new(L, dtype, 0, (DLDevice){kDLCPU, 0}, 1, &n, 0, "dlpack.linspace");
+  dlp_Tensor *t = dlp_tensor_new(L, dtype, 0, device, 1, &n, 0, "dlpack.linspace");
+  double div = (double)(n - 1), step = n > 1 ? delta / div : 0;
+  if (device.device_type == kDLCUDA) { /* a, b | step, div | delta, the count (kernels.cu) */
+    double params[6] = {a, b, step, div, delta, 0};
+    memcpy(&params[5], &n, sizeof n);
+    dlp_range_on_cuda(L, t, 2, params, "dlpack.linspace");
+    return 1;
+  }
+  dlp_check_host(L, t, "dlpack.linspace");
   char *p = dlp_first_element(t);
   size_t itemsize = dlp_dtypes[dtype].itemsize;
-  double div = (double)(n - 1), step = n > 1 ? delta / div : 0;
   dlp_Scalar s = {DLP_S_FLOAT, 0, 0, 0, 0};
   for (int64_t i = 0; i < n; i++, p += itemsize) {
-    double y = (double)i;
-    if (n == 1) y = y * delta;
-    else if (step == 0) y = y / div * delta; /* NumPy's way for a step that underflows to 0 */
-    else y = y * step;
-    y = y + a;
-    if (n > 1 && i == n - 1) y = b;
-    s.re = integer ? floor(y) : y;
+    s.re = dlp_rule_linspace(i, n, a, b, step, div, delta, integer); /* ops.h: as the CUDA kernel */
     dlp_store(dtype, p, &s);
   }
   return 1;
@@ -198,12 +202,19 @@ static int l_eye(lua_State *L) {
   unsigned char one[16];
   int64_t shape[2];
   int dtype_arg = lua_type(L, 2) == LUA_TSTRING ? 2 : 3; /* eye(n, dtype) too */
-  dlp_check_no_more(L, dtype_arg + 1, "dlpack.eye", "n, m and a dtype");
+  dlp_check_no_more(L, dtype_arg + 2, "dlpack.eye", "n, m, a dtype and a device");
   shape[0] = check_count(L, 1, "n");
   shape[1] = dtype_arg == 2 || lua_isnoneornil(L, 2) ? shape[0] : check_count(L, 2, "m");
   int dtype = dlp_opt_dtype(L, dtype_arg, DLP_FLOAT32);
+  DLDevice device = {kDLCPU, 0};
+  if (!lua_isnoneornil(L, dtype_arg + 1)) device = dlp_check_device(L, dtype_arg + 1, dtype_arg + 1, NULL);
   dlp_one_element(L, dtype, one);
-  dlp_Tensor *t = dlp_tensor_new(L, dtype, 0, (DLDevice){kDLCPU, 0}, 2, shape, 1, "dlpack.eye");
+  dlp_Tensor *t = dlp_tensor_new(L, dtype, 0, device, 2, shape, 1, "dlpack.eye");
+  if (device.device_type == kDLCUDA) {
+    if (dlp_numel(t) > 0) dlp_diagonal_on_cuda(L, t, one, "dlpack.eye");
+    return 1;
+  }
+  dlp_check_host(L, t, "dlpack.eye");
   size_t itemsize = dlp_dtypes[dtype].itemsize;
   int64_t diagonal = shape[0] < shape[1] ? shape[0] : shape[1];
   char *p = dlp_first_element(t);

@@ -476,12 +476,11 @@ static int64_t integer_count(int64_t start, int64_t stop, int64_t step) {
   return n > INT64_MAX ? -1 : (int64_t)n;
 }
 
-static dlp_Tensor *new_range(lua_State *L, int dtype, const int64_t *shape) {
+static dlp_Tensor *new_range(lua_State *L, int dtype, DLDevice device, const int64_t *shape) {
   int64_t bytes;
-  DLDevice cpu = {kDLCPU, 0};
   if (!dlp_bytes_of(dtype, shape[0], 0, &bytes) || (uint64_t)bytes > PTRDIFF_MAX / 2)
     luaL_error(L, "dlpack.arange: %I elements of %s are too many bytes", (lua_Integer)shape[0], dlp_dtypes[dtype].name);
-  return dlp_tensor_new(L, dtype, 0, cpu, 1, shape, 0, "dlpack.arange");
+  return dlp_tensor_new(L, dtype, 0, device, 1, shape, 0, "dlpack.arange");
 }
 
 static int l_arange(lua_State *L) {
@@ -492,9 +491,13 @@ static int l_arange(lua_State *L) {
   if (n == 0) return luaL_typeerror(L, 1, "number");
   if (lua_type(L, n + 1) == LUA_TNUMBER)
     return luaL_argerror(L, n + 1, "a dtype name expected (arange takes at most start, stop and step)");
-  for (int k = n + 2; k <= top; k++)
-    if (!lua_isnil(L, k)) return luaL_argerror(L, k, "unexpected argument (arange takes start, stop, step and a dtype)");
+  for (int k = n + 3; k <= top; k++)
+    if (!lua_isnil(L, k))
+      return luaL_argerror(L, k, "unexpected argument (arange takes start, stop, step, a dtype and a device)");
   int dtype = dlp_opt_dtype(L, n + 1, all_integers ? DLP_INT64 : DLP_FLOAT64);
+  DLDevice device = {kDLCPU, 0};
+  if (!lua_isnoneornil(L, n + 2)) device = dlp_check_device(L, n + 2, n + 2, NULL);
+  int on_cuda = device.device_type == kDLCUDA;
   const char *name = dlp_dtypes[dtype].name;
   if (dtype == DLP_BOOL) return luaL_argerror(L, n + 1, "arange of bool is not supported");
   dlp_check_access(L, dtype);
@@ -526,7 +529,13 @@ static int l_arange(lua_State *L) {
       dlp_check_integer_range(L, dtype, last, "dlpack.arange");
     }
     shape[0] = count;
-    dlp_Tensor *t = new_range(L, dtype, shape);
+    dlp_Tensor *t = new_range(L, dtype, device, shape);
+    if (on_cuda) {
+      int64_t params[6] = {v[0], 0, v[2], 0, 0, 0};
+      dlp_range_on_cuda(L, t, 0, params, "dlpack.arange");
+      return 1;
+    }
+    dlp_check_host(L, t, "dlpack.arange");
     char *p = dlp_first_element(t);
     dlp_Scalar s = {DLP_S_INT, 0, 0, 0, 0};
     for (int64_t i = 0; i < count; i++, p += dlp_dtypes[dtype].itemsize) {
@@ -546,7 +555,13 @@ static int l_arange(lua_State *L) {
   double c = ceil((v[1] - v[0]) / v[2]); /* the difference may overflow to an infinity */
   if (!(c < 0x1p63)) return luaL_error(L, "dlpack.arange: the range has 2^63 elements or more");
   shape[0] = count = c > 0 ? (int64_t)c : 0;
-  dlp_Tensor *t = new_range(L, dtype, shape);
+  dlp_Tensor *t = new_range(L, dtype, device, shape);
+  if (on_cuda) {
+    double params[6] = {v[0], v[2], 0, 0, 0, 0};
+    dlp_range_on_cuda(L, t, 1, params, "dlpack.arange");
+    return 1;
+  }
+  dlp_check_host(L, t, "dlpack.arange");
   char *p = dlp_first_element(t);
   dlp_Scalar s = {DLP_S_FLOAT, 0, 0, 0, 0};
   for (int64_t i = 0; i < count; i++, p += dlp_dtypes[dtype].itemsize) {

@@ -45,13 +45,13 @@ void *dlp_fake_device_bytes(uint64_t address, int64_t n, int write);
 /* Run the statements for each element of the launch, with off[k] the element's byte offset in
  * operand k (of the first nops). */
 #define EACH_ELEMENT(nops, ...)                                                                        \
-  for (int64_t i = THREAD, step = THREADS; i < A.numel; i += step) {                                  \
-    int64_t off[DLP_KERNEL_MAX_OPS] = {0, 0, 0, 0}, rest = i;                                         \
+  for (int64_t i = THREAD, stride_ = THREADS; i < A.numel; i += stride_) {                            \
+    int64_t off[DLP_KERNEL_MAX_OPS] = {0, 0, 0, 0}, rest_ = i;                                        \
     ROLLED                                                                                             \
-    for (int d = A.ndim - 1; d >= 0; d--) {                                                            \
-      int64_t n = A.shape[d], at = d > 0 ? rest % n : rest;                                            \
-      rest = d > 0 ? rest / n : 0;                                                                     \
-      for (int k = 0; k < (nops); k++) off[k] += at * A.strides[k][d];                                 \
+    for (int d_ = A.ndim - 1; d_ >= 0; d_--) {                                                         \
+      int64_t n_ = A.shape[d_], at_ = d_ > 0 ? rest_ % n_ : rest_;                                     \
+      rest_ = d_ > 0 ? rest_ / n_ : 0;                                                                 \
+      for (int k_ = 0; k_ < (nops); k_++) off[k_] += at_ * A.strides[k_][d_];                          \
     }                                                                                                  \
     __VA_ARGS__                                                                                        \
   }
@@ -218,8 +218,57 @@ CONVERSIONS_FROM(FLOAT64, float64, double, dbl)
   K(float16, uint16_t, 11) K(bfloat16, uint16_t, 8) K(float32, float, 24) K(float64, double, 53)      \
   KI(bool, uint8_t) KI(int8, int8_t) KI(int16, int16_t) KI(int32, int32_t) KI(int64, int64_t)          \
   KI(uint8, uint8_t) KI(uint16, uint16_t) KI(uint32, uint32_t) KI(uint64, uint64_t)
+/* ranges (family 26 too): arange's values from start and step (int64, or doubles), linspace's
+ * from its start, stop, step, divisor, difference and count, as the CPU computes them (create.c,
+ * tensor.c); the parameters ride in value[1..3] */
+#define DOUBLES(k, x, y)                                                                              \
+  double x, y;                                                                                         \
+  {                                                                                                    \
+    uint64_t w_[2] = {A.value[k][0], A.value[k][1]};                                                   \
+    double d_[2];                                                                                      \
+    memcpy(d_, w_, sizeof d_);                                                                         \
+    x = d_[0], y = d_[1];                                                                              \
+  }
+#define KRANGE(d, DT)                                                                                 \
+  KERNEL(dlp_arange_int_##d) {                                                                         \
+    uint64_t start = A.value[1][0], step = A.value[2][0];                                              \
+    EACH_ELEMENT(1, STORE(DT, DLP_CONVERT(d, i64, (int64_t)(start + (uint64_t)i * step)));)            \
+  }                                                                                                    \
+  KERNEL(dlp_arange_float_##d) {                                                                       \
+    DOUBLES(1, start, step)                                                                            \
+    EACH_ELEMENT(1, STORE(DT, DLP_CONVERT(d, dbl, start + (double)i * step));)                         \
+  }                                                                                                    \
+  KERNEL(dlp_linspace_##d) {                                                                           \
+    DOUBLES(1, a, b)                                                                                   \
+    DOUBLES(2, step, div)                                                                              \
+    double delta;                                                                                      \
+    {                                                                                                  \
+      uint64_t w_ = A.value[3][0];                                                                     \
+      memcpy(&delta, &w_, sizeof delta);                                                               \
+    }                                                                                                  \
+    int64_t count = (int64_t)A.value[3][1];                                                            \
+    EACH_ELEMENT(1, STORE(DT, DLP_CONVERT(d, dbl, dlp_rule_linspace(i, count, a, b, step, div, delta, \
+                                                                    IS_INTEGER_##d)));)                \
+  }
+#define IS_INTEGER_int8 1
+#define IS_INTEGER_int16 1
+#define IS_INTEGER_int32 1
+#define IS_INTEGER_int64 1
+#define IS_INTEGER_uint8 1
+#define IS_INTEGER_uint16 1
+#define IS_INTEGER_uint32 1
+#define IS_INTEGER_uint64 1
+#define IS_INTEGER_float16 0
+#define IS_INTEGER_bfloat16 0
+#define IS_INTEGER_float32 0
+#define IS_INTEGER_float64 0
+#define RANGE_KERNELS(K)                                                                             \
+  K(int8, int8_t) K(int16, int16_t) K(int32, int32_t) K(int64, int64_t) K(uint8, uint8_t)              \
+  K(uint16, uint16_t) K(uint32, uint32_t) K(uint64, uint64_t) K(float16, uint16_t)                     \
+  K(bfloat16, uint16_t) K(float32, float) K(float64, double)
 #if FAMILY(26)
 RANDOM_KERNELS(KRAND, KRANDINT)
+RANGE_KERNELS(KRANGE)
 #endif
 
 #ifndef __CUDACC__
@@ -230,6 +279,7 @@ RANDOM_KERNELS(KRAND, KRANDINT)
 #define ZERO_FLAG_ENTRY(s, T) ENTRY(has_zero_##s)
 #define RAND_ENTRIES(d, DT, BITS) ENTRY(rand_##d) ENTRY(randn_##d)
 #define RANDINT_ENTRY(d, DT) ENTRY(randint_##d)
+#define RANGE_ENTRIES(d, DT) ENTRY(arange_int_##d) ENTRY(arange_float_##d) ENTRY(linspace_##d)
 #define CONVERSION_ENTRY(S, s, ST, sc, D, d, DT, dc) {"dlp_convert_" #s "_" #d, dlp_convert_##s##_##d},
 #define CONVERSION_ENTRIES(S, s, ST, sc) DLP_REAL_DESTINATIONS(CONVERSION_ENTRY, S, s, ST, sc)
 #define FLOAT_ENTRIES(s, T, F) DLP_FLOAT_OPS(ENTRY, ENTRY, ENTRY, s, T, F) DLP_COMPARE_OPS(ENTRY, ENTRY, ENTRY, s, T)
@@ -237,7 +287,7 @@ const dlp_FakeKernel dlp_fake_kernels[] = {
   DLP_BOOL_OPS(ENTRY, ENTRY, ENTRY, ENTRY) DLP_INTS(INT_ENTRIES) DLP_FLOATS(FLOAT_ENTRIES) DLP_MIXED_OPS(ENTRY) COPIES(ENTRY)
   DLP_REAL_DTYPES(CONVERSION_ENTRIES) {"dlp_isclose_f64", dlp_isclose_f64},
   DLP_INTS(ZERO_FLAG_ENTRY) ENTRY(has_negative_i8) ENTRY(has_negative_i16) ENTRY(has_negative_i32)
-  ENTRY(has_negative_i64) RANDOM_KERNELS(RAND_ENTRIES, RANDINT_ENTRY)
+  ENTRY(has_negative_i64) RANDOM_KERNELS(RAND_ENTRIES, RANDINT_ENTRY) RANGE_KERNELS(RANGE_ENTRIES)
   {NULL, NULL},
 };
 #endif
