@@ -53,6 +53,9 @@ LDLIBS      = -pthread -ldl -lm
 MODULE_LIBS =
 TEST_LIBS   =
 endif
+# cuBLAS is found at run time too (src/cuda/cublas.c); its header, when the toolkit has one, only
+# checks the prototypes src/cuda/cublas.h declares (not in Windows builds).
+CUDA_FLAGS += $(if $(WINDOWS),,$(shell test -f $(CUDA_HOME)/include/cublas_api.h && echo -DDLPACK_LUA_HAVE_CUBLAS_H))
 ALL_CFLAGS  = -std=c11 -Isrc $(PLATFORM_CFLAGS) $(WARNINGS) $(LUA_INC) $(COMPAT53_INC) $(SYSTEM_DLPACK) $(CUDA_FLAGS) $(CFLAGS)
 
 PREFIX     ?= /usr/local
@@ -110,7 +113,7 @@ endif
 # family, kept in the repository so that the module builds without the CUDA toolkit; `make ptx`
 # regenerates them with nvcc (and CI checks that they match their source). The module embeds them
 # as strings.
-KERNEL_FAMILIES = 0 1 2 3 4 5 6 7 8 9 10 11 12
+KERNEL_FAMILIES = 0 1 2 3 4 5 6 7 8 9 10 11 12 13
 PTX_DIR     = src/compute/cuda/ptx
 PTX_FILES   = $(KERNEL_FAMILIES:%=$(PTX_DIR)/family%.ptx)
 PTX_ARCH    = compute_80
