@@ -53,6 +53,9 @@ LDLIBS      = -pthread -ldl -lm
 MODULE_LIBS =
 TEST_LIBS   =
 endif
+# cuBLAS is found at run time too (src/cuda/cublas.c); its header, when the toolkit has one, only
+# checks the prototypes src/cuda/cublas.h declares (not in Windows builds).
+CUDA_FLAGS += $(if $(WINDOWS),,$(shell test -f $(CUDA_HOME)/include/cublas_api.h && echo -DDLPACK_LUA_HAVE_CUBLAS_H))
 ALL_CFLAGS  = -std=c11 -Isrc $(PLATFORM_CFLAGS) $(WARNINGS) $(LUA_INC) $(COMPAT53_INC) $(SYSTEM_DLPACK) $(CUDA_FLAGS) $(CFLAGS)
 
 PREFIX     ?= /usr/local
@@ -111,7 +114,7 @@ endif
 # family, kept in the repository so that the module builds without the CUDA toolkit; `make ptx`
 # regenerates them with nvcc (and CI checks that they match their source). The module embeds them
 # as strings.
-KERNEL_FAMILIES = $(shell seq 0 26)
+KERNEL_FAMILIES = $(shell seq 0 27)
 PTX_DIR     = src/compute/cuda/ptx
 PTX_FILES   = $(KERNEL_FAMILIES:%=$(PTX_DIR)/family%.ptx)
 PTX_ARCH    = compute_80

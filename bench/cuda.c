@@ -7,20 +7,27 @@
  *     cuMemcpyHtoDAsync / cuMemcpyDtoHAsync on the same buffers and stream (goal >= 0.9);
  *   - the cost of a CUDA exchange with a stream wait: to_dlpack(t, {stream = C}) +
  *     from_dlpack, where t's pending work is on another stream P, so each export
- *     records an event on P and makes C wait for it (goal <= 10 us).
+ *     records an event on P and makes C wait for it (goal <= 10 us);
+ *   - the rows of bench/cuda_rows.lua (matmul 8192^3 float32 and bfloat16, add and exp of
+ *     256M float32 with out=, float32 -> float16, a transposed copy, a 1080p frame
+ *     normalised, a 3-element add per call): each one's time and throughput alone, as the
+ *     module gives them; bench/cuda_torch.py times the same rows against PyTorch in one
+ *     process (rows the module cannot do on CUDA tensors yet print as skipped, with why).
  * The baseline calls the driver directly: libcuda.so.1 is opened with dlopen, as the
  * module does, so this builds and runs (and skips) on machines without CUDA.
  * Without a usable GPU it prints why it skips and exits 0.
  *
  *   cc -std=c11 -O2 -I/usr/include/lua5.4 -Isrc -o build/bench_cuda bench/cuda.c \
  *      build/libdlpack_lua.a -llua5.4 -ldl -lm -pthread
- * Environment: DLPACK_BENCH_MIB (copy size, default 256).
+ * Environment: DLPACK_BENCH_MIB (copy size, default 256), DLPACK_BENCH_CUDA_SCALE (divides the
+ * sides of bench/cuda_rows.lua's inputs, default 1).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <lauxlib.h>
@@ -121,6 +128,69 @@ static double time_driver(int h2d, void *host, CUdeviceptr dev, size_t n, CUstre
   return best;
 }
 
+/* Seconds of one call of the function at the top of the stack with `reps` (left there). */
+static double time_call(lua_State *L, int reps, const char **error) {
+  lua_pushvalue(L, -1);
+  lua_pushinteger(L, reps);
+  double t0 = now();
+  if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
+    *error = lua_tostring(L, -1);
+    return -1;
+  }
+  return now() - t0;
+}
+
+/* bench/cuda_rows.lua's rows, each alone: best of 5 batches of about 0.1 s. */
+static void shared_rows(lua_State *L) {
+  if (luaL_dofile(L, "bench/cuda_rows.lua") != LUA_OK) {
+    printf("cuda: the rows of bench/cuda_rows.lua skipped (%s)\n", lua_tostring(L, -1));
+    lua_settop(L, 0);
+    return;
+  }
+  int rows = lua_gettop(L), n = (int)luaL_len(L, rows);
+  lua_getfield(L, rows, "route");
+  printf("cuda: the rows bench/cuda_torch.py times against PyTorch (here the module alone, best of 5); %s\n",
+         lua_tostring(L, -1));
+  lua_pop(L, 1);
+  for (int i = 1; i <= n; i++) {
+    const char *error = NULL;
+    lua_rawgeti(L, rows, i);
+    int row = lua_gettop(L);
+    lua_getfield(L, row, "name");
+    lua_getfield(L, row, "unit");
+    lua_getfield(L, row, "work");
+    const char *name = lua_tostring(L, row + 1), *unit = lua_tostring(L, row + 2);
+    double work = lua_tonumber(L, row + 3);
+    lua_getfield(L, row, "prepare");
+    if (lua_pcall(L, 0, 0, 0) != LUA_OK) {
+      printf("%-58s skipped: %s\n", name, lua_tostring(L, -1));
+    } else {
+      lua_getfield(L, row, "run");
+      double t = time_call(L, 1, &error), best = 1e30;
+      int reps = 1;
+      if (t > 0 && t < 0.1) reps = (int)(0.1 / t) + 1;
+      for (int k = 0; k < 5 && !error; k++) {
+        double dt = time_call(L, reps, &error) / reps;
+        if (dt < best) best = dt;
+      }
+      if (error) {
+        printf("%-58s failed: %s\n", name, error);
+      } else if (strcmp(unit, "FLOP") == 0) {
+        printf("%-58s %10.3f ms  %8.1f TFLOP/s\n", name, best * 1e3, work / best / 1e12);
+      } else if (strcmp(unit, "B") == 0) {
+        printf("%-58s %10.3f ms  %8.1f GB/s\n", name, best * 1e3, work / best / 1e9);
+      } else {
+        printf("%-58s %10.2f us a call\n", name, best * 1e6);
+      }
+    }
+    lua_settop(L, row);
+    lua_getfield(L, row, "release");
+    lua_pcall(L, 0, 0, 0);
+    lua_settop(L, rows);
+  }
+  lua_settop(L, 0);
+}
+
 int main(void) {
   const char *name = getenv("DLPACK_LUA_CUDA_DRIVER");
   void *lib = dlopen(name ? name : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -192,6 +262,8 @@ int main(void) {
   printf("%-44s %8.2f us   (goal <= 10 us)\n", "to_dlpack{stream = C} + from_dlpack (wait)", wait * 1e6);
   printf("%-44s %8.2f us\n", "to_dlpack{stream = -1} + from_dlpack", nowait * 1e6);
   printf("%-44s %8.2f us\n", "to_dlpack + from_dlpack of a CPU tensor", cpu * 1e6);
+  lua_settop(L, 0);
+  shared_rows(L);
   lua_close(L);
   return 0;
 }

@@ -524,3 +524,8 @@ if exe then
 else
   print("cuda: skipped (" .. cuda_bench .. " is not built)")
 end
+-- Its rows that PyTorch has a counterpart for (bench/cuda_rows.lua) against PyTorch on the same
+-- GPU, in one process: bench/cuda_torch.py runs Lua inside Python through
+-- build/gpu/libluapeer.so (make gpu-build); it prints why it skips.
+io.stdout:flush()
+os.execute((os.getenv("PYTHON") or "python3") .. " bench/cuda_torch.py")

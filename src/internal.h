@@ -482,6 +482,12 @@ enum { DLP_COPT_OUT = 1, DLP_COPT_DTYPE = 2, DLP_COPT_KEEPDIM = 4, DLP_COPT_CORR
 /* Read the table at arg (none or nil: defaults) for the options `allowed`; what names the function. */
 void dlp_read_compute_options(lua_State *L, int arg, unsigned allowed, dlp_ComputeOptions *o, const char *what);
 
+/* The device a computing function runs on: the CUDA device whose memory the tensors are in (an
+ * operand or out; NULL entries are skipped), or -1 for the host. Tensors on two devices raise
+ * naming both (nothing is copied behind the script's back); host tensors must be readable by the
+ * CPU; CUDA must be available. */
+int dlp_compute_device(lua_State *L, dlp_Tensor *const *t, int n, const char *what);
+
 /* ---- reduce.c: sum prod mean var std min max argmin argmax any all ---- */
 void dlp_reduce_register(lua_State *L, int module, int methods, int meta);
 
@@ -578,6 +584,26 @@ void dlp_cuda_hold_drop(dlp_CudaHold *h);
 dlp_CudaStream *dlp_cuda_test_stream_object(lua_State *L, int idx);
 void dlp_cuda_push_wrapped(lua_State *L, uintptr_t handle, int device);
 int dlp_cuda_wrap_stream(lua_State *L);                    /* dlpack.unsafe.wrap_stream */
+
+/* cublas.c: cuBLAS, opened at run time (DLPACK_LUA_CUBLAS chooses; see there). A grid of matrix
+ * products C = A B of one float dtype, each as CBLAS's row-major call would take it: for each
+ * index of the outer dimensions, a strided batch of `count` products (count 1: one product). */
+typedef struct dlp_CudaGemm {
+  int dtype;            /* of a, b and c: DLP_FLOAT16, DLP_BFLOAT16, DLP_FLOAT32 or DLP_FLOAT64 */
+  int trans_a, trans_b; /* the factor is stored transposed (CblasTrans) */
+  int m, n, k;
+  int lda, ldb;         /* elements between the rows (of the transposed matrix when trans); c: n */
+  char *a, *b, *c;      /* the first product's matrices: device addresses of their first elements */
+  int count;            /* products in a strided batch */
+  int64_t stride_a, stride_b, stride_c; /* elements between the matrices of a batch */
+  int nouter;           /* the batch repeats over these dimensions, */
+  int64_t outer[DLP_MAX_NDIM];
+  int64_t outer_step[3][DLP_MAX_NDIM]; /* moving a, b and c by these bytes */
+} dlp_CudaGemm;
+int dlp_cuda_blas_ready(void); /* whether cuBLAS was found (looked for the first time); any thread */
+/* Queue g on stream (taken) as dlp_cuda_launch queues a kernel: operands are the result, a and b. */
+void dlp_cuda_gemm(lua_State *L, const char *what, dlp_CudaStream *stream, dlp_Tensor *const operands[3],
+                   const dlp_CudaGemm *g);
 
 /* ---- blas.c: the system's CBLAS, opened at run time (DLPACK_LUA_BLAS chooses; see there) ---- */
 typedef void (*dlp_SgemmFn)(int order, int transa, int transb, int m, int n, int k, float alpha, const float *a,

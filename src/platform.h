@@ -4,7 +4,7 @@
  * of its own for threads, libraries or pages.
  *
  *   once-initialisation   dlp_once_flag, DLP_ONCE_INIT, dlp_call_once
- *   locks                 dlp_mutex, DLP_MUTEX_INIT, dlp_mutex_lock, dlp_mutex_unlock
+ *   locks                 dlp_mutex, DLP_MUTEX_INIT, dlp_mutex_init, dlp_mutex_lock, dlp_mutex_unlock
  *   threads               dlp_thread_id, dlp_thread_self, dlp_thread_equal, dlp_thread_yield,
  *                         dlp_thread_key (a per-thread pointer)
  *   libraries             dlp_library_open, dlp_library_symbol, dlp_library_close,
@@ -53,6 +53,7 @@ static inline void dlp_call_once(dlp_once_flag *flag, void (*fn)(void)) {
 }
 typedef SRWLOCK dlp_mutex; /* never taken recursively */
 #define DLP_MUTEX_INIT SRWLOCK_INIT
+static inline void dlp_mutex_init(dlp_mutex *m) { InitializeSRWLock(m); }
 static inline void dlp_mutex_lock(dlp_mutex *m) { AcquireSRWLockExclusive(m); }
 static inline void dlp_mutex_unlock(dlp_mutex *m) { ReleaseSRWLockExclusive(m); }
 #else
@@ -61,6 +62,7 @@ typedef pthread_once_t dlp_once_flag;
 static inline void dlp_call_once(dlp_once_flag *flag, void (*fn)(void)) { pthread_once(flag, fn); }
 typedef pthread_mutex_t dlp_mutex;
 #define DLP_MUTEX_INIT PTHREAD_MUTEX_INITIALIZER
+static inline void dlp_mutex_init(dlp_mutex *m) { pthread_mutex_init(m, NULL); }
 static inline void dlp_mutex_lock(dlp_mutex *m) { pthread_mutex_lock(m); }
 static inline void dlp_mutex_unlock(dlp_mutex *m) { pthread_mutex_unlock(m); }
 #endif

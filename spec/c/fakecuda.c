@@ -84,6 +84,13 @@
  *              device than the current context's, but an event can only be
  *              recorded on a stream of its own device (else 400, as
  *              cudaEventRecord fails).
+ *   cuBLAS     the functions of src/cuda/cublas.h, for the module's matrix products
+ *              when DLPACK_LUA_CUBLAS names this library: handles bound to the
+ *              current context's device, products checked (sizes, leading
+ *              dimensions, types, no TF32, every matrix inside one device
+ *              allocation of the handle's device, no overlap of the result with a
+ *              factor) and queued like a launch on the handle's stream, run as a
+ *              plain loop in float32 or float64 on the shadow memory (see there).
  *   Host fns   run by the thread that forces the queue, with the fake's lock
  *              held. A driver call from inside one is an error (800,
  *              NOT_PERMITTED), as the real driver forbids it.
@@ -124,12 +131,17 @@
  *   fake.stream_info(stream [, device]) -> {kind =, device =, priority =, flags =,
  *       destroyed =, pending =} or nil
  *   fake.pointer_device(ptr) -> cuPointerGetAttribute(DEVICE_ORDINAL) as the module would call it
+ *   fake.cublas_handles() -> {{device =, math_mode =, destroyed =, stream =}, ...} (newest first);
+ *       fake.live().gemms counts the cuBLAS products queued, .launches the kernels run
  */
 #define _GNU_SOURCE
 
 #undef DLPACK_LUA_HAVE_CUDA_H /* always the ABI types of cuda_driver.h, never cuda.h */
+#undef DLPACK_LUA_HAVE_CUBLAS_H /* and of cublas.h */
 #include "cuda/cuda_driver.h"
+#include "cuda/cublas.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -171,16 +183,18 @@ enum {
 
 /* Every function the fake exports: those the module resolves (src/cuda/cuda_driver.h), its optional
  * ones (the stream-ordered allocator; left out of a build with FAKECUDA_NO_ASYNC defined, an old
- * driver's library), and cuEventElapsedTime_v2, which the module prefers when a driver has it. */
+ * driver's library), cuEventElapsedTime_v2, which the module prefers when a driver has it, and
+ * cuBLAS's (src/cuda/cublas.h: they return a cublasStatus_t, an int as CUresult is here). */
 #ifdef FAKECUDA_NO_ASYNC
 #define FAKE_OPTIONAL(X)
 #else
 #define FAKE_OPTIONAL(X) DLP_CUDA_OPTIONAL_FUNCTIONS(X)
 #endif
-#define FAKE_FUNCTIONS(X) \
-  DLP_CUDA_FUNCTIONS(X)   \
-  FAKE_OPTIONAL(X)        \
-  X(cuEventElapsedTime_v2, (float *ms, CUevent start, CUevent end))
+#define FAKE_FUNCTIONS(X)                                             \
+  DLP_CUDA_FUNCTIONS(X)                                               \
+  FAKE_OPTIONAL(X)                                                    \
+  X(cuEventElapsedTime_v2, (float *ms, CUevent start, CUevent end)) \
+  DLP_CUBLAS_FUNCTIONS(X)
 
 /* function ids, for call counts and injected failures */
 #define FID(name, params) F_##name,
@@ -243,7 +257,7 @@ typedef struct Alloc {
 static Alloc *allocs;
 static size_t nallocs, capallocs;
 
-enum { OP_COPY, OP_SET, OP_RECORD, OP_WAIT, OP_WRITE, OP_LAUNCH, OP_ALLOC, OP_FREE };
+enum { OP_COPY, OP_SET, OP_RECORD, OP_WAIT, OP_WRITE, OP_LAUNCH, OP_GEMM, OP_ALLOC, OP_FREE };
 typedef struct Item {
   struct Item *next;
   int op;
@@ -255,7 +269,7 @@ typedef struct Item {
   uint64_t gen;
   struct CUstream_st *target;
   uint64_t point; /* OP_WAIT: the target's record point */
-  unsigned char *bytes; /* OP_WRITE: the bytes; OP_LAUNCH: the kernel's arguments */
+  unsigned char *bytes; /* OP_WRITE: the bytes; OP_LAUNCH: the kernel's arguments; OP_GEMM: a Gemm */
   struct CUfunc_st *function; /* OP_LAUNCH */
   unsigned blocks, threads;
   int device;
@@ -494,6 +508,9 @@ static void run_to(struct CUstream_st *s, uint64_t seq);
 static void run_kernel(const Item *it);
 static size_t run_all(struct CUstream_st *s);
 static int item_touches(const Item *it, uintptr_t lo, uintptr_t hi);
+struct Gemm;
+static void run_gemm(const struct Gemm *g);
+static int gemm_touches(const struct Gemm *g, uintptr_t lo, uintptr_t hi);
 
 /* Stream-ordered memory is usable only by work ordered after its allocation: here, when that
  * work runs, the allocation has run (the fake runs nothing early). */
@@ -563,6 +580,9 @@ static void execute(Item *it, struct CUstream_st *s) {
   case OP_LAUNCH:
     run_kernel(it);
     break;
+  case OP_GEMM:
+    run_gemm((const struct Gemm *)(const void *)it->bytes);
+    break;
   }
 }
 
@@ -595,6 +615,8 @@ static int item_touches(const Item *it, uintptr_t lo, uintptr_t hi) {
       if (!((a->scalars >> k) & 1) && a->data[k] && ranges_meet((uintptr_t)a->data[k], 1, lo, hi)) return 1;
     return 0;
   }
+  case OP_GEMM:
+    return gemm_touches((const struct Gemm *)(const void *)it->bytes, lo, hi);
   default:
     return 0;
   }
@@ -1648,6 +1670,310 @@ EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *han
 #endif
 }
 
+/* ---- cuBLAS: the functions the module calls (src/cuda/cublas.h) ----
+ * The module opens this library as its cuBLAS when DLPACK_LUA_CUBLAS names it, and gets the same
+ * copy as the driver (same file). cublasCreate_v2 binds a handle to the current context's device
+ * (none current: misuse); a handle is used with its device's context current, on a stream of its
+ * device (cublasSetStream_v2: NULL, 1 and 2 name that device's default streams). cublasGemmEx
+ * and cublasGemmStridedBatchedEx check their arguments as cuBLAS documents them (sizes, leading
+ * dimensions, the type combinations the module may use: float32, float64, float16 and bfloat16
+ * with float32 or float64 compute, never TF32), that every matrix of the batch lies in one live
+ * device allocation of the handle's device, and that the result overlaps no factor nor another
+ * result of the batch; then they enqueue the product like a launch, and it runs when its stream
+ * runs: a plain loop in float32 (float64 for float64) on the shadow memory. Every misuse is counted
+ * and logged as the driver's are. cublasDestroy_v2 runs its device's work first, as cuBLAS
+ * synchronises. Handles are kept after their destruction, so that a later use is detected. */
+enum { B_SUCCESS = 0, B_NOT_INITIALIZED = 1, B_INVALID_VALUE = 7, B_NOT_SUPPORTED = 15 };
+enum { T_32F = 0, T_64F = 1, T_16F = 2, T_16BF = 14, C_32F = 68, C_64F = 70 };
+
+struct cublasContext {
+  struct cublasContext *next_all;
+  int device, destroyed, math_mode;
+  CUstream stream; /* as set: NULL, 1, 2 or a created stream */
+};
+static struct cublasContext *all_handles;
+static unsigned long gemms; /* products enqueued */
+
+typedef struct Gemm {
+  int ta, tb, m, n, k, type, compute, count;
+  int64_t lda, ldb, ldc, sa, sb, sc; /* elements */
+  double alpha, beta;
+  uintptr_t A, B, C;
+} Gemm;
+
+static size_t type_size(int type) { return type == T_64F ? 8 : type == T_32F ? 4 : 2; }
+
+static float fake_from_half(uint16_t h) {
+  int e = (h >> 10) & 0x1F, m = h & 0x3FF;
+  float v = e == 0 ? (float)m * 0x1p-24f : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 0x400), e - 25);
+  return (h & 0x8000) ? -v : v;
+}
+static uint16_t fake_to_half(float f) { /* to nearest even, as src/core/convert.c */
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+  uint32_t a = x & 0x7FFFFFFF;
+  if (a > 0x7F800000) return (uint16_t)(sign | 0x7E00);
+  if (a >= 0x477FF000) return (uint16_t)(sign | 0x7C00);
+  if (a < 0x38800000) return (uint16_t)(sign | (uint16_t)(fabsf(f) * 0x1p24f + 0x1p23f - 0x1p23f));
+  return (uint16_t)(sign | (uint16_t)((a + 0xC8000FFFu + ((a >> 13) & 1)) >> 13));
+}
+static float fake_from_bfloat(uint16_t h) {
+  uint32_t x = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+static uint16_t fake_to_bfloat(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  if ((x & 0x7FFFFFFF) > 0x7F800000) return (uint16_t)(((x >> 16) & 0x8000) | 0x7FC0);
+  return (uint16_t)((x + 0x7FFF + ((x >> 16) & 1)) >> 16);
+}
+
+static double gemm_load(int type, uintptr_t p) {
+  unsigned char *b = bytes_at(p);
+  uint16_t h;
+  float f;
+  double d;
+  switch (type) {
+  case T_64F: memcpy(&d, b, 8); return d;
+  case T_32F: memcpy(&f, b, 4); return f;
+  case T_16F: memcpy(&h, b, 2); return fake_from_half(h);
+  default: memcpy(&h, b, 2); return fake_from_bfloat(h);
+  }
+}
+
+static void gemm_store(int type, uintptr_t p, double v) {
+  unsigned char *b = bytes_at(p);
+  float f = (float)v;
+  uint16_t h = type == T_16F ? fake_to_half(f) : fake_to_bfloat(f);
+  if (type == T_64F) memcpy(b, &v, 8);
+  else if (type == T_32F) memcpy(b, &f, 4);
+  else memcpy(b, &h, 2);
+}
+
+/* The element (i, j) of op(X), X column-major with leading dimension ld. */
+static uintptr_t op_at(uintptr_t base, int trans, int64_t ld, int64_t i, int64_t j, size_t es) {
+  return base + (uintptr_t)((trans ? j + i * ld : i + j * ld) * (int64_t)es);
+}
+
+static void run_gemm(const Gemm *g) {
+  size_t es = type_size(g->type);
+  for (int b = 0; b < g->count; b++) {
+    uintptr_t A = g->A + (uintptr_t)(g->sa * b * (int64_t)es), B = g->B + (uintptr_t)(g->sb * b * (int64_t)es);
+    uintptr_t C = g->C + (uintptr_t)(g->sc * b * (int64_t)es);
+    for (int64_t j = 0; j < g->n; j++)
+      for (int64_t i = 0; i < g->m; i++) {
+        double dacc = 0;
+        float facc = 0;
+        for (int64_t p = 0; p < g->k; p++) {
+          double x = gemm_load(g->type, op_at(A, g->ta, g->lda, i, p, es));
+          double y = gemm_load(g->type, op_at(B, g->tb, g->ldb, p, j, es));
+          if (g->compute == C_64F) dacc += x * y;
+          else facc += (float)x * (float)y;
+        }
+        uintptr_t c = C + (uintptr_t)((i + j * g->ldc) * (int64_t)es);
+        double v = g->compute == C_64F ? g->alpha * dacc : (double)((float)g->alpha * facc);
+        if (g->beta != 0) v += g->beta * gemm_load(g->type, c);
+        gemm_store(g->type, c, v);
+      }
+  }
+}
+
+/* The bytes one matrix of the batch spans from its base: rows x cols, column-major with ld. */
+static size_t matrix_span(int64_t rows, int64_t cols, int64_t ld, size_t es) {
+  return rows == 0 || cols == 0 ? 0 : (size_t)((cols - 1) * ld + rows) * es;
+}
+
+/* Matrix x (0: A, 1: B, 2: C) of batch b: its base and span. */
+static void gemm_matrix(const Gemm *g, int x, int b, uintptr_t *base, size_t *span) {
+  size_t es = type_size(g->type);
+  int64_t rows, cols;
+  if (x == 0) {
+    rows = g->ta ? g->k : g->m, cols = g->ta ? g->m : g->k;
+    *base = g->A + (uintptr_t)(g->sa * b * (int64_t)es);
+    *span = g->n ? matrix_span(rows, cols, g->lda, es) : 0;
+  } else if (x == 1) {
+    rows = g->tb ? g->n : g->k, cols = g->tb ? g->k : g->n;
+    *base = g->B + (uintptr_t)(g->sb * b * (int64_t)es);
+    *span = g->m ? matrix_span(rows, cols, g->ldb, es) : 0;
+  } else {
+    *base = g->C + (uintptr_t)(g->sc * b * (int64_t)es);
+    *span = matrix_span(g->m, g->n, g->ldc, es);
+  }
+}
+
+static int gemm_touches(const Gemm *g, uintptr_t lo, uintptr_t hi) {
+  for (int b = 0; b < g->count; b++)
+    for (int x = 0; x < 3; x++) {
+      uintptr_t base;
+      size_t span;
+      gemm_matrix(g, x, b, &base, &span);
+      if (ranges_meet(base, span, lo, hi)) return 1;
+    }
+  return 0;
+}
+
+static struct cublasContext *find_handle(cublasHandle_t h, int f) {
+  for (struct cublasContext *c = all_handles; c; c = c->next_all)
+    if (c == h) {
+      if (!c->destroyed) return c;
+      misuse("%s on a destroyed cuBLAS handle %p", fnames[f], (void *)h);
+      return NULL;
+    }
+  misuse("%s on an unknown cuBLAS handle %p", fnames[f], (void *)h);
+  return NULL;
+}
+
+#define RESOLVE_HANDLE(var, h, f)                            \
+  struct cublasContext *var = find_handle(h, F_##f);          \
+  if (!var) RETURN(B_NOT_INITIALIZED)
+
+EXPORT cublasStatus_t cublasCreate_v2(cublasHandle_t *handle) {
+  ENTER(cublasCreate_v2);
+  if (!handle) MISUSE(B_INVALID_VALUE, "cublasCreate_v2(NULL)");
+  if (cur < 0) MISUSE(B_NOT_INITIALIZED, "cublasCreate_v2 without a current context (a handle is bound to one)");
+  struct cublasContext *c = xmalloc(sizeof *c);
+  memset(c, 0, sizeof *c);
+  c->device = cur;
+  c->next_all = all_handles;
+  all_handles = c;
+  *handle = c;
+  RETURN(B_SUCCESS);
+}
+
+EXPORT cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
+  ENTER(cublasDestroy_v2);
+  RESOLVE_HANDLE(c, handle, cublasDestroy_v2);
+  run_device(c->device); /* cuBLAS synchronises the device */
+  c->destroyed = 1;
+  RETURN(B_SUCCESS);
+}
+
+EXPORT cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t stream) {
+  ENTER(cublasSetStream_v2);
+  RESOLVE_HANDLE(c, handle, cublasSetStream_v2);
+  CUstream h = (CUstream)stream;
+  if (h != NULL && h != CU_STREAM_LEGACY && h != CU_STREAM_PER_THREAD) {
+    struct CUstream_st *s = find_created((uintptr_t)h);
+    if (!s || s->destroyed) MISUSE(B_INVALID_VALUE, "cublasSetStream_v2 with an unknown or destroyed stream %p", (void *)h);
+    if (s->device != c->device)
+      MISUSE(B_INVALID_VALUE, "cublasSetStream_v2: a stream of device %d for a handle of device %d", s->device,
+             c->device);
+  }
+  c->stream = h;
+  RETURN(B_SUCCESS);
+}
+
+EXPORT cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
+  ENTER(cublasSetMathMode);
+  RESOLVE_HANDLE(c, handle, cublasSetMathMode);
+  if ((mode & ~0x10) < 0 || (mode & ~0x10) > 3) MISUSE(B_INVALID_VALUE, "cublasSetMathMode(%d): no such mode", mode);
+  c->math_mode = mode;
+  RETURN(B_SUCCESS);
+}
+
+/* Both products, locked: checks, then the item on the handle's stream. */
+static cublasStatus_t enqueue_gemm(int f, cublasHandle_t handle, Gemm *g, const void *alpha, const void *beta,
+                                   int atype, int btype) {
+  struct cublasContext *c = find_handle(handle, f);
+  if (!c) RETURN(B_NOT_INITIALIZED);
+  if (cur != c->device)
+    MISUSE(B_NOT_INITIALIZED, "%s on a handle of device %d with %s current", fnames[f], c->device,
+           cur < 0 ? "no context" : "another device's context");
+  CUresult rc;
+  struct CUstream_st *s = resolve(c->stream, f, 1, &rc);
+  if (!s) RETURN(B_INVALID_VALUE);
+  if (s->device != c->device)
+    MISUSE(B_INVALID_VALUE, "%s: the handle's stream is device %d's, the handle device %d's", fnames[f], s->device,
+           c->device);
+  if ((c->math_mode & 0xF) == 3)
+    MISUSE(B_INVALID_VALUE, "%s with CUBLAS_TF32_TENSOR_OP_MATH: the module keeps TF32 off", fnames[f]);
+  if (atype != g->type || btype != g->type ||
+      !((g->compute == C_64F && g->type == T_64F) ||
+        (g->compute == C_32F && (g->type == T_32F || g->type == T_16F || g->type == T_16BF))))
+    MISUSE(B_NOT_SUPPORTED, "%s: types A %d, B %d, C %d with compute type %d (not one the module uses)", fnames[f],
+           atype, btype, g->type, g->compute);
+  if ((g->ta != 0 && g->ta != 1) || (g->tb != 0 && g->tb != 1) || g->m < 0 || g->n < 0 || g->k < 0 || g->count < 1)
+    MISUSE(B_INVALID_VALUE, "%s: op %d, %d, sizes %d x %d x %d, batch %d", fnames[f], g->ta, g->tb, g->m, g->n, g->k,
+           g->count);
+  int64_t need_a = g->ta ? g->k : g->m, need_b = g->tb ? g->n : g->k;
+  if (g->lda < (need_a > 1 ? need_a : 1) || g->ldb < (need_b > 1 ? need_b : 1) || g->ldc < (g->m > 1 ? g->m : 1))
+    MISUSE(B_INVALID_VALUE, "%s: leading dimensions %lld, %lld, %lld for op %d, %d and sizes %d x %d x %d", fnames[f],
+           (long long)g->lda, (long long)g->ldb, (long long)g->ldc, g->ta, g->tb, g->m, g->n, g->k);
+  if (!alpha || !beta) MISUSE(B_INVALID_VALUE, "%s without alpha or beta", fnames[f]);
+  if (g->compute == C_64F) {
+    memcpy(&g->alpha, alpha, 8);
+    memcpy(&g->beta, beta, 8);
+  } else {
+    float a32, b32;
+    memcpy(&a32, alpha, 4);
+    memcpy(&b32, beta, 4);
+    g->alpha = a32, g->beta = b32;
+  }
+  static const char *const names[] = {"A", "B", "C"};
+  for (int b = 0; b < g->count; b++)
+    for (int x = 0; x < 3; x++) {
+      uintptr_t base, obase;
+      size_t span, ospan;
+      Alloc *a;
+      gemm_matrix(g, x, b, &base, &span);
+      if (!span) continue;
+      int in = lookup(base, span, &a);
+      if (in != 1 || a->kind != K_DEVICE || a->device != c->device || (a->phys && a->access != CU_MEM_ACCESS_FLAGS_PROT_READWRITE))
+        MISUSE(B_INVALID_VALUE, "%s: %s of product %d (%zu bytes at %p) is %s", fnames[f], names[x], b, span,
+               (void *)base,
+               in == 0 ? "not in any live allocation" : in < 0 ? "past the end of its allocation"
+               : a->kind != K_DEVICE ? "not device memory" : a->device != c->device ? "memory of another device"
+                                                           : "a mapping without access");
+      if (x < 2) continue;
+      for (int o = 0; o < 2; o++) {
+        gemm_matrix(g, o, b, &obase, &ospan);
+        if (ranges_meet(base, span, obase, obase + ospan))
+          MISUSE(B_INVALID_VALUE, "%s: C of product %d overlaps its %s", fnames[f], b, names[o]);
+      }
+      if (b > 0) {
+        gemm_matrix(g, 2, b - 1, &obase, &ospan);
+        if (ranges_meet(base, span, obase, obase + ospan))
+          MISUSE(B_INVALID_VALUE, "%s: the results of products %d and %d overlap", fnames[f], b - 1, b);
+      }
+    }
+  Item *it = new_item(OP_GEMM);
+  it->bytes = xmalloc(sizeof *g);
+  memcpy(it->bytes, g, sizeof *g);
+  it->device = cur;
+  enqueue(s, it);
+  gemms++;
+  RETURN(B_SUCCESS);
+}
+
+EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m,
+                                   int n, int k, const void *alpha, const void *A, cudaDataType Atype, int lda,
+                                   const void *B, cudaDataType Btype, int ldb, const void *beta, void *C,
+                                   cudaDataType Ctype, int ldc, cublasComputeType_t computeType,
+                                   cublasGemmAlgo_t algo) {
+  ENTER(cublasGemmEx);
+  (void)algo;
+  Gemm g = {transa, transb, m, n, k, Ctype, computeType, 1, lda, ldb, ldc, 0, 0, 0, 0, 0,
+            (uintptr_t)A, (uintptr_t)B, (uintptr_t)C};
+  return enqueue_gemm(F_cublasGemmEx, handle, &g, alpha, beta, Atype, Btype);
+}
+
+EXPORT cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa,
+                                                 cublasOperation_t transb, int m, int n, int k, const void *alpha,
+                                                 const void *A, cudaDataType Atype, int lda, long long int strideA,
+                                                 const void *B, cudaDataType Btype, int ldb, long long int strideB,
+                                                 const void *beta, void *C, cudaDataType Ctype, int ldc,
+                                                 long long int strideC, int batchCount,
+                                                 cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+  ENTER(cublasGemmStridedBatchedEx);
+  (void)algo;
+  Gemm g = {transa, transb, m, n, k, Ctype, computeType, batchCount, lda, ldb, ldc, strideA, strideB, strideC,
+            0, 0, (uintptr_t)A, (uintptr_t)B, (uintptr_t)C};
+  return enqueue_gemm(F_cublasGemmStridedBatchedEx, handle, &g, alpha, beta, Atype, Btype);
+}
+
 /* ---- the Lua module ---- */
 static void lock(void) { pthread_mutex_lock(&mu); }
 static void unlock(void) { pthread_mutex_unlock(&mu); }
@@ -1723,10 +2049,10 @@ static int l_live(lua_State *L) {
     pooled += allocs[i].async;
     freeing += allocs[i].freeing;
   }
-  lua_Integer nmodules = 0, nlaunches = (lua_Integer)launches;
+  lua_Integer nmodules = 0, nlaunches = (lua_Integer)launches, ngemms = (lua_Integer)gemms;
   for (struct CUmod_st *m = modules; m; m = m->next) nmodules++;
   unlock();
-  lua_createtable(L, 0, 12);
+  lua_createtable(L, 0, 16);
   set_int(L, "async", pooled);
   set_int(L, "freeing", freeing);
   set_int(L, "handles", handles);
@@ -1740,6 +2066,7 @@ static int l_live(lua_State *L) {
   set_int(L, "streams", streams);
   set_int(L, "events", events);
   set_int(L, "launches", nlaunches);
+  set_int(L, "gemms", ngemms);
   set_int(L, "modules", nmodules);
   return 1;
 }
@@ -1993,6 +2320,23 @@ static int l_stream_info(lua_State *L) {
   return 1;
 }
 
+/* fake.cublas_handles() -> {{device =, math_mode =, destroyed =, stream =}, ...}, newest first */
+static int l_cublas_handles(lua_State *L) {
+  lua_newtable(L);
+  lock();
+  int n = 0;
+  for (struct cublasContext *c = all_handles; c; c = c->next_all) {
+    lua_createtable(L, 0, 4);
+    set_int(L, "device", c->device);
+    set_int(L, "math_mode", c->math_mode);
+    set_bool(L, "destroyed", c->destroyed);
+    set_int(L, "stream", (lua_Integer)(uintptr_t)c->stream);
+    lua_rawseti(L, -2, ++n);
+  }
+  unlock();
+  return 1;
+}
+
 static int l_pointer_device(lua_State *L) {
   CUdeviceptr p = (CUdeviceptr)arg_ptr(L, 1);
   int ordinal = -1;
@@ -2027,6 +2371,7 @@ EXPORT int luaopen_fakecuda(lua_State *L) {
     {"fail_next", l_fail_next},
     {"stream_info", l_stream_info},
     {"pointer_device", l_pointer_device},
+    {"cublas_handles", l_cublas_handles},
     {NULL, NULL},
   };
   luaL_newlib(L, functions);

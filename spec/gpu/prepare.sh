@@ -6,7 +6,8 @@
 #                                    embedded, build/gpu/gpu_kernels.so (nvcc),
 #                                    build/gpu/libluapeer.so and build/bench_cuda.
 #   bash spec/gpu/prepare.sh run     build, then run the CUDA suite (spec/cuda/run.lua),
-#                                    spec/gpu/ipc.lua, spec/gpu/interop.py and build/bench_cuda; logs
+#                                    spec/gpu/ipc.lua, spec/gpu/interop.py, build/bench_cuda and
+#                                    bench/cuda_torch.py; logs
 #                                    go to $DLPACK_GPU_LOGS (default build/gpu/) as gpu-machine.txt,
 #                                    gpu-suite.tap, gpu-ipc.tap, gpu-interop.tap, gpu-bench.txt. Exit 1
 #                                    if any failed.
@@ -110,6 +111,9 @@ run() {
   ((PIPESTATUS[0] == 0)) || rc=1
   echo "== build/bench_cuda"
   ./build/bench_cuda 2>&1 | tee "$out/gpu-bench.txt"
+  ((PIPESTATUS[0] == 0)) || rc=1
+  echo "== bench/cuda_torch.py (the same rows against PyTorch, in one process)"
+  "$PYTHON" bench/cuda_torch.py 2>&1 | tee -a "$out/gpu-bench.txt"
   ((PIPESTATUS[0] == 0)) || rc=1
   echo "== prepare.sh run: $([[ $rc == 0 ]] && echo all passed || echo FAILURES) (logs in $out)"
   return $rc

@@ -343,31 +343,6 @@ static dlp_IterLoop mixed_integer_compare(const Operand *in, int p, int op, int 
   return dlp_mixed_kernel(op, !is_signed[0]);
 }
 
-/* The device an operation runs on: the CUDA device whose memory a tensor (an operand or out) is
- * in, or -1 for the host. Tensors on two devices raise naming both: nothing is copied behind the
- * script's back. */
-static int compute_device(lua_State *L, dlp_Tensor *const *t, int n, const char *what) {
-  const dlp_Tensor *first = NULL;
-  for (int k = 0; k < n && !first; k++)
-    if (t[k] && t[k]->dl.device.device_type == kDLCUDA) first = t[k];
-  if (!first) {
-    for (int k = 0; k < n; k++)
-      if (t[k]) dlp_check_host(L, t[k], what);
-    return -1;
-  }
-  for (int k = 0; k < n; k++)
-    if (t[k] && (t[k]->dl.device.device_type != kDLCUDA || t[k]->dl.device.device_id != first->dl.device.device_id)) {
-      dlp_push_device_name(L, first->dl.device);
-      dlp_push_device_name(L, t[k]->dl.device);
-      luaL_error(L, "%s: operands on different devices: %s and %s (move one with :to first)", what,
-                 lua_tostring(L, -2), lua_tostring(L, -1));
-    }
-  dlp_push_device_name(L, first->dl.device);
-  dlp_cuda_require(L, lua_pushfstring(L, "%s (operands on %s)", what, lua_tostring(L, -1)));
-  lua_pop(L, 2);
-  return first->dl.device.device_id;
-}
-
 /* A temporary on t's device holding t converted to `to`, through `mid` first when the CPU loop
  * would (plan_conversion); pushed. */
 static dlp_Tensor *converted_on_cuda(lua_State *L, dlp_Tensor *t, int mid, int to, dlp_CudaStream *stream,
@@ -442,7 +417,7 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
   for (int k = 0; k < n; k++) read_operand(L, c->first + k, &in[k], c->what);
   dlp_Tensor *all[4] = {c->out ? dlp_tensor_test(L, c->out) : NULL, in[0].t, n > 1 ? in[1].t : NULL,
                         n > 2 ? in[2].t : NULL};
-  int gpu = compute_device(L, all, n + 1, c->what);
+  int gpu = dlp_compute_device(L, all, n + 1, c->what);
   dlp_CudaStream *stream = NULL; /* opts.stream (kept by a holder on the stack), else the operands' */
   if (c->stream) {
     DLDevice on = {gpu < 0 ? kDLCPU : kDLCUDA, gpu < 0 ? 0 : gpu};

@@ -15,10 +15,14 @@
  * other (converted dtypes, negative or zero strides) is packed into a contiguous temporary,
  * once per distinct matrix of a batch. The result is fresh contiguous memory, so it never
  * overlaps an operand. Operands are read, the result and the temporaries allocated, and only
- * then are the operands' memory taken (internal.h's rules). */
+ * then are the operands' memory taken (internal.h's rules).
+ *
+ * Operands on a CUDA device compute there, through cuBLAS or the module's own CUDA kernel: the
+ * section "CUDA tensors" below. */
 #include <limits.h>
 #include <string.h>
 
+#include "compute/cuda/args.h"
 #include "internal.h"
 
 /* ---- the module's kernel: C (M x N) = A (M x K) . B (K x N), rows of A and B contiguous ----
@@ -135,6 +139,7 @@ typedef struct Plan {
   Side a, b;
   const dlp_Blas *blas; /* NULL: the module's kernel */
   int cbuf;            /* the result goes through a compute-type buffer (another dtype) */
+  int gpu;             /* the CUDA device of the operands, -1: the host */
 } Plan;
 
 /* int64 and int32 elements are read and written as the unsigned integers they equal modulo
@@ -252,7 +257,6 @@ static const dlp_Tensor *operand(lua_State *L, int arg, const char *what) {
     luaL_error(L, "%s: operand %d must be a tensor, got %s", what, arg, luaL_typename(L, arg));
   }
   if (!t->owner) luaL_error(L, "%s: operand %d was released", what, arg);
-  dlp_check_host(L, t, what);
   dlp_check_computes(L, t->dtype, what);
   if (dlp_dtype_kind(t->dtype) == 4)
     luaL_error(L, "%s: operand %d is %s; complex matrix products are not supported (yet)", what, arg,
@@ -265,8 +269,11 @@ static const dlp_Tensor *operand(lua_State *L, int arg, const char *what) {
 /* Fill the plan from the operands at 1 and 2; returns the result's ndim and shape. */
 static int plan_of(lua_State *L, Plan *p, int64_t *shape, const char *what) {
   const dlp_Tensor *a = operand(L, 1, what), *b = operand(L, 2, what);
+  dlp_Tensor *both[2] = {(dlp_Tensor *)a, (dlp_Tensor *)b};
   int an = a->dl.ndim, bn = b->dl.ndim;
+  int gpu = dlp_compute_device(L, both, 2, what);
   memset(p, 0, sizeof *p);
+  p->gpu = gpu;
   p->a.t = a;
   p->b.t = b;
   p->dtype = dlp_promote(a->dtype, b->dtype);
@@ -304,6 +311,7 @@ static int plan_of(lua_State *L, Plan *p, int64_t *shape, const char *what) {
   for (int i = 0; i < p->nb; i++) shape[ndim++] = p->batch[i];
   if (an > 1) shape[ndim++] = p->M;
   if (bn > 1) shape[ndim++] = p->N;
+  if (gpu >= 0) return ndim; /* cuda_product plans the rest */
   /* CBLAS takes int sizes: larger products go to the kernel */
   const dlp_Blas *blas = p->cd == DLP_FLOAT32 || p->cd == DLP_FLOAT64 ? dlp_blas() : NULL;
   if (blas && p->M <= INT_MAX && p->N <= INT_MAX && p->K <= INT_MAX) p->blas = blas;
@@ -355,6 +363,170 @@ static void run_plan(const Plan *p, char *out, char *pa, char *pb, char *cb) {
   }
 }
 
+/* ---- CUDA tensors ----
+ * Operands on one CUDA device compute there, into a new contiguous tensor on that device, on the
+ * stream of their pending work (as the elementwise functions: src/cuda/launch.c), with the dtypes,
+ * shapes and errors of the host path. float products whose operands are both of the result's
+ * dtype (float32, float64, float16, bfloat16) and in a layout cuBLAS reads in place (the one
+ * CBLAS would read: unit stride along one dimension) go through cuBLAS when cublas.c found it;
+ * every other product (integers, bool, mixed dtypes, other layouts, sizes beyond int) through
+ * the module's own kernel (kernels.cu, family 27), which reads any strides and converts as it
+ * reads. */
+
+_Static_assert((int)DLP_KD_BOOL == (int)DLP_BOOL && (int)DLP_KD_UINT64 == (int)DLP_UINT64 &&
+                 (int)DLP_KD_FLOAT16 == (int)DLP_FLOAT16 && (int)DLP_KD_FLOAT64 == (int)DLP_FLOAT64,
+               "args.h's dtype numbers are the module's");
+
+/* Can cuBLAS read the matrix of s, of the product's dtype, in place? Sets trans and ld. */
+static int cublas_side(Side *s, int dtype) {
+  size_t isz = dlp_dtypes[dtype].itemsize;
+  if (s->t->dtype != dtype || (uintptr_t)dlp_first_element(s->t) % isz != 0) return 0;
+  for (int i = 0; i < DLP_MAX_NDIM; i++)
+    if (s->bs[i] % (int64_t)isz != 0) return 0;
+  return blas_layout(s, isz);
+}
+
+/* The cuBLAS calls of p into g (its addresses are filled later); 0 when cuBLAS cannot take p. The
+ * batch dimensions are merged where all three operands step evenly across them; the innermost
+ * one left is a strided batch, the others are walked. */
+static int cublas_plan(const Plan *p, dlp_CudaGemm *g) {
+  Side a = p->a, b = p->b;
+  int dtype = p->dtype;
+  int64_t isz = dlp_dtypes[dtype].itemsize, size[DLP_MAX_NDIM], step[3][DLP_MAX_NDIM], c_step = p->M * p->N;
+  int nd = 0;
+  if (dtype != DLP_FLOAT32 && dtype != DLP_FLOAT64 && dtype != DLP_FLOAT16 && dtype != DLP_BFLOAT16) return 0;
+  if (p->M > INT_MAX || p->N > INT_MAX || p->K > INT_MAX || !cublas_side(&a, dtype) || !cublas_side(&b, dtype))
+    return 0;
+  if (!dlp_cuda_blas_ready()) return 0;
+  memset(g, 0, sizeof *g);
+  int64_t cs[DLP_MAX_NDIM];
+  for (int i = p->nb - 1; i >= 0; i--) { /* the result's strides (elements): contiguous */
+    cs[i] = c_step;
+    c_step *= p->batch[i]; /* fits: the result has that many elements */
+  }
+  for (int i = 0; i < p->nb; i++) {
+    int64_t e[3] = {a.bs[i] / isz, b.bs[i] / isz, cs[i]};
+    if (p->batch[i] == 1) continue;
+    int merges = nd > 0;
+    for (int k = 0; k < 3 && merges; k++) merges = step[k][nd - 1] == e[k] * p->batch[i];
+    if (merges) {
+      size[nd - 1] *= p->batch[i];
+    } else {
+      size[nd++] = p->batch[i];
+    }
+    for (int k = 0; k < 3; k++) step[k][nd - 1] = e[k];
+  }
+  g->dtype = dtype;
+  g->m = (int)p->M, g->n = (int)p->N, g->k = (int)p->K;
+  g->trans_a = a.trans == CBLAS_TRANS, g->trans_b = b.trans == CBLAS_TRANS;
+  g->lda = (int)a.ld, g->ldb = (int)b.ld;
+  g->count = 1;
+  if (nd > 0) {
+    if (size[nd - 1] > INT_MAX) return 0;
+    g->count = (int)size[nd - 1];
+    g->stride_a = step[0][nd - 1], g->stride_b = step[1][nd - 1], g->stride_c = step[2][nd - 1];
+    g->nouter = nd - 1;
+    for (int i = 0; i < nd - 1; i++) {
+      g->outer[i] = size[i];
+      for (int k = 0; k < 3; k++) g->outer_step[k][i] = step[k][i] * isz;
+    }
+  }
+  return 1;
+}
+
+/* The module's kernel: one launch over the result's elements (args.h says what it gets). */
+static void kernel_args(lua_State *L, const Plan *p, dlp_Tensor *const ops[3], dlp_ElementwiseArgs *args,
+                        const char *what) {
+  int nd = p->nb + 2, dtypes[3] = {p->dtype, p->a.t->dtype, p->b.t->dtype};
+  int64_t shape[DLP_MAX_NDIM], strides[3][DLP_MAX_NDIM], step = dlp_dtypes[p->dtype].itemsize;
+  int64_t ksteps[3] = {0, p->a.cs, p->b.rs};
+  char *data[3];
+  dlp_Iter it;
+  for (int i = 0; i < p->nb; i++) {
+    shape[i] = p->batch[i];
+    strides[1][i] = p->a.bs[i];
+    strides[2][i] = p->b.bs[i];
+  }
+  shape[nd - 2] = p->M, shape[nd - 1] = p->N;
+  strides[1][nd - 2] = p->a.rs, strides[1][nd - 1] = 0;
+  strides[2][nd - 2] = 0, strides[2][nd - 1] = p->b.cs;
+  for (int i = nd - 1; i >= 0; i--) { /* the result: contiguous */
+    strides[0][i] = step;
+    step *= shape[i];
+  }
+  for (int k = 0; k < 3; k++) data[k] = dlp_first_element(ops[k]);
+  dlp_iter_init(&it, 3, nd, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1);
+  memset(args, 0, sizeof *args);
+  args->numel = it.numel;
+  args->ndim = it.ndim;
+  for (int i = 0; i < it.ndim; i++) args->shape[i] = it.shape[i];
+  args->value[0][0] = (uint64_t)p->K;
+  for (int k = 0; k < 3; k++) {
+    /* a kernel reads elements as their C type: they must sit at multiples of its size */
+    int64_t size = dlp_dtypes[dtypes[k]].itemsize;
+    int misaligned = (uintptr_t)it.data[k] % (uintptr_t)size != 0 || ksteps[k] % size != 0;
+    for (int i = 0; i < it.ndim; i++) {
+      args->strides[k][i] = it.strides[k][i];
+      misaligned |= it.strides[k][i] % size != 0;
+    }
+    if (misaligned)
+      luaL_error(L, "%s: a CUDA operand's elements are not aligned to their size (%d bytes)", what, (int)size);
+    args->data[k] = (uint64_t)(uintptr_t)it.data[k];
+    args->value[k][1] = (uint64_t)dtypes[k];
+    if (k > 0) args->value[k][0] = (uint64_t)ksteps[k];
+  }
+}
+
+static void kernel_product(lua_State *L, const Plan *p, dlp_Tensor *const ops[3], const char *what) {
+  static const char *const names[] = {"dlp_matmul_f32", "dlp_matmul_f64", "dlp_matmul_u32", "dlp_matmul_u64"};
+  dlp_ElementwiseArgs args;
+  dlp_CudaLaunch launch;
+  kernel_args(L, p, ops, &args, what);
+  memset(&launch, 0, sizeof launch);
+  launch.what = what;
+  launch.family = DLP_MATMUL_FAMILY;
+  launch.kernel = names[p->cd == DLP_FLOAT32 ? 0 : p->cd == DLP_FLOAT64 ? 1 : p->cd == DLP_UINT32 ? 2 : 3];
+  launch.args = &args;
+  launch.noperands = 3;
+  for (int k = 0; k < 3; k++) launch.operands[k] = ops[k];
+  launch.stream = dlp_cuda_compute_stream(launch.operands, 3, NULL);
+  dlp_cuda_launch(L, &launch); /* takes the stream; raises only after letting go of what it took */
+}
+
+/* The product of p on its CUDA device: pushes the result (a Lua value for two 1-d operands). */
+static int cuda_product(lua_State *L, const Plan *p, int ndim, const int64_t *shape, int scalar, int computes,
+                        const char *what) {
+  DLDevice on = {kDLCUDA, p->gpu}, cpu = {kDLCPU, 0};
+  dlp_CudaGemm g;
+  if (scalar && !computes) { /* k = 0: the zero of the dtype, nothing to compute */
+    uint64_t zero[2] = {0, 0};
+    dlp_push_element(L, p->dtype, zero);
+    return 1;
+  }
+  int blas = computes && cublas_plan(p, &g);
+  /* allocations first (they may run finalizers, which may release the operands); k = 0: zeros */
+  dlp_Tensor *host = scalar ? dlp_tensor_new(L, p->dtype, 0, cpu, 0, shape, 0, what) : NULL;
+  dlp_Tensor *r = dlp_tensor_new(L, p->dtype, 0, on, scalar ? 0 : ndim, shape, computes ? 0 : DLP_ALLOC_ZEROED, what);
+  if (computes) {
+    dlp_Tensor *ops[3] = {r, (dlp_Tensor *)p->a.t, (dlp_Tensor *)p->b.t};
+    dlp_live(L, p->a.t, what);
+    dlp_live(L, p->b.t, what);
+    if (blas) {
+      g.c = dlp_first_element(r);
+      g.a = dlp_first_element(p->a.t);
+      g.b = dlp_first_element(p->b.t);
+      dlp_cuda_gemm(L, what, dlp_cuda_compute_stream(ops, 3, NULL), ops, &g);
+    } else {
+      kernel_product(L, p, ops, what);
+    }
+  }
+  if (scalar) { /* read back: a synchronous copy, after the product */
+    dlp_cuda_copy(L, host, r, NULL, what);
+    dlp_push_element(L, p->dtype, dlp_first_element(host));
+  }
+  return 1;
+}
+
 static int matmul(lua_State *L, int dot, const char *what) {
   Plan p;
   int64_t shape[DLP_MAX_NDIM];
@@ -375,6 +547,7 @@ static int matmul(lua_State *L, int dot, const char *what) {
   int64_t numel;
   if (!dlp_numel_of(ndim, shape, &numel)) luaL_error(L, "%s: the result would have more elements than fit", what);
   int computes = numel > 0 && p.K > 0;
+  if (p.gpu >= 0) return cuda_product(L, &p, ndim, shape, scalar, computes, what);
   /* allocations first (they may run finalizers, which may release the operands) */
   uint64_t value[2] = {0, 0}; /* a scalar result: one element of any dtype, aligned */
   char *out = (char *)value;

@@ -85,3 +85,26 @@ void dlp_read_compute_options(lua_State *L, int arg, unsigned allowed, dlp_Compu
     }
   }
 }
+
+/* The device of a computing function's tensors (internal.h). */
+int dlp_compute_device(lua_State *L, dlp_Tensor *const *t, int n, const char *what) {
+  const dlp_Tensor *first = NULL;
+  for (int k = 0; k < n && !first; k++)
+    if (t[k] && t[k]->dl.device.device_type == kDLCUDA) first = t[k];
+  if (!first) {
+    for (int k = 0; k < n; k++)
+      if (t[k]) dlp_check_host(L, t[k], what);
+    return -1;
+  }
+  for (int k = 0; k < n; k++)
+    if (t[k] && (t[k]->dl.device.device_type != kDLCUDA || t[k]->dl.device.device_id != first->dl.device.device_id)) {
+      dlp_push_device_name(L, first->dl.device);
+      dlp_push_device_name(L, t[k]->dl.device);
+      luaL_error(L, "%s: operands on different devices: %s and %s (move one with :to first)", what,
+                 lua_tostring(L, -2), lua_tostring(L, -1));
+    }
+  dlp_push_device_name(L, first->dl.device);
+  dlp_cuda_require(L, lua_pushfstring(L, "%s (operands on %s)", what, lua_tostring(L, -1)));
+  lua_pop(L, 2);
+  return first->dl.device.device_id;
+}

@@ -1,6 +1,7 @@
-/* What the two CUDA files share: cuda.c (the driver, contexts, stream records, memory and
- * copies) and stream.c (the dlpack.cuda table with its Stream and Event objects). Not
- * installed; the rest of the module sees CUDA through internal.h only. */
+/* What the CUDA files share: cuda.c (the driver, contexts, stream records, memory and copies),
+ * stream.c (the dlpack.cuda table with its Stream and Event objects), launch.c (the computing
+ * functions' kernels and other queued work), cublas.c (cuBLAS) and ipc_cuda.c. Not installed;
+ * the rest of the module sees CUDA through internal.h only. */
 #ifndef DLPACK_LUA_CUDA_PRIVATE_H
 #define DLPACK_LUA_CUDA_PRIVATE_H
 
@@ -66,8 +67,27 @@ dlp_CudaHold *dlp_cuda_hold_new(void);
 void dlp_cuda_hold_owner(dlp_CudaHold *h, dlp_Owner *o);
 CUresult dlp_cuda_hold_commit(dlp_CudaHold *h, CUstream stream, int device);
 
+/* launch.c: work of the computing functions (a kernel launch, cuBLAS's products) on stream
+ * (taken), after the pending work on each operand; the operands' memory is held until the work
+ * ran, and their later work waits for it. `queue` puts the work on `stream` of `device` (its
+ * context current) and sets *queued once anything is on the stream; it returns CUDA_SUCCESS or
+ * a CUDA error, or writes why (whylen bytes) for an error of another library. dlp_cuda_run
+ * raises naming `what` only after letting go of what it took. */
+typedef struct dlp_CudaWork {
+  const char *what;
+  dlp_CudaStream *stream;
+  dlp_Tensor *operands[4];
+  int noperands;
+  CUresult (*queue)(void *ctx, CUstream stream, int device, int *queued, char *why, size_t whylen);
+  void *ctx;
+} dlp_CudaWork;
+void dlp_cuda_run(lua_State *L, const dlp_CudaWork *work);
+
+/* cublas.c: dlpack.cuda.blas() */
+int dlp_cuda_l_blas(lua_State *L);
+
 /* The PTX of the kernel families (generated from src/compute/cuda/ptx/ into the build). */
-#define DLP_KERNEL_FAMILIES 27
+#define DLP_KERNEL_FAMILIES 28
 extern const char *const dlp_kernel_ptx[DLP_KERNEL_FAMILIES];
 
 #endif

@@ -65,51 +65,76 @@ dlp_CudaStream *dlp_cuda_compute_stream(dlp_Tensor *const *operands, int n, dlp_
   return given;
 }
 
-void dlp_cuda_launch(lua_State *L, const dlp_CudaLaunch *l) {
+void dlp_cuda_run(lua_State *L, const dlp_CudaWork *w) {
   dlp_CudaScope scope;
-  CUfunction fn = NULL;
   CUresult rc = CUDA_SUCCESS;
-  dlp_CudaStream *s = l->stream;
-  int device = l->operands[0]->dl.device.device_id, queued = 0;
+  dlp_CudaStream *s = w->stream;
+  int device = w->noperands ? w->operands[0]->dl.device.device_id : s->device, queued = 0;
+  char why[256] = "";
   dlp_CudaHold *held;
   if (s->device != device) {
     dlp_cuda_stream_release(s);
-    luaL_error(L, "%s: the stream is on cuda:%d, the operands on cuda:%d", l->what, s->device, device);
-  }
-  if (l->args->numel == 0) {
-    dlp_cuda_stream_release(s);
-    return;
+    luaL_error(L, "%s: the stream is on cuda:%d, the operands on cuda:%d", w->what, s->device, device);
   }
   held = dlp_cuda_hold_new(); /* before any work: nothing can fail for want of memory after it */
   if (!held) {
     dlp_cuda_stream_release(s);
-    luaL_error(L, "%s: not enough memory", l->what);
+    luaL_error(L, "%s: not enough memory", w->what);
   }
-  /* the kernel runs after the pending work on every operand */
-  for (int k = 0; k < l->noperands && rc == CUDA_SUCCESS; k++) {
-    dlp_CudaStream *pending = dlp_cuda_owner_stream(l->operands[k]->owner, l->operands[k]->dl.device);
+  /* the work runs after the pending work on every operand */
+  for (int k = 0; k < w->noperands && rc == CUDA_SUCCESS; k++) {
+    dlp_CudaStream *pending = dlp_cuda_owner_stream(w->operands[k]->owner, w->operands[k]->dl.device);
     rc = dlp_cuda_make_wait(s, pending);
     if (pending) dlp_cuda_stream_release(pending);
   }
   if (rc == CUDA_SUCCESS) rc = dlp_cuda_enter(device, &scope);
   else scope.changed = 0;
-  if (rc == CUDA_SUCCESS) rc = find_kernel(device, l->family, l->kernel, &fn);
-  if (rc == CUDA_SUCCESS) {
-    int64_t blocks = (l->args->numel + THREADS_PER_BLOCK - 1) / THREADS_PER_BLOCK;
-    void *params[1] = {(void *)l->args};
-    rc = dlp_cuda.fn.cuLaunchKernel(fn, (unsigned)(blocks < MAX_BLOCKS ? blocks : MAX_BLOCKS), 1, 1,
-                                    THREADS_PER_BLOCK, 1, 1, 0, s->handle, params, NULL);
-    queued = rc == CUDA_SUCCESS;
-  }
+  if (rc == CUDA_SUCCESS) rc = w->queue(w->ctx, s->handle, device, &queued, why, sizeof why);
   dlp_cuda_leave(&scope);
   if (queued) {
-    /* the memory of every operand is held until the kernel ran; later work on it waits for it */
-    for (int k = 0; k < l->noperands; k++) dlp_cuda_hold_owner(held, l->operands[k]->owner);
-    rc = dlp_cuda_hold_commit(held, s->handle, device);
-    for (int k = 0; k < l->noperands; k++) dlp_owner_set_stream(l->operands[k]->owner, s);
+    /* the memory of every operand is held until the work ran (also when part of it failed to
+     * queue); later work on it waits for it */
+    for (int k = 0; k < w->noperands; k++) dlp_cuda_hold_owner(held, w->operands[k]->owner);
+    CUresult held_rc = dlp_cuda_hold_commit(held, s->handle, device);
+    if (rc == CUDA_SUCCESS && !why[0]) rc = held_rc;
+    for (int k = 0; k < w->noperands; k++) dlp_owner_set_stream(w->operands[k]->owner, s);
   } else {
     free(held);
   }
   dlp_cuda_stream_release(s);
-  if (rc != CUDA_SUCCESS) dlp_cuda_check(L, rc, l->what);
+  if (why[0]) luaL_error(L, "%s: %s", w->what, why);
+  if (rc != CUDA_SUCCESS) dlp_cuda_check(L, rc, w->what);
+}
+
+/* A kernel launch: one grid-stride grid over the elements, one argument (the struct). */
+static CUresult queue_kernel(void *ctx, CUstream stream, int device, int *queued, char *why, size_t whylen) {
+  const dlp_CudaLaunch *l = ctx;
+  CUfunction fn = NULL;
+  CUresult rc = find_kernel(device, l->family, l->kernel, &fn);
+  (void)why;
+  (void)whylen;
+  if (rc == CUDA_SUCCESS) {
+    int64_t blocks = (l->args->numel + THREADS_PER_BLOCK - 1) / THREADS_PER_BLOCK;
+    void *params[1] = {(void *)l->args};
+    rc = dlp_cuda.fn.cuLaunchKernel(fn, (unsigned)(blocks < MAX_BLOCKS ? blocks : MAX_BLOCKS), 1, 1,
+                                    THREADS_PER_BLOCK, 1, 1, 0, stream, params, NULL);
+    *queued = rc == CUDA_SUCCESS;
+  }
+  return rc;
+}
+
+void dlp_cuda_launch(lua_State *L, const dlp_CudaLaunch *l) {
+  dlp_CudaWork w;
+  if (l->args->numel == 0) {
+    dlp_cuda_stream_release(l->stream);
+    return;
+  }
+  memset(&w, 0, sizeof w);
+  w.what = l->what;
+  w.stream = l->stream;
+  w.noperands = l->noperands;
+  for (int k = 0; k < l->noperands; k++) w.operands[k] = l->operands[k];
+  w.queue = queue_kernel;
+  w.ctx = (void *)l;
+  dlp_cuda_run(L, &w);
 }

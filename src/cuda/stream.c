@@ -370,7 +370,9 @@ static void push_constructor(lua_State *L, lua_CFunction fn) {
 }
 
 void dlp_cuda_register(lua_State *L, int module) {
-  static const luaL_Reg functions[] = {{"is_available", l_is_available}, {"device_count", l_device_count}, {NULL, NULL}};
+  static const luaL_Reg functions[] = {
+    {"is_available", l_is_available}, {"device_count", l_device_count}, {"blas", dlp_cuda_l_blas}, {NULL, NULL},
+  };
   static const luaL_Reg stream_methods[] = {
     {"synchronize", l_stream_synchronize}, {"query", l_stream_query}, {"wait", l_stream_wait},
     {"record", l_stream_record}, {"close", l_stream_close}, {NULL, NULL},

@@ -27,4 +27,25 @@ typedef struct dlp_ElementwiseArgs {
   uint64_t value[DLP_KERNEL_MAX_OPS][2];
 } dlp_ElementwiseArgs;
 
+/* A matrix product (the kernels dlp_matmul_<compute type>, family DLP_MATMUL_FAMILY) takes the
+ * same arguments: operand 0 the result (contiguous), 1 and 2 the factors a and b, each with its
+ * byte strides along the result's dimensions (the batch dimensions, then the rows and columns of
+ * the result: a steps 0 along the columns, b along the rows, either 0 along a batch dimension it
+ * is broadcast over). A product has no scalar operands, so value[] says what an elementwise
+ * launch does not need: every element of the result sums DLP_MATMUL_K products, stepping
+ * DLP_MATMUL_STEP(k) bytes through operand k (1 or 2) from one to the next, and operand k holds
+ * elements of the dtype DLP_MATMUL_DTYPE(k) (a dlp_KernelDtype), converted to and from the
+ * compute type as the CPU path converts them (src/compute/matmul.c). */
+#define DLP_MATMUL_FAMILY 27
+#define DLP_MATMUL_K(args) ((int64_t)(args).value[0][0])
+#define DLP_MATMUL_STEP(args, k) ((int64_t)(args).value[k][0])
+#define DLP_MATMUL_DTYPE(args, k) ((int)(args).value[k][1])
+
+/* Element types as the kernels name them: the numbers of the module's own dtypes (dlp_Dtype in
+ * internal.h, which matmul.c checks against these), for the ones that compute. */
+enum {
+  DLP_KD_BOOL, DLP_KD_INT8, DLP_KD_INT16, DLP_KD_INT32, DLP_KD_INT64, DLP_KD_UINT8, DLP_KD_UINT16,
+  DLP_KD_UINT32, DLP_KD_UINT64, DLP_KD_FLOAT16, DLP_KD_BFLOAT16, DLP_KD_FLOAT32, DLP_KD_FLOAT64
+};
+
 #endif

@@ -1,7 +1,8 @@
 /* The CUDA kernels of the elementwise functions: ops.h's element expressions, one kernel per
  * (operation, compute type), named dlp_<op>_<type> as the CPU loops are named <op>_<type>.
  *
- * Family 12 holds the strided copies, by element size. Compiled twice from this one source:
+ * Family 12 holds the strided copies, by element size, family 13 the matrix products. Compiled
+ * twice from this one source:
  *   - as CUDA, to PTX, one file per family (DLP_FAMILY: a compute type, or the mixed integer
  *     comparisons), by `make ptx` with the toolkit; the PTX is kept in the repository under
  *     ptx/, embedded in the module and loaded by the driver a family at a time on first use
@@ -271,10 +272,107 @@ RANDOM_KERNELS(KRAND, KRANDINT)
 RANGE_KERNELS(KRANGE)
 #endif
 
+/* ---- family 27: matrix products (src/compute/matmul.c, when cuBLAS is not used) ----
+ * One thread per element of the result (the grid-stride walk over the result's shape: batch
+ * dimensions, rows, columns), which sums its K products one after the other, k = 0, 1, ...: the
+ * same sum whatever the grid, so the same bits on every run. Any strides (negative, zero), any
+ * dtype of either factor: each element is read as its dtype and converted to the compute type as
+ * the CPU path's packing converts it (bool as 0 or 1, integers sign- or zero-extended, float16
+ * and bfloat16 exactly), and the sum is stored as the result's dtype as the CPU converts its
+ * result (integers truncated, bool as "nonzero", float16 and bfloat16 rounded to nearest even).
+ * The compute types are the CPU's: f32 (float16, bfloat16 and float32 results), f64 (float64),
+ * u32 (integer results of 32 bits or less, wrapping) and u64 (64-bit integers, and bool, whose
+ * count of true products never wraps to 0). args.h says where K and the steps are. */
+#if FAMILY(27)
+#define MM_READ(T, address) (*(const T *)BYTES((address), (int64_t)sizeof(T), 0))
+#define MM_WRITE(T, address, v) (*(T *)BYTES((address), (int64_t)sizeof(T), 1) = (v))
+
+/* an element of dtype t at p, as each compute type */
+DLP_RULE float mm_load_f32(uint64_t p, int t) {
+  switch (t) {
+    case DLP_KD_BOOL: return MM_READ(uint8_t, p) != 0 ? 1.0f : 0.0f;
+    case DLP_KD_INT8: return (float)MM_READ(int8_t, p);
+    case DLP_KD_INT16: return (float)MM_READ(int16_t, p);
+    case DLP_KD_UINT8: return (float)MM_READ(uint8_t, p);
+    case DLP_KD_UINT16: return (float)MM_READ(uint16_t, p);
+    case DLP_KD_FLOAT16: return dlp_rule_half_to_float(MM_READ(uint16_t, p));
+    case DLP_KD_BFLOAT16: return dlp_rule_bfloat_to_float(MM_READ(uint16_t, p));
+    default: return MM_READ(float, p);
+  }
+}
+DLP_RULE double mm_load_f64(uint64_t p, int t) {
+  switch (t) {
+    case DLP_KD_BOOL: return MM_READ(uint8_t, p) != 0 ? 1.0 : 0.0;
+    case DLP_KD_INT8: return (double)MM_READ(int8_t, p);
+    case DLP_KD_INT16: return (double)MM_READ(int16_t, p);
+    case DLP_KD_INT32: return (double)MM_READ(int32_t, p);
+    case DLP_KD_INT64: return (double)MM_READ(int64_t, p);
+    case DLP_KD_UINT8: return (double)MM_READ(uint8_t, p);
+    case DLP_KD_UINT16: return (double)MM_READ(uint16_t, p);
+    case DLP_KD_UINT32: return (double)MM_READ(uint32_t, p);
+    case DLP_KD_UINT64: return (double)MM_READ(uint64_t, p);
+    case DLP_KD_FLOAT16: return (double)dlp_rule_half_to_float(MM_READ(uint16_t, p));
+    case DLP_KD_BFLOAT16: return (double)dlp_rule_bfloat_to_float(MM_READ(uint16_t, p));
+    case DLP_KD_FLOAT32: return (double)MM_READ(float, p);
+    default: return MM_READ(double, p);
+  }
+}
+/* integers (and bool, as 0 or 1) as the uint64_t they equal modulo 2^64 */
+DLP_RULE uint64_t mm_load_u64(uint64_t p, int t) {
+  switch (t) {
+    case DLP_KD_BOOL: return MM_READ(uint8_t, p) != 0;
+    case DLP_KD_INT8: return (uint64_t)(int64_t)MM_READ(int8_t, p);
+    case DLP_KD_INT16: return (uint64_t)(int64_t)MM_READ(int16_t, p);
+    case DLP_KD_INT32: return (uint64_t)(int64_t)MM_READ(int32_t, p);
+    case DLP_KD_UINT8: return MM_READ(uint8_t, p);
+    case DLP_KD_UINT16: return MM_READ(uint16_t, p);
+    case DLP_KD_UINT32: return MM_READ(uint32_t, p);
+    default: return MM_READ(uint64_t, p);
+  }
+}
+DLP_RULE uint32_t mm_load_u32(uint64_t p, int t) { return (uint32_t)mm_load_u64(p, t); }
+
+/* the sum v stored as dtype t at p */
+DLP_RULE void mm_store_f32(uint64_t p, int t, float v) {
+  if (t == DLP_KD_FLOAT16) MM_WRITE(uint16_t, p, dlp_rule_half_from_float(v));
+  else if (t == DLP_KD_BFLOAT16) MM_WRITE(uint16_t, p, dlp_rule_bfloat_from_float(v));
+  else MM_WRITE(float, p, v);
+}
+DLP_RULE void mm_store_f64(uint64_t p, int t, double v) {
+  (void)t;
+  MM_WRITE(double, p, v);
+}
+DLP_RULE void mm_store_u64(uint64_t p, int t, uint64_t v) {
+  switch (t) {
+    case DLP_KD_BOOL: MM_WRITE(uint8_t, p, (uint8_t)(v != 0)); break;
+    case DLP_KD_INT8: case DLP_KD_UINT8: MM_WRITE(uint8_t, p, (uint8_t)v); break;
+    case DLP_KD_INT16: case DLP_KD_UINT16: MM_WRITE(uint16_t, p, (uint16_t)v); break;
+    case DLP_KD_INT32: case DLP_KD_UINT32: MM_WRITE(uint32_t, p, (uint32_t)v); break;
+    default: MM_WRITE(uint64_t, p, v); break;
+  }
+}
+DLP_RULE void mm_store_u32(uint64_t p, int t, uint32_t v) { mm_store_u64(p, t, v); }
+
+#define MATMUL(s, T)                                                                                   \
+  KERNEL(dlp_matmul_##s) {                                                                             \
+    EACH_ELEMENT(3, T acc = 0;                                                                         \
+      uint64_t pa = A.data[1] + (uint64_t)off[1], pb = A.data[2] + (uint64_t)off[2];                   \
+      uint64_t sa = (uint64_t)DLP_MATMUL_STEP(A, 1), sb = (uint64_t)DLP_MATMUL_STEP(A, 2);             \
+      int ta = DLP_MATMUL_DTYPE(A, 1), tb = DLP_MATMUL_DTYPE(A, 2);                                    \
+      ROLLED                                                                                           \
+      for (int64_t k = 0, kn = DLP_MATMUL_K(A); k < kn; k++, pa += sa, pb += sb)                       \
+        acc = (T)(acc + (T)(mm_load_##s(pa, ta) * mm_load_##s(pb, tb)));                               \
+      mm_store_##s(A.data[0] + (uint64_t)off[0], DLP_MATMUL_DTYPE(A, 0), acc);)                        \
+  }
+#define MATMULS(K) K(f32, float) K(f64, double) K(u32, uint32_t) K(u64, uint64_t)
+MATMULS(MATMUL)
+#endif
+
 #ifndef __CUDACC__
 /* The fake driver's table of the kernels by name. */
 #include "compute/cuda/fake_kernels.h"
 #define ENTRY(name, ...) {"dlp_" #name, dlp_##name},
+#define MATMUL_ENTRY(s, T) ENTRY(matmul_##s)
 #define INT_ENTRIES(s, T) DLP_INT_OPS(ENTRY, ENTRY, ENTRY, s, T) DLP_COMPARE_OPS(ENTRY, ENTRY, ENTRY, s, T)
 #define ZERO_FLAG_ENTRY(s, T) ENTRY(has_zero_##s)
 #define RAND_ENTRIES(d, DT, BITS) ENTRY(rand_##d) ENTRY(randn_##d)
@@ -287,7 +385,7 @@ const dlp_FakeKernel dlp_fake_kernels[] = {
   DLP_BOOL_OPS(ENTRY, ENTRY, ENTRY, ENTRY) DLP_INTS(INT_ENTRIES) DLP_FLOATS(FLOAT_ENTRIES) DLP_MIXED_OPS(ENTRY) COPIES(ENTRY)
   DLP_REAL_DTYPES(CONVERSION_ENTRIES) {"dlp_isclose_f64", dlp_isclose_f64},
   DLP_INTS(ZERO_FLAG_ENTRY) ENTRY(has_negative_i8) ENTRY(has_negative_i16) ENTRY(has_negative_i32)
-  ENTRY(has_negative_i64) RANDOM_KERNELS(RAND_ENTRIES, RANDINT_ENTRY) RANGE_KERNELS(RANGE_ENTRIES)
+  ENTRY(has_negative_i64) RANDOM_KERNELS(RAND_ENTRIES, RANDINT_ENTRY) RANGE_KERNELS(RANGE_ENTRIES) MATMULS(MATMUL_ENTRY)
   {NULL, NULL},
 };
 #endif
