@@ -296,6 +296,26 @@ describe("computing on CUDA tensors", function()
     raises(function() return dlpack.add(a, 1, {stream = s}) end, "the stream was closed")
   end)
 
+  it("a copy that needs a kernel takes a stream of another device, as a driver copy does", function()
+    if cuda.device_count() < 2 then return pending("needs two CUDA devices") end
+    local s1 = cuda.Stream({device = 1})
+    local a = dlpack.tensor({1, 2, 3, 4, 5}, "float32"):to("cuda:0")
+    local want = dlpack.tensor({1, 3, 5}, "float32")
+    -- a strided side gathered on cuda:0, converted on cuda:0, scattered into cuda:0: each on s1
+    local g = a:slice(1, 1, 5, 2):to({device = "cpu", stream = s1})
+    s1:synchronize()
+    assert.are.equal(want:tobytes(), g:tobytes())
+    local c = a:slice(1, 1, 5, 2):to("float64", "cuda:0")
+    local d = dlpack.zeros({3}, "float64", "cuda:0")
+    d:copy(a:slice(1, 1, 5, 2), {stream = s1})
+    local e = dlpack.zeros({6}, "float32", "cuda:0")
+    e:slice(1, 1, 6, 2):copy(want, {stream = s1})
+    s1:synchronize()
+    assert.are.equal(host(c):tobytes(), host(d):tobytes())
+    assert.are.same({1, 0, 3, 0, 5, 0}, host(e):totable())
+    s1:close()
+  end)
+
   it("runs on the operands' stream after their pending work", function()
     local s = cuda.Stream()
     local a = dlpack.tensor({1, 2, 3}, "int32"):to({device = "cuda:0", stream = s}) -- queued on s
