@@ -316,6 +316,26 @@ describe("computing on CUDA tensors", function()
     s1:close()
   end)
 
+  it("computes on memory whose pending work is on another device's stream (a copy given one)", function()
+    if cuda.device_count() < 2 then return pending("needs two CUDA devices") end
+    local s1 = cuda.Stream({device = 1})
+    local a = dlpack.zeros({4}, "float32", "cuda:0")
+    a:copy(dlpack.ones({4}, "float32", "cuda:0"), {stream = s1})
+    a:fill(2) -- it raised "the stream is on cuda:1, the operands on cuda:0"
+    a:add_(1)
+    local m = dlpack.tensor({true, false, true, false}):to("cuda:0")
+    m:copy(m:flip(1), {stream = s1})
+    a:masked_fill(m, 7)
+    assert.are.same({3, 7, 3, 7}, host(a):totable())
+    -- clamp takes opts.stream as the other computing functions do (it raised "unknown option")
+    local s0 = cuda.Stream()
+    local r = dlpack.clamp(a, 4, 6, {stream = s0})
+    if fake then assert.is_true(fake.pending(s0.handle) > 0, "queued on s0") end
+    assert.are.same({4, 6, 4, 6}, host(r):totable())
+    s0:close()
+    s1:close()
+  end)
+
   it("runs on the operands' stream after their pending work", function()
     local s = cuda.Stream()
     local a = dlpack.tensor({1, 2, 3}, "int32"):to({device = "cuda:0", stream = s}) -- queued on s

@@ -742,7 +742,7 @@ static int clamp(lua_State *L, int inplace) {
     dlp_read_compute_options(L, 0, 0, &o, what);
   } else {
     dlp_check_no_more(L, 5, what, "a tensor, two bounds and an options table");
-    dlp_read_compute_options(L, 4, DLP_COPT_OUT | DLP_COPT_DTYPE, &o, what);
+    dlp_read_compute_options(L, 4, DLP_COPT_OUT | DLP_COPT_DTYPE | DLP_COPT_STREAM, &o, what);
   }
   int lo = !lua_isnoneornil(L, 2), hi = !lua_isnoneornil(L, 3);
   if (!dlp_tensor_test(L, 1)) luaL_error(L, "%s: a tensor expected, got %s", what, luaL_typename(L, 1));
@@ -750,6 +750,7 @@ static int clamp(lua_State *L, int inplace) {
   memset(&c, 0, sizeof c);
   c.what = what;
   c.dtype = o.dtype;
+  c.stream = o.stream;
   c.inplace = inplace;
   c.out = inplace ? 1 : o.out;
   c.first = lua_gettop(L) + 1;
