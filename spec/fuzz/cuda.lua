@@ -141,10 +141,41 @@ local function host_tensor(kind, vals, n)
   return dlpack.frombytes(encode(kind, vals, n), kind.dtype, { n })
 end
 
--- Two values of a kind are the same bytes (NaN is NaN, -0.0 is not 0.0).
+-- Is the element (bytes) of a float dtype a NaN?
+local function is_nan(dtype, e)
+  if dtype == "float32" or dtype == "float64" then
+    local v = string.unpack(dtype == "float32" and "<f" or "<d", e)
+    return v ~= v
+  end
+  local u = string.unpack("<I2", e)
+  if dtype == "float16" then return u & 0x7c00 == 0x7c00 and u & 0x3ff ~= 0 end
+  if dtype == "bfloat16" then return u & 0x7f80 == 0x7f80 and u & 0x7f ~= 0 end
+  return false
+end
+
+-- Are two elements of a dtype (bytes) the same? The same bytes, or two NaNs: the sign and payload of
+-- a NaN are not specified by IEEE 754 (the CPU's vectorised float32 sigmoid keeps a NaN's sign,
+-- the kernel built from the same expression flips it), and are not compared.
+local FLOATS = { float16 = 2, bfloat16 = 2, float32 = 4, float64 = 8 }
+local function same_element(dtype, a, b)
+  return a == b or (FLOATS[dtype] ~= nil and #a == #b and is_nan(dtype, a) and is_nan(dtype, b))
+end
+
+-- The same bytes of n elements of a dtype, but for NaNs (same_element).
+local function same_bytes(dtype, a, b)
+  if a == b then return true end
+  local size = FLOATS[dtype]
+  if not size or #a ~= #b then return false end
+  for i = 1, #a, size do
+    if not same_element(dtype, a:sub(i, i + size - 1), b:sub(i, i + size - 1)) then return false end
+  end
+  return true
+end
+
+-- Two values of a kind are the same bytes (-0.0 is not 0.0; NaN is NaN, whatever its sign).
 local function same(kind, a, b)
   if a == nil or b == nil then return a == b end
-  if kind.fmt then return string.pack(kind.fmt, a) == string.pack(kind.fmt, b) end
+  if kind.fmt then return same_element(kind.dtype, string.pack(kind.fmt, a), string.pack(kind.fmt, b)) end
   return a == b
 end
 
@@ -799,6 +830,259 @@ function S:check()
     if e then self:check_entry(e, "check") end
   end
 end
+
+
+---------------------------------------------------------------------------
+-- Computing on one CUDA device, checked against the module's own CPU path on the same values: the
+-- blocks the operands (and out) live on are copied to the host from the model (after the GPU
+-- caught up, if the model does not know them all), the same views are taken there, and the same
+-- call runs on both. The fake runs the kernels as C compiled from the CPU's expressions: results
+-- must be the same bytes, errors the same messages.
+
+local BINARY = { "add", "sub", "mul", "div", "idiv", "mod", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt",
+  "ge", "logical_and", "logical_or", "logical_xor", "band", "bor", "bxor", "shl", "shr" }
+local UNARY = { "neg", "abs", "sign", "floor", "ceil", "round", "trunc", "sqrt", "exp", "log", "log1p", "expm1", "sin",
+  "cos", "tan", "tanh", "sigmoid", "logical_not", "isnan", "isinf", "isfinite", "bnot" }
+local SCALARS = { 0, 1, -1, 2, 3, 7, 0.5, -2.5, 300, 1e300, true, false, math.maxinteger, 0 / 0, 1 / 0, -0.0 }
+local DTYPES = { "bool", "int8", "uint8", "int16", "int32", "int64", "uint64", "float16", "bfloat16", "float32",
+  "float64" }
+
+local function show(v)
+  if type(v) == "table" then return v.name end
+  if type(v) == "number" and v ~= v then return "0/0" end
+  return tostring(v)
+end
+
+-- A view of tensor t (the whole block of e's root) with e's start, step and length.
+local function same_view(t, e)
+  local v
+  if e.len == 0 then
+    v = t:narrow(1, 1, 0)
+  else
+    local first = e.start + 1
+    v = t:slice(1, first, first + (e.len - 1) * e.step, e.step)
+  end
+  if e.readonly then v = v:as_readonly() end
+  return v
+end
+
+-- The entries an operation on `on` may take: live, on that device, not fp4, in memory the fake knows.
+function S:on_device(on)
+  local l = {}
+  for slot = 1, NSLOT do
+    local e = self:get(slot)
+    if e and e.device == on and not e.kind.fp4 and not e.root.fabdev then l[#l + 1] = e end
+  end
+  return l
+end
+
+-- Host copies of the roots of entries (the model's values; the GPU catches up first when the
+-- model does not know them all, and the model learns what the memory holds).
+function S:host_roots(entries)
+  local hosts, unknown = {}, false
+  for _, e in ipairs(entries) do
+    for i = 1, e.root.n do
+      if e.root.vals[i] == nil then unknown = true end
+    end
+  end
+  if unknown then
+    self:catch_up()
+    for _, e in ipairs(entries) do
+      local r = e.root
+      if r.n > 0 then r.vals = decode(r.kind, fake.read(r.ptr, r.nbytes), r.n) end
+    end
+  end
+  for _, e in ipairs(entries) do
+    if not hosts[e.root] then hosts[e.root] = host_tensor(e.root.kind, e.root.vals, e.root.n) end
+  end
+  return hosts
+end
+
+op("compute", 24, function(st, injected)
+  local on = R(2) == 1 and "cuda:0" or "cuda:1"
+  local fam, fi, ui = R(12), R(#BINARY), R(#UNARY)
+  local s1, s2, s3, samelen = R(NSLOT), R(NSLOT), R(NSLOT), R(5) > 1
+  local k1, k2, k3, sc1, sc2 = R(4), R(4), R(4), SCALARS[R(#SCALARS)], SCALARS[R(#SCALARS)]
+  local outmode, dti, inplace, sti, verify, swap = R(6), R(#DTYPES + 8), R(4) == 1, R(8), R(3) == 1, R(4) == 1
+  local pool = st:on_device(on)
+  if #pool == 0 then return end
+  local function pick(slot, len)
+    for k = 0, #pool - 1 do
+      local e = pool[(slot + k - 1) % #pool + 1]
+      if len == nil or e.len == len then return e end
+    end
+    return pool[(slot - 1) % #pool + 1]
+  end
+  local a = pick(s1)
+  local b = pick(s2, samelen and a.len or nil)
+  local c = pick(s3, samelen and a.len or nil)
+  -- a scalar in place of an operand now and then (k == 1)
+  local opb, opc = b, c
+  if k2 == 1 then opb = sc1 end -- (false is a scalar too)
+  if k3 == 1 then opc = sc2 end
+  local dtype = DTYPES[dti] -- nil 8 times in 19
+  local stream, sdesc = nil, "nil"
+  if sti <= 4 then stream, sdesc = st:stream_arg(on, ({ 3, 5, on == "cuda:0" and 7 or 9, on == "cuda:0" and 8 or 10 })[sti]) end
+  local name, args, n, method, opts_ok = nil, nil, 0, false, true
+  if fam <= 4 then
+    name, args, n = BINARY[fi], { a, opb }, 2
+    if swap and k2 == 1 and not inplace then args = { opb, a } end
+  elseif fam <= 6 then
+    name, args, n = UNARY[ui], { a }, 1
+  elseif fam == 7 then
+    name, args, n = "where", { c, a, opb }, 3
+    inplace = false
+  elseif fam == 8 then
+    name, args, n = "clamp", { a }, 3
+    if k2 <= 2 then args[2] = opb end
+    if k3 <= 2 then args[3] = opc end
+    if args[2] == nil and args[3] == nil then args[3] = c end
+  elseif fam == 9 then
+    name, args, n, method, opts_ok = "masked_fill", { a, c, sc1 }, 3, true, false
+  elseif fam == 10 then
+    name, args, n, method, opts_ok = "fill", { a, sc1 }, 2, true, false
+  elseif fam == 11 then
+    name, args, n, opts_ok = k1 <= 2 and "cat" or "stack", { { a, b } }, 1, false
+    inplace = false
+  else
+    name, args, n, opts_ok = k1 <= 2 and "equal" or "allclose", { a, b }, 2, false
+    inplace = false
+  end
+  if method then inplace = true end
+  -- the result's length (1-d operands broadcast), for a pool tensor to write it into
+  local len = a.len
+  if opts_ok then
+    for i = 1, n do
+      local x = args[i]
+      if type(x) == "table" and x.len ~= len and len == 1 then len = x.len end
+    end
+  end
+  local out
+  if opts_ok and not inplace then
+    if outmode == 3 then
+      for _, e in ipairs(pool) do
+        if e.len == len and e ~= a then out = e end
+      end
+    elseif outmode == 4 and a.len == len then
+      out = a
+    elseif outmode == 5 and a.len == len then
+      local okf, v = st:call(string.format("V = %s:flip(1)", a.name), T.flip, a.t, 1)
+      if not okf then
+        if not injected then st:fail("flip raised: " .. tostring(v)) end
+        return
+      end
+      out = st:entry(v, a.root, a.device, "V", a.len > 0 and a.start + (a.len - 1) * a.step or a.start,
+        a.len > 0 and -a.step or a.step, a.len, a.readonly)
+    end
+  end
+  local target = inplace and a or out
+  -- every entry the call touches, and their host copies
+  local touched = { a }
+  for i = 1, n do
+    local x = args[i]
+    if type(x) == "table" and x.root then touched[#touched + 1] = x end
+    if type(x) == "table" and not x.root then
+      for _, y in ipairs(x) do touched[#touched + 1] = y end
+    end
+  end
+  if out then touched[#touched + 1] = out end
+  local hosts = st:host_roots(touched)
+  local function on_device(x) return type(x) == "table" and (x.root and x.t or nil) end
+  local function on_host(x) return type(x) == "table" and x.root and same_view(hosts[x.root], x) or nil end
+  local dargs, hargs, descs = {}, {}, {}
+  for i = 1, n do
+    local x = args[i]
+    if type(x) == "table" and not x.root then -- a list
+      dargs[i], hargs[i] = {}, {}
+      local d = {}
+      for j, y in ipairs(x) do
+        dargs[i][j], hargs[i][j], d[j] = y.t, same_view(hosts[y.root], y), y.name
+      end
+      descs[i] = "{" .. table.concat(d, ", ") .. "}"
+    elseif type(x) == "table" then
+      dargs[i], hargs[i], descs[i] = on_device(x), on_host(x), x.name
+    else
+      dargs[i], hargs[i], descs[i] = x, x, show(x)
+    end
+  end
+  local dopts, hopts
+  if opts_ok and not inplace then
+    dopts, hopts = { dtype = dtype, stream = stream }, { dtype = dtype }
+    if out then dopts.out, hopts.out = out.t, same_view(hosts[out.root], out) end
+    dargs[n + 1], hargs[n + 1] = dopts, hopts
+    descs[n + 1] = string.format("{out = %s, dtype = %s, stream = %s}", out and out.name or "nil", tostring(dtype),
+      sdesc)
+  end
+  local nargs = dopts and n + 1 or n
+  local fn = inplace and T[name .. (method and "" or "_")] or dlpack[name]
+  local text = string.format(inplace and "%s:%s%s(%s)" or "R = %s%s%s(%s)", inplace and a.name or "dlpack.",
+    name, inplace and not method and "_" or "", table.concat(descs, ", ", inplace and 2 or 1, nargs))
+  if inplace then text = text:gsub("%(, ", "(") end
+  local okd, rd = st:call(text, fn, table.unpack(dargs, 1, nargs))
+  st:disarm(injected) -- nothing more fails: the reads below are the checks' own
+  local okh, rh = pcall(fn, table.unpack(hargs, 1, nargs))
+  local function effect_unknown()
+    if not target then return end
+    set_vals(target, {})
+    for _, e in ipairs(touched) do st:queue(e.root, target) end
+  end
+  if not okd and injected then
+    effect_unknown()
+    return
+  end
+  if okd ~= okh then
+    st:fail(string.format("the CPU path %s (%s), the device %s (%s)", okh and "succeeded" or "raised", tostring(rh),
+      okd and "succeeded" or "raised", tostring(rd)))
+    effect_unknown()
+    return
+  end
+  if not okd then
+    if rd ~= rh then st:fail(string.format("the device raised %q, the CPU path %q", tostring(rd), tostring(rh))) end
+    return
+  end
+  if type(rh) ~= "userdata" then -- equal, allclose
+    if rd ~= rh then st:fail(string.format("the device answered %s, the CPU path %s", tostring(rd), tostring(rh))) end
+    return
+  end
+  if target then
+    if rd ~= target.t then
+      st:fail(string.format("the call did not return its out or in-place tensor: %s, not %s", tostring(rd), target.name))
+    end
+    local r = target.root
+    r.vals = decode(r.kind, hosts[r]:tobytes(), r.n) -- the CPU's result, where target maps
+    for _, e in ipairs(touched) do st:queue(e.root, target) end
+    if verify then
+      st:catch_up()
+      st:check_entry(target, "compute")
+    end
+    return
+  end
+  if rd.device ~= on or rd.dtype ~= rh.dtype or #rd.shape ~= #rh.shape then
+    st:fail(string.format("the result is %s %s on %s, the CPU's %s %s", rd.dtype, #rd.shape, rd.device, rh.dtype,
+      #rh.shape))
+    return
+  end
+  for i, v in ipairs(rh.shape) do
+    if rd.shape[i] ~= v then st:fail("the result's shape differs from the CPU's") return end
+  end
+  local kind = KIND_OF[rh.dtype]
+  if verify or not kind or #rh.shape ~= 1 then
+    local okr, got = pcall(function() return rd:to("cpu"):tobytes() end)
+    if not okr then
+      st:fail("reading the result raised: " .. tostring(got))
+    elseif not same_bytes(rh.dtype, got, rh:tobytes()) then
+      st:fail(string.format("the result's bytes differ from the CPU's (%s %s)", rh.dtype, tostring(rh)))
+    end
+  end
+  if kind and #rh.shape == 1 then -- into the pool
+    local slot = s3
+    local r = st:new_root(kind, rh.shape[1], on, decode(kind, rh:tobytes(), rh.shape[1]))
+    st:track(r, rd)
+    local e = st:entry(rd, r, on, "T" .. slot)
+    for _, x in ipairs(touched) do st:queue(x.root, e) end
+    st:put(slot, e)
+  end
+end)
 
 op("check", 2, function(st) st:check() end)
 
