@@ -336,6 +336,17 @@ describe("computing on CUDA tensors", function()
     s1:close()
   end)
 
+  it("a zero divisor or negative exponent raises also when the broadcast result is empty, as on the CPU", function()
+    local empty = dlpack.zeros({0}, "int32", "cuda:0")
+    for _, f in ipairs({"idiv", "mod"}) do
+      raises(function() return dlpack[f](empty, dlpack.zeros({1}, "int32", "cuda:0")) end,
+             f .. ": integer division by zero")
+    end
+    raises(function() return dlpack.pow(empty, dlpack.tensor({-1}, "int32"):to("cuda:0")) end,
+           "pow: integers to negative integer powers are not allowed")
+    assert.are.same({0}, dlpack.mod(empty, dlpack.ones({1}, "int32", "cuda:0")).shape)
+  end)
+
   it("runs on the operands' stream after their pending work", function()
     local s = cuda.Stream()
     local a = dlpack.tensor({1, 2, 3}, "int32"):to({device = "cuda:0", stream = s}) -- queued on s

@@ -639,9 +639,13 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
       dlp_broadcast_strides(temps[0], ndim, shape, strides[0]);
     }
     if ((divides || powers) && source[1]) { /* zeros (negative exponents) of a CUDA divisor, as the loop reads them */
-      if (divides && device_has(L, ops_t[2], data[2], ndim, shape, strides[2], want[1], 0, stream, c->what))
+      /* every element of the divisor, as on the CPU, also when the broadcast result is empty */
+      const dlp_Tensor *dv = ops_t[2];
+      int64_t own[DLP_MAX_NDIM];
+      for (int i = 0; i < dv->dl.ndim; i++) own[i] = dv->dl.strides[i] * (int64_t)dlp_dtypes[dv->dtype].itemsize;
+      if (divides && device_has(L, ops_t[2], data[2], dv->dl.ndim, dv->dl.shape, own, want[1], 0, stream, c->what))
         luaL_error(L, "%s: integer division by zero", c->what);
-      if (powers && device_has(L, ops_t[2], data[2], ndim, shape, strides[2], want[1], 1, stream, c->what))
+      if (powers && device_has(L, ops_t[2], data[2], dv->dl.ndim, dv->dl.shape, own, want[1], 1, stream, c->what))
         luaL_error(L, "%s: integers to negative integer powers are not allowed", c->what);
     }
     sizes[0] = (int)dlp_dtypes[ops_t[0]->dtype].itemsize;
