@@ -426,7 +426,8 @@ op("new", 12, function(st, injected)
     known = {}
     for i = 1, n do known[i] = fill end
     known = from_numbers(k, known, n)
-  elseif not k.fp4 and (k.dtype == "uint8" or k.dtype == "int32" or k.dtype:find("float[36]")) then -- a producer's tensor: on the host, or host memory it labels cuda:0
+  elseif not k.fp4 and (k.dtype == "uint8" or k.dtype == "int32" or k.dtype:find("float[36]")) then
+    -- a producer's tensor: on the host, or host memory it labels cuda:0
     local dev = (d == "cuda:0" or d == "cuda:1") and "cuda:0" or "cpu"
     local codes = { uint8 = { 1, 8 }, int32 = { 0, 32 }, float32 = { 2, 32 }, float64 = { 2, 64 } }
     local c = codes[k.dtype]
@@ -513,8 +514,8 @@ local function copy_plan(dst, src)
   end
   -- a kernel may touch a producer's host memory labelled cuda:0 (even on the way to an error)
   for _, e in ipairs({ dst, src }) do
-    local fab = e.root and e.root.fabdev
-    if fab and (not contiguous(e) or (not dh and not sh and dst.device == src.device)) then plan.fab = true end
+    local fabricated = e.root and e.root.fabdev
+    if fabricated and (not contiguous(e) or (not dh and not sh and dst.device == src.device)) then plan.fab = true end
   end
   if plan.fab then return true, nil, plan end
   local function kernel(p)
@@ -617,9 +618,9 @@ op("to", 12, function(st, injected)
   local name = "T" .. slot
   local dest = { len = src.len, readonly = false, device = d, kind = kind, step = 1, root = {} }
   if kind.dtype == src.kind.dtype then dest.kind = src.kind end -- a clone keeps the padding
-  local same = kind.dtype == src.kind.dtype and not copy
+  local unchanged = kind.dtype == src.kind.dtype and not copy
   local valid, why, plan = true, nil, { host = HOSTLIKE[d] and HOSTLIKE[src.device] }
-  if not same or (d ~= src.device and not (d == "cpu" and HOSTLIKE[src.device])) then
+  if not unchanged or (d ~= src.device and not (d == "cpu" and HOSTLIKE[src.device])) then
     valid, why, plan = copy_plan(dest, src)
   end
   if plan and plan.fab then return end
@@ -629,7 +630,7 @@ op("to", 12, function(st, injected)
     { device = d, dtype = kind.dtype, stream = stream, copy = copy })
   if not st:outcome(ok, t, valid, why or "", injected) or not ok then return end
   if t == src.t then return end
-  if same and d == "cpu" and src.device ~= "cpu" and HOSTLIKE[src.device] then -- relabelled, not copied
+  if unchanged and d == "cpu" and src.device ~= "cpu" and HOSTLIKE[src.device] then -- relabelled, not copied
     st:put(slot, st:entry(t, src.root, "cpu", name, src.start, src.step, src.len, src.readonly))
     return
   end
@@ -922,8 +923,11 @@ op("compute", 24, function(st, injected)
   if k3 == 1 then opc = sc2 end
   local dtype = DTYPES[dti] -- nil 8 times in 19
   local stream, sdesc = nil, "nil"
-  if sti <= 4 then stream, sdesc = st:stream_arg(on, ({ 3, 5, on == "cuda:0" and 7 or 9, on == "cuda:0" and 8 or 10 })[sti]) end
-  local name, args, n, method, opts_ok = nil, nil, 0, false, true
+  if sti <= 4 then
+    stream, sdesc = st:stream_arg(on, ({ 3, 5, on == "cuda:0" and 7 or 9, on == "cuda:0" and 8 or 10 })[sti])
+  end
+  local name, args, n
+  local method, opts_ok = false, true
   if fam <= 4 then
     name, args, n = BINARY[fi], { a, opb }, 2
     if swap and k2 == 1 and not inplace then args = { opb, a } end
@@ -1046,7 +1050,8 @@ op("compute", 24, function(st, injected)
   end
   if target then
     if rd ~= target.t then
-      st:fail(string.format("the call did not return its out or in-place tensor: %s, not %s", tostring(rd), target.name))
+      st:fail(string.format("the call did not return its out or in-place tensor: %s, not %s", tostring(rd),
+        target.name))
     end
     local r = target.root
     r.vals = decode(r.kind, hosts[r]:tobytes(), r.n) -- the CPU's result, where target maps
