@@ -366,6 +366,57 @@ describe("computing on CUDA tensors", function()
     raises(function() return dlpack.add(a, 1, {stream = s}) end, "the stream was closed")
   end)
 
+  it("a copy that needs a kernel takes a stream of another device, as a driver copy does", function()
+    if cuda.device_count() < 2 then return pending("needs two CUDA devices") end
+    local s1 = cuda.Stream({device = 1})
+    local a = dlpack.tensor({1, 2, 3, 4, 5}, "float32"):to("cuda:0")
+    local want = dlpack.tensor({1, 3, 5}, "float32")
+    -- a strided side gathered on cuda:0, converted on cuda:0, scattered into cuda:0: each on s1
+    local g = a:slice(1, 1, 5, 2):to({device = "cpu", stream = s1})
+    s1:synchronize()
+    assert.are.equal(want:tobytes(), g:tobytes())
+    local c = a:slice(1, 1, 5, 2):to("float64", "cuda:0")
+    local d = dlpack.zeros({3}, "float64", "cuda:0")
+    d:copy(a:slice(1, 1, 5, 2), {stream = s1})
+    local e = dlpack.zeros({6}, "float32", "cuda:0")
+    e:slice(1, 1, 6, 2):copy(want, {stream = s1})
+    s1:synchronize()
+    assert.are.equal(host(c):tobytes(), host(d):tobytes())
+    assert.are.same({1, 0, 3, 0, 5, 0}, host(e):totable())
+    s1:close()
+  end)
+
+  it("computes on memory whose pending work is on another device's stream (a copy given one)", function()
+    if cuda.device_count() < 2 then return pending("needs two CUDA devices") end
+    local s1 = cuda.Stream({device = 1})
+    local a = dlpack.zeros({4}, "float32", "cuda:0")
+    a:copy(dlpack.ones({4}, "float32", "cuda:0"), {stream = s1})
+    a:fill(2) -- it raised "the stream is on cuda:1, the operands on cuda:0"
+    a:add_(1)
+    local m = dlpack.tensor({true, false, true, false}):to("cuda:0")
+    m:copy(m:flip(1), {stream = s1})
+    a:masked_fill(m, 7)
+    assert.are.same({3, 7, 3, 7}, host(a):totable())
+    -- clamp takes opts.stream as the other computing functions do (it raised "unknown option")
+    local s0 = cuda.Stream()
+    local r = dlpack.clamp(a, 4, 6, {stream = s0})
+    if fake then assert.is_true(fake.pending(s0.handle) > 0, "queued on s0") end
+    assert.are.same({4, 6, 4, 6}, host(r):totable())
+    s0:close()
+    s1:close()
+  end)
+
+  it("a zero divisor or negative exponent raises also when the broadcast result is empty, as on the CPU", function()
+    local empty = dlpack.zeros({0}, "int32", "cuda:0")
+    for _, f in ipairs({"idiv", "mod"}) do
+      raises(function() return dlpack[f](empty, dlpack.zeros({1}, "int32", "cuda:0")) end,
+             f .. ": integer division by zero")
+    end
+    raises(function() return dlpack.pow(empty, dlpack.tensor({-1}, "int32"):to("cuda:0")) end,
+           "pow: integers to negative integer powers are not allowed")
+    assert.are.same({0}, dlpack.mod(empty, dlpack.ones({1}, "int32", "cuda:0")).shape)
+  end)
+
   it("runs on the operands' stream after their pending work", function()
     local s = cuda.Stream()
     local a = dlpack.tensor({1, 2, 3}, "int32"):to({device = "cuda:0", stream = s}) -- queued on s

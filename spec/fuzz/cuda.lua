@@ -83,13 +83,24 @@ local KINDS = {
   { name = "float64", dtype = "float64", fmt = "<d", size = 8 },
   { name = "fp4", dtype = "float4_e2m1fn", fp4 = true },
   { name = "fp4 padded", dtype = "float4_e2m1fn", fp4 = true, padded = true },
+  { name = "bool", dtype = "bool", fmt = "B", size = 1 },
+  { name = "int8", dtype = "int8", fmt = "<i1", size = 1 },
+  { name = "int64", dtype = "int64", fmt = "<i8", size = 8 },
+  { name = "float16", dtype = "float16", fmt = "<I2", size = 2 }, -- values: the bit patterns
 }
 local function packed(kind) return kind.fp4 and not kind.padded end
+local NUMERIC, KIND_OF = {}, {} -- the kinds that compute, and the kind of each of their dtypes
+for _, k in ipairs(KINDS) do
+  if not k.fp4 then
+    NUMERIC[#NUMERIC + 1] = k
+    KIND_OF[k.dtype] = k
+  end
+end
 
 -- Driver functions whose next call(s) a step may make fail, and the codes they return.
 local INJECT = { "cuStreamSynchronize", "cuEventQuery", "cuEventRecord", "cuStreamWaitEvent", "cuMemcpyAsync",
   "cuMemAlloc_v2", "cuMemsetD8Async", "cuEventCreate", "cuMemHostAlloc", "cuMemAllocManaged", "cuStreamQuery",
-  "cuMemAllocAsync", "cuMemFreeAsync" }
+  "cuMemAllocAsync", "cuMemFreeAsync", "cuLaunchKernel", "cuModuleLoadData", "cuModuleGetFunction" }
 local CODES = { 2, 999, 700 } -- out of memory, unknown, illegal address
 
 local function decode(kind, bytes, n)
@@ -111,6 +122,82 @@ local function packed_bytes(vals, n)
   local b = {}
   for i = 1, n, 2 do b[#b + 1] = string.char(vals[i] | ((vals[i + 1] or 0) << 4)) end
   return table.concat(b)
+end
+
+-- The bytes of n values of a kind (unknown ones as zeros).
+local function encode(kind, vals, n)
+  if packed(kind) then
+    local v = {}
+    for i = 1, n do v[i] = vals[i] or 0 end
+    return packed_bytes(v, n)
+  end
+  local b = {}
+  for i = 1, n do b[i] = kind.fp4 and string.char(vals[i] or 0) or string.pack(kind.fmt, vals[i] or 0) end
+  return table.concat(b)
+end
+
+-- A new host tensor of n values of a computing kind.
+local function host_tensor(kind, vals, n)
+  return dlpack.frombytes(encode(kind, vals, n), kind.dtype, { n })
+end
+
+-- Is the element (bytes) of a float dtype a NaN?
+local function is_nan(dtype, e)
+  if dtype == "float32" or dtype == "float64" then
+    local v = string.unpack(dtype == "float32" and "<f" or "<d", e)
+    return v ~= v
+  end
+  local u = string.unpack("<I2", e)
+  if dtype == "float16" then return u & 0x7c00 == 0x7c00 and u & 0x3ff ~= 0 end
+  if dtype == "bfloat16" then return u & 0x7f80 == 0x7f80 and u & 0x7f ~= 0 end
+  return false
+end
+
+-- Are two elements of a dtype (bytes) the same? The same bytes, or two NaNs: the sign and payload of
+-- a NaN are not specified by IEEE 754 (the CPU's vectorised float32 sigmoid keeps a NaN's sign,
+-- the kernel built from the same expression flips it), and are not compared.
+local FLOATS = { float16 = 2, bfloat16 = 2, float32 = 4, float64 = 8 }
+local function same_element(dtype, a, b)
+  return a == b or (FLOATS[dtype] ~= nil and #a == #b and is_nan(dtype, a) and is_nan(dtype, b))
+end
+
+-- The same bytes of n elements of a dtype, but for NaNs (same_element).
+local function same_bytes(dtype, a, b)
+  if a == b then return true end
+  local size = FLOATS[dtype]
+  if not size or #a ~= #b then return false end
+  for i = 1, #a, size do
+    if not same_element(dtype, a:sub(i, i + size - 1), b:sub(i, i + size - 1)) then return false end
+  end
+  return true
+end
+
+-- Two values of a kind are the same bytes (-0.0 is not 0.0; NaN is NaN, whatever its sign).
+local function same(kind, a, b)
+  if a == nil or b == nil then return a == b end
+  if kind.fmt then return same_element(kind.dtype, string.pack(kind.fmt, a), string.pack(kind.fmt, b)) end
+  return a == b
+end
+
+-- What the module's CPU conversion makes of vals (a kind's values, nil unknown) in kind `to`.
+local function convert(vals, from, to, n)
+  if from.dtype == to.dtype or from.fp4 or to.fp4 then
+    local v = {}
+    for i = 1, n do v[i] = vals[i] end
+    return v
+  end
+  local v = n > 0 and decode(to, host_tensor(from, vals, n):to(to.dtype):tobytes(), n) or {}
+  for i = 1, n do
+    if vals[i] == nil then v[i] = nil end
+  end
+  return v
+end
+
+-- Lua numbers (small integers) as a kind's values, as the module's CPU path makes them.
+local function from_numbers(kind, nums, n)
+  if kind.fp4 then return nums end
+  if n == 0 or nums[1] == nil then return {} end
+  return decode(kind, dlpack.tensor({ table.unpack(nums, 1, n) }, "int64"):to(kind.dtype):tobytes(), n)
 end
 
 ---------------------------------------------------------------------------
@@ -156,6 +243,11 @@ end
 function S:new_root(kind, n, device, vals)
   self.nroot = self.nroot + 1
   return { id = self.nroot, kind = kind, n = n, device = device, vals = vals or {} }
+end
+
+-- Device memory of a root, which the checks read with fake.read.
+function S.track(_, r, t)
+  if not HOSTLIKE[r.device] and not r.fabdev and r.n > 0 then r.ptr, r.nbytes = t:data_ptr(), t.nbytes end
 end
 
 function S.entry(_, t, r, device, name, start, step, len, readonly)
@@ -296,7 +388,7 @@ op("new", 12, function(st, injected)
   if k.padded and n == 0 then n = 1 end
   for i = n + 1, 64 do vals[i] = nil end
   local ok, t, desc
-  local known, async = vals, false
+  local known, async, fabdev = from_numbers(k, vals, n), false, false
   if how == 1 or how == 2 then
     local function make()
       local h
@@ -306,7 +398,7 @@ op("new", 12, function(st, injected)
       elseif k.fp4 then
         h = dlpack.frombytes(packed_bytes(vals, n), k.dtype, { n })
       else
-        h = dlpack.tensor(n > 0 and { table.unpack(vals, 1, n) } or {}, k.dtype)
+        h = host_tensor(k, from_numbers(k, vals, n), n)
       end
       if how == 2 then return h:to({ device = d, stream = stream }) end
       return h:to(d)
@@ -321,16 +413,21 @@ op("new", 12, function(st, injected)
       k.dtype, d)
     known = {}
     for i = 1, n do known[i] = 0 end
+    known = from_numbers(k, known, n)
   elseif how == 4 and not k.padded then
     ok, t = st:call(string.format("%s = dlpack.empty({%d}, %q, %q)", name, n, k.dtype, d), dlpack.empty, { n },
       k.dtype, d)
     known = {}
   elseif how == 5 and not k.fp4 then
-    ok, t = st:call(string.format("%s = dlpack.full({%d}, %d, %q, %q)", name, n, fill, k.dtype, d), dlpack.full,
-      { n }, fill, k.dtype, d)
+    local fv = fill
+    if k.dtype == "bool" then fv, fill = fill % 2 == 1, fill % 2 end
+    ok, t = st:call(string.format("%s = dlpack.full({%d}, %s, %q, %q)", name, n, tostring(fv), k.dtype, d), dlpack.full,
+      { n }, fv, k.dtype, d)
     known = {}
     for i = 1, n do known[i] = fill end
-  elseif not k.fp4 then -- a producer's tensor: on the host, or host memory it labels cuda:0
+    known = from_numbers(k, known, n)
+  elseif not k.fp4 and (k.dtype == "uint8" or k.dtype == "int32" or k.dtype:find("float[36]")) then
+    -- a producer's tensor: on the host, or host memory it labels cuda:0
     local dev = (d == "cuda:0" or d == "cuda:1") and "cuda:0" or "cpu"
     local codes = { uint8 = { 1, 8 }, int32 = { 0, 32 }, float32 = { 2, 32 }, float64 = { 2, 64 } }
     local c = codes[k.dtype]
@@ -342,6 +439,7 @@ op("new", 12, function(st, injected)
     known = {}
     for i = 1, n do known[i] = i end
     d = dev
+    fabdev = dev ~= "cpu"
   else
     return
   end
@@ -351,6 +449,8 @@ op("new", 12, function(st, injected)
   end
   local r = st:new_root(k, n, d, {})
   for i = 1, n do r.vals[i] = known[i] end
+  r.fabdev = fabdev -- host memory a producer labels cuda:0: no kernel may touch it
+  st:track(r, t)
   local e = st:entry(t, r, d, name)
   if async then st:queue(nil, e) end
   st:put(slot, e)
@@ -358,7 +458,7 @@ end)
 
 -- views: narrow, every other element, read-only, an alias relabelled cpu, from_dlpack of itself
 op("view", 8, function(st, injected)
-  local slot, from, how, a, b, sarg = R(NSLOT), R(NSLOT), R(5), R(64), R(64), R(10)
+  local slot, from, how, a, b, sarg = R(NSLOT), R(NSLOT), R(7), R(64), R(64), R(10)
   local e = st:get(from)
   if not e then return end
   local t, name = e.t, "T" .. slot
@@ -385,6 +485,10 @@ op("view", 8, function(st, injected)
     if not HOSTLIKE[e.device] then return end
     ok, v = st:call(string.format("%s = %s:to('cpu')", name, e.name), T.to, t, "cpu")
     device = "cpu"
+  elseif how == 6 then
+    valid, why = not packed(e.kind), "packed"
+    ok, v = st:call(string.format("%s = %s:flip(1)", name, e.name), T.flip, t, 1)
+    if n > 0 then start, step = e.start + (n - 1) * e.step, -e.step end
   else
     local stream, sdesc = st:stream_arg(e.device, sarg)
     ok, v = st:call(string.format("%s = from_dlpack(%s, {stream = %s})", name, e.name, sdesc), dlpack.from_dlpack,
@@ -395,7 +499,9 @@ op("view", 8, function(st, injected)
   st:put(slot, st:entry(v, e.root, device, name, start, step, len, readonly))
 end)
 
--- Is copying src into dst valid? Returns valid, the reason it is not, and how it runs.
+-- Is copying src into dst valid? Returns valid, the reason it is not, and how it runs (plan.kernel:
+-- a kernel on the device, queued; plan.fab: a kernel would touch a producer's host memory labelled
+-- cuda:0, which the fake cannot check, and the step is skipped).
 local function copy_plan(dst, src)
   local dh, sh = HOSTLIKE[dst.device], HOSTLIKE[src.device]
   local plan = { host = dh and sh }
@@ -405,6 +511,31 @@ local function copy_plan(dst, src)
   if plan.host then
     if not convertible then return false, "convert" end
     return true, nil, plan
+  end
+  -- a kernel may touch a producer's host memory labelled cuda:0 (even on the way to an error)
+  for _, e in ipairs({ dst, src }) do
+    local fabricated = e.root and e.root.fabdev
+    if fabricated and (not contiguous(e) or (not dh and not sh and dst.device == src.device)) then plan.fab = true end
+  end
+  if plan.fab then return true, nil, plan end
+  local function kernel(p)
+    if p then p.kernel = true end
+  end
+  if not dh and not sh and dst.device == src.device and not dst.kind.fp4 and not src.kind.fp4 and
+      (dst.kind.dtype ~= src.kind.dtype or not contiguous(dst) or not contiguous(src)) then
+    plan.kernel = true -- converting or strided on one device
+    return true, nil, plan
+  end
+  -- a strided device side (not fp4) goes through a contiguous temporary on its device
+  if not dh and not contiguous(dst) and not dst.kind.fp4 then
+    local valid, why, p = copy_plan(setmetatable({ step = 1, start = 0 }, { __index = dst }), src)
+    kernel(p)
+    return valid, why, p
+  end
+  if not sh and not contiguous(src) and not src.kind.fp4 then
+    local valid, why, p = copy_plan(dst, setmetatable({ step = 1, start = 0 }, { __index = src }))
+    kernel(p)
+    return valid, why, p
   end
   if not dh and not contiguous(dst) then return false, "contiguous" end
   if not sh and not contiguous(src) then return false, "contiguous" end
@@ -431,11 +562,11 @@ function S:copy_effect(dst, src, src_vals, plan, stream_dev, stream, ok)
     return
   end
   if plan.host then
-    self:cpu_copy(dst, src_vals, src.root)
+    self:cpu_copy(dst, convert(src_vals, src.kind, dst.kind, dst.len), src.root)
     return
   end
-  local async = self:queue_of(stream, stream_dev) ~= nil and not plan.dst_staged
-  set_vals(dst, src_vals)
+  local async = plan.kernel or self:queue_of(stream, stream_dev) ~= nil and not plan.dst_staged
+  set_vals(dst, convert(src_vals, src.kind, dst.kind, dst.len))
   if async then self:queue(not plan.src_staged and src.root or nil, dst) end
 end
 
@@ -465,6 +596,7 @@ op("copy", 20, function(st, injected)
   local sd = HOSTLIKE[dst.device] and src.device or dst.device
   local stream, sdesc = st:stream_arg(sd, sc)
   local valid, why, plan = copy_plan(dst, src)
+  if plan and plan.fab then return end
   local src_vals = vals_of(src)
   local ok, err = st:call(string.format("%s:copy(%s, {stream = %s})", dst.name, src.name, sdesc), T.copy, dst.t,
     src.t, { stream = stream })
@@ -474,52 +606,67 @@ end)
 
 -- src:to({device =, dtype =, stream =, copy =})
 op("to", 12, function(st, injected)
-  local slot, si, di, ki, c, other, sc = R(NSLOT), R(NSLOT), R(#DEVICES), R(3), R(3), R(4), R(10)
+  local slot, si, di, ki, c, other, sc = R(NSLOT), R(NSLOT), R(#DEVICES), R(3), R(3), R(#NUMERIC), R(10)
   local src = st:get(si)
   if not src then return end
   local d = DEVICES[di]
   local kind = src.kind
-  if ki == 1 and not src.kind.fp4 then kind = KINDS[other] end
+  if ki == 1 and not src.kind.fp4 then kind = NUMERIC[other] end
   local sd = HOSTLIKE[d] and src.device or d
   local stream, sdesc = st:stream_arg(sd, sc)
   local copy = c == 1 or nil
   local name = "T" .. slot
-  local dest = { len = src.len, readonly = false, device = d, kind = kind, step = 1 }
+  local dest = { len = src.len, readonly = false, device = d, kind = kind, step = 1, root = {} }
   if kind.dtype == src.kind.dtype then dest.kind = src.kind end -- a clone keeps the padding
-  local same = kind.dtype == src.kind.dtype and not copy
+  local unchanged = kind.dtype == src.kind.dtype and not copy
   local valid, why, plan = true, nil, { host = HOSTLIKE[d] and HOSTLIKE[src.device] }
-  if not same or (d ~= src.device and not (d == "cpu" and HOSTLIKE[src.device])) then
+  if not unchanged or (d ~= src.device and not (d == "cpu" and HOSTLIKE[src.device])) then
     valid, why, plan = copy_plan(dest, src)
   end
+  if plan and plan.fab then return end
   local src_vals = vals_of(src)
   local ok, t = st:call(string.format("%s = %s:to({device = %q, dtype = %q, stream = %s, copy = %s})", name,
     src.name, d, kind.dtype, sdesc, tostring(copy)), T.to, src.t,
     { device = d, dtype = kind.dtype, stream = stream, copy = copy })
   if not st:outcome(ok, t, valid, why or "", injected) or not ok then return end
   if t == src.t then return end
-  if same and d == "cpu" and src.device ~= "cpu" and HOSTLIKE[src.device] then -- relabelled, not copied
+  if unchanged and d == "cpu" and src.device ~= "cpu" and HOSTLIKE[src.device] then -- relabelled, not copied
     st:put(slot, st:entry(t, src.root, "cpu", name, src.start, src.step, src.len, src.readonly))
     return
   end
   local r = st:new_root(dest.kind, src.len, d, {})
+  st:track(r, t)
   local e = st:entry(t, r, d, name)
   st:copy_effect(e, src, src_vals, plan, sd, stream, true)
   st:put(slot, e)
 end)
 
--- t:clone()
-op("clone", 4, function(st, injected)
-  local slot, si = R(NSLOT), R(NSLOT)
+-- t:clone(), t:contiguous() (the tensor itself when it is contiguous)
+op("clone", 6, function(st, injected)
+  local slot, si, how = R(NSLOT), R(NSLOT), R(2)
   local src = st:get(si)
   if not src then return end
   local name = "T" .. slot
-  local valid = HOSTLIKE[src.device] or contiguous(src)
+  local host = HOSTLIKE[src.device]
+  local valid = host or contiguous(src) or not src.kind.fp4
+  if not host and not contiguous(src) and src.root.fabdev then return end -- a kernel on a producer's host memory
   local src_vals = vals_of(src)
-  local ok, t = st:call(string.format("%s = %s:clone()", name, src.name), T.clone, src.t)
+  local fn = how == 1 and T.clone or T.contiguous
+  local ok, t = st:call(string.format("%s = %s:%s()", name, src.name, how == 1 and "clone" or "contiguous"), fn, src.t)
   if not st:outcome(ok, t, valid, "contiguous", injected) or not ok then return end
+  if how == 2 and contiguous(src) then
+    if t ~= src.t then st:fail("contiguous() of a contiguous tensor is not the tensor itself") end
+    return
+  end
   local r = st:new_root(src.kind, src.len, src.device, {})
+  st:track(r, t)
   local e = st:entry(t, r, src.device, name)
-  if HOSTLIKE[src.device] then st:cpu_copy(e, src_vals, src.root) else set_vals(e, src_vals) end
+  if host then
+    st:cpu_copy(e, src_vals, src.root)
+  else
+    set_vals(e, src_vals)
+    st:queue(src.root, e)
+  end
   st:put(slot, e)
 end)
 
@@ -637,36 +784,310 @@ op("consume", 6, function(st, injected)
   st:put(slot, st:entry(t, e.root, e.device, "T" .. slot, e.start, e.step, e.len, e.readonly))
 end)
 
--- The GPU catches up; every tensor must hold what the model says.
-function S:check()
+-- The values of entry e as its memory holds them now (the GPU having caught up): device memory
+-- read with fake.read (the whole block, for strided and reversed views), host memory with tobytes.
+function S.read(_, e)
+  if e.len == 0 then return {} end
+  if HOSTLIKE[e.device] then return decode(e.kind, e.t:tobytes(), e.len) end
+  local r = e.root
+  if r.ptr and fake.allocation(r.ptr) then
+    local all, v = decode(r.kind, fake.read(r.ptr, r.nbytes), r.n), {}
+    for k = 1, e.len do v[k] = all[idx(e, k)] end
+    return v
+  end
+  return decode(e.kind, e.t:to("cpu"):tobytes(), e.len) -- a producer's memory: the fake does not track it
+end
+
+-- The GPU catches up (fake.sync_all(): nothing is pending any more).
+function S:catch_up()
   self:note("check: fake.sync_all()")
   fake.sync_all()
   self.pending = {}
-  for slot = 1, NSLOT do
-    local e = self:get(slot)
-    if e and (HOSTLIKE[e.device] or contiguous(e)) then
-      local ok, vals = pcall(function()
-        if e.len == 0 then return {} end
-        if HOSTLIKE[e.device] then return decode(e.kind, e.t:tobytes(), e.len) end
-        local ptr = e.t:data_ptr()
-        if fake.allocation(ptr) then return decode(e.kind, fake.read(ptr, e.t.nbytes), e.len) end
-        return decode(e.kind, e.t:to("cpu"):tobytes(), e.len) -- a producer's memory: the fake does not track it
-      end)
-      if not ok then
-        self:fail(string.format("check: reading %s raised: %s", e.name, tostring(vals)))
-      else
-        for k = 1, e.len do
-          local want = e.root.vals[idx(e, k)]
-          if want ~= nil and vals[k] ~= want then
-            self:fail(string.format("check: %s (%s on %s, %d elements)[%d] is %s, the model says %s", e.name,
-              e.kind.name, e.device, e.len, k, tostring(vals[k]), tostring(want)))
-            break
-          end
-        end
-      end
+end
+
+-- Entry e must hold what the model says.
+function S:check_entry(e, what)
+  if not (HOSTLIKE[e.device] or contiguous(e) or e.root.ptr) then return end
+  local ok, vals = pcall(self.read, self, e)
+  if not ok then
+    self:fail(string.format("%s: reading %s raised: %s", what, e.name, tostring(vals)))
+    return
+  end
+  for k = 1, e.len do
+    local want = e.root.vals[idx(e, k)]
+    if want ~= nil and not same(e.kind, vals[k], want) then
+      self:fail(string.format("%s: %s (%s on %s, %d elements)[%d] is %s, the model says %s", what, e.name,
+        e.kind.name, e.device, e.len, k, tostring(vals[k]), tostring(want)))
+      return
     end
   end
 end
+
+-- The GPU catches up; every tensor must hold what the model says.
+function S:check()
+  self:catch_up()
+  for slot = 1, NSLOT do
+    local e = self:get(slot)
+    if e then self:check_entry(e, "check") end
+  end
+end
+
+
+---------------------------------------------------------------------------
+-- Computing on one CUDA device, checked against the module's own CPU path on the same values: the
+-- blocks the operands (and out) live on are copied to the host from the model (after the GPU
+-- caught up, if the model does not know them all), the same views are taken there, and the same
+-- call runs on both. The fake runs the kernels as C compiled from the CPU's expressions: results
+-- must be the same bytes, errors the same messages.
+
+local BINARY = { "add", "sub", "mul", "div", "idiv", "mod", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt",
+  "ge", "logical_and", "logical_or", "logical_xor", "band", "bor", "bxor", "shl", "shr" }
+local UNARY = { "neg", "abs", "sign", "floor", "ceil", "round", "trunc", "sqrt", "exp", "log", "log1p", "expm1", "sin",
+  "cos", "tan", "tanh", "sigmoid", "logical_not", "isnan", "isinf", "isfinite", "bnot" }
+local SCALARS = { 0, 1, -1, 2, 3, 7, 0.5, -2.5, 300, 1e300, true, false, math.maxinteger, 0 / 0, 1 / 0, -0.0 }
+local DTYPES = { "bool", "int8", "uint8", "int16", "int32", "int64", "uint64", "float16", "bfloat16", "float32",
+  "float64" }
+
+local function show(v)
+  if type(v) == "table" then return v.name end
+  if type(v) == "number" and v ~= v then return "0/0" end
+  return tostring(v)
+end
+
+-- A view of tensor t (the whole block of e's root) with e's start, step and length.
+local function same_view(t, e)
+  local v
+  if e.len == 0 then
+    v = t:narrow(1, 1, 0)
+  else
+    local first = e.start + 1
+    v = t:slice(1, first, first + (e.len - 1) * e.step, e.step)
+  end
+  if e.readonly then v = v:as_readonly() end
+  return v
+end
+
+-- The entries an operation on `on` may take: live, on that device, not fp4, in memory the fake knows.
+function S:on_device(on)
+  local l = {}
+  for slot = 1, NSLOT do
+    local e = self:get(slot)
+    if e and e.device == on and not e.kind.fp4 and not e.root.fabdev then l[#l + 1] = e end
+  end
+  return l
+end
+
+-- Host copies of the roots of entries (the model's values; the GPU catches up first when the
+-- model does not know them all, and the model learns what the memory holds).
+function S:host_roots(entries)
+  local hosts, unknown = {}, false
+  for _, e in ipairs(entries) do
+    for i = 1, e.root.n do
+      if e.root.vals[i] == nil then unknown = true end
+    end
+  end
+  if unknown then
+    self:catch_up()
+    for _, e in ipairs(entries) do
+      local r = e.root
+      if r.n > 0 then r.vals = decode(r.kind, fake.read(r.ptr, r.nbytes), r.n) end
+    end
+  end
+  for _, e in ipairs(entries) do
+    if not hosts[e.root] then hosts[e.root] = host_tensor(e.root.kind, e.root.vals, e.root.n) end
+  end
+  return hosts
+end
+
+op("compute", 24, function(st, injected)
+  local on = R(2) == 1 and "cuda:0" or "cuda:1"
+  local fam, fi, ui = R(12), R(#BINARY), R(#UNARY)
+  local s1, s2, s3, samelen = R(NSLOT), R(NSLOT), R(NSLOT), R(5) > 1
+  local k1, k2, k3, sc1, sc2 = R(4), R(4), R(4), SCALARS[R(#SCALARS)], SCALARS[R(#SCALARS)]
+  local outmode, dti, inplace, sti, verify, swap = R(6), R(#DTYPES + 8), R(4) == 1, R(8), R(3) == 1, R(4) == 1
+  local pool = st:on_device(on)
+  if #pool == 0 then return end
+  local function pick(slot, len)
+    for k = 0, #pool - 1 do
+      local e = pool[(slot + k - 1) % #pool + 1]
+      if len == nil or e.len == len then return e end
+    end
+    return pool[(slot - 1) % #pool + 1]
+  end
+  local a = pick(s1)
+  local b = pick(s2, samelen and a.len or nil)
+  local c = pick(s3, samelen and a.len or nil)
+  -- a scalar in place of an operand now and then (k == 1)
+  local opb, opc = b, c
+  if k2 == 1 then opb = sc1 end -- (false is a scalar too)
+  if k3 == 1 then opc = sc2 end
+  local dtype = DTYPES[dti] -- nil 8 times in 19
+  local stream, sdesc = nil, "nil"
+  if sti <= 4 then
+    stream, sdesc = st:stream_arg(on, ({ 3, 5, on == "cuda:0" and 7 or 9, on == "cuda:0" and 8 or 10 })[sti])
+  end
+  local name, args, n
+  local method, opts_ok = false, true
+  if fam <= 4 then
+    name, args, n = BINARY[fi], { a, opb }, 2
+    if swap and k2 == 1 and not inplace then args = { opb, a } end
+  elseif fam <= 6 then
+    name, args, n = UNARY[ui], { a }, 1
+  elseif fam == 7 then
+    name, args, n = "where", { c, a, opb }, 3
+    inplace = false
+  elseif fam == 8 then
+    name, args, n = "clamp", { a }, 3
+    if k2 <= 2 then args[2] = opb end
+    if k3 <= 2 then args[3] = opc end
+    if args[2] == nil and args[3] == nil then args[3] = c end
+  elseif fam == 9 then
+    name, args, n, method, opts_ok = "masked_fill", { a, c, sc1 }, 3, true, false
+  elseif fam == 10 then
+    name, args, n, method, opts_ok = "fill", { a, sc1 }, 2, true, false
+  elseif fam == 11 then
+    name, args, n, opts_ok = k1 <= 2 and "cat" or "stack", { { a, b } }, 1, false
+    inplace = false
+  else
+    name, args, n, opts_ok = k1 <= 2 and "equal" or "allclose", { a, b }, 2, false
+    inplace = false
+  end
+  if method then inplace = true end
+  -- the result's length (1-d operands broadcast), for a pool tensor to write it into
+  local len = a.len
+  if opts_ok then
+    for i = 1, n do
+      local x = args[i]
+      if type(x) == "table" and x.len ~= len and len == 1 then len = x.len end
+    end
+  end
+  local out
+  if opts_ok and not inplace then
+    if outmode == 3 then
+      for _, e in ipairs(pool) do
+        if e.len == len and e ~= a then out = e end
+      end
+    elseif outmode == 4 and a.len == len then
+      out = a
+    elseif outmode == 5 and a.len == len then
+      local okf, v = st:call(string.format("V = %s:flip(1)", a.name), T.flip, a.t, 1)
+      if not okf then
+        if not injected then st:fail("flip raised: " .. tostring(v)) end
+        return
+      end
+      out = st:entry(v, a.root, a.device, "V", a.len > 0 and a.start + (a.len - 1) * a.step or a.start,
+        a.len > 0 and -a.step or a.step, a.len, a.readonly)
+    end
+  end
+  local target = inplace and a or out
+  -- every entry the call touches, and their host copies
+  local touched = { a }
+  for i = 1, n do
+    local x = args[i]
+    if type(x) == "table" and x.root then touched[#touched + 1] = x end
+    if type(x) == "table" and not x.root then
+      for _, y in ipairs(x) do touched[#touched + 1] = y end
+    end
+  end
+  if out then touched[#touched + 1] = out end
+  local hosts = st:host_roots(touched)
+  local function on_device(x) return type(x) == "table" and (x.root and x.t or nil) end
+  local function on_host(x) return type(x) == "table" and x.root and same_view(hosts[x.root], x) or nil end
+  local dargs, hargs, descs = {}, {}, {}
+  for i = 1, n do
+    local x = args[i]
+    if type(x) == "table" and not x.root then -- a list
+      dargs[i], hargs[i] = {}, {}
+      local d = {}
+      for j, y in ipairs(x) do
+        dargs[i][j], hargs[i][j], d[j] = y.t, same_view(hosts[y.root], y), y.name
+      end
+      descs[i] = "{" .. table.concat(d, ", ") .. "}"
+    elseif type(x) == "table" then
+      dargs[i], hargs[i], descs[i] = on_device(x), on_host(x), x.name
+    else
+      dargs[i], hargs[i], descs[i] = x, x, show(x)
+    end
+  end
+  local dopts, hopts
+  if opts_ok and not inplace then
+    dopts, hopts = { dtype = dtype, stream = stream }, { dtype = dtype }
+    if out then dopts.out, hopts.out = out.t, same_view(hosts[out.root], out) end
+    dargs[n + 1], hargs[n + 1] = dopts, hopts
+    descs[n + 1] = string.format("{out = %s, dtype = %s, stream = %s}", out and out.name or "nil", tostring(dtype),
+      sdesc)
+  end
+  local nargs = dopts and n + 1 or n
+  local fn = inplace and T[name .. (method and "" or "_")] or dlpack[name]
+  local text = string.format(inplace and "%s:%s%s(%s)" or "R = %s%s%s(%s)", inplace and a.name or "dlpack.",
+    name, inplace and not method and "_" or "", table.concat(descs, ", ", inplace and 2 or 1, nargs))
+  if inplace then text = text:gsub("%(, ", "(") end
+  local okd, rd = st:call(text, fn, table.unpack(dargs, 1, nargs))
+  st:disarm(injected) -- nothing more fails: the reads below are the checks' own
+  local okh, rh = pcall(fn, table.unpack(hargs, 1, nargs))
+  local function effect_unknown()
+    if not target then return end
+    set_vals(target, {})
+    for _, e in ipairs(touched) do st:queue(e.root, target) end
+  end
+  if not okd and injected then
+    effect_unknown()
+    return
+  end
+  if okd ~= okh then
+    st:fail(string.format("the CPU path %s (%s), the device %s (%s)", okh and "succeeded" or "raised", tostring(rh),
+      okd and "succeeded" or "raised", tostring(rd)))
+    effect_unknown()
+    return
+  end
+  if not okd then
+    if rd ~= rh then st:fail(string.format("the device raised %q, the CPU path %q", tostring(rd), tostring(rh))) end
+    return
+  end
+  if type(rh) ~= "userdata" then -- equal, allclose
+    if rd ~= rh then st:fail(string.format("the device answered %s, the CPU path %s", tostring(rd), tostring(rh))) end
+    return
+  end
+  if target then
+    if rd ~= target.t then
+      st:fail(string.format("the call did not return its out or in-place tensor: %s, not %s", tostring(rd),
+        target.name))
+    end
+    local r = target.root
+    r.vals = decode(r.kind, hosts[r]:tobytes(), r.n) -- the CPU's result, where target maps
+    for _, e in ipairs(touched) do st:queue(e.root, target) end
+    if verify then
+      st:catch_up()
+      st:check_entry(target, "compute")
+    end
+    return
+  end
+  if rd.device ~= on or rd.dtype ~= rh.dtype or #rd.shape ~= #rh.shape then
+    st:fail(string.format("the result is %s %s on %s, the CPU's %s %s", rd.dtype, #rd.shape, rd.device, rh.dtype,
+      #rh.shape))
+    return
+  end
+  for i, v in ipairs(rh.shape) do
+    if rd.shape[i] ~= v then st:fail("the result's shape differs from the CPU's") return end
+  end
+  local kind = KIND_OF[rh.dtype]
+  if verify or not kind or #rh.shape ~= 1 then
+    local okr, got = pcall(function() return rd:to("cpu"):tobytes() end)
+    if not okr then
+      st:fail("reading the result raised: " .. tostring(got))
+    elseif not same_bytes(rh.dtype, got, rh:tobytes()) then
+      st:fail(string.format("the result's bytes differ from the CPU's (%s %s)", rh.dtype, tostring(rh)))
+    end
+  end
+  if kind and #rh.shape == 1 then -- into the pool
+    local slot = s3
+    local r = st:new_root(kind, rh.shape[1], on, decode(kind, rh:tobytes(), rh.shape[1]))
+    st:track(r, rd)
+    local e = st:entry(rd, r, on, "T" .. slot)
+    for _, x in ipairs(touched) do st:queue(x.root, e) end
+    st:put(slot, e)
+  end
+end)
 
 op("check", 2, function(st) st:check() end)
 

@@ -614,9 +614,13 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
       dlp_broadcast_strides(temps[0], ndim, shape, strides[0]);
     }
     if ((divides || powers) && source[1]) { /* zeros (negative exponents) of a CUDA divisor, as the loop reads them */
-      if (divides && device_has(L, ops_t[2], data[2], ndim, shape, strides[2], want[1], 0, stream, c->what))
+      /* every element of the divisor, as on the CPU, also when the broadcast result is empty */
+      const dlp_Tensor *dv = ops_t[2];
+      int64_t own[DLP_MAX_NDIM];
+      for (int i = 0; i < dv->dl.ndim; i++) own[i] = dv->dl.strides[i] * (int64_t)dlp_dtypes[dv->dtype].itemsize;
+      if (divides && device_has(L, ops_t[2], data[2], dv->dl.ndim, dv->dl.shape, own, want[1], 0, stream, c->what))
         luaL_error(L, "%s: integer division by zero", c->what);
-      if (powers && device_has(L, ops_t[2], data[2], ndim, shape, strides[2], want[1], 1, stream, c->what))
+      if (powers && device_has(L, ops_t[2], data[2], dv->dl.ndim, dv->dl.shape, own, want[1], 1, stream, c->what))
         luaL_error(L, "%s: integers to negative integer powers are not allowed", c->what);
     }
     sizes[0] = (int)dlp_dtypes[ops_t[0]->dtype].itemsize;
@@ -717,7 +721,7 @@ static int clamp(lua_State *L, int inplace) {
     dlp_read_compute_options(L, 0, 0, &o, what);
   } else {
     dlp_check_no_more(L, 5, what, "a tensor, two bounds and an options table");
-    dlp_read_compute_options(L, 4, DLP_COPT_OUT | DLP_COPT_DTYPE, &o, what);
+    dlp_read_compute_options(L, 4, DLP_COPT_OUT | DLP_COPT_DTYPE | DLP_COPT_STREAM, &o, what);
   }
   int lo = !lua_isnoneornil(L, 2), hi = !lua_isnoneornil(L, 3);
   if (!dlp_tensor_test(L, 1)) luaL_error(L, "%s: a tensor expected, got %s", what, luaL_typename(L, 1));
@@ -725,6 +729,7 @@ static int clamp(lua_State *L, int inplace) {
   memset(&c, 0, sizeof c);
   c.what = what;
   c.dtype = o.dtype;
+  c.stream = o.stream;
   c.inplace = inplace;
   c.out = inplace ? 1 : o.out;
   c.first = lua_gettop(L) + 1;

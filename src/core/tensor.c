@@ -406,7 +406,7 @@ dlp_Tensor *dlp_tensor_new(lua_State *L, int dtype, uint64_t flags, DLDevice dev
   t->dl.dtype = dlp_dtype_to_dl(dtype);
   t->dtype = dtype;
   t->flags = flags & DLP_FLAG_SUBBYTE_PADDED;
-  memcpy(t->dl.shape, shape, (size_t)ndim * sizeof(int64_t));
+  if (ndim > 0) memcpy(t->dl.shape, shape, (size_t)ndim * sizeof(int64_t)); /* shape may be NULL for 0-d */
   dlp_contiguous_strides(ndim, shape, t->dl.strides);
   dlp_gc_account(L, (size_t)bytes);
   if (alloc & DLP_ALLOC_SHAREABLE) dlp_ipc_account_descriptor(L);

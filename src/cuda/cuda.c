@@ -648,6 +648,24 @@ static CUresult copy_bytes(const dlp_Tensor *to, const dlp_Tensor *from, size_t 
                                    (CUdeviceptr)(uintptr_t)dlp_first_element(from), bytes, stream);
 }
 
+/* A copy kernel between two tensors of one device, on the copy's stream when that is on their
+ * device; a stream of another device (which a driver copy takes) waits for the kernel, run on the
+ * stream of the tensors' pending work, so that the copy is still done when that stream is. */
+static void copy_kernel(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStream *stream, const char *what) {
+  int device = dlp_cuda_device_of(dst->dl.device);
+  dlp_CudaStream *on = stream ? dlp_cuda_on_device(stream, device) : NULL, *done;
+  CUresult rc;
+  if (!on || on->device == device) {
+    dlp_copy_on_cuda(L, dst, src, stream, what);
+    return;
+  }
+  dlp_copy_on_cuda(L, dst, src, NULL, what);
+  done = owner_stream(dst->owner, dst->dl.device);
+  rc = dlp_cuda_make_wait(on, done);
+  if (done) dlp_cuda_stream_release(done);
+  dlp_cuda_check(L, rc, what);
+}
+
 void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStream *stream,
                    const char *what) {
   DLDevice cpu = {kDLCPU, 0};
@@ -666,7 +684,7 @@ void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStrea
       dst->dtype <= DLP_COMPLEX128 && src->dtype <= DLP_COMPLEX128) {
     dlp_live(L, src, what);
     dlp_live(L, dst, what);
-    dlp_copy_on_cuda(L, dst, src, stream, what); /* one device, converting or strided: a kernel */
+    copy_kernel(L, dst, src, stream, what); /* one device, converting or strided: a kernel */
     return;
   }
   /* a strided device side is gathered (or scattered) on its device through a contiguous
@@ -674,14 +692,14 @@ void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStrea
   if (!dst_host && !dlp_is_contiguous(dst) && dst->dl.device.device_type == kDLCUDA && dst->dtype <= DLP_COMPLEX128) {
     dlp_Tensor *packed = dlp_tensor_new(L, dst->dtype, 0, dst->dl.device, dst->dl.ndim, dst->dl.shape, 0, what);
     dlp_cuda_copy(L, packed, src, stream, what);
-    dlp_copy_on_cuda(L, dst, packed, stream, what);
+    copy_kernel(L, dst, packed, stream, what);
     dlp_tensor_release(packed);
     lua_settop(L, top);
     return;
   }
   if (!src_host && !dlp_is_contiguous(src) && src->dl.device.device_type == kDLCUDA && src->dtype <= DLP_COMPLEX128) {
     dlp_Tensor *packed = dlp_tensor_new(L, src->dtype, 0, src->dl.device, src->dl.ndim, src->dl.shape, 0, what);
-    dlp_copy_on_cuda(L, packed, src, stream, what);
+    copy_kernel(L, packed, src, stream, what);
     dlp_cuda_copy(L, dst, packed, stream, what);
     dlp_tensor_release(packed);
     lua_settop(L, top);

@@ -57,7 +57,18 @@ static CUresult find_kernel(int device, int family, const char *name, CUfunction
 dlp_CudaStream *dlp_cuda_compute_stream(dlp_Tensor *const *operands, int n, dlp_CudaStream *given) {
   for (int k = 0; k < n; k++)
     if (operands[k] && operands[k]->dl.device.device_type == kDLCUDA) {
-      if (!given) return dlp_cuda_owner_stream(operands[k]->owner, operands[k]->dl.device);
+      if (!given) {
+        /* the pending work may be on another device's stream (a copy given one): the kernel runs
+         * on this device's legacy stream then, after that work (dlp_cuda_launch waits for it) */
+        int device = operands[k]->dl.device.device_id;
+        dlp_CudaStream *s = dlp_cuda_owner_stream(operands[k]->owner, operands[k]->dl.device);
+        if (s && s->device != device) {
+          dlp_cuda_stream_release(s);
+          s = dlp_cuda_default_stream(CU_STREAM_LEGACY, device);
+          dlp_cuda_stream_retain(s);
+        }
+        return s;
+      }
       given = dlp_cuda_on_device(given, operands[k]->dl.device.device_id); /* the default streams: this device's */
       break;
     }
