@@ -64,7 +64,7 @@ INST_ARCDIR ?= $(PREFIX)/lib
 BUILD      ?= $(if $(filter lua5.4,$(LUA_NAME)),build,build/$(LUA_NAME))
 SOURCES     = $(wildcard src/*.c src/*/*.c)
 OBJECTS     = $(SOURCES:src/%.c=$(BUILD)/obj/%.o)
-HEADERS     = $(wildcard src/*.h src/*/*.h)
+HEADERS     = $(wildcard src/*.h src/*/*.h src/*/*/*.h)
 MODULE      = $(BUILD)/dlpack/core.$(SO)
 STATIC      = $(BUILD)/libdlpack_lua.a
 FABRICATE   = $(BUILD)/fabricate.$(SO)
@@ -109,8 +109,9 @@ endif
 # The CUDA kernels of the computing functions (src/compute/cuda/kernels.cu) as PTX, one file per
 # family, kept in the repository so that the module builds without the CUDA toolkit; `make ptx`
 # regenerates them with nvcc (and CI checks that they match their source). The module embeds them
-# as strings.
-KERNEL_FAMILIES = 0 1 2 3 4 5 6 7 8 9 10 11 12
+# as strings, at their numbers: 0-12 the elementwise functions, 20-23 the reductions; a number not
+# listed has no PTX (NULL), and src/cuda/cuda_private.h's DLP_KERNEL_FAMILIES must exceed the largest.
+KERNEL_FAMILIES = 0 1 2 3 4 5 6 7 8 9 10 11 12 20 21 22 23
 PTX_DIR     = src/compute/cuda/ptx
 PTX_FILES   = $(KERNEL_FAMILIES:%=$(PTX_DIR)/family%.ptx)
 PTX_ARCH    = compute_80
@@ -132,7 +133,7 @@ $(BUILD)/gen/kernel_ptx.c: $(PTX_FILES)
 	    echo ';'; \
 	  done; \
 	  echo 'const char *const dlp_kernel_ptx[DLP_KERNEL_FAMILIES] = {'; \
-	  for f in $(KERNEL_FAMILIES); do echo "  family$$f,"; done; \
+	  for f in $(KERNEL_FAMILIES); do echo "  [$$f] = family$$f,"; done; \
 	  echo '};'; } > $@
 
 $(BUILD)/obj/kernel_ptx.o: $(BUILD)/gen/kernel_ptx.c $(HEADERS)

@@ -97,7 +97,8 @@
  *   fake.current_device() -> ordinal or nil; fake.set_current(ordinal or nil)
  *   fake.device_count(); fake.initialized()
  *   fake.calls(name) -> times the driver function was called
- *   fake.fail_next(name, code [, times]) the next call(s) of name return code
+ *   fake.fail_next(name, code [, times [, after]]) the next call(s) of name return code (after
+ *       `after` more calls that succeed: the third launch of a computation, say)
  *   fake.stream_info(stream [, device]) -> {kind =, device =, priority =, flags =,
  *       destroyed =, pending =} or nil
  *   fake.pointer_device(ptr) -> cuPointerGetAttribute(DEVICE_ORDINAL) as the module would call it
@@ -183,6 +184,7 @@ static int initialized, ndev;
 static unsigned long calls[F_COUNT];
 static int fail_code[F_COUNT];
 static unsigned fail_times[F_COUNT];
+static unsigned fail_after[F_COUNT]; /* calls that go through before the failures */
 static unsigned long errors;
 static char errlog[LOGN][240];
 static unsigned long nlog;
@@ -536,7 +538,9 @@ static size_t run_device(int device) {
 static CUresult enter(int f) {
   pthread_mutex_lock(&mu);
   calls[f]++;
-  if (fail_times[f]) {
+  if (fail_times[f] && fail_after[f]) {
+    fail_after[f]--;
+  } else if (fail_times[f]) {
     fail_times[f]--;
     return fail_code[f];
   }
@@ -1754,11 +1758,13 @@ static int l_calls(lua_State *L) {
 static int l_fail_next(lua_State *L) {
   int f = fid(L, 1);
   int code = (int)luaL_checkinteger(L, 2);
-  lua_Integer times = luaL_optinteger(L, 3, 1);
+  lua_Integer times = luaL_optinteger(L, 3, 1), after = luaL_optinteger(L, 4, 0);
   luaL_argcheck(L, times >= 0, 3, "negative count");
+  luaL_argcheck(L, after >= 0, 4, "negative count");
   lock();
   fail_code[f] = code;
   fail_times[f] = (unsigned)times;
+  fail_after[f] = (unsigned)after;
   unlock();
   return 0;
 }

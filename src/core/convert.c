@@ -10,32 +10,13 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/convert_rules.h"
 #include "internal.h"
 
-/* ---- float16 and bfloat16, bit by bit ---- */
+/* ---- float16 and bfloat16, bit by bit (the rules: core/convert_rules.h) ---- */
 
-float dlp_half_to_float(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1F, m = h & 0x3FF, bits;
-  float f;
-  if (e == 0) { /* zero or subnormal: m * 2^-24, exact in float */
-    f = (float)m * 0x1p-24f;
-    memcpy(&bits, &f, 4);
-    bits |= sign;
-  } else if (e == 31) {
-    bits = sign | 0x7F800000 | (m << 13);
-  } else {
-    bits = sign | ((e + 112) << 23) | (m << 13);
-  }
-  memcpy(&f, &bits, 4);
-  return f;
-}
-
-float dlp_bfloat_to_float(uint16_t h) {
-  uint32_t bits = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
+float dlp_half_to_float(uint16_t h) { return dlp_f16_to_f32(h); }
+float dlp_bfloat_to_float(uint16_t h) { return dlp_bf16_to_f32(h); }
 
 /* Drop the low `drop` bits of the magnitude a (an IEEE bit pattern without its sign, finite),
  * rounding to nearest even; a carry out of the mantissa lands in the exponent, as it should. */
@@ -44,20 +25,7 @@ static uint64_t round_bits(uint64_t a, int drop) {
   return kept + (rest > half || (rest == half && (kept & 1)));
 }
 
-static inline uint16_t float16_from_float(float f) { /* round to nearest even */
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
-  uint32_t a = x & 0x7FFFFFFF;
-  if (a > 0x7F800000) return sign | 0x7E00;              /* NaN */
-  if (a >= 0x477FF000) return sign | 0x7C00;             /* 65520 and up round to infinity */
-  if (a < 0x38800000) {                                  /* below 2^-14: a subnormal half */
-    float m = fabsf(f) * 0x1p24f;                        /* exact scaling: the half's mantissa */
-    return sign | (uint16_t)(m + 0x1p23f - 0x1p23f);     /* rounded to an integer, to nearest even */
-  }
-  /* rebias the exponent (-112 << 23), then drop 13 bits rounding to nearest even */
-  return sign | (uint16_t)((a + 0xC8000FFF + ((a >> 13) & 1)) >> 13);
-}
+static inline uint16_t float16_from_float(float f) { return dlp_f32_to_f16(f); }
 
 uint16_t dlp_half_from_double(double d) {
   uint64_t x;
@@ -73,12 +41,7 @@ uint16_t dlp_half_from_double(double d) {
   return sign | (uint16_t)(round_bits(a, 42) - ((uint64_t)1008 << 10));
 }
 
-static inline uint16_t bfloat16_from_float(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  if ((x & 0x7FFFFFFF) > 0x7F800000) return (uint16_t)(((x >> 16) & 0x8000) | 0x7FC0); /* NaN */
-  return (uint16_t)((x + 0x7FFF + ((x >> 16) & 1)) >> 16); /* to nearest even; a carry makes infinity */
-}
+static inline uint16_t bfloat16_from_float(float f) { return dlp_f32_to_bf16(f); }
 
 uint16_t dlp_bfloat_from_double(double d) {
   uint64_t x;
@@ -94,49 +57,9 @@ uint16_t dlp_bfloat_from_double(double d) {
   return sign | (uint16_t)(round_bits(a, 45) - ((uint64_t)896 << 7));
 }
 
-/* An integer as a double rounded to odd: exact below 2^53; beyond, the last of its 53 bits is set
- * when any bit dropped was. Rounding that double once more, to a float of 24 bits or fewer
- * (float32, bfloat16, float16), then gives the integer correctly rounded, as if rounded once:
- * through a double rounded to nearest, 2^62 + 2^38 + 1 would become 2^62 in float32, not 2^62 + 2^39.
- * (float16 needs none of it: from 65520 up every integer is infinity there, and below 2^53 a
- * double is exact.) */
-static double odd_double_beyond_2_53(uint64_t v) {
-  int drop = 1; /* bits beyond 53: 1 to 11 */
-  while (v >> drop >= (uint64_t)1 << 53) drop++;
-  uint64_t kept = v >> drop | ((v & (((uint64_t)1 << drop) - 1)) != 0);
-  return (double)kept * (double)((uint64_t)1 << drop); /* kept has 53 bits, times a power of two: exact */
-}
-
-static inline double odd_double_u(uint64_t v) {
-  return v < (uint64_t)1 << 53 ? (double)v : odd_double_beyond_2_53(v);
-}
-
-static inline double odd_double_i(int64_t v) {
-  if (v > -((int64_t)1 << 53) && v < (int64_t)1 << 53) return (double)v;
-  double d = odd_double_beyond_2_53(v < 0 ? 0 - (uint64_t)v : (uint64_t)v);
-  return v < 0 ? -d : d;
-}
-
-/* v as a double that a second rounding, dropping the low `drop` bits of its 52-bit fraction
- * (29 for float32, 45 for bfloat16), rounds as if it rounded v once. The double rounded to
- * nearest does, unless it is a midpoint of the narrow float (only there can the second rounding
- * go the other way); then the one rounded to odd. So the fast conversion serves all but a few. */
-static inline int is_midpoint(double d, int drop) {
-  uint64_t bits;
-  memcpy(&bits, &d, sizeof bits);
-  return (bits & (((uint64_t)1 << drop) - 1)) == (uint64_t)1 << (drop - 1);
-}
-static inline double once_double_i(int64_t v, int drop) {
-  double d = (double)v;
-  return is_midpoint(d, drop) ? odd_double_i(v) : d;
-}
-static inline double once_double_u(uint64_t v, int drop) {
-  double d = (double)v;
-  return is_midpoint(d, drop) ? odd_double_u(v) : d;
-}
-
-double dlp_uint64_to_odd_double(uint64_t v) { return odd_double_u(v); }
-double dlp_int64_to_odd_double(int64_t v) { return odd_double_i(v); }
+/* 64-bit integers as doubles rounded to odd (core/convert_rules.h) */
+double dlp_uint64_to_odd_double(uint64_t v) { return dlp_odd_double_u(v); }
+double dlp_int64_to_odd_double(int64_t v) { return dlp_odd_double_i(v); }
 
 /* ---- loads: each source type as the value it converts from ---- */
 
@@ -185,14 +108,7 @@ DEFINE_SATURATE(sat_uint8, uint8_t, 0, UINT8_MAX)
 DEFINE_SATURATE(sat_uint16, uint16_t, 0, UINT16_MAX)
 DEFINE_SATURATE(sat_uint32, uint32_t, 0, UINT32_MAX)
 #undef DEFINE_SATURATE
-/* the 64-bit limits are not doubles: compare against the powers of two */
-static inline int64_t sat_int64(double v) {
-  return v != v ? 0 : v >= 0x1p63 ? INT64_MAX : v < -0x1p63 ? INT64_MIN : (int64_t)v;
-}
-static inline uint64_t sat_uint64(double v) {
-  return v != v || v <= 0 ? 0 : v >= 0x1p64 ? UINT64_MAX : (uint64_t)v;
-}
-
+/* (the 64-bit ones, dlp_sat_i64 and dlp_sat_u64: core/convert_rules.h) */
 /* Each to_<dtype>(x) picks the rule for the type of x: an integer (wraps, as uint64_t bits), a
  * float or double, or a Complex. */
 #define INTEGER_TO(name, type, sat) \
@@ -202,11 +118,11 @@ static inline uint64_t sat_uint64(double v) {
 INTEGER_TO(int8, int8_t, sat_int8)
 INTEGER_TO(int16, int16_t, sat_int16)
 INTEGER_TO(int32, int32_t, sat_int32)
-INTEGER_TO(int64, int64_t, sat_int64)
+INTEGER_TO(int64, int64_t, dlp_sat_i64) /* core/convert_rules.h */
 INTEGER_TO(uint8, uint8_t, sat_uint8)
 INTEGER_TO(uint16, uint16_t, sat_uint16)
 INTEGER_TO(uint32, uint32_t, sat_uint32)
-INTEGER_TO(uint64, uint64_t, sat_uint64)
+INTEGER_TO(uint64, uint64_t, dlp_sat_u64)
 #undef INTEGER_TO
 #define TO_INTEGER(name, x) \
   _Generic((x), float: name##_from_real, double: name##_from_real, Complex: name##_from_complex, \
@@ -216,11 +132,9 @@ static inline uint8_t bool_from_bits(uint64_t v) { return v != 0; }
 static inline uint8_t bool_from_real(double v) { return v != 0; }
 static inline uint8_t bool_from_complex(Complex v) { return v.re != 0 || v.im != 0; }
 
-/* 64-bit integers reach float32 in one rounding, through once_double: C's own conversion would
- * do it in one where the compiler and the machine follow Annex F, but not every one does
- * (valgrind's emulation rounds through a double; older MSVC's uint64 conversion too). */
-static inline float float32_from_int(int64_t v) { return (float)once_double_i(v, 29); }
-static inline float float32_from_uint(uint64_t v) { return (float)once_double_u(v, 29); }
+/* 64-bit integers reach float32 in one rounding (core/convert_rules.h) */
+static inline float float32_from_int(int64_t v) { return dlp_i64_to_f32(v); }
+static inline float float32_from_uint(uint64_t v) { return dlp_u64_to_f32(v); }
 static inline float float32_from_float(float v) { return v; }
 static inline float float32_from_double(double v) { return (float)v; }
 static inline float float32_from_complex(Complex v) { return (float)v.re; }
@@ -233,8 +147,8 @@ static inline uint16_t float16_from_double(double v) { return dlp_half_from_doub
 static inline uint16_t float16_from_complex(Complex v) { return dlp_half_from_double(v.re); }
 static inline uint16_t bfloat16_from_double(double v) { return dlp_bfloat_from_double(v); }
 static inline uint16_t bfloat16_from_complex(Complex v) { return dlp_bfloat_from_double(v.re); }
-static inline uint16_t bfloat16_from_int(int64_t v) { return dlp_bfloat_from_double(once_double_i(v, 45)); }
-static inline uint16_t bfloat16_from_uint(uint64_t v) { return dlp_bfloat_from_double(once_double_u(v, 45)); }
+static inline uint16_t bfloat16_from_int(int64_t v) { return dlp_bfloat_from_double(dlp_once_double_i(v, 45)); }
+static inline uint16_t bfloat16_from_uint(uint64_t v) { return dlp_bfloat_from_double(dlp_once_double_u(v, 45)); }
 
 /* the imaginary part a value gives complex64 */
 static inline float imag32_from_real(double v) { (void)v; return 0; }
