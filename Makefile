@@ -109,9 +109,10 @@ endif
 # The CUDA kernels of the computing functions (src/compute/cuda/kernels.cu) as PTX, one file per
 # family, kept in the repository so that the module builds without the CUDA toolkit; `make ptx`
 # regenerates them with nvcc (and CI checks that they match their source). The module embeds them
-# as strings, at their numbers: 0-12 the elementwise functions, 20-23 the reductions; a number not
-# listed has no PTX (NULL), and src/cuda/cuda_private.h's DLP_KERNEL_FAMILIES must exceed the largest.
-KERNEL_FAMILIES = 0 1 2 3 4 5 6 7 8 9 10 11 12 20 21 22 23
+# as strings, at their numbers: 0-12 the elementwise functions, 20-23 the reductions, 24 allclose's
+# test; a number not listed has no PTX (NULL), and src/cuda/cuda_private.h's DLP_KERNEL_FAMILIES
+# must exceed the largest.
+KERNEL_FAMILIES = 0 1 2 3 4 5 6 7 8 9 10 11 12 20 21 22 23 24
 PTX_DIR     = src/compute/cuda/ptx
 PTX_FILES   = $(KERNEL_FAMILIES:%=$(PTX_DIR)/family%.ptx)
 PTX_ARCH    = compute_80

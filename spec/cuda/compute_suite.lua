@@ -600,3 +600,110 @@ describe("reductions on CUDA tensors", function()
     assert.are.equal(h:max(2):tobytes(), host(x:max(2)):tobytes())
   end)
 end)
+
+-- equal and allclose on CUDA tensors: the elementwise test on the device into a bool temporary,
+-- then the `all` reduction there (allclose reads each operand in its own dtype, as the CPU
+-- converts it to float64 or complex128)
+describe("equal and allclose on CUDA tensors", function()
+  local function dev(t) return t:to("cuda:0") end
+
+  it("equal gives the CPU's answer, computed on the device", function()
+    local a = dlpack.tensor({{1, 2, 3}, {4, 5, 6}}, "int32")
+    local b = dlpack.tensor({{1, 2, 3}, {4, 5, 7}}, "int32")
+    local launches = fake and fake.live().launches
+    assert.is_true(dlpack.equal(dev(a), dev(a)))
+    if fake then assert.is_true(fake.live().launches > launches, "kernels ran") end
+    assert.is_false(dlpack.equal(dev(a), dev(b)))
+    assert.is_false(dlpack.equal(dev(a), dev(a:view({3, 2}))), "shapes differ")
+    assert.is_true(dev(a):equal(dev(a:transpose(1, 2)):transpose(1, 2)))
+    local nan = dlpack.tensor({1, 0 / 0}, "float32")
+    assert.are.equal(dlpack.equal(nan, nan), dlpack.equal(dev(nan), dev(nan)))
+    assert.is_true(dlpack.equal(dev(dlpack.zeros({0, 4}, "float64")), dev(dlpack.zeros({0, 4}, "float64"))))
+    local long = dlpack.arange(5000, "int64") -- several slices and a merge in the reduction
+    local changed = dlpack.where(dlpack.eq(long, 4321), 0, long)
+    assert.is_true(dlpack.equal(dev(long), dev(long + 0)))
+    assert.is_false(dlpack.equal(dev(long), dev(changed)))
+    raises(function() return dlpack.equal(dev(a), a) end, "equal: operands on different devices: cuda:0 and cpu")
+    raises(function() return dlpack.equal(dev(a), dev(a:to("int64"))) end,
+           "equal: CUDA tensors do not convert inside a computation yet")
+    local u, i = dlpack.tensor({1, 2 ^ 63}, "uint64"), dlpack.tensor({1, -1}, "int64") -- compared exactly
+    assert.are.equal(dlpack.equal(u, i), dlpack.equal(dev(u), dev(i)))
+    assert.are.equal(dlpack.equal(u, u:to("int64")), dlpack.equal(dev(u), dev(u:to("int64"))))
+  end)
+
+  it("allclose gives the CPU's answer for every pair of dtypes, tolerances and NaN and infinities", function()
+    local base = {1, 2.5, -3, 1e-9, 1000}
+    local near = {1 + 1e-7, 2.5, -3, 2e-9, 1000}
+    local far = {1, 2.6, -3, 1e-9, 1000}
+    local relative = {1, 2.5, -3, 1e-9, 1000.5} -- close for rtol 1e-3, not for atol 1e-3
+    local absolute = {1, 2.5, -3, 5e-7, 1000} -- close for atol 1e-5, not for rtol 1e-5
+    local seen = {}
+    for _, da in ipairs({"float32", "float64", "int32", "float16", "uint8", "bool"}) do
+      for _, db in ipairs({"float64", "float32", "int64", "bfloat16"}) do
+        for _, other in ipairs({base, near, far, relative, absolute}) do
+          local a, b = dlpack.tensor(base, "float64"):to(da), dlpack.tensor(other, "float64"):to(db)
+          for _, tol in ipairs({{}, {1e-3}, {0, 1e-3}, {0, 1e-5}, {0, 0}, {1e-12, 1e-12}}) do
+            local want = dlpack.allclose(a, b, tol[1], tol[2])
+            seen[want] = true
+            assert.are.equal(want, dlpack.allclose(dev(a), dev(b), tol[1], tol[2]), da .. " " .. db)
+          end
+        end
+      end
+    end
+    assert.is_true(seen[true] and seen[false], "both answers asked")
+    local inf = dlpack.tensor({math.huge, -math.huge, 1}, "float64")
+    assert.is_true(dlpack.allclose(dev(inf), dev(inf)))
+    assert.is_false(dlpack.allclose(dev(inf), dev(dlpack.tensor({math.huge, math.huge, 1}, "float64"))))
+    local nan = dlpack.tensor({0 / 0, 1}, "float32")
+    assert.is_false(dlpack.allclose(dev(nan), dev(nan)))
+    -- broadcasting, and complex operands against real ones
+    local row = dlpack.tensor({1, 2, 3}, "float32")
+    local m = dlpack.tensor({{1, 2, 3}, {1, 2, 3.001}}, "float64")
+    assert.are.equal(dlpack.allclose(m, row), dlpack.allclose(dev(m), dev(row)))
+    assert.are.equal(dlpack.allclose(m, row, 1e-3), dlpack.allclose(dev(m), dev(row), 1e-3))
+    local z = dlpack.frombytes(dlpack.tensor({1, 0, 2, 1e-9, 3, 0}, "float64"):tobytes(), "complex128", {3})
+    local z64 = z:to("complex64")
+    for _, pair in ipairs({{z, z64}, {z, row}, {z64, row}, {row, z}}) do
+      for _, tol in ipairs({{}, {0, 0}}) do
+        assert.are.equal(dlpack.allclose(pair[1], pair[2], tol[1], tol[2]),
+                         dlpack.allclose(dev(pair[1]), dev(pair[2]), tol[1], tol[2]),
+                         pair[1].dtype .. " " .. pair[2].dtype)
+      end
+    end
+    raises(function() return dlpack.allclose(dev(row), row) end, "allclose: operands on different devices")
+    raises(function() return dlpack.allclose(dev(row), dev(row), -1) end, "allclose: rtol and atol must be finite")
+  end)
+
+  it("operands released right after the call are held until the kernels ran", function()
+    local r
+    do
+      local a = dlpack.arange(3000, "float64"):to("cuda:0")
+      local b = dlpack.arange(3000, "float32"):to("cuda:0")
+      r = dlpack.allclose(a, b)
+      a:release()
+      b:release()
+    end
+    gc()
+    assert.is_true(r)
+  end)
+
+  fake_it("a launch that fails raises naming the function, and nothing leaks", function()
+    local x = dlpack.arange(600, "float32"):to("cuda:1")
+    local function settle()
+      gc()
+      fake.sync_all()
+      cuda.legacy_stream:synchronize()
+      gc()
+    end
+    assert.is_true(dlpack.allclose(x, x))
+    assert.is_true(dlpack.equal(x, x))
+    settle()
+    local live = fake.live()
+    fake.fail_next("cuLaunchKernel", 1)
+    raises(function() return dlpack.allclose(x, x) end, "allclose: CUDA error 1")
+    fake.fail_next("cuLaunchKernel", 1, 1, 1) -- the test runs, the reduction fails
+    raises(function() return dlpack.equal(x, x) end, "equal: CUDA error 1")
+    settle()
+    assert.are.equal(live.device, fake.live().device, "the temporaries of the failed calls are freed")
+  end)
+end)

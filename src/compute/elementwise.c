@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "compute/cuda/args.h"
+#include "compute/ops.h"
 #include "internal.h"
 
 /* How an operation chooses its dtypes from the promoted dtype P of its inputs. */
@@ -369,10 +370,11 @@ static int compute_device(lua_State *L, dlp_Tensor *const *t, int n, const char 
 }
 
 /* Run the planned operation as a CUDA kernel on device memory: the same operands, strides and
- * scalars the CPU loop would get, walked by the same iteration engine's merged dimensions. */
+ * scalars the CPU loop would get, walked by the same iteration engine's merged dimensions.
+ * values (NULL: none) gives the kernel's parameters in the value slots of the tensor operands. */
 static void run_on_cuda(lua_State *L, const char *what, int nops, int ndim, const int64_t *shape, char *const *data,
                         const int64_t (*strides)[DLP_MAX_NDIM], dlp_Tensor *const *tensors, const Operand *in,
-                        const int *sizes, const char *kernel, int family) {
+                        const int *sizes, const char *kernel, int family, const uint64_t (*values)[2]) {
   dlp_ElementwiseArgs args;
   dlp_Iter it;
   dlp_CudaLaunch launch;
@@ -381,6 +383,7 @@ static void run_on_cuda(lua_State *L, const char *what, int nops, int ndim, cons
   dlp_iter_init(&it, nops, ndim, shape, data, strides, 1);
   args.numel = it.numel;
   args.ndim = it.ndim;
+  if (values) memcpy(args.value, values, sizeof args.value); /* the scalars below take their own slots */
   for (int i = 0; i < it.ndim; i++) args.shape[i] = it.shape[i];
   for (int k = 0; k < nops; k++) {
     if (k > 0 && !tensors[k]) { /* a Lua scalar, already in the kernel's type */
@@ -420,7 +423,7 @@ static void copy_on_cuda(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, const c
   dlp_broadcast_strides(dst, dst->dl.ndim, dst->dl.shape, strides[0]);
   dlp_broadcast_strides(src, dst->dl.ndim, dst->dl.shape, strides[1]);
   run_on_cuda(L, what, 2, dst->dl.ndim, dst->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, tensors, NULL,
-              sizes, names[size - 1], 12);
+              sizes, names[size - 1], 12, NULL);
 }
 
 /* ---- the driver ---- */
@@ -435,6 +438,11 @@ typedef struct Call {
   void *kernel_ctx;  /* for loops that take parameters (allclose) */
   dlp_IterLoop kernel; /* a loop other than the op's (allclose), computing in `loop_dtype` */
   int loop_dtype;
+  /* its CUDA kernel (NULL: none), which reads each input in its own dtype (args.h's codes, given
+   * in value[k][0] of input k) and takes `params` in value[3] */
+  const char *cuda_kernel;
+  int cuda_family;
+  uint64_t params[2];
 } Call;
 
 /* Run c; pushes and returns the result tensor (the output). */
@@ -620,19 +628,31 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
 
   if (gpu >= 0) {
     int family = 0, sizes[DLP_ITER_MAX_OPS];
-    const char *name = mixed ? dlp_mixed_kernel_name(c->op, want[0] == DLP_UINT64, &family)
+    uint64_t values[DLP_ITER_MAX_OPS][2];
+    const char *name = c->cuda_kernel ? c->cuda_kernel
+                       : mixed ? dlp_mixed_kernel_name(c->op, want[0] == DLP_UINT64, &family)
                        : c->kernel ? NULL : dlp_kernel_name(c->op, loop_in, &family);
     if (!name) luaL_error(L, "%s: does not run on CUDA devices yet", c->what);
+    if (c->cuda_kernel) family = c->cuda_family;
     for (int k = 0; k <= n && run.converts; k++) /* the first operand the CPU loop would convert */
-      if (run.convert[k] || run.convert_mid[k])
+      if ((run.convert[k] || run.convert_mid[k]) && !(k > 0 && c->cuda_kernel)) /* that kernel converts inputs */
         luaL_error(L, "%s: CUDA tensors do not convert inside a computation yet (%s would be converted to %s); "
                    "convert with :to first", c->what, dlp_dtypes[k ? source[k - 1]->dtype : loop_out].name,
                    dlp_dtypes[k ? want[k - 1] : out->dtype].name);
     dlp_Tensor *ops_t[DLP_ITER_MAX_OPS] = {out, source[0], source[1], source[2]};
     sizes[0] = (int)dlp_dtypes[out->dtype].itemsize;
     for (int k = 0; k < n; k++) sizes[k + 1] = (int)dlp_dtypes[want[k]].itemsize;
+    if (c->cuda_kernel) { /* inputs read in their own dtypes, complex ones as their parts */
+      memset(values, 0, sizeof values);
+      for (int k = 0; k < n; k++) {
+        int d = source[k]->dtype;
+        values[k + 1][0] = (uint64_t)d;
+        sizes[k + 1] = (int)dlp_dtypes[d].itemsize / (dlp_dtype_kind(d) == 4 ? 2 : 1);
+      }
+      memcpy(values[3], c->params, sizeof values[3]);
+    }
     run_on_cuda(L, c->what, n + 1, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, ops_t, in, sizes,
-                name, family);
+                name, family, c->cuda_kernel ? (const uint64_t(*)[2])values : NULL);
   } else {
     dlp_Iter it;
     dlp_iter_init(&it, n + 1, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1);
@@ -760,11 +780,17 @@ static int l_masked_fill(lua_State *L) {
   return 1;
 }
 
-/* Whether every element of the bool tensor at the top of the stack is true; pops it. */
-static int all_true(lua_State *L) {
+/* Whether every element of the bool tensor at the top of the stack is true; pops it. A CUDA
+ * tensor is asked on its device (the `all` reduction's kernels). */
+static int all_true(lua_State *L, const char *what) {
   dlp_Tensor *t = lua_touserdata(L, -1);
-  Scan s = {NULL, NULL, dlp_dtypes[t->dtype].itemsize, 0, 0, 0};
-  int found = dlp_numel(t) > 0 && tensor_has(t, &s);
+  int found;
+  if (t->dl.device.device_type == kDLCUDA) {
+    found = !dlp_reduce_all(L, -1, what);
+  } else {
+    Scan s = {NULL, NULL, dlp_dtypes[t->dtype].itemsize, 0, 0, 0};
+    found = dlp_numel(t) > 0 && tensor_has(t, &s);
+  }
   lua_pop(L, 1);
   return !found;
 }
@@ -791,12 +817,11 @@ static int l_equal(lua_State *L) {
   c.first = 1;
   c.dtype = -1;
   elementwise(L, &c);
-  lua_pushboolean(L, all_true(L));
+  lua_pushboolean(L, all_true(L, c.what));
   return 1;
 }
 
-/* allclose's test, in float64: |a - b| <= atol + rtol * |b| (NumPy's isclose); an infinity is
- * close only to itself, NaN to nothing. */
+/* allclose's test, in float64 (ops.h's dlp_close_f64, as the CUDA kernel dlp_isclose_f64). */
 static void isclose_f64(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
   const double *tol = ctx;
   char *o = data[0];
@@ -805,13 +830,12 @@ static void isclose_f64(void *ctx, char *const *data, const int64_t *steps, int6
     double x, y;
     memcpy(&x, a, sizeof x);
     memcpy(&y, b, sizeof y);
-    unsigned char r = x == y || (isfinite(x) && isfinite(y) && fabs(x - y) <= tol[1] + tol[0] * fabs(y));
+    b8 r = dlp_close_f64(x, y, tol[0], tol[1]);
     memcpy(o, &r, 1);
   }
 }
 
-/* The same test for complex operands, in complex128: |a - b| and |b| are magnitudes (NumPy's
- * isclose); a and b are finite when both parts are. */
+/* The same test for complex operands, in complex128 (ops.h's dlp_close_c128). */
 static void isclose_c128(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
   const double *tol = ctx;
   char *o = data[0];
@@ -820,9 +844,7 @@ static void isclose_c128(void *ctx, char *const *data, const int64_t *steps, int
     double x[2], y[2];
     memcpy(x, a, sizeof x);
     memcpy(y, b, sizeof y);
-    int finite = isfinite(x[0]) && isfinite(x[1]) && isfinite(y[0]) && isfinite(y[1]);
-    unsigned char r = (x[0] == y[0] && x[1] == y[1]) ||
-                      (finite && hypot(x[0] - y[0], x[1] - y[1]) <= tol[1] + tol[0] * hypot(y[0], y[1]));
+    b8 r = dlp_close_c128(x[0], x[1], y[0], y[1], tol[0], tol[1]);
     memcpy(o, &r, 1);
   }
 }
@@ -846,8 +868,12 @@ static int l_allclose(lua_State *L) {
   c.kernel = is_complex ? isclose_c128 : isclose_f64;
   c.kernel_ctx = tol;
   c.loop_dtype = c.dtype;
+  c.cuda_kernel = is_complex ? "dlp_isclose_c128" : "dlp_isclose_f64"; /* kernels.cu, family 24 */
+  c.cuda_family = 24;
+  memcpy(&c.params[0], &tol[0], sizeof tol[0]);
+  memcpy(&c.params[1], &tol[1], sizeof tol[1]);
   elementwise(L, &c);
-  lua_pushboolean(L, all_true(L));
+  lua_pushboolean(L, all_true(L, c.what));
   return 1;
 }
 

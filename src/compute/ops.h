@@ -369,4 +369,15 @@ DLP_RULE double dlp_divide_f64(double v, double scale, double divisor, int root)
 DLP_RULE float dlp_divide_part_f32(float v, double divisor) { return v / (float)divisor; }
 DLP_RULE double dlp_divide_part_f64(double v, double divisor) { return v / divisor; }
 
+/* ---- allclose's test (elementwise.c's loops and the CUDA kernels) ----
+ * |x - y| <= atol + rtol * |y| in float64 (NumPy's isclose); an infinity is close only to itself,
+ * NaN to nothing. Complex: the magnitudes of x - y and y, finite when both parts are. */
+DLP_RULE b8 dlp_close_f64(double x, double y, double rtol, double atol) {
+  return x == y || (isfinite(x) && isfinite(y) && fabs(x - y) <= atol + rtol * fabs(y));
+}
+DLP_RULE b8 dlp_close_c128(double xr, double xi, double yr, double yi, double rtol, double atol) {
+  int finite = isfinite(xr) && isfinite(xi) && isfinite(yr) && isfinite(yi);
+  return (xr == yr && xi == yi) || (finite && hypot(xr - yr, xi - yi) <= atol + rtol * hypot(yr, yi));
+}
+
 #endif

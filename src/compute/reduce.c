@@ -911,8 +911,7 @@ static int reduce_cuda(lua_State *L, dlp_Tensor *t, const Plan *pl, const char *
   return nresults;
 }
 
-static int reduce(lua_State *L, int op) {
-  const char *what = op_names[op];
+static int reduce_named(lua_State *L, int op, const char *what) {
   int reduced[DLP_MAX_NDIM], result_dtype, acc_dtype, ndim, keep_shape_ndim = 0;
   int64_t out_shape[DLP_MAX_NDIM], m = 1, K = 1, rep = 1;
   dlp_ComputeOptions o;
@@ -1116,6 +1115,23 @@ static int reduce(lua_State *L, int op) {
   }
   for (int k = 0; k < nresults; k++) lua_pushvalue(L, first_result + k);
   return nresults;
+}
+
+static int reduce(lua_State *L, int op) { return reduce_named(L, op, op_names[op]); }
+
+/* all() named `what` in its messages: a closure of the tensor metatable (the module's convention:
+ * upvalue 1) and the name */
+static int l_all_named(lua_State *L) { return reduce_named(L, R_ALL, lua_tostring(L, lua_upvalueindex(2))); }
+int dlp_reduce_all(lua_State *L, int idx, const char *what) {
+  idx = lua_absindex(L, idx);
+  dlp_push_metatable(L);
+  lua_pushstring(L, what);
+  lua_pushcclosure(L, l_all_named, 2);
+  lua_pushvalue(L, idx);
+  lua_call(L, 1, 1);
+  int all = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return all;
 }
 
 static int l_sum(lua_State *L) { return reduce(L, R_SUM); }

@@ -66,9 +66,10 @@ void dlp_cuda_hold_owner(dlp_CudaHold *h, dlp_Owner *o);
 CUresult dlp_cuda_hold_commit(dlp_CudaHold *h, CUstream stream, int device);
 
 /* The PTX of the kernel families (generated from src/compute/cuda/ptx/ into the build), by
- * number: 0-12 the elementwise functions, 20-23 the reductions (src/compute/cuda/kernels.cu); the
- * numbers between have none (NULL, which launch.c answers as a kernel not found). */
-#define DLP_KERNEL_FAMILIES 24
+ * number: 0-12 the elementwise functions, 20-23 the reductions, 24 allclose's test
+ * (src/compute/cuda/kernels.cu); the numbers between have none (NULL, which launch.c answers as
+ * a kernel not found). */
+#define DLP_KERNEL_FAMILIES 25
 extern const char *const dlp_kernel_ptx[DLP_KERNEL_FAMILIES];
 
 #endif

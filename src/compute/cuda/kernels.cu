@@ -2,7 +2,8 @@
  * (operation, compute type), named dlp_<op>_<type> as the CPU loops are named <op>_<type>.
  *
  * Family 12 holds the strided copies, by element size; families 20 to 23 the reductions (see
- * "reductions" below; 13 to 19 are not used). Compiled twice from this one source:
+ * "reductions" below), 24 allclose's test (13 to 19 are not used). Compiled twice from this one
+ * source:
  *   - as CUDA, to PTX, one file per family (DLP_FAMILY: a compute type, or the mixed integer
  *     comparisons), by `make ptx` with the toolkit; the PTX is kept in the repository under
  *     ptx/, embedded in the module and loaded by the driver a family at a time on first use
@@ -126,7 +127,7 @@ DLP_MIXED_OPS(KM)
 COPIES(K1)
 #endif
 
-/* ---- reductions (families 20 to 23) ----
+/* ---- reductions (families 20 to 23; 24 uses their loads) ----
  * The launches args.h describes (dlp_ReduceParams), by ops.h's rules: pass 1 folds slices of
  * each output's elements, merges join the partial results in a fixed order, and the last step
  * finishes each output (repeats, means, variances) and writes it in its dtype. Inputs of any
@@ -485,6 +486,29 @@ R_COMPLEX_KERNELS(c64, r_c64)
 R_COMPLEX_KERNELS(c128, r_c128)
 #endif
 
+/* allclose's test (family 24): an elementwise launch (output bool, inputs 1 and 2) whose inputs
+ * are read in their own dtypes (args.h's code in value[k][0]) as float64 or complex128, as the
+ * CPU converts them, with rtol and atol in value[3]; then the `all` reduction answers. */
+#if FAMILY(24)
+RFN double r_double_bits(uint64_t v) {
+  double d;
+  memcpy(&d, &v, sizeof d);
+  return d;
+}
+KERNEL(dlp_isclose_f64) {
+  const double rtol = r_double_bits(A.value[3][0]), atol = r_double_bits(A.value[3][1]);
+  EACH_ELEMENT(3, double x = r_load_f64((int)A.value[1][0], A.data[1] + (uint64_t)off[1], 0);
+               double y = r_load_f64((int)A.value[2][0], A.data[2] + (uint64_t)off[2], 0);
+               STORE(b8, dlp_close_f64(x, y, rtol, atol));)
+}
+KERNEL(dlp_isclose_c128) {
+  const double rtol = r_double_bits(A.value[3][0]), atol = r_double_bits(A.value[3][1]);
+  EACH_ELEMENT(3, r_c128 x = r_load_c128((int)A.value[1][0], A.data[1] + (uint64_t)off[1], 0);
+               r_c128 y = r_load_c128((int)A.value[2][0], A.data[2] + (uint64_t)off[2], 0);
+               STORE(b8, dlp_close_c128(x.re, x.im, y.re, y.im, rtol, atol));)
+}
+#endif
+
 #ifndef __CUDACC__
 /* The fake driver's table of the kernels by name. */
 #include "compute/cuda/fake_kernels.h"
@@ -500,6 +524,7 @@ const dlp_FakeKernel dlp_fake_kernels[] = {
   DLP_BOOL_OPS(ENTRY, ENTRY, ENTRY, ENTRY) DLP_INTS(INT_ENTRIES) DLP_FLOATS(FLOAT_ENTRIES) DLP_MIXED_OPS(ENTRY) COPIES(ENTRY)
   R_ENTRIES(rsum_u64) R_ENTRIES(rprod_u64) R_ENTRIES(rany_b8) R_ENTRIES(rall_b8) R_INT_ORDERED(R_INT_ENTRIES)
   R_FLOAT_ENTRIES(f32) R_FLOAT_ENTRIES(f64) R_COMPLEX_ENTRIES(c64) R_COMPLEX_ENTRIES(c128)
+  {"dlp_isclose_f64", dlp_isclose_f64}, {"dlp_isclose_c128", dlp_isclose_c128},
   {NULL, NULL},
 };
 #endif
