@@ -451,6 +451,10 @@ describe("reductions on CUDA tensors", function()
         end
       end
     end
+    local scalar = dlpack.tensor(-2.5, "float32") -- 0-d: no dim to name, {} reduces nothing
+    for _, op in ipairs(REDUCTIONS) do
+      for _, d in ipairs({{nil}, {{}}, {1}}) do agrees_r("0-d " .. op, op, scalar, scalar:to("cuda:0"), d[1]) end
+    end
     local e = dlpack.zeros({0, 3}, "float32"):to("cuda:0")
     assert.are.same({0, 0, 0}, host(e:sum(1)):totable())
     assert.are.same({1, 1, 1}, host(e:prod(1)):totable())
