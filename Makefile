@@ -67,7 +67,7 @@ INST_ARCDIR ?= $(PREFIX)/lib
 BUILD      ?= $(if $(filter lua5.4,$(LUA_NAME)),build,build/$(LUA_NAME))
 SOURCES     = $(wildcard src/*.c src/*/*.c)
 OBJECTS     = $(SOURCES:src/%.c=$(BUILD)/obj/%.o)
-HEADERS     = $(wildcard src/*.h src/*/*.h)
+HEADERS     = $(wildcard src/*.h src/*/*.h src/*/*/*.h)
 MODULE      = $(BUILD)/dlpack/core.$(SO)
 STATIC      = $(BUILD)/libdlpack_lua.a
 FABRICATE   = $(BUILD)/fabricate.$(SO)
@@ -113,8 +113,8 @@ endif
 # The CUDA kernels of the computing functions (src/compute/cuda/kernels.cu) as PTX, one file per
 # family, kept in the repository so that the module builds without the CUDA toolkit; `make ptx`
 # regenerates them with nvcc (and CI checks that they match their source). The module embeds them
-# as strings.
-KERNEL_FAMILIES = $(shell seq 0 27)
+# as strings, at their numbers (src/cuda/cuda_private.h's DLP_KERNEL_FAMILIES exceeds the largest).
+KERNEL_FAMILIES = $(shell seq 0 31)
 PTX_DIR     = src/compute/cuda/ptx
 PTX_FILES   = $(KERNEL_FAMILIES:%=$(PTX_DIR)/family%.ptx)
 PTX_ARCH    = compute_80
@@ -136,7 +136,7 @@ $(BUILD)/gen/kernel_ptx.c: $(PTX_FILES)
 	    echo ';'; \
 	  done; \
 	  echo 'const char *const dlp_kernel_ptx[DLP_KERNEL_FAMILIES] = {'; \
-	  for f in $(KERNEL_FAMILIES); do echo "  family$$f,"; done; \
+	  for f in $(KERNEL_FAMILIES); do echo "  [$$f] = family$$f,"; done; \
 	  echo '};'; } > $@
 
 $(BUILD)/obj/kernel_ptx.o: $(BUILD)/gen/kernel_ptx.c $(HEADERS)

@@ -513,6 +513,19 @@ describe("argument errors", function()
     t:release()
     raises(function() t:sum() end, "released")
   end)
+
+  it("name the device of memory they cannot compute on", function()
+    local fab = require "fabricate"
+    local r = dlpack.from_dlpack((fab.versioned {device_type = 10, device_id = 0, shape = {2}}))
+    support.raises_plain(function() return r:sum() end, "dlpack.sum: the tensor is on device rocm:0")
+    r:release()
+    if not dlpack.cuda.is_available() then -- CUDA tensors compute on their device (spec/cuda/compute_suite.lua)
+      local t = dlpack.from_dlpack((fab.versioned {device_type = 2, device_id = 0, shape = {2}}))
+      support.raises_plain(function() return t:argmax(1) end,
+                           "dlpack.argmax (a tensor on cuda:0): CUDA is not available")
+      t:release()
+    end
+  end)
 end)
 
 -- A plain Lua model of the reductions over dims, for random shapes and layouts.

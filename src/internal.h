@@ -490,6 +490,9 @@ int dlp_compute_device(lua_State *L, dlp_Tensor *const *t, int n, const char *wh
 
 /* ---- reduce.c: sum prod mean var std min max argmin argmax any all ---- */
 void dlp_reduce_register(lua_State *L, int module, int methods, int meta);
+/* Whether every element of the tensor at idx is true, as t:all() answers it (on its device: a CUDA
+ * tensor's kernels run there); errors name `what`. For the functions that end in one (equal). */
+int dlp_reduce_all(lua_State *L, int idx, const char *what);
 
 /* ---- elementwise.c: arithmetic, comparisons, math, where, clamp, the operators ---- */
 void dlp_elementwise_register(lua_State *L, int module, int methods, int meta);

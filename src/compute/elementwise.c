@@ -771,17 +771,17 @@ static int l_masked_fill(lua_State *L) {
   return 1;
 }
 
-/* Whether every element of the bool tensor at the top of the stack is true; pops it. A result on
- * a CUDA device is read back first (the copy waits for the kernel that wrote it). */
+/* Whether every element of the bool tensor at the top of the stack is true; pops it. A CUDA
+ * tensor is asked on its device (the `all` reduction's kernels). */
 static int all_true(lua_State *L, const char *what) {
   dlp_Tensor *t = lua_touserdata(L, -1);
-  if (!dlp_device_is_host(t->dl.device)) {
-    DLDevice cpu = {kDLCPU, 0};
-    t = dlp_clone(L, lua_gettop(L), DLP_BOOL, cpu, NULL, what);
-    lua_remove(L, -2);
+  int found;
+  if (t->dl.device.device_type == kDLCUDA) {
+    found = !dlp_reduce_all(L, -1, what);
+  } else {
+    Scan s = {NULL, NULL, dlp_dtypes[t->dtype].itemsize, 0, 0, 0};
+    found = dlp_numel(t) > 0 && tensor_has(t, &s);
   }
-  Scan s = {NULL, NULL, dlp_dtypes[t->dtype].itemsize, 0, 0, 0};
-  int found = dlp_numel(t) > 0 && tensor_has(t, &s);
   lua_pop(L, 1);
   return !found;
 }
@@ -826,8 +826,8 @@ static void isclose_f64(void *ctx, char *const *data, const int64_t *steps, int6
   }
 }
 
-/* The same test for complex operands, in complex128: |a - b| and |b| are magnitudes (NumPy's
- * isclose); a and b are finite when both parts are. */
+/* The same test for complex operands, in complex128 (ops.h's dlp_close_c128); complex does not
+ * compute on CUDA devices yet. */
 static void isclose_c128(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
   const double *tol = ctx;
   char *o = data[0];
@@ -836,9 +836,7 @@ static void isclose_c128(void *ctx, char *const *data, const int64_t *steps, int
     double x[2], y[2];
     memcpy(x, a, sizeof x);
     memcpy(y, b, sizeof y);
-    int finite = isfinite(x[0]) && isfinite(x[1]) && isfinite(y[0]) && isfinite(y[1]);
-    unsigned char r = (x[0] == y[0] && x[1] == y[1]) ||
-                      (finite && hypot(x[0] - y[0], x[1] - y[1]) <= tol[1] + tol[0] * hypot(y[0], y[1]));
+    b8 r = dlp_close_c128(x[0], x[1], y[0], y[1], tol[0], tol[1]);
     memcpy(o, &r, 1);
   }
 }

@@ -300,4 +300,103 @@ DLP_RULE double dlp_rule_linspace(int64_t i, int64_t count, double a, double b, 
   M(gt_u64_i64, uint64_t, int64_t, (y < 0) | (x > (uint64_t)y)) \
   M(ge_u64_i64, uint64_t, int64_t, (y < 0) | (x >= (uint64_t)y))
 
+
+/* ---- reductions: the rules reduce.c and the CUDA kernels (cuda/kernels.cu) share ----
+ * How an element joins an accumulator, how two partial results join, and how an accumulated
+ * value is finished (stride-0 repeats, means, variances). The CPU walks each output's elements
+ * in its own order (pairwise sums, see reduce.c); the kernels in slices joined in a fixed order:
+ * the same rules, so that integers, bool, min/max and the arg reductions agree exactly. */
+
+/* min/max and the arg reductions: x beats the best b when greater (max) or less (min), or when it
+ * is NaN and b is not: NaN wins and stays (NumPy's maximum/argmax). Walking in order, x replaces
+ * b only when it beats it, so the first of equal values (and the first NaN) stays. Two
+ * candidates met out of order (partial results: v at position vi, the best b at bi): v replaces
+ * b when it beats b or, neither beating the other (equal, or both NaN), comes first. */
+#define DLP_BEATS_MAX(x, b, ISNAN) ((x) > (b) || (ISNAN(x) && !ISNAN(b)))
+#define DLP_BEATS_MIN(x, b, ISNAN) ((x) < (b) || (ISNAN(x) && !ISNAN(b)))
+#define DLP_NEVER_NAN(x) 0
+#define DLP_IS_NAN(x) ((x) != (x))
+#define DLP_REPLACES(BEATS, v, vi, b, bi, ISNAN) (BEATS(v, b, ISNAN) || (!BEATS(b, v, ISNAN) && (vi) < (bi)))
+
+/* any and all: an element counts as its truth (nonzero; NaN is true), joined by or / and */
+#define DLP_ANY_JOIN(a, x) ((b8)((a) | (x)))
+#define DLP_ALL_JOIN(a, x) ((b8)((a) & (x)))
+
+/* var and std: the squared deviation of x from the mean m, summed */
+#define DLP_SQDEV(x, m) (((x) - (m)) * ((x) - (m)))
+
+/* products of complex numbers (NumPy's formula), in place: a *= b */
+DLP_RULE void dlp_cmul_f32(float *re, float *im, float bre, float bim) {
+  float r = *re * bre - *im * bim, i = *re * bim + *im * bre;
+  *re = r;
+  *im = i;
+}
+DLP_RULE void dlp_cmul_f64(double *re, double *im, double bre, double bim) {
+  double r = *re * bre - *im * bim, i = *re * bim + *im * bre;
+  *re = r;
+  *im = i;
+}
+
+/* A sum or product over `rep` copies of the accumulated value v (reduced dims of stride 0: the
+ * copies are not walked). Integers wrap (powers by squaring); floats multiply by rep, or raise
+ * to it, in double and round once; complex products by squaring in complex128. */
+DLP_RULE uint64_t dlp_upow(uint64_t b, uint64_t e) {
+  uint64_t r = 1;
+  for (; e; e >>= 1, b *= b)
+    if (e & 1) r *= b;
+  return r;
+}
+DLP_RULE void dlp_cpow_f64(double *re, double *im, uint64_t e) {
+  double rre = 1, rim = 0, bre = *re, bim = *im;
+  for (; e; e >>= 1) {
+    if (e & 1) dlp_cmul_f64(&rre, &rim, bre, bim);
+    if (e > 1) dlp_cmul_f64(&bre, &bim, bre, bim);
+  }
+  *re = rre;
+  *im = rim;
+}
+DLP_RULE uint64_t dlp_repeat_u64(int prod, uint64_t v, int64_t rep) {
+  return prod ? dlp_upow(v, (uint64_t)rep) : v * (uint64_t)rep;
+}
+DLP_RULE float dlp_repeat_f32(int prod, float v, int64_t rep) {
+  return (float)(prod ? pow(v, (double)rep) : v * (double)rep);
+}
+DLP_RULE double dlp_repeat_f64(int prod, double v, int64_t rep) {
+  return prod ? pow(v, (double)rep) : v * (double)rep;
+}
+/* complex: re and im in double (complex64's converted by the caller) */
+DLP_RULE void dlp_repeat_c128(int prod, double *re, double *im, int64_t rep) {
+  if (prod) {
+    dlp_cpow_f64(re, im, (uint64_t)rep);
+  } else {
+    *re *= (double)rep;
+    *im *= (double)rep;
+  }
+}
+
+/* mean, var, std: the accumulated value times `scale`, over `divisor` (mean: 1 / count; var:
+ * repeats / max(N - correction, 0)), in the accumulator's precision as NumPy divides; std takes
+ * the square root. Complex means divide each part by the divisor (dlp_divide_part_*). */
+DLP_RULE float dlp_divide_f32(float v, double scale, double divisor, int root) {
+  v = (float)(v * (float)scale) / (float)divisor;
+  return root ? sqrtf(v) : v;
+}
+DLP_RULE double dlp_divide_f64(double v, double scale, double divisor, int root) {
+  v = v * scale / divisor;
+  return root ? sqrt(v) : v;
+}
+DLP_RULE float dlp_divide_part_f32(float v, double divisor) { return v / (float)divisor; }
+DLP_RULE double dlp_divide_part_f64(double v, double divisor) { return v / divisor; }
+
+/* ---- allclose's test (elementwise.c's loops and the CUDA kernels) ----
+ * |x - y| <= atol + rtol * |y| in float64 (NumPy's isclose); an infinity is close only to itself,
+ * NaN to nothing. Complex: the magnitudes of x - y and y, finite when both parts are. */
+DLP_RULE b8 dlp_close_f64(double x, double y, double rtol, double atol) {
+  return x == y || (isfinite(x) && isfinite(y) && fabs(x - y) <= atol + rtol * fabs(y));
+}
+DLP_RULE b8 dlp_close_c128(double xr, double xi, double yr, double yi, double rtol, double atol) {
+  int finite = isfinite(xr) && isfinite(xi) && isfinite(yr) && isfinite(yi);
+  return (xr == yr && xi == yi) || (finite && hypot(xr - yr, xi - yi) <= atol + rtol * hypot(yr, yi));
+}
+
 #endif

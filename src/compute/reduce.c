@@ -20,6 +20,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "compute/cuda/args.h"
+#include "compute/ops.h"
 #include "internal.h"
 
 enum { R_SUM, R_PROD, R_MEAN, R_VAR, R_STD, R_MIN, R_MAX, R_ARGMIN, R_ARGMAX, R_ANY, R_ALL };
@@ -59,7 +61,7 @@ DEFINE_LD(ld_f64, double)
 /* ---- pairwise sums: f(x, m) is summed over n elements, `step` bytes apart ---- */
 
 #define PLAIN(x, m) (x)
-#define SQDEV(x, m) (((x) - (m)) * ((x) - (m)))
+#define SQDEV DLP_SQDEV /* ops.h */
 
 /* One block of 8 to PW_BLOCK elements, with 8 accumulators as NumPy (r[j] sums the elements j
  * mod 8). The contiguous blocks of float32 and float64 hold the 8 accumulators in SSE-sized
@@ -233,12 +235,6 @@ static void fold_sum(int acc_dtype, char *a, int64_t as, const char *x, int64_t 
   }
 }
 
-static void cmul_f64(double *re, double *im, double bre, double bim) {
-  double r = *re * bre - *im * bim, i = *re * bim + *im * bre;
-  *re = r;
-  *im = i;
-}
-
 static void fold_prod(int acc_dtype, char *a, int64_t as, const char *x, int64_t xs, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
     const char *p = x + i * xs;
@@ -247,14 +243,13 @@ static void fold_prod(int acc_dtype, char *a, int64_t as, const char *x, int64_t
       case DLP_FLOAT32: AT(float, q, 0, 0) *= ld_f32(p); break;
       case DLP_FLOAT64: AT(double, q, 0, 0) *= ld_f64(p); break;
       case DLP_COMPLEX64: {
-        float *c = (float *)(void *)q, re = c[0], im = c[1], bre = ld_f32(p), bim = ld_f32(p + 4);
-        c[0] = re * bre - im * bim;
-        c[1] = re * bim + im * bre;
+        float *c = (float *)(void *)q;
+        dlp_cmul_f32(&c[0], &c[1], ld_f32(p), ld_f32(p + 4));
         break;
       }
       case DLP_COMPLEX128: {
         double *c = (double *)(void *)q;
-        cmul_f64(&c[0], &c[1], ld_f64(p), ld_f64(p + 8));
+        dlp_cmul_f64(&c[0], &c[1], ld_f64(p), ld_f64(p + 8));
         break;
       }
       default: AT(uint64_t, q, 0, 0) *= ld_u64(p);
@@ -267,14 +262,16 @@ static void fold_any_all(int all, char *a, int64_t as, const char *x, int64_t xs
     uint8_t r = AT(uint8_t, a, 0, 0);
     if (r != all) return; /* decided */
     for (int64_t i = 0; i < n; i++)
-      if ((ld_u8(x + i * xs) != 0) != all) {
+      if (TRUTH(ld_u8(x + i * xs)) != all) {
         AT(uint8_t, a, 0, 0) = (uint8_t)!all;
         return;
       }
   } else if (all) {
-    for (int64_t i = 0; i < n; i++) AT(uint8_t, a, i, as) &= ld_u8(x + i * xs) != 0;
+    for (int64_t i = 0; i < n; i++)
+      AT(uint8_t, a, i, as) = DLP_ALL_JOIN(AT(uint8_t, a, i, as), TRUTH(ld_u8(x + i * xs)));
   } else {
-    for (int64_t i = 0; i < n; i++) AT(uint8_t, a, i, as) |= ld_u8(x + i * xs) != 0;
+    for (int64_t i = 0; i < n; i++)
+      AT(uint8_t, a, i, as) = DLP_ANY_JOIN(AT(uint8_t, a, i, as), TRUTH(ld_u8(x + i * xs)));
   }
 }
 
@@ -300,12 +297,12 @@ static void fold_sqdev(int acc_dtype, char *a, int64_t as, const char *mean, con
 /* ---- min, max, argmin, argmax ----
  * rows: n elements of one output (the output steps 0), at positions pos.. of its reduced
  * elements (pos 0: the first, which starts the search); cols: n outputs, one element each, all
- * at position pos. x beats the best b when greater (max) or less (min), or when it is the first
- * NaN: NaN wins and stays, as NumPy's maximum/argmax. */
-#define BEATS_MAX(x, b, ISNAN) ((x) > (b) || (ISNAN(x) && !ISNAN(b)))
-#define BEATS_MIN(x, b, ISNAN) ((x) < (b) || (ISNAN(x) && !ISNAN(b)))
-#define NEVER_NAN(x) 0
-#define FLOAT_NAN(x) ((x) != (x))
+ * at position pos. x beats the best b by ops.h's rule (DLP_BEATS_MAX, DLP_BEATS_MIN): greater
+ * (less), or the first NaN: NaN wins and stays, as NumPy's maximum/argmax. */
+#define BEATS_MAX DLP_BEATS_MAX
+#define BEATS_MIN DLP_BEATS_MIN
+#define NEVER_NAN DLP_NEVER_NAN
+#define FLOAT_NAN DLP_IS_NAN
 
 #define DEFINE_ORDERED(name, T, load, ISNAN, BEATS, HIT)                                             \
   static void name##_rows(char *vp, char *ip, const char *x, int64_t xs, int64_t n, int64_t pos) {  \
@@ -522,87 +519,49 @@ static void walk_loop(void *ctx, char *const *data, const int64_t *steps, int64_
 
 /* ---- finishing: stride-0 repeats, means, variances ---- */
 
-static uint64_t upow(uint64_t b, uint64_t e) {
-  uint64_t r = 1;
-  for (; e; e >>= 1, b *= b)
-    if (e & 1) r *= b;
-  return r;
-}
-
-static void cpow_f64(double *re, double *im, uint64_t e) {
-  double rre = 1, rim = 0, bre = *re, bim = *im;
-  for (; e; e >>= 1) {
-    if (e & 1) cmul_f64(&rre, &rim, bre, bim);
-    if (e > 1) cmul_f64(&bre, &bim, bre, bim);
-  }
-  *re = rre;
-  *im = rim;
-}
-
-/* The sum or product of `rep` copies of each accumulator (the walked value of each). */
+/* The sum or product of `rep` copies of each accumulator (the walked value of each), by ops.h's rules. */
 static void repeat(int op, int acc_dtype, char *a, int64_t K, int64_t rep) {
-  double r = (double)rep;
+  int prod = op == R_PROD;
   for (int64_t i = 0; i < K; i++) {
     char *p = a + i * dlp_dtypes[acc_dtype].itemsize;
     switch (acc_dtype) {
-      case DLP_FLOAT32:
-        AT(float, p, 0, 0) = (float)(op == R_SUM ? AT(float, p, 0, 0) * r : pow(AT(float, p, 0, 0), r));
-        break;
-      case DLP_FLOAT64: {
-        double *v = &AT(double, p, 0, 0);
-        *v = op == R_SUM ? *v * r : pow(*v, r);
-        break;
-      }
+      case DLP_FLOAT32: AT(float, p, 0, 0) = dlp_repeat_f32(prod, AT(float, p, 0, 0), rep); break;
+      case DLP_FLOAT64: AT(double, p, 0, 0) = dlp_repeat_f64(prod, AT(double, p, 0, 0), rep); break;
       case DLP_COMPLEX64: {
         float *c = (float *)(void *)p;
         double re = c[0], im = c[1];
-        if (op == R_SUM) re *= r, im *= r;
-        else cpow_f64(&re, &im, (uint64_t)rep);
+        dlp_repeat_c128(prod, &re, &im, rep);
         c[0] = (float)re;
         c[1] = (float)im;
         break;
       }
       case DLP_COMPLEX128: {
         double *c = (double *)(void *)p;
-        if (op == R_SUM) c[0] *= r, c[1] *= r;
-        else cpow_f64(&c[0], &c[1], (uint64_t)rep);
+        dlp_repeat_c128(prod, &c[0], &c[1], rep);
         break;
       }
-      default: {
-        uint64_t *v = &AT(uint64_t, p, 0, 0);
-        *v = op == R_SUM ? *v * (uint64_t)rep : upow(*v, (uint64_t)rep);
-      }
+      default: AT(uint64_t, p, 0, 0) = dlp_repeat_u64(prod, AT(uint64_t, p, 0, 0), rep);
     }
   }
 }
 
 /* Each accumulator times `scale`, over `divisor` (mean: 1 / count; var: repeats / max(N - c, 0)),
- * in the accumulator's precision as NumPy divides; std takes the square root. */
+ * by ops.h's rules; std takes the square root. */
 static void divide(int acc_dtype, char *a, int64_t K, double scale, double divisor, int root) {
   for (int64_t i = 0; i < K; i++) {
     switch (acc_dtype) {
-      case DLP_FLOAT32: {
-        float *v = &AT(float, a, i, 4);
-        *v = (float)(*v * (float)scale) / (float)divisor;
-        if (root) *v = sqrtf(*v);
-        break;
-      }
-      case DLP_FLOAT64: {
-        double *v = &AT(double, a, i, 8);
-        *v = *v * scale / divisor;
-        if (root) *v = sqrt(*v);
-        break;
-      }
+      case DLP_FLOAT32: AT(float, a, i, 4) = dlp_divide_f32(AT(float, a, i, 4), scale, divisor, root); break;
+      case DLP_FLOAT64: AT(double, a, i, 8) = dlp_divide_f64(AT(double, a, i, 8), scale, divisor, root); break;
       case DLP_COMPLEX64: {
         float *v = &AT(float, a, i, 8);
-        v[0] = v[0] / (float)divisor;
-        v[1] = v[1] / (float)divisor;
+        v[0] = dlp_divide_part_f32(v[0], divisor);
+        v[1] = dlp_divide_part_f32(v[1], divisor);
         break;
       }
       default: {
         double *v = &AT(double, a, i, 16);
-        v[0] = v[0] / divisor;
-        v[1] = v[1] / divisor;
+        v[0] = dlp_divide_part_f64(v[0], divisor);
+        v[1] = dlp_divide_part_f64(v[1], divisor);
       }
     }
   }
@@ -700,8 +659,259 @@ static int64_t saturating_mul(int64_t a, int64_t b) {
   return dlp_mul(a, b, &r) ? r : INT64_MAX;
 }
 
-static int reduce(lua_State *L, int op) {
-  const char *what = op_names[op];
+/* ---- on CUDA devices ----
+ * The same plan, run by the kernels of src/compute/cuda/kernels.cu (families 28 to 31; args.h
+ * describes a launch). Pass 1 gives each output `parts` items, item p folding the output's walked
+ * elements p, p + parts, ...; merges then join the partial results of each output `group` at a
+ * time, in order, until one is left, and the last launch finishes and writes the results. The
+ * order depends on the shape alone: a result does not change from run to run. When the input's
+ * fastest dim is a reduced one, adjacent items fold adjacent slices of one output (so adjacent
+ * threads read adjacent elements); else adjacent items are adjacent outputs. */
+
+#define CUDA_ITEMS (1 << 18) /* pass 1 aims at this many items (threads), */
+#define CUDA_PER_ITEM 8      /* each folding at least this many elements */
+#define CUDA_GROUP 128       /* partial results a merge joins per item (at most 256: kernels.cu's R_PAIRWISE) */
+
+typedef struct Plan { /* what reduce() decided, for reduce_cuda */
+  int op, result_dtype, acc_dtype, full, keep_ndim;
+  const int64_t *out_shape;
+  const int *reduced;
+  const int64_t *shape; /* t's, with 1 for the reduced dims not walked (stride 0) */
+  const int64_t *in_st; /* t's byte strides (dlp_walk_stride) */
+  int64_t m, K, rep;    /* reduced elements per output, outputs, copies of each walked one */
+  double correction;
+} Plan;
+
+/* the element types kernels.cu names (args.h) are the module's */
+#define SAME_CODE(k, d) ((int)(k) == (int)(d))
+_Static_assert(SAME_CODE(DLP_KT_BOOL, DLP_BOOL) && SAME_CODE(DLP_KT_I64, DLP_INT64) &&
+               SAME_CODE(DLP_KT_U64, DLP_UINT64) && SAME_CODE(DLP_KT_F16, DLP_FLOAT16) &&
+               SAME_CODE(DLP_KT_BF16, DLP_BFLOAT16) && SAME_CODE(DLP_KT_F32, DLP_FLOAT32) &&
+               SAME_CODE(DLP_KT_F64, DLP_FLOAT64) && SAME_CODE(DLP_KT_C64, DLP_COMPLEX64) &&
+               SAME_CODE(DLP_KT_C128, DLP_COMPLEX128), "args.h's element types follow dlp_Dtype");
+#undef SAME_CODE
+
+typedef struct CudaKernel {
+  const char *pass, *merge; /* static strings: launch.c finds a kernel by its name's address */
+  int family, size;         /* the family; the size of a partial result */
+} CudaKernel;
+#define CK(name, family, size) {"dlp_" name, "dlp_" name "_merge", family, size}
+
+enum { CK_SUM, CK_PROD, CK_SQDEV, CK_MAX, CK_MIN, CK_ANY, CK_ALL };
+
+/* The kernel of `what` (CK_*) with accumulator acc_dtype (the CPU's: min and max of integers and
+ * bool compare in 64 bits on the device, as int64 or uint64). */
+static const CudaKernel *cuda_kernel(int what, int acc_dtype) {
+  static const CudaKernel sum[] = {CK("rsum_u64", 28, 8), CK("rsum_f32", 29, 4), CK("rsum_f64", 30, 8),
+                                   CK("rsum_c64", 31, 8), CK("rsum_c128", 31, 16)};
+  static const CudaKernel prod[] = {CK("rprod_u64", 28, 8), CK("rprod_f32", 29, 4), CK("rprod_f64", 30, 8),
+                                    CK("rprod_c64", 31, 8), CK("rprod_c128", 31, 16)};
+  static const CudaKernel sqdev[] = {CK("rsqdev_f32", 29, 4), CK("rsqdev_f64", 30, 8)};
+  static const CudaKernel max[] = {CK("rmax_i64", 28, 8), CK("rmax_u64", 28, 8), CK("rmax_f32", 29, 4),
+                                   CK("rmax_f64", 30, 8)};
+  static const CudaKernel min[] = {CK("rmin_i64", 28, 8), CK("rmin_u64", 28, 8), CK("rmin_f32", 29, 4),
+                                   CK("rmin_f64", 30, 8)};
+  static const CudaKernel any = CK("rany_b8", 28, 1), all = CK("rall_b8", 28, 1);
+  int k = acc_dtype == DLP_FLOAT32 ? 1 : acc_dtype == DLP_FLOAT64 ? 2 : acc_dtype == DLP_COMPLEX64 ? 3
+          : acc_dtype == DLP_COMPLEX128 ? 4 : 0;
+  switch (what) {
+    case CK_SUM: return &sum[k];
+    case CK_PROD: return &prod[k];
+    case CK_SQDEV: return &sqdev[k - 1];
+    case CK_ANY: return &any;
+    case CK_ALL: return &all;
+    default: {
+      int i = k ? k + 1 : dlp_dtype_kind(acc_dtype) == K_INT ? 0 : 1;
+      return what == CK_MAX ? &max[i] : &min[i];
+    }
+  }
+}
+
+/* One launch of `kernel` over a's items, on the tensors it reads and writes (NULL: none). */
+static void cuda_run(lua_State *L, dlp_ElementwiseArgs *a, const char *kernel, int family, dlp_Tensor *const *t,
+                     int n, const char *what) {
+  dlp_CudaLaunch launch;
+  memset(&launch, 0, sizeof launch);
+  for (int k = 0; k < n; k++)
+    if (t[k]) launch.operands[launch.noperands++] = t[k];
+  launch.what = what;
+  launch.kernel = kernel;
+  launch.family = family;
+  launch.args = a;
+  launch.stream = dlp_cuda_compute_stream(launch.operands, launch.noperands, NULL);
+  dlp_cuda_launch(L, &launch); /* takes the stream; raises only after letting go of what it took */
+}
+
+static uint64_t device_address(const dlp_Tensor *t, int64_t offset) {
+  return t ? (uint64_t)(uintptr_t)dlp_first_element(t) + (uint64_t)offset : 0;
+}
+
+/* Fold a's input (data[1]; the means at data[2] for var's second pass) with k into `values`
+ * (and the indices into `indices`, min and max): pass 1, then merges, through `partials`, a
+ * buffer of 2 * (K * parts) partial results (the values, then their indices at idx_offset). */
+static void cuda_fold(lua_State *L, dlp_ElementwiseArgs *a, const CudaKernel *k, dlp_Tensor *input, dlp_Tensor *means,
+                      dlp_Tensor *values, dlp_Tensor *indices, dlp_Tensor *partials, int64_t idx_offset,
+                      const char *what) {
+  dlp_ReduceParams *r = &a->reduce;
+  int64_t K = r->outputs, P = r->parts, second = K * P; /* the second half: where odd levels write */
+  int flags = r->flags;
+  int final = P == 1;
+  r->flags = (uint8_t)(flags | (final ? DLP_R_FINAL : 0));
+  a->numel = K * P;
+  a->data[0] = final ? device_address(values, 0) : device_address(partials, 0);
+  a->data[1] = device_address(input, 0);
+  a->data[2] = device_address(means, 0);
+  a->data[3] = final ? device_address(indices, 0) : indices ? device_address(partials, idx_offset) : 0;
+  dlp_Tensor *pass1[4] = {final ? values : partials, input, means, final ? indices : NULL};
+  cuda_run(L, a, k->pass, k->family, pass1, 4, what);
+  for (int level = 0; P > 1; level++) {
+    int64_t Q = (P + CUDA_GROUP - 1) / CUDA_GROUP, from = level % 2 ? second : 0, to = level % 2 ? 0 : second;
+    final = Q == 1;
+    r->parts = P;
+    r->group = CUDA_GROUP;
+    r->flags = (uint8_t)((flags & ~DLP_R_REDUCED_INNER) | (final ? DLP_R_FINAL : 0));
+    a->numel = K * Q;
+    a->data[0] = final ? device_address(values, 0) : device_address(partials, to * k->size);
+    a->data[1] = device_address(partials, from * k->size);
+    a->data[2] = indices ? device_address(partials, idx_offset + from * 8) : 0;
+    a->data[3] = !indices ? 0 : final ? device_address(indices, 0) : device_address(partials, idx_offset + to * 8);
+    dlp_Tensor *merge[3] = {final ? values : NULL, partials, final ? indices : NULL};
+    cuda_run(L, a, k->merge, k->family, merge, 3, what);
+    P = Q;
+  }
+}
+
+static int reduce_cuda(lua_State *L, dlp_Tensor *t, const Plan *pl, const char *what) {
+  int op = pl->op, ndim = t->dl.ndim, in_dtype = t->dtype, acc = pl->acc_dtype;
+  int64_t K = pl->K, m = pl->m, mw = pl->m / pl->rep;
+  DLDevice dev = t->dl.device;
+  /* The CPU converts through the result's dtype (a middle one): the kernels read the input as the
+   * accumulator directly, which is the same when the middle dtype holds every value of the input's
+   * (bool into int8, int8 into float16); the others are not done on the device yet. */
+  if (t->dtype != acc && (op == R_SUM || op == R_PROD || op == R_MEAN) && pl->result_dtype != t->dtype &&
+      pl->result_dtype != acc && dlp_promote(t->dtype, pl->result_dtype) != pl->result_dtype)
+    luaL_error(L, "%s: CUDA tensors do not convert inside a computation yet (%s would be converted to %s); "
+               "convert with :to first", what, dlp_dtypes[t->dtype].name, dlp_dtypes[pl->result_dtype].name);
+
+  /* the launch: kept dims, then the walked reduced ones with their multipliers among all the
+   * reduced dims; size-1 dims left out, dims that step into each other merged */
+  dlp_ElementwiseArgs a;
+  dlp_ReduceParams *r = &a.reduce;
+  memset(&a, 0, sizeof a);
+  int n = 0, element = (int)dlp_dtypes[in_dtype].itemsize, misaligned = 0;
+  int64_t fastest = INT64_MAX, mult[DLP_MAX_NDIM], below = 1;
+  int inner = 0;
+  if (in_dtype == DLP_COMPLEX64 || in_dtype == DLP_COMPLEX128) element /= 2; /* read as their parts */
+  for (int i = ndim - 1; i >= 0; i--)
+    if (pl->reduced[i]) {
+      mult[i] = below;
+      below = saturating_mul(below, t->dl.shape[i]);
+    }
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass == 1) r->kept = n;
+    for (int i = 0; i < ndim; i++) {
+      int64_t size = pl->shape[i], st = pl->in_st[i];
+      if ((pl->reduced[i] != 0) != pass || size <= 1 || (pass == 1 && m == 0)) continue;
+      misaligned |= st % element != 0;
+      if ((st < 0 ? -st : st) < fastest && st != 0) fastest = st < 0 ? -st : st, inner = pass;
+      if (n > (pass ? r->kept : 0) && a.strides[1][n - 1] == st * size &&
+          (!pass || a.strides[2][n - 1] == mult[i] * size)) {
+        a.shape[n - 1] *= size; /* fits: the elements walked */
+        a.strides[1][n - 1] = st;
+        a.strides[2][n - 1] = pass ? mult[i] : 0;
+      } else {
+        a.shape[n] = size;
+        a.strides[1][n] = st;
+        a.strides[2][n] = pass ? mult[i] : 0;
+        n++;
+      }
+    }
+  }
+  a.ndim = n;
+  r->outputs = K;
+  r->walked = m == 0 ? 0 : mw;
+  r->parts = 1;
+  if (K > 0 && r->walked > CUDA_PER_ITEM && K < CUDA_ITEMS) {
+    int64_t by_work = (r->walked + CUDA_PER_ITEM - 1) / CUDA_PER_ITEM, by_grid = (CUDA_ITEMS + K - 1) / K;
+    r->parts = by_work < by_grid ? by_work : by_grid;
+  }
+  r->repeats = pl->rep;
+  r->in_dtype = (uint8_t)in_dtype;
+  r->out_dtype = (uint8_t)pl->result_dtype;
+  r->acc_dtype = (uint8_t)acc;
+  r->flags = (uint8_t)(inner || K == 1 ? DLP_R_REDUCED_INNER : 0);
+  if (pl->rep > 1 && (op == R_SUM || op == R_PROD)) r->flags |= DLP_R_REPEAT;
+  if (is_arg(op)) r->flags |= DLP_R_NO_VALUES;
+
+  /* allocate: the results, then the partial results and var's means (temporaries) */
+  const CudaKernel *k = cuda_kernel(op == R_SUM || op == R_MEAN || op == R_VAR || op == R_STD ? CK_SUM
+                                    : op == R_PROD ? CK_PROD : op == R_ANY ? CK_ANY : op == R_ALL ? CK_ALL
+                                    : wants_max(op) ? CK_MAX : CK_MIN, acc);
+  int64_t shape0[1] = {0};
+  int first_result = lua_gettop(L) + 1, nresults = 1;
+  int keep_ndim = pl->full ? 0 : pl->keep_ndim;
+  const int64_t *out_shape = pl->full ? shape0 : pl->out_shape;
+  dlp_Tensor *values = NULL, *indices = NULL, *partials = NULL, *means = NULL;
+  if (!is_arg(op)) values = dlp_tensor_new(L, pl->result_dtype, 0, dev, keep_ndim, out_shape, 0, what);
+  if (is_ordered(op)) {
+    indices = dlp_tensor_new(L, DLP_INT64, 0, dev, keep_ndim, out_shape, 0, what);
+    nresults = is_arg(op) || pl->full ? 1 : 2;
+  }
+  int64_t idx_offset = 0;
+  if (r->parts > 1) {
+    int64_t slots = K * r->parts + K * ((r->parts + CUDA_GROUP - 1) / CUDA_GROUP);
+    int64_t bytes = (slots * k->size + 15) / 16 * 16;
+    idx_offset = bytes;
+    if (indices) bytes += slots * 8;
+    partials = dlp_tensor_new(L, DLP_UINT8, 0, dev, 1, &bytes, 0, what);
+  }
+  if (op == R_VAR || op == R_STD) means = dlp_tensor_new(L, acc, 0, dev, keep_ndim, out_shape, 0, what);
+  dlp_live(L, t, what);
+  /* a kernel reads elements as their C type: they must sit at multiples of its size */
+  if (m > 0 && K > 0 && (misaligned || (uintptr_t)dlp_first_element(t) % (uintptr_t)element != 0))
+    luaL_error(L, "%s: a CUDA operand's elements are not aligned to their size (%d bytes)", what, element);
+
+  if (K > 0) {
+    dlp_ElementwiseArgs pass = a;
+    if (op == R_VAR || op == R_STD) {
+      /* two passes: the means (sums over the walked elements, divided), then the squared
+       * deviations from them, times the repeats, over max(N - correction, 0) */
+      pass.reduce.flags |= DLP_R_DIVIDE;
+      pass.reduce.scale = 1;
+      pass.reduce.divisor = (double)mw;
+      pass.reduce.out_dtype = (uint8_t)acc;
+      cuda_fold(L, &pass, k, t, NULL, means, NULL, partials, idx_offset, what);
+      double divisor = (double)m - pl->correction;
+      pass = a;
+      pass.reduce.flags |= DLP_R_DIVIDE | (op == R_STD ? DLP_R_ROOT : 0);
+      pass.reduce.scale = (double)pl->rep;
+      pass.reduce.divisor = divisor > 0 ? divisor : 0;
+      cuda_fold(L, &pass, cuda_kernel(CK_SQDEV, acc), t, means, values, NULL, partials, idx_offset, what);
+    } else {
+      if (op == R_MEAN) {
+        pass.reduce.flags |= DLP_R_DIVIDE;
+        pass.reduce.scale = 1;
+        pass.reduce.divisor = (double)mw;
+      }
+      cuda_fold(L, &pass, k, t, NULL, values, indices, partials, idx_offset, what);
+    }
+  }
+  /* the temporaries go; their memory stays held until the kernels that use it ran */
+  if (partials) dlp_tensor_release(partials);
+  if (means) dlp_tensor_release(means);
+  if (pl->full) { /* a Lua value: the 0-d result, copied back once the kernels ran */
+    DLDevice cpu = {kDLCPU, 0};
+    dlp_Tensor *result = is_arg(op) ? indices : values;
+    dlp_Tensor *h = dlp_tensor_new(L, result->dtype, 0, cpu, 0, shape0, 0, what);
+    dlp_cuda_copy(L, h, result, NULL, what);
+    push_value(L, result->dtype, h->dl.data);
+    return 1;
+  }
+  for (int i = 0; i < nresults; i++) lua_pushvalue(L, first_result + i);
+  return nresults;
+}
+
+static int reduce_named(lua_State *L, int op, const char *what) {
   int reduced[DLP_MAX_NDIM], result_dtype, acc_dtype, ndim, keep_shape_ndim = 0;
   int64_t out_shape[DLP_MAX_NDIM], m = 1, K = 1, rep = 1;
   dlp_ComputeOptions o;
@@ -714,7 +924,14 @@ static int reduce(lua_State *L, int op) {
   dlp_read_compute_options(L, 3, allowed, &o, what);
   dlp_check_no_more(L, 4, what, "(t [, dim [, opts]])");
   lua_settop(L, 3);
-  dlp_check_host(L, t, what);
+  int gpu = t->dl.device.device_type == kDLCUDA; /* the device the reduction runs on */
+  if (gpu) {
+    dlp_push_device_name(L, t->dl.device);
+    dlp_cuda_require(L, lua_pushfstring(L, "%s (a tensor on %s)", what, lua_tostring(L, -1)));
+    lua_pop(L, 2);
+  } else {
+    dlp_check_host(L, t, what);
+  }
   dlp_check_computes(L, t->dtype, what);
   choose_dtypes(L, op, t->dtype, o.dtype, &result_dtype, &acc_dtype, what);
   for (int i = 0; i < ndim; i++) {
@@ -730,6 +947,33 @@ static int reduce(lua_State *L, int op) {
     luaL_error(L, "%s: the reduction of an empty tensor or dimension has no identity", what);
   /* a Lua value over all dimensions (complex results, which Lua has no number for, stay 0-d tensors) */
   int full = !has_dim && !o.keepdim && dlp_dtype_kind(result_dtype) != K_COMPLEX;
+  /* the walk: the accumulator with stride 0 along the reduced dimensions; reduced dimensions the
+   * input does not move along are left out (rep counts their elements) */
+  int64_t shape[DLP_MAX_NDIM], in_st[DLP_MAX_NDIM], out_el[DLP_MAX_NDIM], rsize[DLP_MAX_NDIM];
+  int walked[DLP_MAX_NDIM], nr = 0, any_dropped = 0;
+  int64_t s = 1;
+  for (int i = ndim - 1; i >= 0; i--) {
+    shape[i] = t->dl.shape[i];
+    in_st[i] = dlp_walk_stride(t, i);
+    out_el[i] = reduced[i] ? 0 : s;
+    if (!reduced[i]) s = saturating_mul(s, shape[i]);
+  }
+  for (int i = 0; i < ndim; i++) {
+    if (!reduced[i]) continue;
+    rsize[nr] = shape[i];
+    walked[nr] = !(in_st[i] == 0 && shape[i] > 1);
+    if (!walked[nr]) {
+      rep = saturating_mul(rep, shape[i]);
+      shape[i] = 1;
+      any_dropped = 1;
+    }
+    nr++;
+  }
+  if (gpu) {
+    Plan plan = {op, result_dtype, acc_dtype, full, keep_shape_ndim, out_shape, reduced, shape, in_st, m, K, rep,
+                 o.correction};
+    return reduce_cuda(L, t, &plan, what);
+  }
 
   /* allocate: results, then the accumulators that are not a result */
   _Alignas(16) char local[4][16];
@@ -753,29 +997,7 @@ static int reduce(lua_State *L, int op) {
   }
   dlp_live(L, t, what);
 
-  /* the walk: the accumulator with stride 0 along the reduced dimensions; reduced dimensions the
-   * input does not move along are left out (rep counts their elements) */
   Walk wl, *w = &wl;
-  int64_t shape[DLP_MAX_NDIM], in_st[DLP_MAX_NDIM], out_el[DLP_MAX_NDIM], rsize[DLP_MAX_NDIM];
-  int walked[DLP_MAX_NDIM], nr = 0, any_dropped = 0;
-  int64_t s = 1;
-  for (int i = ndim - 1; i >= 0; i--) {
-    shape[i] = t->dl.shape[i];
-    in_st[i] = dlp_walk_stride(t, i);
-    out_el[i] = reduced[i] ? 0 : s;
-    if (!reduced[i]) s = saturating_mul(s, shape[i]);
-  }
-  for (int i = 0; i < ndim; i++) {
-    if (!reduced[i]) continue;
-    rsize[nr] = shape[i];
-    walked[nr] = !(in_st[i] == 0 && shape[i] > 1);
-    if (!walked[nr]) {
-      rep = saturating_mul(rep, shape[i]);
-      shape[i] = 1;
-      any_dropped = 1;
-    }
-    nr++;
-  }
   w->op = op;
   w->nops = is_ordered(op) ? 3 : 2;
   w->acc_dtype = acc_dtype;
@@ -893,6 +1115,23 @@ static int reduce(lua_State *L, int op) {
   }
   for (int k = 0; k < nresults; k++) lua_pushvalue(L, first_result + k);
   return nresults;
+}
+
+static int reduce(lua_State *L, int op) { return reduce_named(L, op, op_names[op]); }
+
+/* all() named `what` in its messages: a closure of the tensor metatable (the module's convention:
+ * upvalue 1) and the name */
+static int l_all_named(lua_State *L) { return reduce_named(L, R_ALL, lua_tostring(L, lua_upvalueindex(2))); }
+int dlp_reduce_all(lua_State *L, int idx, const char *what) {
+  idx = lua_absindex(L, idx);
+  dlp_push_metatable(L);
+  lua_pushstring(L, what);
+  lua_pushcclosure(L, l_all_named, 2);
+  lua_pushvalue(L, idx);
+  lua_call(L, 1, 1);
+  int all = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return all;
 }
 
 static int l_sum(lua_State *L) { return reduce(L, R_SUM); }

@@ -32,6 +32,8 @@ static struct {
 static CUresult find_kernel(int device, int family, const char *name, CUfunction *out) {
   CUresult rc = CUDA_SUCCESS;
   Kernel *k;
+  if (family < 0 || family >= DLP_KERNEL_FAMILIES || !dlp_kernel_ptx[family])
+    return 500; /* CUDA_ERROR_NOT_FOUND: a family number without PTX */
   dlp_mutex_lock(&dlp_cuda.lock);
   for (k = loaded.kernels[device][family]; k; k = k->next)
     if (k->name == name) break;

@@ -13,10 +13,51 @@
 #define DLP_KERNEL_MAX_OPS 4  /* the output and up to three inputs (where, clamp) */
 #define DLP_KERNEL_MAX_DIMS 64 /* DLPack tensors here have at most 64 dimensions */
 
+/* The element types as the module numbers them (internal.h's dlp_Dtype; reduce.c checks that
+ * they agree): what a reduction's launch names its input and output dtypes by. */
+enum {
+  DLP_KT_BOOL, DLP_KT_I8, DLP_KT_I16, DLP_KT_I32, DLP_KT_I64, DLP_KT_U8, DLP_KT_U16, DLP_KT_U32, DLP_KT_U64,
+  DLP_KT_F16, DLP_KT_BF16, DLP_KT_F32, DLP_KT_F64, DLP_KT_C64, DLP_KT_C128
+};
+
+/* A reduction's launch (kernels.cu, "reductions"; planned by reduce.c). K outputs, numbered in
+ * row-major order of the kept dims, each the reduction of `walked` elements, numbered in
+ * row-major order of the walked reduced dims. In the launch's dlp_ElementwiseArgs: shape[0 ..
+ * kept - 1] are the kept dims and shape[kept .. ndim - 1] the walked reduced ones, strides[1]
+ * the input's byte strides along them and strides[2][d] (d >= kept) the row-major multiplier of
+ * reduced dim d among all the reduced dims (stride-0 ones included: what makes an index).
+ *
+ * Pass 1 (dlp_r<op>_<acc>): item (o, p), p < parts, folds output o's elements p, p + parts,
+ * p + 2 parts, ... (numel = K * parts items); a merge (dlp_r<op>_<acc>_merge) joins partial
+ * results p*group .. p*group + group - 1 of output o, in order (numel = K * ceil(parts / group)).
+ * Partial results are laid out p * K + o, in the accumulator's type (indices: int64). data[0]:
+ * the values written (partials, or the results when DLP_R_FINAL), data[3] the indices written
+ * (min, max, argmin, argmax); data[1]: what is read (the input, or the partial values), data[2]:
+ * the partial indices (a merge) or the means (var's second pass). */
+enum {
+  DLP_R_REDUCED_INNER = 1, /* item w is (w / parts, w % parts); else (w % K, w / K): adjacent items, adjacent elements */
+  DLP_R_FINAL = 2,         /* write the results (finished, in out_dtype), not partials */
+  DLP_R_REPEAT = 4,        /* a sum or product over `repeats` copies (stride-0 reduced dims) */
+  DLP_R_DIVIDE = 8,        /* times scale, over divisor (mean, var) */
+  DLP_R_ROOT = 16,         /* then the square root (std) */
+  DLP_R_NO_VALUES = 32     /* argmin, argmax: the indices only */
+};
+typedef struct dlp_ReduceParams {
+  int64_t outputs;  /* K */
+  int64_t walked;   /* elements walked per output */
+  int64_t parts;    /* pass 1: slices per output; a merge: the partial results it reads per output */
+  int64_t group;    /* a merge: partial results joined per item */
+  int64_t repeats;  /* elements each walked one stands for */
+  double scale, divisor;
+  int32_t kept;     /* kept dims, first in shape */
+  uint8_t in_dtype, out_dtype, acc_dtype, flags;
+} dlp_ReduceParams;
+
 /* An elementwise launch: operand 0 the output, the others the inputs, each at data[k] with
  * strides[k] bytes per step along the dimensions of `shape` (0 where broadcast), the innermost
  * last; an input whose bit is set in `scalars` is the value value[k] instead (a Lua number,
- * already in the kernel's type). The elements are numbered in row-major order of `shape`. */
+ * already in the kernel's type). The elements are numbered in row-major order of `shape`. A
+ * reduction's launch fills `reduce` instead of the values (scalars 0). */
 typedef struct dlp_ElementwiseArgs {
   int64_t numel;
   int32_t ndim;
@@ -24,7 +65,10 @@ typedef struct dlp_ElementwiseArgs {
   uint64_t data[DLP_KERNEL_MAX_OPS];
   int64_t shape[DLP_KERNEL_MAX_DIMS];
   int64_t strides[DLP_KERNEL_MAX_OPS][DLP_KERNEL_MAX_DIMS];
-  uint64_t value[DLP_KERNEL_MAX_OPS][2];
+  union {
+    uint64_t value[DLP_KERNEL_MAX_OPS][2];
+    dlp_ReduceParams reduce; /* no larger than the values: every launch passes the same struct */
+  };
 } dlp_ElementwiseArgs;
 
 /* A matrix product (the kernels dlp_matmul_<compute type>, family DLP_MATMUL_FAMILY) takes the

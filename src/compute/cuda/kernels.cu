@@ -1,8 +1,10 @@
 /* The CUDA kernels of the elementwise functions: ops.h's element expressions, one kernel per
  * (operation, compute type), named dlp_<op>_<type> as the CPU loops are named <op>_<type>.
  *
- * Family 12 holds the strided copies, by element size, family 13 the matrix products. Compiled
- * twice from this one source:
+ * Families: 0-11 the elementwise operations (by compute type), 12 the strided copies by element
+ * size (and fills), 13-25 the conversions from each real dtype, 26 random tensors and ranges, 27
+ * the matrix products, 28-31 the reductions (see "reductions" below). Compiled twice from this
+ * one source:
  *   - as CUDA, to PTX, one file per family (DLP_FAMILY: a compute type, or the mixed integer
  *     comparisons), by `make ptx` with the toolkit; the PTX is kept in the repository under
  *     ptx/, embedded in the module and loaded by the driver a family at a time on first use
@@ -368,6 +370,365 @@ DLP_RULE void mm_store_u32(uint64_t p, int t, uint32_t v) { mm_store_u64(p, t, v
 MATMULS(MATMUL)
 #endif
 
+/* ---- reductions (families 28 to 31) ----
+ * The launches args.h describes (dlp_ReduceParams), by ops.h's rules: pass 1 folds slices of
+ * each output's elements, merges join the partial results in a fixed order, and the last step
+ * finishes each output (repeats, means, variances) and writes it in its dtype. Inputs of any
+ * dtype are read as the accumulator (the conversions of core/convert_rules.h, as the CPU's).
+ * Family 20: integer and bool accumulators; 21: float32; 22: float64; 23: complex. */
+#if DLP_FAMILY < 0 || DLP_FAMILY >= 20
+#include "core/convert_rules.h"
+
+#ifdef __CUDACC__
+#define RFN static __device__ __forceinline__
+#pragma nv_diag_suppress 177 /* the helpers serve four families: each leaves some unused */
+#else
+#define RFN static inline
+#endif
+#define RP (A.reduce)
+#define RD(T, address) (*(const T *)BYTES((address), (int64_t)sizeof(T), 0))
+#define WR(T, address, v) (*(T *)BYTES((address), (int64_t)sizeof(T), 1) = (v))
+
+typedef struct r_c64 { float re, im; } r_c64;
+typedef struct r_c128 { double re, im; } r_c128;
+
+RFN int64_t r_size(int dt) {
+  return dt == DLP_KT_C128 ? 16 : dt == DLP_KT_I64 || dt == DLP_KT_U64 || dt == DLP_KT_F64 || dt == DLP_KT_C64 ? 8
+         : dt == DLP_KT_I32 || dt == DLP_KT_U32 || dt == DLP_KT_F32 ? 4
+         : dt == DLP_KT_I16 || dt == DLP_KT_U16 || dt == DLP_KT_F16 || dt == DLP_KT_BF16 ? 2 : 1;
+}
+RFN int r_is_float(int dt) { return dt >= DLP_KT_F16; }
+
+/* ---- loads: the element of dtype dt at a, as each accumulator reads it ---- */
+
+/* a float element (a complex one's real part) as a double, exactly */
+RFN double r_real(int dt, uint64_t a) {
+  switch (dt) {
+    case DLP_KT_F16: return dlp_rule_half_to_float(RD(uint16_t, a));
+    case DLP_KT_BF16: return dlp_rule_bfloat_to_float(RD(uint16_t, a));
+    case DLP_KT_F32: case DLP_KT_C64: return RD(float, a);
+    default: return RD(double, a);
+  }
+}
+/* an integer or bool element, sign-extended to 64 bits (bool: 0 or 1) */
+RFN uint64_t r_bits(int dt, uint64_t a) {
+  switch (dt) {
+    case DLP_KT_BOOL: return RD(uint8_t, a) != 0;
+    case DLP_KT_I8: return (uint64_t)(int64_t)RD(int8_t, a);
+    case DLP_KT_I16: return (uint64_t)(int64_t)RD(int16_t, a);
+    case DLP_KT_I32: return (uint64_t)(int64_t)RD(int32_t, a);
+    case DLP_KT_U8: return RD(uint8_t, a);
+    case DLP_KT_U16: return RD(uint16_t, a);
+    case DLP_KT_U32: return RD(uint32_t, a);
+    default: return RD(uint64_t, a);
+  }
+}
+/* int64 (sgn) or uint64: integers wrap, floats truncate and saturate, complex by its real part */
+RFN uint64_t r_load_u64(int dt, uint64_t a, int sgn) {
+  if (!r_is_float(dt)) return r_bits(dt, a);
+  return sgn ? (uint64_t)dlp_rule_sat_int64(r_real(dt, a)) : dlp_rule_sat_uint64(r_real(dt, a));
+}
+RFN float r_load_f32(int dt, uint64_t a, int sgn) {
+  (void)sgn;
+  if (r_is_float(dt)) return (float)r_real(dt, a);
+  uint64_t v = r_bits(dt, a);
+  return dt == DLP_KT_U64 ? to_float32_u64(v) : to_float32_i64((int64_t)v);
+}
+RFN double r_load_f64(int dt, uint64_t a, int sgn) {
+  (void)sgn;
+  if (r_is_float(dt)) return r_real(dt, a);
+  uint64_t v = r_bits(dt, a);
+  return dt == DLP_KT_U64 ? (double)v : (double)(int64_t)v;
+}
+RFN double r_imag(int dt, uint64_t a) {
+  return dt == DLP_KT_C64 ? (double)RD(float, a + 4) : dt == DLP_KT_C128 ? RD(double, a + 8) : 0.0;
+}
+RFN r_c64 r_load_c64(int dt, uint64_t a, int sgn) {
+  r_c64 c;
+  c.re = r_load_f32(dt, a, sgn);
+  c.im = (float)r_imag(dt, a);
+  return c;
+}
+RFN r_c128 r_load_c128(int dt, uint64_t a, int sgn) {
+  r_c128 c;
+  c.re = r_load_f64(dt, a, sgn);
+  c.im = r_imag(dt, a);
+  return c;
+}
+/* any, all: nonzero (either part of a complex one; NaN is true) */
+RFN b8 r_load_b8(int dt, uint64_t a, int sgn) {
+  (void)sgn;
+  if (!r_is_float(dt)) return r_bits(dt, a) != 0;
+  return r_real(dt, a) != 0 || r_imag(dt, a) != 0;
+}
+/* min, max: integers and bool as int64 or uint64, float16 and bfloat16 as float32 */
+RFN uint64_t r_load_bits(int dt, uint64_t a, int sgn) { (void)sgn; return r_bits(dt, a); }
+#define R_LOAD_INT(T) (T) r_load_bits
+#define r_load_ord_f32(dt, a, sgn) r_load_f32(dt, a, sgn)
+#define r_load_ord_f64(dt, a, sgn) r_load_f64(dt, a, sgn)
+
+/* ---- stores: a finished value in the result's dtype ---- */
+
+RFN void r_store_bits(int dt, uint64_t a, uint64_t v) {
+  switch (dt) {
+    case DLP_KT_BOOL: WR(uint8_t, a, (uint8_t)(v != 0)); break;
+    case DLP_KT_I8: case DLP_KT_U8: WR(uint8_t, a, (uint8_t)v); break;
+    case DLP_KT_I16: case DLP_KT_U16: WR(uint16_t, a, (uint16_t)v); break;
+    case DLP_KT_I32: case DLP_KT_U32: WR(uint32_t, a, (uint32_t)v); break;
+    default: WR(uint64_t, a, v);
+  }
+}
+RFN void r_store_f32(int dt, uint64_t a, float v) {
+  if (dt == DLP_KT_F16) WR(uint16_t, a, dlp_rule_half_from_float(v));
+  else if (dt == DLP_KT_BF16) WR(uint16_t, a, dlp_rule_bfloat_from_float(v));
+  else WR(float, a, v);
+}
+RFN void r_store_f64(int dt, uint64_t a, double v) { (void)dt; WR(double, a, v); }
+RFN void r_store_c64(int dt, uint64_t a, r_c64 v) { (void)dt; WR(float, a, v.re); WR(float, a + 4, v.im); }
+RFN void r_store_c128(int dt, uint64_t a, r_c128 v) { (void)dt; WR(double, a, v.re); WR(double, a + 8, v.im); }
+RFN void r_store_b8(int dt, uint64_t a, b8 v) { (void)dt; WR(uint8_t, a, v); }
+#define r_store_int(dt, a, v) r_store_bits(dt, a, (uint64_t)(v))
+#define r_store_u64 r_store_bits
+
+/* ---- each accumulator: joining and finishing (ops.h's rules) ---- */
+
+RFN uint64_t r_add_u64(uint64_t a, uint64_t b) { return a + b; }
+RFN uint64_t r_mul_u64(uint64_t a, uint64_t b) { return a * b; }
+RFN float r_add_f32(float a, float b) { return a + b; }
+RFN float r_mul_f32(float a, float b) { return a * b; }
+RFN double r_add_f64(double a, double b) { return a + b; }
+RFN double r_mul_f64(double a, double b) { return a * b; }
+RFN r_c64 r_add_c64(r_c64 a, r_c64 b) { a.re += b.re; a.im += b.im; return a; }
+RFN r_c64 r_mul_c64(r_c64 a, r_c64 b) { dlp_cmul_f32(&a.re, &a.im, b.re, b.im); return a; }
+RFN r_c128 r_add_c128(r_c128 a, r_c128 b) { a.re += b.re; a.im += b.im; return a; }
+RFN r_c128 r_mul_c128(r_c128 a, r_c128 b) { dlp_cmul_f64(&a.re, &a.im, b.re, b.im); return a; }
+RFN b8 r_any_b8(b8 a, b8 b) { return DLP_ANY_JOIN(a, b); }
+RFN b8 r_all_b8(b8 a, b8 b) { return DLP_ALL_JOIN(a, b); }
+RFN float r_sqdev_f32(float a, float x, float m) { return a + DLP_SQDEV(x, m); }
+RFN double r_sqdev_f64(double a, double x, double m) { return a + DLP_SQDEV(x, m); }
+
+RFN uint64_t r_zero_u64(void) { return 0; }
+RFN uint64_t r_one_u64(void) { return 1; }
+RFN float r_zero_f32(void) { return 0; }
+RFN float r_one_f32(void) { return 1; }
+RFN double r_zero_f64(void) { return 0; }
+RFN double r_one_f64(void) { return 1; }
+RFN r_c64 r_zero_c64(void) { r_c64 c = {0, 0}; return c; }
+RFN r_c64 r_one_c64(void) { r_c64 c = {1, 0}; return c; }
+RFN r_c128 r_zero_c128(void) { r_c128 c = {0, 0}; return c; }
+RFN r_c128 r_one_c128(void) { r_c128 c = {1, 0}; return c; }
+RFN b8 r_false_b8(void) { return 0; }
+RFN b8 r_true_b8(void) { return 1; }
+
+/* finishing: a sum or product over the repeats, then times scale over divisor (and the root) */
+RFN uint64_t r_finish_u64(uint64_t v, int prod, int flags, int64_t rep, double scale, double divisor) {
+  (void)scale, (void)divisor;
+  return flags & DLP_R_REPEAT ? dlp_repeat_u64(prod, v, rep) : v;
+}
+RFN float r_finish_f32(float v, int prod, int flags, int64_t rep, double scale, double divisor) {
+  if (flags & DLP_R_REPEAT) v = dlp_repeat_f32(prod, v, rep);
+  if (flags & DLP_R_DIVIDE) v = dlp_divide_f32(v, scale, divisor, flags & DLP_R_ROOT);
+  return v;
+}
+RFN double r_finish_f64(double v, int prod, int flags, int64_t rep, double scale, double divisor) {
+  if (flags & DLP_R_REPEAT) v = dlp_repeat_f64(prod, v, rep);
+  if (flags & DLP_R_DIVIDE) v = dlp_divide_f64(v, scale, divisor, flags & DLP_R_ROOT);
+  return v;
+}
+RFN r_c64 r_finish_c64(r_c64 v, int prod, int flags, int64_t rep, double scale, double divisor) {
+  (void)scale;
+  if (flags & DLP_R_REPEAT) {
+    double re = v.re, im = v.im;
+    dlp_repeat_c128(prod, &re, &im, rep);
+    v.re = (float)re;
+    v.im = (float)im;
+  }
+  if (flags & DLP_R_DIVIDE) {
+    v.re = dlp_divide_part_f32(v.re, divisor);
+    v.im = dlp_divide_part_f32(v.im, divisor);
+  }
+  return v;
+}
+RFN r_c128 r_finish_c128(r_c128 v, int prod, int flags, int64_t rep, double scale, double divisor) {
+  (void)scale;
+  if (flags & DLP_R_REPEAT) dlp_repeat_c128(prod, &v.re, &v.im, rep);
+  if (flags & DLP_R_DIVIDE) {
+    v.re = dlp_divide_part_f64(v.re, divisor);
+    v.im = dlp_divide_part_f64(v.im, divisor);
+  }
+  return v;
+}
+RFN b8 r_finish_b8(b8 v, int prod, int flags, int64_t rep, double scale, double divisor) {
+  (void)prod, (void)flags, (void)rep, (void)scale, (void)divisor;
+  return v;
+}
+
+/* ---- walking ---- */
+
+/* result: the byte offset (strides[k]) of index i, numbered in row-major order of dims [from, to) */
+#define R_SPLIT(i, from, to, k, result)                                                               \
+  do {                                                                                                \
+    int64_t rest_ = (i);                                                                              \
+    result = 0;                                                                                       \
+    ROLLED                                                                                            \
+    for (int d_ = (to) - 1; d_ >= (from); d_--) {                                                     \
+      int64_t n_ = A.shape[d_];                                                                       \
+      result += rest_ % n_ * A.strides[k][d_];                                                        \
+      rest_ /= n_;                                                                                    \
+    }                                                                                                 \
+  } while (0)
+/* the input's element at walked position r of the output whose kept offset is base */
+#define R_AT(base, r, address)                                                                        \
+  do {                                                                                                \
+    int64_t off_;                                                                                     \
+    if (A.ndim - RP.kept == 1) off_ = (r) * A.strides[1][A.ndim - 1];                                 \
+    else R_SPLIT(r, RP.kept, A.ndim, 1, off_);                                                        \
+    address = A.data[1] + (uint64_t)((base) + off_);                                                  \
+  } while (0)
+
+/* pass 1's items: output o, slice p of P */
+#define R_ITEMS(...)                                                                                  \
+  for (int64_t w_ = THREAD, step_ = THREADS; w_ < A.numel; w_ += step_) {                             \
+    const int64_t K = RP.outputs, P = RP.parts;                                                       \
+    const int inner_ = (RP.flags & DLP_R_REDUCED_INNER) != 0;                                         \
+    const int64_t o = inner_ ? w_ / P : w_ % K, p = inner_ ? w_ % P : w_ / K;                         \
+    int64_t base;                                                                                     \
+    R_SPLIT(o, 0, RP.kept, 1, base);                                                                  \
+    __VA_ARGS__                                                                                       \
+  }
+/* a merge's items: output o, partial results first .. end - 1, written as partial q */
+#define R_MERGE_ITEMS(...)                                                                            \
+  for (int64_t w_ = THREAD, step_ = THREADS; w_ < A.numel; w_ += step_) {                             \
+    const int64_t K = RP.outputs, o = w_ % K, q = w_ / K, first = q * RP.group;                       \
+    const int64_t end = first + RP.group < RP.parts ? first + RP.group : RP.parts;                    \
+    __VA_ARGS__                                                                                       \
+  }
+
+/* the accumulator v of output o: finished and written as the result, or as partial q */
+#define R_PUT(S, T, PROD, v, q)                                                                       \
+  if (RP.flags & DLP_R_FINAL)                                                                         \
+    r_store_##S(RP.out_dtype, A.data[0] + (uint64_t)(o * r_size(RP.out_dtype)),                       \
+                r_finish_##S(v, PROD, RP.flags, RP.repeats, RP.scale, RP.divisor));                   \
+  else                                                                                                \
+    WR(T, A.data[0] + (uint64_t)(((q) * K + o) * (int64_t)sizeof(T)), v);
+/* the best value b at walked position bi: the value and the 1-based index among all the reduced
+ * dims, or partial q */
+#define R_PUT_ORDERED(STORE, T, b, bi, q)                                                             \
+  if (RP.flags & DLP_R_FINAL) {                                                                       \
+    int64_t at_;                                                                                      \
+    if (!(RP.flags & DLP_R_NO_VALUES)) STORE(RP.out_dtype, A.data[0] + (uint64_t)(o * r_size(RP.out_dtype)), b); \
+    R_SPLIT(bi, RP.kept, A.ndim, 2, at_);                                                             \
+    WR(int64_t, A.data[3] + (uint64_t)(o * 8), at_ + 1);                                              \
+  } else {                                                                                            \
+    WR(T, A.data[0] + (uint64_t)(((q) * K + o) * (int64_t)sizeof(T)), b);                             \
+    WR(int64_t, A.data[3] + (uint64_t)(((q) * K + o) * 8), bi);                                       \
+  }
+
+/* acc: the partial results first .. end - 1 of output o joined pairwise, in order (a sum's rounding
+ * errors grow with the log of the group, not its length): a binary counter of partial joins */
+#define R_PAIRWISE(T, JOIN, acc)                                                                      \
+  do {                                                                                                \
+    T stack_[8]; /* groups of up to 128: at most 8 pending */                                        \
+    int top_ = 0;                                                                                     \
+    for (int64_t j = first; j < end; j++) {                                                           \
+      T v_ = RD(T, A.data[1] + (uint64_t)((j * K + o) * (int64_t)sizeof(T)));                        \
+      for (int64_t c_ = j - first; c_ & 1; c_ >>= 1) v_ = JOIN(stack_[--top_], v_);                   \
+      stack_[top_++] = v_;                                                                            \
+    }                                                                                                 \
+    acc = stack_[--top_];                                                                             \
+    while (top_ > 0) acc = JOIN(stack_[--top_], acc);                                                 \
+  } while (0)
+
+/* sum, prod, any, all: JOIN(acc, element) from INIT; merges JOIN the partials pairwise */
+#define R_FOLD(name, S, T, INIT, JOIN, PROD)                                                          \
+  KERNEL(dlp_##name) {                                                                                \
+    R_ITEMS(T acc = INIT();                                                                           \
+            for (int64_t r = p; r < RP.walked; r += P) {                                              \
+              uint64_t at;                                                                            \
+              R_AT(base, r, at);                                                                      \
+              acc = JOIN(acc, r_load_##S(RP.in_dtype, at, RP.acc_dtype == DLP_KT_I64));               \
+            }                                                                                         \
+            R_PUT(S, T, PROD, acc, p))                                                                \
+  }                                                                                                   \
+  KERNEL(dlp_##name##_merge) { R_MERGE_ITEMS(T acc; R_PAIRWISE(T, JOIN, acc); R_PUT(S, T, PROD, acc, q)) }
+/* var's second pass: the squared deviations from the means (data[2], one per output) */
+#define R_SQDEV(name, S, T)                                                                           \
+  KERNEL(dlp_##name) {                                                                                \
+    R_ITEMS(T acc = 0, mean = RD(T, A.data[2] + (uint64_t)(o * (int64_t)sizeof(T)));                  \
+            for (int64_t r = p; r < RP.walked; r += P) {                                              \
+              uint64_t at;                                                                            \
+              R_AT(base, r, at);                                                                      \
+              acc = r_sqdev_##S(acc, r_load_##S(RP.in_dtype, at, 0), mean);                           \
+            }                                                                                         \
+            R_PUT(S, T, 0, acc, p))                                                                   \
+  }                                                                                                   \
+  KERNEL(dlp_##name##_merge) { R_MERGE_ITEMS(T acc; R_PAIRWISE(T, r_add_##S, acc); R_PUT(S, T, 0, acc, q)) }
+/* min, max, argmin, argmax: each slice walked in order (it is never empty: parts <= walked) */
+#define R_ORDERED(name, T, LOAD, STORE, BEATS, ISNAN)                                                 \
+  KERNEL(dlp_##name) {                                                                                \
+    R_ITEMS(uint64_t at;                                                                              \
+            R_AT(base, p, at);                                                                        \
+            T b = LOAD(RP.in_dtype, at, 1);                                                           \
+            int64_t bi = p;                                                                           \
+            for (int64_t r = p + P; r < RP.walked && !ISNAN(b); r += P) {                             \
+              R_AT(base, r, at);                                                                      \
+              T x = LOAD(RP.in_dtype, at, 1);                                                         \
+              if (BEATS(x, b, ISNAN)) {                                                               \
+                b = x;                                                                                \
+                bi = r;                                                                               \
+              }                                                                                       \
+            }                                                                                         \
+            R_PUT_ORDERED(STORE, T, b, bi, p))                                                        \
+  }                                                                                                   \
+  KERNEL(dlp_##name##_merge) {                                                                        \
+    R_MERGE_ITEMS(T b = RD(T, A.data[1] + (uint64_t)((first * K + o) * (int64_t)sizeof(T)));         \
+                  int64_t bi = RD(int64_t, A.data[2] + (uint64_t)((first * K + o) * 8));              \
+                  for (int64_t j = first + 1; j < end; j++) {                                         \
+                    T v = RD(T, A.data[1] + (uint64_t)((j * K + o) * (int64_t)sizeof(T)));            \
+                    int64_t vi = RD(int64_t, A.data[2] + (uint64_t)((j * K + o) * 8));                \
+                    if (DLP_REPLACES(BEATS, v, vi, b, bi, ISNAN)) {                                   \
+                      b = v;                                                                          \
+                      bi = vi;                                                                        \
+                    }                                                                                 \
+                  }                                                                                   \
+                  R_PUT_ORDERED(STORE, T, b, bi, q))                                                  \
+  }
+#define R_ORDERED_PAIR(s, T, LOAD, STORE, ISNAN)                                                      \
+  R_ORDERED(rmax_##s, T, LOAD, STORE, DLP_BEATS_MAX, ISNAN)                                           \
+  R_ORDERED(rmin_##s, T, LOAD, STORE, DLP_BEATS_MIN, ISNAN)
+#endif
+
+/* The reduction kernels of each family, ENTRY(name) for pass 1 and its merge. */
+/* min and max of the integers and bool compare in 64 bits: values read sign- or zero-extended
+ * keep their order, and are written back in the input's dtype */
+#define R_INT_ORDERED(X) X(i64, int64_t) X(u64, uint64_t)
+#define R_INT_ORDERED_KERNELS(s, T) R_ORDERED_PAIR(s, T, R_LOAD_INT(T), r_store_int, DLP_NEVER_NAN)
+#define R_FLOAT_KERNELS(s, T)                                                                         \
+  R_FOLD(rsum_##s, s, T, r_zero_##s, r_add_##s, 0)                                                    \
+  R_FOLD(rprod_##s, s, T, r_one_##s, r_mul_##s, 1)                                                    \
+  R_SQDEV(rsqdev_##s, s, T)                                                                           \
+  R_ORDERED_PAIR(s, T, r_load_ord_##s, r_store_##s, DLP_IS_NAN)
+#define R_COMPLEX_KERNELS(s, T)                                                                       \
+  R_FOLD(rsum_##s, s, T, r_zero_##s, r_add_##s, 0)                                                    \
+  R_FOLD(rprod_##s, s, T, r_one_##s, r_mul_##s, 1)
+#if FAMILY(28)
+R_FOLD(rsum_u64, u64, uint64_t, r_zero_u64, r_add_u64, 0)
+R_FOLD(rprod_u64, u64, uint64_t, r_one_u64, r_mul_u64, 1)
+R_FOLD(rany_b8, b8, b8, r_false_b8, r_any_b8, 0)
+R_FOLD(rall_b8, b8, b8, r_true_b8, r_all_b8, 0)
+R_INT_ORDERED(R_INT_ORDERED_KERNELS)
+#endif
+#if FAMILY(29)
+R_FLOAT_KERNELS(f32, float)
+#endif
+#if FAMILY(30)
+R_FLOAT_KERNELS(f64, double)
+#endif
+#if FAMILY(31)
+R_COMPLEX_KERNELS(c64, r_c64)
+R_COMPLEX_KERNELS(c128, r_c128)
+#endif
+
 #ifndef __CUDACC__
 /* The fake driver's table of the kernels by name. */
 #include "compute/cuda/fake_kernels.h"
@@ -381,11 +742,18 @@ MATMULS(MATMUL)
 #define CONVERSION_ENTRY(S, s, ST, sc, D, d, DT, dc) {"dlp_convert_" #s "_" #d, dlp_convert_##s##_##d},
 #define CONVERSION_ENTRIES(S, s, ST, sc) DLP_REAL_DESTINATIONS(CONVERSION_ENTRY, S, s, ST, sc)
 #define FLOAT_ENTRIES(s, T, F) DLP_FLOAT_OPS(ENTRY, ENTRY, ENTRY, s, T, F) DLP_COMPARE_OPS(ENTRY, ENTRY, ENTRY, s, T)
+#define R_ENTRIES(name) {"dlp_" #name, dlp_##name}, {"dlp_" #name "_merge", dlp_##name##_merge},
+#define R_INT_ENTRIES(s, T) R_ENTRIES(rmax_##s) R_ENTRIES(rmin_##s)
+#define R_FLOAT_ENTRIES(s) R_ENTRIES(rsum_##s) R_ENTRIES(rprod_##s) R_ENTRIES(rsqdev_##s) R_ENTRIES(rmax_##s) \
+  R_ENTRIES(rmin_##s)
+#define R_COMPLEX_ENTRIES(s) R_ENTRIES(rsum_##s) R_ENTRIES(rprod_##s)
 const dlp_FakeKernel dlp_fake_kernels[] = {
   DLP_BOOL_OPS(ENTRY, ENTRY, ENTRY, ENTRY) DLP_INTS(INT_ENTRIES) DLP_FLOATS(FLOAT_ENTRIES) DLP_MIXED_OPS(ENTRY) COPIES(ENTRY)
   DLP_REAL_DTYPES(CONVERSION_ENTRIES) {"dlp_isclose_f64", dlp_isclose_f64},
   DLP_INTS(ZERO_FLAG_ENTRY) ENTRY(has_negative_i8) ENTRY(has_negative_i16) ENTRY(has_negative_i32)
   ENTRY(has_negative_i64) RANDOM_KERNELS(RAND_ENTRIES, RANDINT_ENTRY) RANGE_KERNELS(RANGE_ENTRIES) MATMULS(MATMUL_ENTRY)
+  R_ENTRIES(rsum_u64) R_ENTRIES(rprod_u64) R_ENTRIES(rany_b8) R_ENTRIES(rall_b8) R_INT_ORDERED(R_INT_ENTRIES)
+  R_FLOAT_ENTRIES(f32) R_FLOAT_ENTRIES(f64) R_COMPLEX_ENTRIES(c64) R_COMPLEX_ENTRIES(c128)
   {NULL, NULL},
 };
 #endif
