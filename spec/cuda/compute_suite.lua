@@ -55,7 +55,18 @@ local function agrees(what, fn, ...)
   assert.are.same(want.shape, got.shape, what)
   got = host(got)
   if probe.kind == "gpu" and MATH[what:match("^(%w+)")] and (want.dtype == "float32" or want.dtype == "float64") then
-    assert.is_true(dlpack.allclose(got, want, {rtol = 1e-6, atol = 0, equal_nan = true}), what)
+    -- a GPU's libm: within a few units in the last place; NaN where the CPU has NaN
+    local g, w = got:to("float64"):totable(), want:to("float64"):totable()
+    local function close(a, b)
+      if type(a) == "table" then
+        for k = 1, #a do
+          if not close(a[k], b[k]) then return false end
+        end
+        return true
+      end
+      return (a ~= a and b ~= b) or a == b or math.abs(a - b) <= 1e-6 * math.abs(b)
+    end
+    assert.is_true(close(g, w), what)
   else
     assert.are.equal(want:tobytes(), got:tobytes(), what)
   end
