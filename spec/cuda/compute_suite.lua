@@ -54,8 +54,9 @@ local function agrees(what, fn, ...)
   assert.are.equal(want.dtype, got.dtype, what)
   assert.are.same(want.shape, got.shape, what)
   got = host(got)
-  if probe.kind == "gpu" and MATH[what:match("^(%w+)")] and (want.dtype == "float32" or want.dtype == "float64") then
-    -- a GPU's libm: within a few units in the last place; NaN where the CPU has NaN
+  local rtol = ({float64 = 1e-13, float32 = 1e-6, float16 = 1e-3, bfloat16 = 1e-2})[want.dtype]
+  if probe.kind == "gpu" and MATH[what:match("^(%w+)")] and rtol then
+    -- a GPU's libm: within a few units in the last place of the dtype; NaN where the CPU has NaN
     local g, w = got:to("float64"):totable(), want:to("float64"):totable()
     local function close(a, b)
       if type(a) == "table" then
@@ -64,7 +65,7 @@ local function agrees(what, fn, ...)
         end
         return true
       end
-      return (a ~= a and b ~= b) or a == b or math.abs(a - b) <= 1e-6 * math.abs(b)
+      return (a ~= a and b ~= b) or a == b or math.abs(a - b) <= rtol * math.abs(b)
     end
     assert.is_true(close(g, w), what)
   else
