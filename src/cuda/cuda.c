@@ -687,20 +687,21 @@ void dlp_cuda_copy(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStrea
     copy_kernel(L, dst, src, stream, what); /* one device, converting or strided: a kernel */
     return;
   }
-  /* a strided device side is gathered (or scattered) on its device through a contiguous
-   * temporary there, which the driver's copy then moves */
-  if (!dst_host && !dlp_is_contiguous(dst) && dst->dl.device.device_type == kDLCUDA && dst->dtype <= DLP_COMPLEX128) {
-    dlp_Tensor *packed = dlp_tensor_new(L, dst->dtype, 0, dst->dl.device, dst->dl.ndim, dst->dl.shape, 0, what);
-    dlp_cuda_copy(L, packed, src, stream, what);
-    copy_kernel(L, dst, packed, stream, what);
-    dlp_tensor_release(packed);
-    lua_settop(L, top);
-    return;
-  }
-  if (!src_host && !dlp_is_contiguous(src) && src->dl.device.device_type == kDLCUDA && src->dtype <= DLP_COMPLEX128) {
-    dlp_Tensor *packed = dlp_tensor_new(L, src->dtype, 0, src->dl.device, src->dl.ndim, src->dl.shape, 0, what);
-    copy_kernel(L, packed, src, stream, what);
-    dlp_cuda_copy(L, dst, packed, stream, what);
+  /* a strided device side is scattered (or gathered) on its device through a contiguous
+   * temporary there, which the driver's copy fills (or empties) */
+  int scatter = !dst_host && !dlp_is_contiguous(dst) && dst->dl.device.device_type == kDLCUDA &&
+                dst->dtype <= DLP_COMPLEX128;
+  if (scatter || (!src_host && !dlp_is_contiguous(src) && src->dl.device.device_type == kDLCUDA &&
+                  src->dtype <= DLP_COMPLEX128)) {
+    dlp_Tensor *side = scatter ? dst : src;
+    dlp_Tensor *packed = dlp_tensor_new(L, side->dtype, 0, side->dl.device, side->dl.ndim, side->dl.shape, 0, what);
+    if (scatter) {
+      dlp_cuda_copy(L, packed, src, stream, what);
+      copy_kernel(L, dst, packed, stream, what);
+    } else {
+      copy_kernel(L, packed, src, stream, what);
+      dlp_cuda_copy(L, dst, packed, stream, what);
+    }
     dlp_tensor_release(packed);
     lua_settop(L, top);
     return;
