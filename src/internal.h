@@ -461,6 +461,10 @@ void dlp_copy_on_cuda(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaSt
  * arange of double start and step, 2 linspace (params: 48 bytes, as kernels.cu reads them); and
  * the diagonal of a new zeroed n x m CUDA tensor set to element (eye) */
 void dlp_range_on_cuda(lua_State *L, dlp_Tensor *t, int kind, const void *params, const char *what);
+/* every element of t (a new contiguous CUDA tensor) written by `kernel` (of `family`), which reads
+ * its parameters from the launch's value slots 1 to 3 (params: 48 bytes) */
+void dlp_generate_on_cuda(lua_State *L, dlp_Tensor *t, const char *kernel, int family, const void *params,
+                          const char *what);
 void dlp_diagonal_on_cuda(lua_State *L, dlp_Tensor *t, const void *element, const char *what);
 /* the kernel (and its family) that copies src_dtype elements into dst_dtype ones; raises when none */
 const char *dlp_cuda_copy_kernel(lua_State *L, int dst_dtype, int src_dtype, int *family, const char *what);

@@ -125,18 +125,23 @@ void dlp_fill_on_cuda(lua_State *L, dlp_Tensor *t, const void *element, dlp_Cuda
 static const char *const range_kernels[3][DLP_FLOAT64 + 1] = {
   RANGE_NAMES("dlp_arange_int_"), RANGE_NAMES("dlp_arange_float_"), RANGE_NAMES("dlp_linspace_")};
 
-void dlp_range_on_cuda(lua_State *L, dlp_Tensor *t, int kind, const void *params, const char *what) {
-  const char *kernel = t->dtype <= DLP_FLOAT64 ? range_kernels[kind][t->dtype] : NULL;
+void dlp_generate_on_cuda(lua_State *L, dlp_Tensor *t, const char *kernel, int family, const void *params,
+                          const char *what) {
   int sizes[4] = {(int)dlp_dtypes[t->dtype].itemsize, 16, 16, 16};
   int64_t strides[4][DLP_MAX_NDIM] = {{0}};
   char *data[4] = {dlp_first_element(t), NULL, NULL, NULL};
   dlp_Tensor *tensors[4] = {t, NULL, NULL, NULL};
   const unsigned char *p = params;
   const void *values[4] = {NULL, p, p + 16, p + 32};
-  if (!kernel) luaL_error(L, "%s: %s ranges are not made on CUDA devices", what, dlp_dtypes[t->dtype].name);
   dlp_broadcast_strides(t, t->dl.ndim, t->dl.shape, strides[0]);
   dlp_run_on_cuda(L, what, NULL, 4, t->dl.ndim, t->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, tensors,
-                  values, sizes, kernel, 26);
+                  values, sizes, kernel, family);
+}
+
+void dlp_range_on_cuda(lua_State *L, dlp_Tensor *t, int kind, const void *params, const char *what) {
+  const char *kernel = t->dtype <= DLP_FLOAT64 ? range_kernels[kind][t->dtype] : NULL;
+  if (!kernel) luaL_error(L, "%s: %s ranges are not made on CUDA devices", what, dlp_dtypes[t->dtype].name);
+  dlp_generate_on_cuda(L, t, kernel, 26, params, what);
 }
 
 void dlp_diagonal_on_cuda(lua_State *L, dlp_Tensor *t, const void *element, const char *what) {

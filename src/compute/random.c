@@ -151,15 +151,8 @@ static void fill_normal(Generator *g, int dtype, char *p, int64_t n) {
 static void fill_on_cuda(lua_State *L, Generator *g, dlp_Tensor *t, const char *kernel, uint64_t lo, uint64_t range,
                          const char *what) {
   if (dlp_numel(t) == 0) return; /* an empty tensor draws nothing */
-  uint64_t key = next(g);
-  int sizes[4] = {(int)dlp_dtypes[t->dtype].itemsize, 8, 8, 8};
-  int64_t strides[4][DLP_MAX_NDIM] = {{0}};
-  char *data[4] = {dlp_first_element(t), NULL, NULL, NULL};
-  dlp_Tensor *tensors[4] = {t, NULL, NULL, NULL};
-  const void *values[4] = {NULL, &key, &lo, &range};
-  dlp_broadcast_strides(t, t->dl.ndim, t->dl.shape, strides[0]);
-  dlp_run_on_cuda(L, what, NULL, 4, t->dl.ndim, t->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, tensors,
-                  values, sizes, kernel, 26);
+  uint64_t params[6] = {next(g), 0, lo, 0, range, 0}; /* the key, lo and range: value slots 1 to 3 */
+  dlp_generate_on_cuda(L, t, kernel, 26, params, what);
 }
 
 /* The device a random tensor goes to (the argument at arg, none: the CPU). */
