@@ -138,7 +138,9 @@ static CUresult queue_kernel(void *ctx, CUstream stream, int device, int *queued
 
 void dlp_cuda_launch(lua_State *L, const dlp_CudaLaunch *l) {
   dlp_CudaWork w;
-  if (l->args->numel == 0) {
+  /* nothing to launch: done, unless the stream is on another device, which raises as for any count */
+  if (l->args->numel == 0 &&
+      !(l->stream && l->noperands && l->stream->device != l->operands[0]->dl.device.device_id)) {
     dlp_cuda_stream_release(l->stream);
     return;
   }
