@@ -1277,6 +1277,7 @@ struct CUfunc_st {
 static struct CUmod_st *modules;
 static struct CUfunc_st *kernel_functions;
 static unsigned long launches;
+static unsigned last_grid, last_block; /* the dimensions of the last launch queued (fake.live()) */
 
 static _Thread_local int64_t run_thread, run_threads;
 static _Thread_local int kernel_device;
@@ -1372,6 +1373,8 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int
   it->function = fn;
   it->blocks = gridDimX;
   it->threads = blockDimX;
+  last_grid = gridDimX;
+  last_block = blockDimX;
   it->device = cur;
   enqueue(s, it);
   RETURN(E_SUCCESS);
@@ -2050,6 +2053,7 @@ static int l_live(lua_State *L) {
     freeing += allocs[i].freeing;
   }
   lua_Integer nmodules = 0, nlaunches = (lua_Integer)launches, ngemms = (lua_Integer)gemms;
+  lua_Integer grid = last_grid, block = last_block;
   for (struct CUmod_st *m = modules; m; m = m->next) nmodules++;
   unlock();
   lua_createtable(L, 0, 16);
@@ -2068,6 +2072,8 @@ static int l_live(lua_State *L) {
   set_int(L, "launches", nlaunches);
   set_int(L, "gemms", ngemms);
   set_int(L, "modules", nmodules);
+  set_int(L, "last_grid", grid);
+  set_int(L, "last_block", block);
   return 1;
 }
 
