@@ -264,7 +264,7 @@ describe("CUDA attacks", function()
                                         dlpack.empty({1, 0}, "float32", "cuda:0")}).shape)
   end)
 
-  fake_it("driver failures in loading, launching, allocating, cuBLAS, random draws: an error, nothing leaked", function()
+  fake_it("driver failures in loading, launching, allocating, cuBLAS, random draws: an error, no leak", function()
     local x = dlpack.arange(0, 4000, 1, "float32"):view({4, 1000}):to("cuda:1")
     local i = dlpack.arange(0, 12, 1, "int16"):view({3, 4}):to("cuda:1")
     local xi, x16 = x:sum(2), dlpack.tensor({1, 2}, "uint32"):to("cuda:1")
