@@ -137,6 +137,17 @@ describe("CUDA attacks", function()
     s1:close()
   end)
 
+  it("equal of operands on two devices raises naming both, also when their shapes differ", function()
+    -- equal answered false for shapes that differ before it looked at the devices
+    local x = dlpack.arange(0, 8, 1, "float32"):to("cuda:0")
+    raises(function() return dlpack.equal(x, dlpack.zeros({3})) end,
+           "equal: operands on different devices: cuda:0 and cpu")
+    raises(function() return dlpack.equal(dlpack.zeros({3}, "float32", "cuda:1"), x) end, "cuda:1 and cuda:0")
+    raises(function() return dlpack.equal(x, dlpack.zeros({8})) end, "cuda:0 and cpu")
+    assert.is_false(dlpack.equal(x, dlpack.zeros({3}, "float32", "cuda:0")))
+    assert.is_false(dlpack.equal(dlpack.zeros({2}), dlpack.zeros({3}, "float32", "cuda_host")))
+  end)
+
   it("out= is not an option of reductions and products, on the device as on the CPU", function()
     local x = dlpack.tensor({{1, 2}, {3, 4}}, "float32")
     local d = x:to("cuda:0")

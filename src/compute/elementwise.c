@@ -799,6 +799,10 @@ static int l_equal(lua_State *L) {
   dlp_check_no_more(L, 3, "equal", "two tensors");
   dlp_Tensor *a = dlp_tensor_check(L, 1), *b = dlp_tensor_check(L, 2);
   if (!same_shape(a, b)) {
+    /* operands on different devices raise naming both, whatever their shapes */
+    dlp_Tensor *both[2] = {a, b};
+    if (a->dl.device.device_type != b->dl.device.device_type || a->dl.device.device_id != b->dl.device.device_id)
+      dlp_compute_device(L, both, 2, "equal");
     lua_pushboolean(L, 0);
     return 1;
   }
