@@ -148,6 +148,29 @@ describe("CUDA attacks", function()
     assert.is_false(dlpack.equal(dlpack.zeros({2}), dlpack.zeros({3}, "float32", "cuda_host")))
   end)
 
+  it("reshape of a non-contiguous CUDA tensor copies on the device, as contiguous() does", function()
+    -- it raised "whose memory the CPU cannot access"
+    local h = dlpack.arange(0, 24, 1, "int32"):view({4, 6})
+    local d = h:to("cuda:1")
+    local cases = {
+      function(t) return t:transpose(1, 2):reshape(24) end,
+      function(t) return t:slice(2, 1, 6, 2):reshape(-1) end,
+      function(t) return t:flip(1):reshape(2, 12) end,
+      function(t) return t:narrow(2, 2, 3):reshape(3, 4) end,
+      function(t) return t:select(2, 1):unsqueeze(2):expand(4, 3):reshape(12) end,
+    }
+    for i, f in ipairs(cases) do
+      local want, got = f(h), f(d)
+      assert.are.equal("cuda:1", got.device, i)
+      assert.are.same(want.shape, got.shape, i)
+      assert.is_true(got:is_contiguous(), i)
+      assert.are.equal(want:tobytes(), host(got):tobytes(), i)
+    end
+    local released = d:transpose(1, 2)
+    released:release()
+    raises(function() return released:reshape(24) end, "released")
+  end)
+
   it("out= is not an option of reductions and products, on the device as on the CPU", function()
     local x = dlpack.tensor({{1, 2}, {3, 4}}, "float32")
     local d = x:to("cuda:0")

@@ -70,8 +70,7 @@ static int l_reshape(lua_State *L) {
   dlp_Tensor *t = check_viewable(L, "reshape");
   int ndim = infer_shape(L, 2, dlp_numel(t), shape, "reshape");
   int source = 1;
-  if (!dlp_is_contiguous(t)) {
-    dlp_check_host(L, t, "reshape");
+  if (!dlp_is_contiguous(t)) { /* a contiguous copy on t's device (CUDA: a kernel) */
     lua_settop(L, 2);
     dlp_clone(L, 1, t->dtype, t->dl.device, NULL, "reshape");
     source = 3;
