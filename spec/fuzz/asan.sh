@@ -63,6 +63,11 @@ for a in "$@"; do
   [[ $prev == --seconds ]] && limit=(timeout -k 5 $((a + 60)))
   prev=$a
 done
+# The fake-CUDA half's matrix products: through the fake's cuBLAS when the first seed is odd, through
+# the module's own kernel when it is even (DLPACK_LUA_CUBLAS, read once per process, when unset).
+if [[ $half == --cuda && -z ${DLPACK_LUA_CUBLAS+set} ]]; then
+  if ((first % 2)); then export DLPACK_LUA_CUBLAS="$ROOT/build/asan/fakecuda.so"; else export DLPACK_LUA_CUBLAS=none; fi
+fi
 outlog=$(mktemp)
 LD_PRELOAD="$LIBASAN $ROOT/$SHIM" "${limit[@]}" "$LUA" "$ROOT/$SCRIPT" "$@" | tee "$outlog"
 rc=${PIPESTATUS[0]}

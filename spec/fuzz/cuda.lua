@@ -18,7 +18,11 @@ imported back, the GPU making progress (fake.run of a stream), stream
 synchronisations, closed and replaced streams, and failures of the driver
 injected into the next step (fake.fail_next on cuStreamSynchronize,
 cuEventQuery, cuEventRecord, cuStreamWaitEvent, cuMemcpyAsync, cuMemAlloc_v2,
-...). A value model follows every tensor: after fake.sync_all() (the GPU
+...), computing on CUDA tensors (elementwise functions, reductions, matrix products,
+Lua's operators, joins, equal/allclose) checked against the module's CPU path on
+the same values, operands on two devices and streams of another device (which
+must raise naming both), and the device argument of the creating functions
+(valid, lying and hostile). A value model follows every tensor: after fake.sync_all() (the GPU
 catching up) each tensor must hold what the copies imply. The fake's queues
 run only when forced, so memory freed while queued work uses it is read or
 written after its free: ASan reports it, or the fake counts a misuse.
@@ -100,7 +104,8 @@ end
 -- Driver functions whose next call(s) a step may make fail, and the codes they return.
 local INJECT = { "cuStreamSynchronize", "cuEventQuery", "cuEventRecord", "cuStreamWaitEvent", "cuMemcpyAsync",
   "cuMemAlloc_v2", "cuMemsetD8Async", "cuEventCreate", "cuMemHostAlloc", "cuMemAllocManaged", "cuStreamQuery",
-  "cuMemAllocAsync", "cuMemFreeAsync", "cuLaunchKernel", "cuModuleLoadData", "cuModuleGetFunction" }
+  "cuMemAllocAsync", "cuMemFreeAsync", "cuLaunchKernel", "cuModuleLoadData", "cuModuleGetFunction",
+  "cublasGemmEx", "cublasGemmStridedBatchedEx", "cublasSetStream_v2" }
 local CODES = { 2, 999, 700 } -- out of memory, unknown, illegal address
 
 local function decode(kind, bytes, n)
@@ -1086,6 +1091,405 @@ op("compute", 24, function(st, injected)
     local e = st:entry(rd, r, on, "T" .. slot)
     for _, x in ipairs(touched) do st:queue(x.root, e) end
     st:put(slot, e)
+  end
+end)
+
+---------------------------------------------------------------------------
+-- Reductions, products, Lua operators, two devices and the device argument of the creating
+-- functions: each call runs on the device and again on the module's CPU path with the same
+-- values (host copies of the operands' blocks, the same views), as `compute` does. Float
+-- reductions and products may sum in another order on the device: their values agree within a
+-- bound from the same call on the magnitudes (4 (n + 3) eps times it, n the elements per output,
+-- plus a rounding of the result's dtype), everything else bit for bit.
+
+local REDUCTIONS = { "sum", "prod", "mean", "var", "std", "min", "max", "argmin", "argmax", "any", "all" }
+local EPS = { float16 = 2 ^ -24, bfloat16 = 2 ^ -24, float32 = 2 ^ -24, float64 = 2 ^ -53 }
+local ROUNDING = { float16 = 2 ^ -11, bfloat16 = 2 ^ -8 }
+local FMAX = { float16 = 65504, bfloat16 = 3.3e38, float32 = 3.4e38, float64 = 1.7e308 }
+
+-- The values of a result as a flat list of float64 numbers; a Lua value as a list of one.
+local function flat(v)
+  if type(v) ~= "userdata" then return { v } end
+  local bytes = v:to("cpu"):to("float64"):tobytes()
+  local out = {}
+  for i = 1, #bytes // 8 do out[i] = string.unpack("<d", bytes, (i - 1) * 8 + 1) end
+  return out
+end
+
+local function numel(shape)
+  local n = 1
+  for _, s in ipairs(shape) do n = n * s end
+  return n
+end
+
+-- Does the device's result d agree with the CPU's h? bounds: nil (bit for bit) or a function that
+-- gives each element's bound as a flat list, with the magnitude (scale) the bound is made from.
+function S:agree(h, d, on, bounds)
+  if type(h) ~= type(d) then
+    self:fail(string.format("the device answered a %s (%s), the CPU a %s (%s)", type(d), tostring(d), type(h),
+      tostring(h)))
+    return
+  end
+  local dtype
+  if type(h) == "userdata" then
+    if d.device ~= on or d.dtype ~= h.dtype or #d.shape ~= #h.shape or numel(d.shape) ~= numel(h.shape) then
+      self:fail(string.format("the result is %s of %d dims on %s, the CPU's %s of %d dims", d.dtype, #d.shape,
+        d.device, h.dtype, #h.shape))
+      return
+    end
+    for i, s in ipairs(h.shape) do
+      if d.shape[i] ~= s then return self:fail("the result's shape differs from the CPU's") end
+    end
+    local okr, got = pcall(function() return d:to("cpu"):tobytes() end)
+    if not okr then return self:fail("reading the result raised: " .. tostring(got)) end
+    if same_bytes(h.dtype, got, h:tobytes()) then return end
+    dtype = h.dtype
+  else
+    if h == d or (h ~= h and d ~= d) then
+      if math.type(h) ~= math.type(d) then self:fail("the device's value is a " .. tostring(math.type(d))) end
+      return
+    end
+    dtype = bounds and bounds.dtype
+  end
+  if not bounds or not EPS[dtype] then
+    return self:fail(string.format("the device's result differs from the CPU's (%s): %s, the CPU %s", tostring(dtype),
+      tostring(d), tostring(h)))
+  end
+  local want, got, bound, scale = flat(h), flat(d), bounds.fn()
+  for i = 1, #want do
+    local w, g, b, s = want[i], got[i], bound[i] or 0, scale[i] or 0
+    b = b + (ROUNDING[dtype] or 0) * math.abs(w)
+    local finite_w, finite_g = w == w and math.abs(w) < math.huge, g == g and math.abs(g) < math.huge
+    local ok
+    if w ~= w then ok = g ~= g or s ~= s or s == math.huge -- NaN: from a NaN, or inf - inf in some order
+    elseif finite_w and finite_g then ok = math.abs(w - g) <= b
+    else ok = w == g or s ~= s or s >= FMAX[dtype] / 4 end -- an overflow in one order and not another
+    if not ok then
+      return self:fail(string.format("element %d: the CPU %.17g, the device %.17g (bound %.3g, scale %.3g, %s)", i, w,
+        g, b, s, dtype))
+    end
+  end
+end
+
+-- Runs fn on the device's arguments and then on the host's; both must raise the same message or
+-- give results that agree. `limitation`: a message the device may raise where the CPU does not.
+function S:versus(text, on, injected, bounds, fn, dargs, hargs, nargs, limitation)
+  local okd, d1, d2 = self:call(text, fn, table.unpack(dargs, 1, nargs))
+  self:disarm(injected)
+  local okh, h1, h2 = pcall(fn, table.unpack(hargs, 1, nargs))
+  if not okd and injected then return end
+  if not okd and okh and limitation and tostring(d1):find(limitation, 1, true) then return end
+  if okd ~= okh then
+    return self:fail(string.format("the CPU path %s (%s), the device %s (%s)", okh and "succeeded" or "raised",
+      tostring(h1), okd and "succeeded" or "raised", tostring(d1)))
+  end
+  if not okd then
+    if d1 ~= h1 then self:fail(string.format("the device raised %q, the CPU path %q", tostring(d1), tostring(h1))) end
+    return
+  end
+  if bounds then bounds.dtype = type(h1) == "userdata" and h1.dtype or bounds.dtype_of() end
+  self:agree(h1, d1, on, bounds)
+  if h2 ~= nil or d2 ~= nil then self:agree(h2, d2, on, nil) end -- min, max: the indices
+end
+
+-- A device pool entry of `on` and its host twin (the same view of a host copy of its block),
+-- seen through a shape: 1-d, two rows, a stride-0 expansion to three rows, two rows transposed.
+-- (A reshape of a strided view copies: with a failure injected it may raise, and nil is returned.)
+function S:operand(on, slot, shape_k, injected)
+  local pool = self:on_device(on)
+  if #pool == 0 then return nil end
+  local e = pool[(slot - 1) % #pool + 1]
+  local hosts = self:host_roots({ e })
+  local h = same_view(hosts[e.root], e)
+  local view, desc = function(t) return t end, e.name
+  if shape_k == 2 and e.len % 2 == 0 and e.len > 0 then
+    view, desc = function(t) return t:reshape(2, -1) end, desc .. ":reshape(2, -1)"
+  elseif shape_k == 3 then
+    view, desc = function(t) return t:unsqueeze(1):expand(3, e.len) end, desc .. ":unsqueeze(1):expand(3, n)"
+  elseif shape_k == 4 and e.len % 2 == 0 and e.len > 0 then
+    view, desc = function(t) return t:reshape(2, -1):transpose(1, 2) end, desc .. ":reshape(2, -1):transpose(1, 2)"
+  end
+  local ok, d = self:call("V = " .. desc, view, e.t)
+  if not ok then
+    if not injected then self:fail("raised: " .. tostring(d)) end
+    return nil
+  end
+  return d, view(h), desc, e
+end
+
+local DIMS = { nil, 1, -1, 2, 0, 1.0, 1.5, "1", { 1 }, { 1, 2 }, { 2, 1 }, { 1, 1 }, {}, { -1, 3 }, true }
+local CORRECTIONS = { 0, 1, 2, -1, 0.5, 1 / 0, 0 / 0, "x", 40 }
+
+op("reduce", 10, function(st, injected)
+  local on = R(2) == 1 and "cuda:0" or "cuda:1"
+  local slot, shape_k, fi, di, oi, dti, ci, method = R(NSLOT), R(4), R(#REDUCTIONS), R(#DIMS + 2), R(6), R(#DTYPES),
+    R(#CORRECTIONS), R(2) == 1
+  local d, h, desc = st:operand(on, slot, shape_k, injected)
+  if not d then return end
+  local name = REDUCTIONS[fi]
+  local dim = DIMS[di] -- nil 3 times in 17
+  local opts
+  if oi == 2 then opts = { keepdim = true }
+  elseif oi == 3 then opts = { dtype = DTYPES[dti] }
+  elseif oi == 4 then opts = { correction = CORRECTIONS[ci], keepdim = ci % 2 == 0 }
+  elseif oi == 5 then opts = { keepdims = true }
+  elseif oi == 6 then opts = { dtype = DTYPES[dti], keepdim = true, correction = ci <= 2 and ci - 1 or nil } end
+  local function show_opts(o)
+    if not o then return "nil" end
+    local l = {}
+    for _, k in ipairs({ "keepdim", "keepdims", "dtype", "correction" }) do
+      if o[k] ~= nil then l[#l + 1] = k .. " = " .. show(o[k]) end
+    end
+    return "{" .. table.concat(l, ", ") .. "}"
+  end
+  local fn = method and T[name] or dlpack[name]
+  local text = string.format("R = %s(%s, %s, %s)", method and ("T." .. name) or ("dlpack." .. name), desc,
+    type(dim) == "table" and "{" .. table.concat(dim, ", ") .. "}" or show(dim), show_opts(opts))
+  local bounds = {}
+  bounds.dtype_of = function() return dlpack[name](h, dim, { keepdim = true, dtype = opts and opts.dtype }).dtype end
+  bounds.fn = function()
+    local keep = { keepdim = opts and opts.keepdim or false }
+    local mag = dlpack.abs(h:to("float64"))
+    local scale
+    if name == "sum" or name == "mean" then scale = flat(dlpack[name](mag, dim, keep))
+    elseif name == "prod" then scale = flat(dlpack.prod(mag, dim, keep))
+    else
+      local m = flat(dlpack.mean(mag * mag, dim, keep))
+      local c = type(opts.correction) == "number" and opts.correction or 1
+      local per = numel(h.shape) // math.max(1, #m)
+      for i, v in ipairs(m) do
+        m[i] = per - c > 0 and v * per / (per - c) or 1 / 0
+        if name == "std" then m[i] = math.sqrt(m[i]) end
+      end
+      scale = m
+    end
+    local n = math.max(1, numel(h.shape) // math.max(1, #scale))
+    local b = {}
+    for i, s in ipairs(scale) do
+      b[i] = 4 * (n + 3) * EPS[bounds.dtype] * s
+      if name == "std" then b[i] = math.sqrt(b[i] * s) + b[i] end
+    end
+    return b, scale
+  end
+  if name == "var" or name == "std" then opts = opts or {} end
+  st:versus(text, on, injected, bounds, fn, { d, dim, opts }, { h, dim, opts }, 3,
+    "CUDA tensors do not convert inside a computation yet")
+end)
+
+op("matmul", 6, function(st, injected)
+  local on = R(2) == 1 and "cuda:0" or "cuda:1"
+  local s1, s2, rows, how, trans, method = R(NSLOT), R(NSLOT), R(4), R(5), R(3) == 1, R(2) == 1
+  local pool = st:on_device(on)
+  if #pool == 0 then return end
+  local a, b = pool[(s1 - 1) % #pool + 1], pool[(s2 - 1) % #pool + 1]
+  local hosts = st:host_roots({ a, b })
+  local ha, hb = same_view(hosts[a.root], a), same_view(hosts[b.root], b)
+  local ta, tb = a.name, b.name
+  local va, vb = function(t) return t end, function(t) return t end
+  local name = how == 1 and "dot" or "matmul"
+  local k = a.len
+  if how >= 3 and a.len > 0 then -- (m, k) @ (k, n), or (n, k) transposed
+    local m = ({ 1, 2, 4, 8 })[rows]
+    if a.len % m == 0 then
+      k = a.len // m
+      va, ta = function(t) return t:reshape(m, k) end, string.format("%s:reshape(%d, %d)", ta, m, k)
+      if b.len % k == 0 and k > 0 then
+        local n = b.len // k
+        if trans then
+          vb, tb = function(t) return t:reshape(n, k):transpose(1, 2) end,
+            string.format("%s:reshape(%d, %d):transpose(1, 2)", tb, n, k)
+        else
+          vb, tb = function(t) return t:reshape(k, n) end, string.format("%s:reshape(%d, %d)", tb, k, n)
+        end
+      end
+    end
+  elseif how == 2 then -- 1-d @ 1-d
+    name = "matmul"
+  end
+  local okv, da, db = st:call(string.format("A, B = %s, %s", ta, tb), function() return va(a.t), vb(b.t) end)
+  if not okv then
+    if not injected then st:fail("raised: " .. tostring(da)) end
+    return
+  end
+  ha, hb = va(ha), vb(hb)
+  local fn = method and T[name] or dlpack[name]
+  local text = string.format("R = %s(A, B)", method and ("T." .. name) or ("dlpack." .. name))
+  local bounds = {}
+  bounds.dtype_of = function() return dlpack.matmul(ha:unsqueeze(1), hb:unsqueeze(2)).dtype end -- 1-d, 1-d
+  bounds.fn = function()
+    local scale = flat(dlpack.matmul(dlpack.abs(ha:to("float64")), dlpack.abs(hb:to("float64"))))
+    local bound = {}
+    for i, s in ipairs(scale) do bound[i] = 4 * (k + 3) * EPS[bounds.dtype] * s end
+    return bound, scale
+  end
+  st:versus(text, on, injected, bounds, fn, { da, db }, { ha, hb }, 2)
+end)
+
+-- Lua's operators on CUDA tensors, a number on either side
+local OPERATORS = {
+  { "+", function(x, y) return x + y end }, { "-", function(x, y) return x - y end },
+  { "*", function(x, y) return x * y end }, { "/", function(x, y) return x / y end },
+  { "%", function(x, y) return x % y end }, { "^", function(x, y) return x ^ y end },
+  { "//", function(x, y) return x // y end }, { "&", function(x, y) return x & y end },
+  { "|", function(x, y) return x | y end }, { "~", function(x, y) return x ~ y end },
+  { "<<", function(x, y) return x << y end }, { ">>", function(x, y) return x >> y end },
+  { "-", function(x) return -x end, unary = true }, { "~", function(x) return ~x end, unary = true },
+}
+
+op("operator", 8, function(st, injected)
+  local on = R(2) == 1 and "cuda:0" or "cuda:1"
+  local s1, s2, k1, k2, oi, sc = R(NSLOT), R(NSLOT), R(4), R(4), R(#OPERATORS), SCALARS[R(#SCALARS)]
+  local o = OPERATORS[oi]
+  local da, ha, ta = st:operand(on, s1, k1 == 4 and 1 or k1, injected)
+  if not da then return end
+  local db, hb, tb
+  if o.unary then
+    st:versus(string.format("R = %s%s", o[1], ta), on, injected, nil, o[2], { da }, { ha }, 1)
+    return
+  end
+  if type(sc) == "boolean" then sc = sc and 1 or 0 end -- Lua's operators take numbers
+  if k2 <= 2 then
+    db, hb, tb = sc, sc, show(sc)
+  else
+    db, hb, tb = st:operand(on, s2, k1 == 4 and 1 or k1, injected)
+    if not db then return end
+  end
+  if k2 == 1 then da, db, ha, hb, ta, tb = db, da, hb, ha, tb, ta end -- the number on the left
+  st:versus(string.format("R = %s %s %s", ta, o[1], tb), on, injected, nil, o[2], { da, db }, { ha, hb }, 2)
+end)
+
+-- Operands on two devices (cuda:0 and cuda:1, or a CUDA device and the CPU) raise naming both;
+-- a stream of another device raises naming both devices.
+local CROSS = {
+  { "add", function(x, y) return dlpack.add(x, y) end }, { "+", function(x, y) return x + y end },
+  { "where", function(x, y) return dlpack.where(dlpack.ne(x, 0), x, y) end },
+  { "clamp", function(x, y) return dlpack.clamp(x, y) end },
+  { "matmul", function(x, y) return dlpack.matmul(x, y) end }, { "dot", function(x, y) return dlpack.dot(x, y) end },
+  { "cat", function(x, y) return dlpack.cat({ x, y }) end },
+  { "stack", function(x, y) return dlpack.stack({ x, y }) end },
+  { "equal", function(x, y) return dlpack.equal(x, y) end },
+  { "allclose", function(x, y) return dlpack.allclose(x, y) end },
+  { "add_", function(x, y) return x:add_(y) end }, { "masked_fill", function(x, y) return x:masked_fill(y, 1) end },
+}
+
+op("cross", 4, function(st, injected)
+  local s1, s2, ci, other, sti = R(NSLOT), R(NSLOT), R(#CROSS), R(3), R(4)
+  local pa, pb = st:on_device("cuda:0"), st:on_device(other == 1 and "cpu" or "cuda:1")
+  if other == 3 then -- a stream of the other device for work on this one
+    if #pa == 0 then return end
+    local a = pa[(s1 - 1) % #pa + 1]
+    local s = st.streams[2 + (sti - 1) % 2 + 1]
+    local ok, err = st:call(string.format("R = dlpack.add(%s, 1, {stream = %s})", a.name, s.name), dlpack.add, a.t, 1,
+      { stream = s.obj })
+    if injected then return end
+    if ok then return st:fail("a stream of cuda:1 for operands on cuda:0 was taken") end
+    if not tostring(err):find("the stream is on cuda:1, the operands on cuda:0", 1, true) then
+      st:fail("raised, but not naming both devices: " .. tostring(err))
+    end
+    return
+  end
+  if #pa == 0 or #pb == 0 then return end
+  local a, b = pa[(s1 - 1) % #pa + 1], pb[(s2 - 1) % #pb + 1]
+  if b.device == "cpu" and b.kind.dtype ~= "bool" and CROSS[ci][1] == "masked_fill" then return end
+  if sti == 1 then a, b = b, a end
+  local c = CROSS[ci]
+  local ok, err = st:call(string.format("%s(%s, %s)", c[1], a.name, b.name), c[2], a.t, b.t)
+  if injected then return end
+  if ok then return st:fail(string.format("%s of %s and %s succeeded", c[1], a.device, b.device)) end
+  err = tostring(err)
+  if not (err:find(a.device, 1, true) and err:find(b.device, 1, true)) then
+    if not err:find("on different devices", 1, true) then
+      st:fail(string.format("raised, but not naming both devices (%s, %s): %s", a.device, b.device, err))
+    end
+  end
+end)
+
+-- The device argument of the creating functions: valid ones (strings, {2, id}, tables whose
+-- __index answers once and lies after) make the tensor there with the CPU's values (the random
+-- ones: the documented draw is reproducible and in range); hostile ones raise naming the problem.
+local function lying_device(id)
+  local reads = 0
+  return setmetatable({}, { __index = function(_, k)
+    reads = reads + 1
+    if reads <= 2 then return k == 1 and 2 or id end
+    return "a lie"
+  end })
+end
+local DEVICE_ARGS = {
+  { "cuda:0", "cuda:0" }, { "cuda:1", "cuda:1" }, { { 2, 0 }, "cuda:0" }, { { 2, 1 }, "cuda:1" }, { "cpu", "cpu" },
+  { nil, nil }, { "lying cuda:1", "cuda:1", lying = 1 }, { "lying cuda:0", "cuda:0", lying = 0 },
+  { "cuda:99", false, "CUDA device ids go from 0 to 63" }, { "cuda:2", false, "no CUDA device 2" },
+  { "cuda:-1", false, "non-negative integer" }, { { 2, -1 }, false, "invalid device id -1" },
+  { -1, false, "got number" }, { 0, false, "got number" }, { true, false, "got boolean" },
+  { { 2 }, false, "two integers" }, { { 2, 0.5 }, false, "two integers" }, { "cuda:0\0", false, "embedded NUL" },
+  { "throwing", false, "device says no", throwing = true }, { { 99, 0 }, false, "unsupported device type" },
+  { "cuda:99999999999999999999", false, "CUDA device ids" }, { print, false, "got function" },
+}
+local CREATORS = { "zeros", "ones", "empty", "full", "arange", "linspace", "eye", "rand", "randn", "randint",
+  "zeros_like", "ones_like", "empty_like", "full_like" }
+local RANDOM = { rand = true, randn = true, randint = true, empty = true, empty_like = true }
+
+op("create", 6, function(st, injected)
+  local ci, ai, n, slot, dti, seed = R(#CREATORS), R(#DEVICE_ARGS), R(0, 9), R(NSLOT), R(#DTYPES), R(1000)
+  local name, arg = CREATORS[ci], DEVICE_ARGS[ai]
+  local dev, desc = arg[1], show(arg[1])
+  if arg.lying then dev = lying_device(arg.lying)
+  elseif arg.throwing then dev = setmetatable({}, { __index = function() error("device says no") end })
+  elseif type(dev) == "table" then desc = "{" .. table.concat(dev, ", ") .. "}" end
+  local src = st:get(slot)
+  local dtype = DTYPES[dti]
+  if name == "rand" or name == "randn" then dtype = ({ "float32", "float64", "float16", "bfloat16" })[dti % 4 + 1]
+  elseif name == "linspace" or name == "eye" then dtype = dtype == "bool" and "float32" or dtype end
+  local function make(device)
+    if name == "zeros" or name == "ones" or name == "empty" then return dlpack[name]({ n, 2 }, dtype, device)
+    elseif name == "full" then return dlpack.full({ n }, 3, dtype, device)
+    elseif name == "arange" then return dlpack.arange(0, n, 1, dtype, device)
+    elseif name == "linspace" then return dlpack.linspace(-2, 5, n, dtype, device)
+    elseif name == "eye" then return dlpack.eye(n, 3, dtype, device)
+    elseif name == "rand" or name == "randn" then return dlpack[name]({ n }, dtype, device)
+    elseif name == "randint" then
+      return dlpack.randint(dtype == "bool" and 0 or -1, 2, { n }, dtype == "uint64" and "int64" or dtype, device)
+    elseif name == "full_like" then return dlpack.full_like(src.t, 1, nil, device) end
+    return dlpack[name](src.t, nil, device)
+  end
+  if name:find("_like$") and (not src or src.kind.fp4 or src.root.fabdev) then return end
+  local want_dev = arg[2]
+  if want_dev == nil then want_dev = name:find("_like$") and src.device or "cpu" end
+  dlpack.manual_seed(seed)
+  local okd, d = st:call(string.format("R = dlpack.%s(..., %s, device = %s)", name, tostring(dtype), desc), make, dev)
+  st:disarm(injected)
+  if injected and not okd then return end
+  local okh, h = pcall(make, "cpu")
+  if arg[2] == false then
+    if okd then return st:fail("device " .. desc .. " was taken") end
+    if okh and not tostring(d):find(arg[3], 1, true) then -- (another argument may be refused first)
+      st:fail(string.format("raised, but not for the reason expected (%s): %s", arg[3], tostring(d)))
+    end
+    return
+  end
+  if okd ~= okh then
+    return st:fail(string.format("the CPU path %s (%s), on %s %s (%s)", okh and "succeeded" or "raised", tostring(h),
+      desc, okd and "succeeded" or "raised", tostring(d)))
+  end
+  if not okd then
+    if d ~= h then st:fail(string.format("on %s it raised %q, on the CPU %q", desc, tostring(d), tostring(h))) end
+    return
+  end
+  if d.device ~= want_dev or d.dtype ~= h.dtype or numel(d.shape) ~= numel(h.shape) then
+    return st:fail(string.format("made %s %s, expected %s %s", d.device, d.dtype, want_dev, h.dtype))
+  end
+  if not RANDOM[name] then
+    local okr, got = pcall(function() return d:to("cpu"):tobytes() end)
+    if not okr or not same_bytes(h.dtype, got, h:tobytes()) then st:fail("the values differ from the CPU's") end
+  elseif name ~= "empty" and name ~= "empty_like" then
+    dlpack.manual_seed(seed)
+    local again = make(dev == nil and nil or want_dev)
+    local a, b = d:to("cpu"), again:to("cpu")
+    if a:tobytes() ~= b:tobytes() then st:fail("the same seed drew other numbers") end
+    if name == "rand" and n > 0 then
+      local f = a:to("float64")
+      if dlpack.any(dlpack.lt(f, 0)) or dlpack.any(dlpack.ge(f, 1)) then st:fail("rand outside [0, 1)") end
+    end
   end
 end)
 
