@@ -1,0 +1,658 @@
+/* Indexing with tensors: nonzero, argwhere, count_nonzero, masked_select, index_select, gather,
+ * scatter (and scatter_), take.
+ *
+ * Index tensors hold 1-based indices, negative ones counting from the end as t[i] does (-1 is
+ * the last); 0 and anything beyond the size raise naming the index and the size. Every index is
+ * checked before anything a script can see is written: into a fresh result the check rides
+ * along with the copy (an error drops the result); into out= or in place (scatter_) a first
+ * pass checks them all and a second one writes.
+ *
+ * One loop does the work of gather, index_select, take and scatter: the iteration engine walks
+ * the index tensor's shape with three operands, the destination, the index and the source; the
+ * indexed dimension is strided 0 in whichever side it picks from, and the loop moves that side
+ * by (index - 1) times that dimension's stride. The functions that count before they know
+ * their result's size (nonzero, masked_select) read a private alias of their operands, which
+ * holds the memory while the result is allocated (finalizers may release the tensors then).
+ *
+ * On CUDA devices these raise for now: nothing is copied behind the script's back. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const DLDevice host = {kDLCPU, 0};
+
+/* Raises unless the tensors (NULL entries skipped) are on memory the CPU reads. */
+static void check_on_host(lua_State *L, dlp_Tensor *const *t, int n, const char *what) {
+  if (dlp_compute_device(L, t, n, what) >= 0)
+    luaL_error(L, "%s: does not run on CUDA devices yet (copy to the host with t:to(\"cpu\"))", what);
+}
+
+/* The tensor at arg, named `name` in errors (a live one is checked again before its memory is read). */
+static dlp_Tensor *tensor_arg(lua_State *L, int arg, const char *name, const char *what) {
+  dlp_Tensor *t = dlp_tensor_test(L, arg);
+  if (!t) luaL_error(L, "%s: %s must be a tensor, got %s", what, name, luaL_typename(L, arg));
+  if (!t->owner) luaL_error(L, "%s: %s was released", what, name);
+  return t;
+}
+
+static void check_index_dtype(lua_State *L, const dlp_Tensor *index, const char *what) {
+  int kind = dlp_dtype_kind(index->dtype);
+  if (kind != 1 && kind != 2)
+    luaL_error(L, "%s: index must have an integer dtype, got %s", what, dlp_dtypes[index->dtype].name);
+}
+
+/* Byte strides for walking t over `shape` (t's own ndim; each size at most t's), with dimension
+ * `zero` (-1: none) strided 0. */
+static void walk_strides(const dlp_Tensor *t, int zero, int64_t *strides) {
+  for (int i = 0; i < t->dl.ndim; i++) strides[i] = i == zero ? 0 : dlp_walk_stride(t, i);
+}
+
+/* ---- the picking loop: gather, index_select, take, scatter ---- */
+
+typedef struct Pick {
+  int64_t size; /* of the indexed dimension (take: of the flattened tensor) */
+  int64_t step; /* bytes between its elements, in the source (gathering) or destination (scattering) */
+  int itemsize;
+  int write;    /* 0: check the indices only */
+  int scatter;  /* the index moves the destination (data[0]) instead of the source (data[2]) */
+  int failed;   /* an index out of range was met: bad (or bad_unsigned when it is beyond int64) */
+  int bad_is_unsigned;
+  int64_t bad;
+  uint64_t bad_unsigned;
+} Pick;
+
+static inline void copy_element(char *d, const char *s, int itemsize) {
+  switch (itemsize) {
+  case 1: *d = *s; break;
+  case 2: memcpy(d, s, 2); break;
+  case 4: memcpy(d, s, 4); break;
+  case 8: memcpy(d, s, 8); break;
+  default: memcpy(d, s, 16); break;
+  }
+}
+
+/* One loop per index dtype: k is the 0-based index, checked against size. */
+#define PICK_LOOP(NAME, T, IS_UNSIGNED)                                                             \
+  static void NAME(void *ctx, char *const *data, const int64_t *steps, int64_t n) {               \
+    Pick *p = ctx;                                                                                \
+    if (p->failed) return;                                                                        \
+    char *d = data[0];                                                                            \
+    const char *x = data[1], *s = data[2];                                                        \
+    int64_t size = p->size, step = p->step;                                                       \
+    int itemsize = p->itemsize, write = p->write, scatter = p->scatter;                           \
+    for (int64_t i = 0; i < n; i++, d += steps[0], x += steps[1], s += steps[2]) {                \
+      T v;                                                                                        \
+      int64_t k;                                                                                  \
+      memcpy(&v, x, sizeof v);                                                                    \
+      if (IS_UNSIGNED) {                                                                          \
+        if ((uint64_t)v - 1 >= (uint64_t)size) { /* 0 wraps to the largest */                    \
+          p->failed = 1;                                                                          \
+          p->bad_is_unsigned = 1;                                                                 \
+          p->bad_unsigned = (uint64_t)v;                                                          \
+          return;                                                                                 \
+        }                                                                                         \
+        k = (int64_t)v - 1;                                                                       \
+      } else {                                                                                    \
+        int64_t w = (int64_t)v;                                                                   \
+        k = w < 0 ? w + size : w - 1; /* no overflow: size >= 0 */                               \
+        if ((uint64_t)k >= (uint64_t)size) {                                                      \
+          p->failed = 1;                                                                          \
+          p->bad = w;                                                                             \
+          return;                                                                                 \
+        }                                                                                         \
+      }                                                                                           \
+      if (!write) continue;                                                                       \
+      if (scatter) copy_element(dlp_offset(d, k * step), s, itemsize);                         \
+      else copy_element(d, dlp_offset(s, k * step), itemsize);                                    \
+    }                                                                                             \
+  }
+
+PICK_LOOP(pick_i8, int8_t, 0)
+PICK_LOOP(pick_i16, int16_t, 0)
+PICK_LOOP(pick_i32, int32_t, 0)
+PICK_LOOP(pick_i64, int64_t, 0)
+PICK_LOOP(pick_u8, uint8_t, 1)
+PICK_LOOP(pick_u16, uint16_t, 1)
+PICK_LOOP(pick_u32, uint32_t, 1)
+PICK_LOOP(pick_u64, uint64_t, 1)
+
+static dlp_IterLoop pick_loop(int index_dtype) {
+  switch (index_dtype) {
+  case DLP_INT8: return pick_i8;
+  case DLP_INT16: return pick_i16;
+  case DLP_INT32: return pick_i32;
+  case DLP_INT64: return pick_i64;
+  case DLP_UINT8: return pick_u8;
+  case DLP_UINT16: return pick_u16;
+  case DLP_UINT32: return pick_u32;
+  default: return pick_u64;
+  }
+}
+
+/* The error for the index a pass stopped at; dim is 0-based, -1 for take's flat indices. */
+static int index_error(lua_State *L, const Pick *p, int dim, const char *what) {
+  char value[32];
+  if (p->bad_is_unsigned) snprintf(value, sizeof value, "%" PRIu64, p->bad_unsigned);
+  else snprintf(value, sizeof value, "%" PRId64, p->bad);
+  const char *hint = !p->bad_is_unsigned && p->bad == 0 ? "; indices start at 1" : "";
+  if (dim < 0)
+    return luaL_error(L, "%s: index %s out of range (%I elements%s)", what, value, (lua_Integer)p->size, hint);
+  return luaL_error(L, "%s: index %s out of range for dimension %d (size %I%s)", what, value, dim + 1,
+                    (lua_Integer)p->size, hint);
+}
+
+/* Run the picking loop over `shape` (ndim) with the operands' data and byte strides; writes only
+ * when every index is in range (check_first: a separate pass first; otherwise the caller's
+ * destination is private and dropped on error). Row-major order when `ordered` (scatter: the
+ * last write wins). Raises for an index out of range. */
+static void pick(lua_State *L, Pick *p, int index_dtype, int ndim, const int64_t *shape, char *const *data,
+                 const int64_t (*strides)[DLP_MAX_NDIM], int check_first, int ordered, int dim, const char *what) {
+  dlp_Iter it;
+  dlp_IterLoop loop = pick_loop(index_dtype);
+  dlp_iter_init(&it, 3, ndim, shape, data, strides, !ordered);
+  p->failed = 0;
+  if (check_first) {
+    p->write = 0;
+    dlp_iter_run(&it, loop, p);
+    if (p->failed) index_error(L, p, dim, what);
+  }
+  p->write = 1;
+  dlp_iter_run(&it, loop, p);
+  if (p->failed) index_error(L, p, dim, what);
+}
+
+/* ---- results with out= ---- */
+
+typedef struct Result {
+  dlp_Tensor *into; /* where the picking writes: out itself or a fresh tensor */
+  int out;          /* stack index of out, 0 when none */
+  int direct;       /* into is out (its indices are checked before anything is written) */
+} Result;
+
+/* The destination of a result of rdtype and rshape: out (from opts at arg) when it can take the
+ * values directly, else a fresh contiguous tensor, pushed (copied into out at result_finish).
+ * Call after every argument is read; it may allocate (finalizers may run). */
+static void result_begin(lua_State *L, Result *r, const dlp_ComputeOptions *o, int rdtype, int ndim,
+                         const int64_t *rshape, dlp_Tensor *const *inputs, int ninputs, const char *what) {
+  r->out = o->out;
+  r->direct = 0;
+  if (o->out) {
+    dlp_Tensor *out = lua_touserdata(L, o->out);
+    int same = out->dl.ndim == ndim;
+    for (int i = 0; same && i < ndim; i++) same = out->dl.shape[i] == rshape[i];
+    if (!same) {
+      dlp_push_shape(L, out->dl.ndim, out->dl.shape);
+      dlp_push_shape(L, ndim, rshape);
+      luaL_error(L, "%s: out has shape %s, the result %s", what, lua_tostring(L, -2), lua_tostring(L, -1));
+    }
+    dlp_check_writable(L, out, what);
+    if (!dlp_can_cast_same_kind(rdtype, out->dtype))
+      luaL_error(L, "%s: cannot write %s values into an out of %s (same_kind casting)", what, dlp_dtypes[rdtype].name,
+                 dlp_dtypes[out->dtype].name);
+    r->direct = out->dtype == rdtype;
+    for (int k = 0; k < ninputs && r->direct; k++) r->direct = !dlp_overlaps(out, inputs[k]);
+    if (r->direct) {
+      r->into = out;
+      return;
+    }
+  }
+  r->into = dlp_tensor_new(L, rdtype, 0, host, ndim, rshape, 0, what);
+}
+
+/* Leaves the result on top of the stack. */
+static void result_finish(lua_State *L, Result *r, const char *what) {
+  if (!r->out) return;
+  if (!r->direct) dlp_copy(L, lua_touserdata(L, r->out), r->into, NULL, what);
+  lua_pushvalue(L, r->out);
+}
+
+/* ---- gather, index_select, take ---- */
+
+/* t:gather(dim, index [, opts]): r[i][j] = t[index[i][j]][j] (dim 1), torch's: index has t's
+ * number of dims and fits in t outside dim; the result has index's shape. */
+static int l_gather(lua_State *L) {
+  const char *what = "gather";
+  dlp_ComputeOptions o;
+  int64_t strides[3][DLP_MAX_NDIM];
+  Result r;
+  dlp_check_no_more(L, 5, what, "a tensor, a dim, an index and an options table");
+  dlp_Tensor *t = dlp_tensor_check(L, 1);
+  int dim = dlp_check_dim(L, 2, t->dl.ndim, 0);
+  dlp_Tensor *index = tensor_arg(L, 3, "index", what);
+  dlp_read_compute_options(L, 4, DLP_COPT_OUT, &o, what);
+  dlp_Tensor *operands[3] = {t, index, o.out ? lua_touserdata(L, o.out) : NULL};
+  check_on_host(L, operands, 3, what);
+  check_index_dtype(L, index, what);
+  dlp_check_computes(L, t->dtype, what);
+  int ndim = t->dl.ndim, fits = index->dl.ndim == ndim;
+  for (int i = 0; fits && i < ndim; i++) fits = i == dim || index->dl.shape[i] <= t->dl.shape[i];
+  if (!fits) {
+    dlp_push_shape(L, index->dl.ndim, index->dl.shape);
+    dlp_push_shape(L, ndim, t->dl.shape);
+    return luaL_error(L, "%s: index of shape %s does not fit a tensor of shape %s (the same number of dims, "
+                      "sizes at most the tensor's outside dim %d)", what, lua_tostring(L, -2), lua_tostring(L, -1),
+                      dim + 1);
+  }
+  result_begin(L, &r, &o, t->dtype, ndim, index->dl.shape, operands, 2, what);
+  dlp_live(L, t, what);
+  dlp_live(L, index, what);
+  dlp_live(L, r.into, what);
+  Pick p = {t->dl.shape[dim], dlp_walk_stride(t, dim), dlp_dtypes[t->dtype].itemsize, 0, 0, 0, 0, 0, 0};
+  char *data[3] = {dlp_first_element(r.into), dlp_first_element(index), dlp_first_element(t)};
+  walk_strides(r.into, -1, strides[0]);
+  walk_strides(index, -1, strides[1]);
+  walk_strides(t, dim, strides[2]);
+  pick(L, &p, index->dtype, ndim, index->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, r.direct, 0, dim,
+       what);
+  result_finish(L, &r, what);
+  return 1;
+}
+
+/* t:index_select(dim, index [, opts]): the slices of t along dim that index (0-d or 1-d) names,
+ * in its order (NumPy's take with an axis). */
+static int l_index_select(lua_State *L) {
+  const char *what = "index_select";
+  dlp_ComputeOptions o;
+  int64_t strides[3][DLP_MAX_NDIM], shape[DLP_MAX_NDIM];
+  Result r;
+  dlp_check_no_more(L, 5, what, "a tensor, a dim, an index and an options table");
+  dlp_Tensor *t = dlp_tensor_check(L, 1);
+  int dim = dlp_check_dim(L, 2, t->dl.ndim, 0);
+  dlp_Tensor *index = tensor_arg(L, 3, "index", what);
+  dlp_read_compute_options(L, 4, DLP_COPT_OUT, &o, what);
+  dlp_Tensor *operands[3] = {t, index, o.out ? lua_touserdata(L, o.out) : NULL};
+  check_on_host(L, operands, 3, what);
+  check_index_dtype(L, index, what);
+  dlp_check_computes(L, t->dtype, what);
+  if (index->dl.ndim > 1)
+    return luaL_error(L, "%s: index must be 0-d or 1-d, got %d dims", what, index->dl.ndim);
+  int ndim = t->dl.ndim;
+  for (int i = 0; i < ndim; i++) shape[i] = i == dim ? (index->dl.ndim ? index->dl.shape[0] : 1) : t->dl.shape[i];
+  result_begin(L, &r, &o, t->dtype, ndim, shape, operands, 2, what);
+  dlp_live(L, t, what);
+  dlp_live(L, index, what);
+  dlp_live(L, r.into, what);
+  Pick p = {t->dl.shape[dim], dlp_walk_stride(t, dim), dlp_dtypes[t->dtype].itemsize, 0, 0, 0, 0, 0, 0};
+  char *data[3] = {dlp_first_element(r.into), dlp_first_element(index), dlp_first_element(t)};
+  walk_strides(r.into, -1, strides[0]);
+  for (int i = 0; i < ndim; i++) strides[1][i] = i == dim && index->dl.ndim ? dlp_walk_stride(index, 0) : 0;
+  walk_strides(t, dim, strides[2]);
+  pick(L, &p, index->dtype, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, r.direct, 0, dim, what);
+  result_finish(L, &r, what);
+  return 1;
+}
+
+/* dlpack.take(t, index [, opts]): t's elements at the flat (row-major) indices of index, any
+ * shape, which the result has (NumPy's take without an axis). */
+static int l_take(lua_State *L) {
+  const char *what = "take";
+  dlp_ComputeOptions o;
+  int64_t strides[3][DLP_MAX_NDIM];
+  Result r;
+  dlp_check_no_more(L, 4, what, "a tensor, an index and an options table");
+  dlp_Tensor *t = dlp_tensor_check(L, 1);
+  dlp_Tensor *index = tensor_arg(L, 2, "index", what);
+  dlp_read_compute_options(L, 3, DLP_COPT_OUT, &o, what);
+  dlp_Tensor *operands[3] = {t, index, o.out ? lua_touserdata(L, o.out) : NULL};
+  check_on_host(L, operands, 3, what);
+  check_index_dtype(L, index, what);
+  dlp_check_computes(L, t->dtype, what);
+  dlp_Tensor *flat = t;
+  if (!dlp_is_contiguous(t)) flat = dlp_clone(L, 1, t->dtype, host, NULL, what); /* row-major, private */
+  result_begin(L, &r, &o, t->dtype, index->dl.ndim, index->dl.shape, operands, 2, what);
+  dlp_live(L, flat, what);
+  dlp_live(L, index, what);
+  dlp_live(L, r.into, what);
+  Pick p = {dlp_numel(flat), dlp_dtypes[t->dtype].itemsize, dlp_dtypes[t->dtype].itemsize, 0, 0, 0, 0, 0, 0};
+  char *data[3] = {dlp_first_element(r.into), dlp_first_element(index), dlp_first_element(flat)};
+  walk_strides(r.into, -1, strides[0]);
+  walk_strides(index, -1, strides[1]);
+  for (int i = 0; i < index->dl.ndim; i++) strides[2][i] = 0;
+  pick(L, &p, index->dtype, index->dl.ndim, index->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, r.direct,
+       0, -1, what);
+  result_finish(L, &r, what);
+  return 1;
+}
+
+/* ---- scatter ---- */
+
+/* t:scatter_(dim, index, src) in place, and scatter(t, dim, index, src) on a copy: t[index[i][j]][j]
+ * = src[i][j] (dim 1), torch's; src a tensor (converted by the same_kind rule) or a value. Index
+ * elements are visited in row-major order: of duplicate indices the last one's value stays. */
+static int scatter(lua_State *L, int inplace) {
+  const char *what = inplace ? "scatter_" : "scatter";
+  int64_t strides[3][DLP_MAX_NDIM];
+  unsigned char value[16];
+  dlp_check_no_more(L, 5, what, "a tensor, a dim, an index and a source");
+  lua_settop(L, 4);
+  dlp_Tensor *t = dlp_tensor_check(L, 1);
+  int dim = dlp_check_dim(L, 2, t->dl.ndim, 0);
+  dlp_Tensor *index = tensor_arg(L, 3, "index", what);
+  dlp_Tensor *src = dlp_tensor_test(L, 4);
+  if (src && !src->owner) return luaL_error(L, "%s: src was released", what);
+  if (!src && lua_isnil(L, 4)) return luaL_error(L, "%s: src must be a tensor or a value, got nil", what);
+  dlp_Tensor *operands[3] = {t, index, src};
+  check_on_host(L, operands, 3, what);
+  check_index_dtype(L, index, what);
+  dlp_check_computes(L, t->dtype, what);
+  if (inplace) dlp_check_writable(L, t, what);
+  int ndim = t->dl.ndim, fits = index->dl.ndim == ndim && (!src || src->dl.ndim == ndim);
+  for (int i = 0; fits && i < ndim; i++)
+    fits = (i == dim || index->dl.shape[i] <= t->dl.shape[i]) && (!src || index->dl.shape[i] <= src->dl.shape[i]);
+  if (!fits) {
+    dlp_push_shape(L, index->dl.ndim, index->dl.shape);
+    dlp_push_shape(L, ndim, t->dl.shape);
+    if (src) dlp_push_shape(L, src->dl.ndim, src->dl.shape);
+    else lua_pushliteral(L, "(a value)");
+    return luaL_error(L, "%s: index of shape %s does not fit a tensor of shape %s and a src of shape %s (the same "
+                      "number of dims, sizes at most src's, and the tensor's outside dim %d)", what,
+                      lua_tostring(L, -3), lua_tostring(L, -2), lua_tostring(L, -1), dim + 1);
+  }
+  /* everything that allocates: the copy written to, and private copies of the operands that are
+   * converted or that the writes could change */
+  int dest = 1;
+  if (!inplace) {
+    dlp_clone(L, 1, t->dtype, host, NULL, what);
+    dest = lua_gettop(L);
+  }
+  dlp_Tensor *d = lua_touserdata(L, dest);
+  if (src) {
+    if (src->dtype != t->dtype && !dlp_can_cast_same_kind(src->dtype, t->dtype))
+      return luaL_error(L, "%s: cannot write %s values into %s (same_kind casting)", what, dlp_dtypes[src->dtype].name,
+                        dlp_dtypes[t->dtype].name);
+    if (src->dtype != t->dtype || (inplace && dlp_overlaps(src, t))) src = dlp_clone(L, 4, t->dtype, host, NULL, what);
+  } else {
+    dlp_check_element(L, 4, t->dtype, value, what);
+  }
+  if (inplace && dlp_overlaps(index, t)) index = dlp_clone(L, 3, index->dtype, host, NULL, what);
+  dlp_live(L, d, what);
+  dlp_live(L, index, what);
+  if (src) dlp_live(L, src, what);
+  Pick p = {d->dl.shape[dim], dlp_walk_stride(d, dim), dlp_dtypes[t->dtype].itemsize, 0, 1, 0, 0, 0, 0};
+  char *data[3] = {dlp_first_element(d), dlp_first_element(index), src ? dlp_first_element(src) : (char *)value};
+  walk_strides(d, dim, strides[0]);
+  walk_strides(index, -1, strides[1]);
+  if (src) walk_strides(src, -1, strides[2]);
+  else for (int i = 0; i < ndim; i++) strides[2][i] = 0;
+  pick(L, &p, index->dtype, ndim, index->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1, 1, dim, what);
+  lua_pushvalue(L, dest);
+  return 1;
+}
+static int l_scatter(lua_State *L) { return scatter(L, 0); }
+static int l_scatter_(lua_State *L) { return scatter(L, 1); }
+
+/* ---- nonzero, argwhere, count_nonzero, masked_select ---- */
+
+/* How an element's truth is read: any nonzero byte, except that floats ignore their sign bits
+ * (-0.0 is zero; NaN is true), either part of a complex. */
+enum { TRUTH_BYTES, TRUTH_F16, TRUTH_F32, TRUTH_F64, TRUTH_C64, TRUTH_C128 };
+
+static int truth_kind(int dtype) {
+  switch (dtype) {
+  case DLP_FLOAT16: case DLP_BFLOAT16: return TRUTH_F16;
+  case DLP_FLOAT32: return TRUTH_F32;
+  case DLP_FLOAT64: return TRUTH_F64;
+  case DLP_COMPLEX64: return TRUTH_C64;
+  case DLP_COMPLEX128: return TRUTH_C128;
+  default: return TRUTH_BYTES;
+  }
+}
+
+static inline int is_true(const char *p, int kind, int itemsize) {
+  uint16_t h;
+  uint32_t f[2];
+  uint64_t g[2];
+  switch (kind) {
+  case TRUTH_F16: memcpy(&h, p, 2); return (h & 0x7fffu) != 0;
+  case TRUTH_F32: memcpy(f, p, 4); return (f[0] & 0x7fffffffu) != 0;
+  case TRUTH_F64: memcpy(g, p, 8); return (g[0] & 0x7fffffffffffffffu) != 0;
+  case TRUTH_C64: memcpy(f, p, 8); return ((f[0] | f[1]) & 0x7fffffffu) != 0;
+  case TRUTH_C128: memcpy(g, p, 16); return ((g[0] | g[1]) & 0x7fffffffffffffffu) != 0;
+  default:
+    for (int i = 0; i < itemsize; i++)
+      if (p[i]) return 1;
+    return 0;
+  }
+}
+
+typedef struct Truth {
+  int kind, itemsize;
+  int64_t count;
+  char *cursor; /* masked_select: where the next element goes, room for `room` more */
+  int64_t room;
+  int out_itemsize;
+} Truth;
+
+/* data[0]: the elements whose truth is counted */
+static void count_loop(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
+  Truth *c = ctx;
+  const char *x = data[0];
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; i++, x += steps[0]) count += is_true(x, c->kind, c->itemsize);
+  c->count += count;
+}
+
+/* data[0]: an int64 count per output element (strided 0 along the counted dims), data[1] the elements */
+static void count_into_loop(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
+  const Truth *c = ctx;
+  char *o = data[0];
+  const char *x = data[1];
+  for (int64_t i = 0; i < n; i++, o += steps[0], x += steps[1]) {
+    int64_t v;
+    memcpy(&v, o, 8);
+    v += is_true(x, c->kind, c->itemsize);
+    memcpy(o, &v, 8);
+  }
+}
+
+/* data[0]: the mask, data[1] the elements selected to the cursor */
+static void select_loop(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
+  Truth *c = ctx;
+  const char *m = data[0], *x = data[1];
+  for (int64_t i = 0; i < n; i++, m += steps[0], x += steps[1])
+    if (is_true(m, c->kind, c->itemsize) && c->room > 0) { /* a finalizer may have changed the mask */
+      c->room--;
+      copy_element(c->cursor, x, c->out_itemsize);
+      c->cursor += c->out_itemsize;
+    }
+}
+
+static int64_t count_true(const dlp_Tensor *t, int ndim, const int64_t *shape, const int64_t *strides) {
+  Truth c = {truth_kind(t->dtype), dlp_dtypes[t->dtype].itemsize, 0, NULL, 0, 0};
+  dlp_Iter it;
+  char *data[1] = {dlp_first_element(t)};
+  dlp_iter_init(&it, 1, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1);
+  dlp_iter_run(&it, count_loop, &c);
+  return c.count;
+}
+
+/* The options of nonzero: as_tuple only, read raw (no Lua code runs). */
+static int read_as_tuple(lua_State *L, int arg, const char *what) {
+  int as_tuple = 0;
+  if (lua_isnoneornil(L, arg)) return 0;
+  if (!lua_istable(L, arg))
+    return luaL_argerror(L, arg, lua_pushfstring(L, "an options table expected, got %s", luaL_typename(L, arg)));
+  lua_pushnil(L);
+  while (lua_next(L, arg)) {
+    size_t len = 0;
+    const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &len) : NULL;
+    if (!key) luaL_error(L, "%s: option names are strings, got a %s key", what, luaL_typename(L, -2));
+    if (len != 8 || memcmp(key, "as_tuple", 8) != 0)
+      luaL_error(L, "%s: unknown option %s", what, dlp_push_quoted(L, key, len));
+    if (!lua_isboolean(L, -1))
+      luaL_error(L, "%s: as_tuple must be true or false, got %s", what, luaL_typename(L, -1));
+    as_tuple = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
+  return as_tuple;
+}
+
+/* nonzero(t) and argwhere(t): an int64 {n, ndim} tensor of the 1-based indices of t's nonzero
+ * elements, row-major; nonzero(t, {as_tuple = true}): a table of ndim 1-d tensors (NumPy's). */
+static int nonzero(lua_State *L, int argwhere) {
+  const char *what = argwhere ? "argwhere" : "nonzero";
+  int64_t strides[DLP_MAX_NDIM], shape[2];
+  char *columns[DLP_MAX_NDIM];
+  dlp_check_no_more(L, argwhere ? 2 : 3, what, argwhere ? "a tensor" : "a tensor and an options table");
+  dlp_Tensor *t = dlp_tensor_check(L, 1);
+  int as_tuple = argwhere ? 0 : read_as_tuple(L, 2, what);
+  check_on_host(L, &t, 1, what);
+  dlp_check_computes(L, t->dtype, what);
+  int ndim = t->dl.ndim;
+  if (as_tuple && ndim == 0) return luaL_error(L, "%s: as_tuple needs a tensor of at least one dim", what);
+  lua_settop(L, 1);
+  const dlp_Tensor *a = dlp_tensor_alias(L, 1, host, what); /* 2: holds the memory from here on */
+  walk_strides(a, -1, strides);
+  int64_t n = count_true(a, ndim, a->dl.shape, strides);
+  if (as_tuple) {
+    lua_createtable(L, ndim, 0);
+    for (int i = 0; i < ndim; i++) {
+      dlp_Tensor *c = dlp_tensor_new(L, DLP_INT64, 0, host, 1, &n, 0, what);
+      columns[i] = dlp_first_element(c);
+      lua_rawseti(L, 3, i + 1);
+    }
+  } else {
+    shape[0] = n;
+    shape[1] = ndim;
+    dlp_Tensor *r = dlp_tensor_new(L, DLP_INT64, 0, host, 2, shape, 0, what);
+    for (int i = 0; i < ndim; i++) columns[i] = dlp_offset(dlp_first_element(r), 8 * (int64_t)i);
+  }
+  int64_t step = as_tuple ? 8 : 8 * (int64_t)ndim;
+  if (n == 0) return 1;
+  /* row-major over t: an odometer of 1-based indices */
+  int64_t at[DLP_MAX_NDIM];
+  const char *p = dlp_first_element(a);
+  int kind = truth_kind(a->dtype), itemsize = dlp_dtypes[a->dtype].itemsize;
+  for (int i = 0; i < ndim; i++) at[i] = 1;
+  /* bounded by the elements too: a finalizer run by the allocations may have changed them */
+  int64_t found = 0, numel = dlp_numel(a);
+  for (int64_t e = 0; e < numel && found < n; e++) {
+    if (is_true(p, kind, itemsize)) {
+      for (int i = 0; i < ndim; i++) {
+        memcpy(columns[i], &at[i], 8);
+        columns[i] += step;
+      }
+      found++;
+    }
+    for (int i = ndim - 1; i >= 0; i--) {
+      p += strides[i];
+      if (++at[i] <= a->dl.shape[i]) break;
+      p -= strides[i] * a->dl.shape[i];
+      at[i] = 1;
+    }
+  }
+  return 1;
+}
+static int l_nonzero(lua_State *L) { return nonzero(L, 0); }
+static int l_argwhere(lua_State *L) { return nonzero(L, 1); }
+
+/* count_nonzero(t [, dim [, opts]]): over every dim a Lua integer; with dim (a number or a table
+ * of them) an int64 tensor, keepdim as the reductions take it. */
+static int l_count_nonzero(lua_State *L) {
+  const char *what = "count_nonzero";
+  dlp_ComputeOptions o;
+  int64_t dims[DLP_MAX_NDIM], shape[DLP_MAX_NDIM], strides[2][DLP_MAX_NDIM];
+  char counted[DLP_MAX_NDIM] = {0};
+  dlp_check_no_more(L, 4, what, "a tensor, a dim and an options table");
+  dlp_Tensor *t = dlp_tensor_check(L, 1);
+  int ndim = t->dl.ndim, ndims = -1;
+  if (lua_istable(L, 2)) {
+    ndims = dlp_check_integers(L, 2, dims, DLP_MAX_NDIM, INT64_MIN, "dim");
+    lua_pushnil(L);
+    if (ndims == 0 && lua_next(L, 2)) /* raw: the options in the place of dim */
+      return luaL_argerror(L, 2, "dim is a table with no list entries (options go third)");
+    lua_settop(L, 3);
+  } else if (!lua_isnoneornil(L, 2)) {
+    dims[0] = luaL_checkinteger(L, 2);
+    ndims = 1;
+  }
+  dlp_read_compute_options(L, 3, DLP_COPT_KEEPDIM, &o, what);
+  check_on_host(L, &t, 1, what);
+  dlp_check_computes(L, t->dtype, what);
+  for (int k = 0; k < ndims; k++) {
+    int64_t d = dims[k] < 0 ? dims[k] + ndim + 1 : dims[k];
+    if (d < 1 || d > ndim)
+      return luaL_error(L, "%s: dimension %I out of range (tensor has %d)", what, (lua_Integer)dims[k], ndim);
+    if (counted[d - 1]) return luaL_error(L, "%s: dimension %I given twice", what, (lua_Integer)dims[k]);
+    counted[d - 1] = 1;
+  }
+  if (ndims < 0) {
+    if (o.keepdim) {
+      for (int i = 0; i < ndim; i++) counted[i] = 1;
+    } else {
+      dlp_live(L, t, what);
+      walk_strides(t, -1, strides[1]);
+      lua_pushinteger(L, (lua_Integer)count_true(t, ndim, t->dl.shape, strides[1]));
+      return 1;
+    }
+  }
+  int rdim = 0;
+  for (int i = 0; i < ndim; i++)
+    if (!counted[i] || o.keepdim) shape[rdim++] = counted[i] ? 1 : t->dl.shape[i];
+  dlp_Tensor *r = dlp_tensor_new(L, DLP_INT64, 0, host, rdim, shape, DLP_ALLOC_ZEROED, what);
+  dlp_live(L, t, what);
+  for (int i = 0, k = 0; i < ndim; i++) { /* the result's strides on t's dims: 0 along the counted */
+    if (counted[i] && !o.keepdim) {
+      strides[0][i] = 0;
+      continue;
+    }
+    strides[0][i] = counted[i] ? 0 : dlp_walk_stride(r, k);
+    k++;
+  }
+  walk_strides(t, -1, strides[1]);
+  Truth c = {truth_kind(t->dtype), dlp_dtypes[t->dtype].itemsize, 0, NULL, 0, 0};
+  char *data[2] = {dlp_first_element(r), dlp_first_element(t)};
+  dlp_Iter it;
+  dlp_iter_init(&it, 2, ndim, t->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1);
+  dlp_iter_run(&it, count_into_loop, &c);
+  return 1;
+}
+
+/* masked_select(t, mask): the elements of t where mask (any dtype, nonzero is true; t and mask
+ * broadcast together) is true, row-major, as a 1-d tensor. */
+static int l_masked_select(lua_State *L) {
+  const char *what = "masked_select";
+  int64_t shape[DLP_MAX_NDIM], strides[2][DLP_MAX_NDIM], numel;
+  dlp_check_no_more(L, 3, what, "a tensor and a mask");
+  dlp_Tensor *t = dlp_tensor_check(L, 1);
+  dlp_Tensor *mask = tensor_arg(L, 2, "mask", what);
+  dlp_Tensor *operands[2] = {t, mask};
+  check_on_host(L, operands, 2, what);
+  dlp_check_computes(L, t->dtype, what);
+  dlp_check_computes(L, mask->dtype, what);
+  int ndim = dlp_broadcast_shapes(L, 2, (const dlp_Tensor *const *)operands, shape, what);
+  if (!dlp_numel_of(ndim, shape, &numel))
+    return luaL_error(L, "%s: the broadcast shape has more elements than fit in 64 bits", what);
+  lua_settop(L, 2);
+  const dlp_Tensor *ta = dlp_tensor_alias(L, 1, host, what), *ma = dlp_tensor_alias(L, 2, host, what);
+  dlp_broadcast_strides(ma, ndim, shape, strides[0]);
+  dlp_broadcast_strides(ta, ndim, shape, strides[1]);
+  int64_t n = count_true(ma, ndim, shape, strides[0]);
+  dlp_Tensor *r = dlp_tensor_new(L, t->dtype, 0, host, 1, &n, 0, what);
+  if (n == 0) return 1;
+  Truth c = {truth_kind(ma->dtype), dlp_dtypes[ma->dtype].itemsize, 0, dlp_first_element(r), n,
+             dlp_dtypes[ta->dtype].itemsize};
+  char *data[2] = {dlp_first_element(ma), dlp_first_element(ta)};
+  dlp_Iter it;
+  dlp_iter_init(&it, 2, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 0);
+  dlp_iter_run(&it, select_loop, &c);
+  return 1;
+}
+
+void dlp_index_register(lua_State *L, int module, int methods, int meta) {
+  static const luaL_Reg functions[] = {
+    {"nonzero", l_nonzero}, {"argwhere", l_argwhere}, {"count_nonzero", l_count_nonzero},
+    {"masked_select", l_masked_select}, {"index_select", l_index_select}, {"gather", l_gather},
+    {"scatter", l_scatter}, {"take", l_take}, {NULL, NULL},
+  };
+  static const luaL_Reg method_list[] = {
+    {"nonzero", l_nonzero}, {"argwhere", l_argwhere}, {"count_nonzero", l_count_nonzero},
+    {"masked_select", l_masked_select}, {"index_select", l_index_select}, {"gather", l_gather},
+    {"scatter", l_scatter}, {"scatter_", l_scatter_}, {"take", l_take}, {NULL, NULL},
+  };
+  (void)meta;
+  dlp_register(L, module, functions);
+  dlp_register(L, methods, method_list);
+}
