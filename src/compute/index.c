@@ -143,20 +143,23 @@ static int index_error(lua_State *L, const Pick *p, int dim, const char *what) {
                     (lua_Integer)p->size, hint);
 }
 
-/* Run the picking loop over `shape` (ndim) with the operands' data and byte strides; writes only
- * when every index is in range (check_first: a separate pass first; otherwise the caller's
- * destination is private and dropped on error). Row-major order when `ordered` (scatter: the
- * last write wins). Raises for an index out of range. */
+/* How pick runs: checking while writing (into a private destination, dropped on error), checking
+ * every index before writing any, or only checking. */
+enum { PICK_FUSED, PICK_CHECK_FIRST, PICK_CHECK_ONLY };
+
+/* Run the picking loop over `shape` (ndim) with the operands' data and byte strides; row-major
+ * order when `ordered` (scatter: the last write wins). Raises for an index out of range. */
 static void pick(lua_State *L, Pick *p, int index_dtype, int ndim, const int64_t *shape, char *const *data,
-                 const int64_t (*strides)[DLP_MAX_NDIM], int check_first, int ordered, int dim, const char *what) {
+                 const int64_t (*strides)[DLP_MAX_NDIM], int mode, int ordered, int dim, const char *what) {
   dlp_Iter it;
   dlp_IterLoop loop = pick_loop(index_dtype);
   dlp_iter_init(&it, 3, ndim, shape, data, strides, !ordered);
   p->failed = 0;
-  if (check_first) {
+  if (mode != PICK_FUSED) {
     p->write = 0;
     dlp_iter_run(&it, loop, p);
     if (p->failed) index_error(L, p, dim, what);
+    if (mode == PICK_CHECK_ONLY) return;
   }
   p->write = 1;
   dlp_iter_run(&it, loop, p);
@@ -244,8 +247,8 @@ static int l_gather(lua_State *L) {
   walk_strides(r.into, -1, strides[0]);
   walk_strides(index, -1, strides[1]);
   walk_strides(t, dim, strides[2]);
-  pick(L, &p, index->dtype, ndim, index->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, r.direct, 0, dim,
-       what);
+  pick(L, &p, index->dtype, ndim, index->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides,
+       r.direct ? PICK_CHECK_FIRST : PICK_FUSED, 0, dim, what);
   result_finish(L, &r, what);
   return 1;
 }
@@ -279,7 +282,13 @@ static int l_index_select(lua_State *L) {
   walk_strides(r.into, -1, strides[0]);
   for (int i = 0; i < ndim; i++) strides[1][i] = i == dim && index->dl.ndim ? dlp_walk_stride(index, 0) : 0;
   walk_strides(t, dim, strides[2]);
-  pick(L, &p, index->dtype, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, r.direct, 0, dim, what);
+  if (dlp_numel(r.into) == 0 && dlp_numel(index) > 0) { /* t empty across dim: the indices still count */
+    int64_t istrides[3][DLP_MAX_NDIM] = {{0}, {dlp_walk_stride(index, 0)}, {0}};
+    pick(L, &p, index->dtype, 1, index->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])istrides,
+         PICK_CHECK_ONLY, 0, dim, what);
+  }
+  pick(L, &p, index->dtype, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides,
+       r.direct ? PICK_CHECK_FIRST : PICK_FUSED, 0, dim, what);
   result_finish(L, &r, what);
   return 1;
 }
@@ -310,8 +319,8 @@ static int l_take(lua_State *L) {
   walk_strides(r.into, -1, strides[0]);
   walk_strides(index, -1, strides[1]);
   for (int i = 0; i < index->dl.ndim; i++) strides[2][i] = 0;
-  pick(L, &p, index->dtype, index->dl.ndim, index->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, r.direct,
-       0, -1, what);
+  pick(L, &p, index->dtype, index->dl.ndim, index->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides,
+       r.direct ? PICK_CHECK_FIRST : PICK_FUSED, 0, -1, what);
   result_finish(L, &r, what);
   return 1;
 }
@@ -376,7 +385,8 @@ static int scatter(lua_State *L, int inplace) {
   walk_strides(index, -1, strides[1]);
   if (src) walk_strides(src, -1, strides[2]);
   else for (int i = 0; i < ndim; i++) strides[2][i] = 0;
-  pick(L, &p, index->dtype, ndim, index->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1, 1, dim, what);
+  pick(L, &p, index->dtype, ndim, index->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides,
+       PICK_CHECK_FIRST, 1, dim, what);
   lua_pushvalue(L, dest);
   return 1;
 }
