@@ -136,7 +136,7 @@ static int index_error(lua_State *L, const Pick *p, int dim, const char *what) {
   char value[32];
   if (p->bad_is_unsigned) snprintf(value, sizeof value, "%" PRIu64, p->bad_unsigned);
   else snprintf(value, sizeof value, "%" PRId64, p->bad);
-  const char *hint = !p->bad_is_unsigned && p->bad == 0 ? "; indices start at 1" : "";
+  const char *hint = (p->bad_is_unsigned ? p->bad_unsigned == 0 : p->bad == 0) ? "; indices start at 1" : "";
   if (dim < 0)
     return luaL_error(L, "%s: index %s out of range (%I elements%s)", what, value, (lua_Integer)p->size, hint);
   return luaL_error(L, "%s: index %s out of range for dimension %d (size %I%s)", what, value, dim + 1,
