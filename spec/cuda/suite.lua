@@ -1855,6 +1855,7 @@ describe("the shared stream objects", function()
 end)
 
 require "compute_suite"
+require "index_suite"
 
 describe("at the end of the suite", function()
   fake_it("no memory, stream or event is left and the driver saw no misuse but the deliberate ones", function()

@@ -14,11 +14,16 @@
  * their result's size (nonzero, masked_select) read a private alias of their operands, which
  * holds the memory while the result is allocated (finalizers may release the tensors then).
  *
- * On CUDA devices these raise for now: nothing is copied behind the script's back. */
+ * On CUDA devices gather, index_select, take and scatter run as kernels (kernels.cu, family 42):
+ * a flag kernel checks the indices first (a set flag is looked for on a host copy of the index,
+ * to name the bad one as the host does), then each thread writes its own elements. nonzero,
+ * argwhere, count_nonzero and masked_select raise there for now: nothing is copied behind the
+ * script's back. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "compute/cuda/args.h"
 #include "internal.h"
 
 static const DLDevice host = {kDLCPU, 0};
@@ -166,21 +171,137 @@ static void pick(lua_State *L, Pick *p, int index_dtype, int ndim, const int64_t
   if (p->failed) index_error(L, p, dim, what);
 }
 
+/* ---- on CUDA devices ---- */
+
+#define INDEX_FAMILY 42
+
+/* One launch of an indexing kernel over `shape` (walked in the engine's order: every kernel here
+ * writes elements that depend on no other's), operands at data with byte strides, elements of
+ * sizes[k] bytes, params in the value slots (kernels.cu's P(0) .. P(5)). */
+static void launch_index(lua_State *L, const char *kernel, int nops, int ndim, const int64_t *shape, char *const *data,
+                         const int64_t (*strides)[DLP_MAX_NDIM], dlp_Tensor *const *tensors, const int *sizes,
+                         const int64_t *params, const char *what) {
+  dlp_ElementwiseArgs args;
+  dlp_Iter it;
+  dlp_CudaLaunch launch;
+  memset(&args, 0, sizeof args);
+  memset(&launch, 0, sizeof launch);
+  dlp_iter_init(&it, nops, ndim, shape, data, strides, 1);
+  args.numel = it.numel;
+  args.ndim = it.ndim;
+  for (int i = 0; i < it.ndim; i++) args.shape[i] = it.shape[i];
+  for (int k = 0; k < nops; k++) dlp_live(L, tensors[k], what); /* a finalizer may have released one since */
+  for (int k = 0; k < nops; k++) {
+    int misaligned = (uintptr_t)it.data[k] % (uintptr_t)sizes[k] != 0;
+    for (int i = 0; i < it.ndim; i++) {
+      args.strides[k][i] = it.strides[k][i];
+      misaligned |= it.strides[k][i] % sizes[k] != 0;
+    }
+    if (misaligned && it.numel > 0)
+      luaL_error(L, "%s: a CUDA operand's elements are not aligned to their size (%d bytes)", what, sizes[k]);
+    args.data[k] = (uint64_t)(uintptr_t)it.data[k];
+    launch.operands[launch.noperands++] = tensors[k];
+  }
+  for (int n = 0; n < 6; n++) args.value[1 + n / 2][n % 2] = (uint64_t)params[n];
+  launch.what = what;
+  launch.kernel = kernel;
+  launch.family = INDEX_FAMILY;
+  launch.args = &args;
+  launch.stream = dlp_cuda_compute_stream(launch.operands, launch.noperands, NULL);
+  dlp_cuda_launch(L, &launch); /* takes the stream */
+}
+
+static const char *size_kernel(const char *const *names, int itemsize) {
+  switch (itemsize) {
+  case 1: return names[0];
+  case 2: return names[1];
+  case 4: return names[2];
+  case 8: return names[3];
+  default: return names[4];
+  }
+}
+static const char *const gather_kernels[] = {"dlp_gather_1", "dlp_gather_2", "dlp_gather_4", "dlp_gather_8",
+                                             "dlp_gather_16"};
+static const char *const scatter_kernels[] = {"dlp_scatter_1", "dlp_scatter_2", "dlp_scatter_4", "dlp_scatter_8",
+                                              "dlp_scatter_16"};
+
+/* Raises, naming the first bad index as the host does, unless every index of the CUDA tensor at
+ * stack index idx is in 1 .. size (dim as index_error takes it). A flag kernel, then the flag
+ * read back (a synchronisation); the index is looked through on the host only when it is set. */
+static void check_on_device(lua_State *L, int idx, int64_t size, int dim, const char *what) {
+  static const char *const kernels[] = {
+    [DLP_INT8] = "dlp_index_check_i8", [DLP_INT16] = "dlp_index_check_i16", [DLP_INT32] = "dlp_index_check_i32",
+    [DLP_INT64] = "dlp_index_check_i64", [DLP_UINT8] = "dlp_index_check_u8", [DLP_UINT16] = "dlp_index_check_u16",
+    [DLP_UINT32] = "dlp_index_check_u32", [DLP_UINT64] = "dlp_index_check_u64"};
+  dlp_Tensor *index = lua_touserdata(L, idx);
+  int top = lua_gettop(L), ndim = index->dl.ndim;
+  unsigned char none = 0;
+  int64_t strides[3][DLP_MAX_NDIM], params[6] = {size, 0, 0, 0, 0, 0};
+  if (dlp_numel(index) == 0) return;
+  dlp_Tensor *flag = dlp_tensor_new(L, DLP_BOOL, 0, index->dl.device, 0, NULL, 0, what);
+  dlp_fill_on_cuda(L, flag, &none, NULL, what);
+  char *data[2] = {dlp_first_element(flag), dlp_first_element(index)};
+  dlp_Tensor *tensors[2] = {flag, index};
+  int sizes[2] = {1, dlp_dtypes[index->dtype].itemsize};
+  for (int i = 0; i < ndim; i++) strides[0][i] = 0;
+  walk_strides(index, -1, strides[1]);
+  launch_index(L, kernels[index->dtype], 2, ndim, index->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides,
+               tensors, sizes, params, what);
+  dlp_Tensor *seen = dlp_clone(L, top + 1, DLP_BOOL, host, NULL, what); /* waits for the kernel */
+  int bad = *(const unsigned char *)dlp_first_element(seen) != 0;
+  dlp_tensor_release(seen);
+  dlp_tensor_release(flag);
+  lua_settop(L, top);
+  if (!bad) return;
+  dlp_Tensor *copy = dlp_clone(L, idx, index->dtype, host, NULL, what);
+  Pick p = {size, 0, 1, 0, 0, 0, 0, 0, 0};
+  char *hdata[3] = {NULL, dlp_first_element(copy), NULL};
+  for (int i = 0; i < ndim; i++) strides[0][i] = strides[2][i] = 0;
+  walk_strides(copy, -1, strides[1]);
+  pick(L, &p, copy->dtype, ndim, copy->dl.shape, hdata, (const int64_t(*)[DLP_MAX_NDIM])strides, PICK_CHECK_ONLY, 0,
+       dim, what);
+  luaL_error(L, "%s: an index is out of range (its device's check and the host's disagree)", what);
+}
+
+/* The checked indices at stack index idx as int64 on their device: the tensor itself, or a
+ * converted copy, pushed (also when `copy`: the writes could change the original). */
+static dlp_Tensor *device_indices(lua_State *L, int idx, int copy, const char *what) {
+  dlp_Tensor *index = lua_touserdata(L, idx);
+  if (index->dtype == DLP_INT64 && !copy) return index;
+  dlp_Tensor *c = dlp_tensor_new(L, DLP_INT64, 0, index->dl.device, index->dl.ndim, index->dl.shape, 0, what);
+  dlp_copy_on_cuda(L, c, index, NULL, what);
+  return c;
+}
+
+/* A gathering launch: r[...] = src at index along the dimension P(0) bytes apart, P(1) long;
+ * strides as pick's (operand 1 the int64 indices). */
+static void gather_on_device(lua_State *L, dlp_Tensor *r, dlp_Tensor *index, dlp_Tensor *src, int ndim,
+                             const int64_t *shape, const int64_t (*strides)[DLP_MAX_NDIM], int64_t step, int64_t size,
+                             const char *what) {
+  int itemsize = dlp_dtypes[r->dtype].itemsize, sizes[3] = {itemsize, 8, itemsize};
+  int64_t params[6] = {step, size, 0, 0, 0, 0};
+  char *data[3] = {dlp_first_element(r), dlp_first_element(index), dlp_first_element(src)};
+  dlp_Tensor *tensors[3] = {r, index, src};
+  launch_index(L, size_kernel(gather_kernels, itemsize), 3, ndim, shape, data, strides, tensors, sizes, params, what);
+}
+
 /* ---- results with out= ---- */
 
 typedef struct Result {
   dlp_Tensor *into; /* where the picking writes: out itself or a fresh tensor */
   int out;          /* stack index of out, 0 when none */
+  int fresh;        /* stack index of the fresh tensor, 0 when none */
   int direct;       /* into is out (its indices are checked before anything is written) */
 } Result;
 
-/* The destination of a result of rdtype and rshape: out (from opts at arg) when it can take the
- * values directly, else a fresh contiguous tensor, pushed (copied into out at result_finish).
- * Call after every argument is read; it may allocate (finalizers may run). */
+/* The destination of a result of rdtype and rshape on device `on`: out (from opts) when it can
+ * take the values directly, else a fresh contiguous tensor, pushed (copied into out at
+ * result_finish). Call after every argument is read; it may allocate (finalizers may run). */
 static void result_begin(lua_State *L, Result *r, const dlp_ComputeOptions *o, int rdtype, int ndim,
-                         const int64_t *rshape, dlp_Tensor *const *inputs, int ninputs, const char *what) {
+                         const int64_t *rshape, DLDevice on, dlp_Tensor *const *inputs, int ninputs, const char *what) {
   r->out = o->out;
   r->direct = 0;
+  r->fresh = 0;
   if (o->out) {
     dlp_Tensor *out = lua_touserdata(L, o->out);
     int same = out->dl.ndim == ndim;
@@ -201,14 +322,14 @@ static void result_begin(lua_State *L, Result *r, const dlp_ComputeOptions *o, i
       return;
     }
   }
-  r->into = dlp_tensor_new(L, rdtype, 0, host, ndim, rshape, 0, what);
+  r->into = dlp_tensor_new(L, rdtype, 0, on, ndim, rshape, 0, what);
+  r->fresh = lua_gettop(L);
 }
 
-/* Leaves the result on top of the stack. */
+/* Pushes the result (out, or the fresh tensor). */
 static void result_finish(lua_State *L, Result *r, const char *what) {
-  if (!r->out) return;
-  if (!r->direct) dlp_copy(L, lua_touserdata(L, r->out), r->into, NULL, what);
-  lua_pushvalue(L, r->out);
+  if (r->out && !r->direct) dlp_copy(L, lua_touserdata(L, r->out), r->into, NULL, what);
+  lua_pushvalue(L, r->out ? r->out : r->fresh);
 }
 
 /* ---- gather, index_select, take ---- */
@@ -226,7 +347,7 @@ static int l_gather(lua_State *L) {
   dlp_Tensor *index = tensor_arg(L, 3, "index", what);
   dlp_read_compute_options(L, 4, DLP_COPT_OUT, &o, what);
   dlp_Tensor *operands[3] = {t, index, o.out ? lua_touserdata(L, o.out) : NULL};
-  check_on_host(L, operands, 3, what);
+  int gpu = dlp_compute_device(L, operands, 3, what);
   check_index_dtype(L, index, what);
   dlp_check_computes(L, t->dtype, what);
   int ndim = t->dl.ndim, fits = index->dl.ndim == ndim;
@@ -238,17 +359,25 @@ static int l_gather(lua_State *L) {
                       "sizes at most the tensor's outside dim %d)", what, lua_tostring(L, -2), lua_tostring(L, -1),
                       dim + 1);
   }
-  result_begin(L, &r, &o, t->dtype, ndim, index->dl.shape, operands, 2, what);
-  dlp_live(L, t, what);
-  dlp_live(L, index, what);
-  dlp_live(L, r.into, what);
-  Pick p = {t->dl.shape[dim], dlp_walk_stride(t, dim), dlp_dtypes[t->dtype].itemsize, 0, 0, 0, 0, 0, 0};
-  char *data[3] = {dlp_first_element(r.into), dlp_first_element(index), dlp_first_element(t)};
+  result_begin(L, &r, &o, t->dtype, ndim, index->dl.shape, gpu >= 0 ? t->dl.device : host, operands, 2, what);
   walk_strides(r.into, -1, strides[0]);
-  walk_strides(index, -1, strides[1]);
   walk_strides(t, dim, strides[2]);
-  pick(L, &p, index->dtype, ndim, index->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides,
-       r.direct ? PICK_CHECK_FIRST : PICK_FUSED, 0, dim, what);
+  if (gpu >= 0) {
+    check_on_device(L, 3, t->dl.shape[dim], dim, what);
+    dlp_Tensor *i64 = device_indices(L, 3, 0, what);
+    walk_strides(i64, -1, strides[1]);
+    gather_on_device(L, r.into, i64, t, ndim, index->dl.shape, (const int64_t(*)[DLP_MAX_NDIM])strides,
+                     dlp_walk_stride(t, dim), t->dl.shape[dim], what);
+  } else {
+    dlp_live(L, t, what);
+    dlp_live(L, index, what);
+    dlp_live(L, r.into, what);
+    Pick p = {t->dl.shape[dim], dlp_walk_stride(t, dim), dlp_dtypes[t->dtype].itemsize, 0, 0, 0, 0, 0, 0};
+    char *data[3] = {dlp_first_element(r.into), dlp_first_element(index), dlp_first_element(t)};
+    walk_strides(index, -1, strides[1]);
+    pick(L, &p, index->dtype, ndim, index->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides,
+         r.direct ? PICK_CHECK_FIRST : PICK_FUSED, 0, dim, what);
+  }
   result_finish(L, &r, what);
   return 1;
 }
@@ -266,22 +395,31 @@ static int l_index_select(lua_State *L) {
   dlp_Tensor *index = tensor_arg(L, 3, "index", what);
   dlp_read_compute_options(L, 4, DLP_COPT_OUT, &o, what);
   dlp_Tensor *operands[3] = {t, index, o.out ? lua_touserdata(L, o.out) : NULL};
-  check_on_host(L, operands, 3, what);
+  int gpu = dlp_compute_device(L, operands, 3, what);
   check_index_dtype(L, index, what);
   dlp_check_computes(L, t->dtype, what);
   if (index->dl.ndim > 1)
     return luaL_error(L, "%s: index must be 0-d or 1-d, got %d dims", what, index->dl.ndim);
   int ndim = t->dl.ndim;
   for (int i = 0; i < ndim; i++) shape[i] = i == dim ? (index->dl.ndim ? index->dl.shape[0] : 1) : t->dl.shape[i];
-  result_begin(L, &r, &o, t->dtype, ndim, shape, operands, 2, what);
+  result_begin(L, &r, &o, t->dtype, ndim, shape, gpu >= 0 ? t->dl.device : host, operands, 2, what);
+  walk_strides(r.into, -1, strides[0]);
+  walk_strides(t, dim, strides[2]);
+  if (gpu >= 0) {
+    check_on_device(L, 3, t->dl.shape[dim], dim, what); /* every index, also when the result is empty */
+    dlp_Tensor *i64 = device_indices(L, 3, 0, what);
+    for (int i = 0; i < ndim; i++) strides[1][i] = i == dim && i64->dl.ndim ? dlp_walk_stride(i64, 0) : 0;
+    gather_on_device(L, r.into, i64, t, ndim, shape, (const int64_t(*)[DLP_MAX_NDIM])strides, dlp_walk_stride(t, dim),
+                     t->dl.shape[dim], what);
+    result_finish(L, &r, what);
+    return 1;
+  }
   dlp_live(L, t, what);
   dlp_live(L, index, what);
   dlp_live(L, r.into, what);
   Pick p = {t->dl.shape[dim], dlp_walk_stride(t, dim), dlp_dtypes[t->dtype].itemsize, 0, 0, 0, 0, 0, 0};
   char *data[3] = {dlp_first_element(r.into), dlp_first_element(index), dlp_first_element(t)};
-  walk_strides(r.into, -1, strides[0]);
   for (int i = 0; i < ndim; i++) strides[1][i] = i == dim && index->dl.ndim ? dlp_walk_stride(index, 0) : 0;
-  walk_strides(t, dim, strides[2]);
   if (dlp_numel(r.into) == 0 && dlp_numel(index) > 0) { /* t empty across dim: the indices still count */
     int64_t istrides[3][DLP_MAX_NDIM] = {{0}, {dlp_walk_stride(index, 0)}, {0}};
     pick(L, &p, index->dtype, 1, index->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])istrides,
@@ -305,22 +443,32 @@ static int l_take(lua_State *L) {
   dlp_Tensor *index = tensor_arg(L, 2, "index", what);
   dlp_read_compute_options(L, 3, DLP_COPT_OUT, &o, what);
   dlp_Tensor *operands[3] = {t, index, o.out ? lua_touserdata(L, o.out) : NULL};
-  check_on_host(L, operands, 3, what);
+  int gpu = dlp_compute_device(L, operands, 3, what);
   check_index_dtype(L, index, what);
   dlp_check_computes(L, t->dtype, what);
+  DLDevice on = gpu >= 0 ? t->dl.device : host;
   dlp_Tensor *flat = t;
-  if (!dlp_is_contiguous(t)) flat = dlp_clone(L, 1, t->dtype, host, NULL, what); /* row-major, private */
-  result_begin(L, &r, &o, t->dtype, index->dl.ndim, index->dl.shape, operands, 2, what);
-  dlp_live(L, flat, what);
-  dlp_live(L, index, what);
-  dlp_live(L, r.into, what);
-  Pick p = {dlp_numel(flat), dlp_dtypes[t->dtype].itemsize, dlp_dtypes[t->dtype].itemsize, 0, 0, 0, 0, 0, 0};
-  char *data[3] = {dlp_first_element(r.into), dlp_first_element(index), dlp_first_element(flat)};
+  if (!dlp_is_contiguous(t)) flat = dlp_clone(L, 1, t->dtype, on, NULL, what); /* row-major, private */
+  result_begin(L, &r, &o, t->dtype, index->dl.ndim, index->dl.shape, on, operands, 2, what);
+  int64_t numel = dlp_numel(flat), itemsize = dlp_dtypes[t->dtype].itemsize;
   walk_strides(r.into, -1, strides[0]);
-  walk_strides(index, -1, strides[1]);
   for (int i = 0; i < index->dl.ndim; i++) strides[2][i] = 0;
-  pick(L, &p, index->dtype, index->dl.ndim, index->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides,
-       r.direct ? PICK_CHECK_FIRST : PICK_FUSED, 0, -1, what);
+  if (gpu >= 0) {
+    check_on_device(L, 2, numel, -1, what);
+    dlp_Tensor *i64 = device_indices(L, 2, 0, what);
+    walk_strides(i64, -1, strides[1]);
+    gather_on_device(L, r.into, i64, flat, index->dl.ndim, index->dl.shape, (const int64_t(*)[DLP_MAX_NDIM])strides,
+                     itemsize, numel, what);
+  } else {
+    dlp_live(L, flat, what);
+    dlp_live(L, index, what);
+    dlp_live(L, r.into, what);
+    Pick p = {numel, itemsize, (int)itemsize, 0, 0, 0, 0, 0, 0};
+    char *data[3] = {dlp_first_element(r.into), dlp_first_element(index), dlp_first_element(flat)};
+    walk_strides(index, -1, strides[1]);
+    pick(L, &p, index->dtype, index->dl.ndim, index->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides,
+         r.direct ? PICK_CHECK_FIRST : PICK_FUSED, 0, -1, what);
+  }
   result_finish(L, &r, what);
   return 1;
 }
@@ -329,7 +477,8 @@ static int l_take(lua_State *L) {
 
 /* t:scatter_(dim, index, src) in place, and scatter(t, dim, index, src) on a copy: t[index[i][j]][j]
  * = src[i][j] (dim 1), torch's; src a tensor (converted by the same_kind rule) or a value. Index
- * elements are visited in row-major order: of duplicate indices the last one's value stays. */
+ * elements are visited in row-major order: of duplicate indices the last one's value stays (on
+ * a CUDA device each thread walks one line along dim in order, which gives the same). */
 static int scatter(lua_State *L, int inplace) {
   const char *what = inplace ? "scatter_" : "scatter";
   int64_t strides[3][DLP_MAX_NDIM];
@@ -343,7 +492,8 @@ static int scatter(lua_State *L, int inplace) {
   if (src && !src->owner) return luaL_error(L, "%s: src was released", what);
   if (!src && lua_isnil(L, 4)) return luaL_error(L, "%s: src must be a tensor or a value, got nil", what);
   dlp_Tensor *operands[3] = {t, index, src};
-  check_on_host(L, operands, 3, what);
+  int gpu = dlp_compute_device(L, operands, 3, what);
+  DLDevice on = gpu >= 0 ? t->dl.device : host;
   check_index_dtype(L, index, what);
   dlp_check_computes(L, t->dtype, what);
   if (inplace) dlp_check_writable(L, t, what);
@@ -363,7 +513,7 @@ static int scatter(lua_State *L, int inplace) {
    * converted or that the writes could change */
   int dest = 1;
   if (!inplace) {
-    dlp_clone(L, 1, t->dtype, host, NULL, what);
+    dlp_clone(L, 1, t->dtype, on, NULL, what);
     dest = lua_gettop(L);
   }
   dlp_Tensor *d = lua_touserdata(L, dest);
@@ -371,20 +521,48 @@ static int scatter(lua_State *L, int inplace) {
     if (src->dtype != t->dtype && !dlp_can_cast_same_kind(src->dtype, t->dtype))
       return luaL_error(L, "%s: cannot write %s values into %s (same_kind casting)", what, dlp_dtypes[src->dtype].name,
                         dlp_dtypes[t->dtype].name);
-    if (src->dtype != t->dtype || (inplace && dlp_overlaps(src, t))) src = dlp_clone(L, 4, t->dtype, host, NULL, what);
+    if (src->dtype != t->dtype || (inplace && dlp_overlaps(src, t))) src = dlp_clone(L, 4, t->dtype, on, NULL, what);
   } else {
     dlp_check_element(L, 4, t->dtype, value, what);
+    if (gpu >= 0) src = dlp_tensor_filled(L, t->dtype, on, 0, NULL, value, what); /* 0-d: read at every index */
   }
-  if (inplace && dlp_overlaps(index, t)) index = dlp_clone(L, 3, index->dtype, host, NULL, what);
+  int index_at = 3;
+  if (gpu < 0 && inplace && dlp_overlaps(index, t)) {
+    index = dlp_clone(L, 3, index->dtype, host, NULL, what);
+    index_at = lua_gettop(L);
+  }
+  walk_strides(d, dim, strides[0]);
+  if (src) walk_strides(src, -1, strides[2]);
+  else for (int i = 0; i < ndim; i++) strides[2][i] = 0;
+  if (src && src->dl.ndim == 0)
+    for (int i = 0; i < ndim; i++) strides[2][i] = 0;
+  if (gpu >= 0) {
+    /* one thread per line along dim (the iteration's dim has size 1), walking its indices in order */
+    int64_t shape[DLP_MAX_NDIM], params[6];
+    int itemsize = dlp_dtypes[t->dtype].itemsize, sizes[3] = {itemsize, 8, itemsize};
+    check_on_device(L, index_at, d->dl.shape[dim], dim, what);
+    dlp_Tensor *i64 = device_indices(L, index_at, inplace && dlp_overlaps(index, t), what);
+    walk_strides(i64, -1, strides[1]);
+    for (int i = 0; i < ndim; i++) shape[i] = i == dim ? (index->dl.shape[i] > 0) : index->dl.shape[i];
+    params[0] = dlp_walk_stride(d, dim);
+    params[1] = d->dl.shape[dim];
+    params[2] = index->dl.shape[dim];
+    params[3] = dlp_walk_stride(i64, dim);
+    params[4] = src->dl.ndim ? dlp_walk_stride(src, dim) : 0;
+    params[5] = 0;
+    char *data[3] = {dlp_first_element(d), dlp_first_element(i64), dlp_first_element(src)};
+    dlp_Tensor *tensors[3] = {d, i64, src};
+    launch_index(L, size_kernel(scatter_kernels, itemsize), 3, ndim, shape, data,
+                 (const int64_t(*)[DLP_MAX_NDIM])strides, tensors, sizes, params, what);
+    lua_pushvalue(L, dest);
+    return 1;
+  }
   dlp_live(L, d, what);
   dlp_live(L, index, what);
   if (src) dlp_live(L, src, what);
   Pick p = {d->dl.shape[dim], dlp_walk_stride(d, dim), dlp_dtypes[t->dtype].itemsize, 0, 1, 0, 0, 0, 0};
   char *data[3] = {dlp_first_element(d), dlp_first_element(index), src ? dlp_first_element(src) : (char *)value};
-  walk_strides(d, dim, strides[0]);
   walk_strides(index, -1, strides[1]);
-  if (src) walk_strides(src, -1, strides[2]);
-  else for (int i = 0; i < ndim; i++) strides[2][i] = 0;
   pick(L, &p, index->dtype, ndim, index->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides,
        PICK_CHECK_FIRST, 1, dim, what);
   lua_pushvalue(L, dest);
