@@ -1,8 +1,8 @@
 -- luacheck: std +busted
 -- Indexing with tensors on CUDA tensors (part of the CUDA suite: spec/cuda/suite.lua runs it):
 -- gather, index_select, take and scatter run as kernels (family 42) and must give the CPU
--- path's bytes; their indices are checked on the device before anything is written; the
--- functions that must count first (nonzero, argwhere, count_nonzero, masked_select) raise.
+-- path's bytes; their indices are checked on the device before anything is written; nonzero,
+-- argwhere, count_nonzero and masked_select count with running sums on the device.
 local dlpack = require "dlpack"
 local cuda = dlpack.cuda
 local raises = require("support").raises_plain
@@ -53,10 +53,12 @@ describe("indexing with tensors on CUDA tensors", function()
       local index = dlpack.tensor({{1, 3, 1, 2}, {1, 3, 2, 2}, {1, 1, 3, -1}}, "int64")
       local src = dlpack.arange(1, 13):view(3, 4):to(dtype)
       agrees("scatter " .. dtype, function(x, i, s) return x:scatter(1, i, s) end, t, index, src)
-      agrees("scatter (dim 2) " .. dtype, function(x, i, s) return x:scatter(2, i:narrow(2, 1, 2), s) end, t, index, src)
-      agrees("scatter transposed " .. dtype,
-             function(x, i, s) return x:scatter(1, i:narrow(1, 1, 3):narrow(2, 1, 3):transpose(1, 2), s:transpose(1, 2)) end,
-             t, index, dlpack.arange(1, 13):view(4, 3):to(dtype))
+      agrees("scatter (dim 2) " .. dtype, function(x, i, s) return x:scatter(2, i:narrow(2, 1, 2), s) end,
+             t, index, src)
+      local function transposed(x, i, s)
+        return x:scatter(1, i:narrow(1, 1, 3):narrow(2, 1, 3):transpose(1, 2), s:transpose(1, 2))
+      end
+      agrees("scatter transposed " .. dtype, transposed, t, index, dlpack.arange(1, 13):view(4, 3):to(dtype))
       if dtype ~= "bool" and dtype ~= "complex128" then
         agrees("scatter a value " .. dtype, function(x, i) return x:scatter(1, i, 5) end, t, index)
       end
@@ -103,18 +105,44 @@ describe("indexing with tensors on CUDA tensors", function()
     assert.are.same({3, 1}, wide:to("cpu"):totable())
   end)
 
-  it("refuse operands on two devices naming both, and the counting functions for now", function()
+  it("nonzero, argwhere, count_nonzero and masked_select give the CPU's results", function()
+    local cases = {
+      dlpack.tensor({{1, 0, 3}, {0, 5, 0}}, "float32"), dlpack.tensor({-0.0, 0 / 0, 0, 1}),
+      dlpack.frombytes("\0\7\0\1", "bool"), dlpack.tensor({{0, 2}, {0, 0}}):to("complex64"),
+      dlpack.tensor(5, "int16"), dlpack.tensor(0, "uint8"), dlpack.zeros({0, 3}), dlpack.zeros({2, 3}, "float16"),
+      dlpack.arange(3000):view(30, 100):transpose(1, 2) % 7, -- more than one block of the running sums
+      (dlpack.arange(2 ^ 21) % 3):to("int8"), -- three levels of blocks
+    }
+    for k, t in ipairs(cases) do
+      local what = "case " .. k .. " (" .. t.dtype .. ")"
+      agrees("nonzero " .. what, function(x) return x:nonzero() end, t)
+      agrees("argwhere " .. what, function(x) return dlpack.argwhere(x) end, t)
+      local want, got = t:count_nonzero(), dev(t):count_nonzero()
+      assert.are.equal(want, got, "count_nonzero " .. what)
+      if t.ndim > 0 then
+        local tuple, host = dev(t):nonzero({as_tuple = true}), t:nonzero({as_tuple = true})
+        for d = 1, t.ndim do assert.are.same(host[d]:totable(), tuple[d]:to("cpu"):totable(), what) end
+        agrees("count_nonzero(-1) " .. what, function(x) return x:count_nonzero(-1) end, t)
+        agrees("count_nonzero(1, keepdim) " .. what, function(x) return x:count_nonzero(1, {keepdim = true}) end, t)
+        local mask = t:ne(0)
+        agrees("masked_select " .. what, function(x, m) return x:masked_select(m) end, t, mask)
+        agrees("masked_select (broadcast) " .. what,
+               function(x, m) return x:masked_select(m) end, t, mask:narrow(1, 1, math.min(1, t:size(1))))
+      end
+      if t.ndim == 2 then
+        agrees("count_nonzero({1, 2}) " .. what, function(x) return x:count_nonzero({1, 2}) end, t)
+      end
+    end
+  end)
+
+  it("refuse operands on two devices naming both", function()
     local t = dev(dlpack.arange(6))
     raises(function() return t:gather(1, dlpack.tensor({1})) end, "operands on different devices: cuda:0 and cpu")
     raises(function() return dlpack.take(dlpack.arange(3), dev(dlpack.tensor({1}))) end,
            "operands on different devices")
+    raises(function() return t:masked_select(dlpack.tensor({true})) end, "operands on different devices")
     if cuda.device_count() > 1 then
       raises(function() return t:index_select(1, dlpack.tensor({1}):to("cuda:1")) end, "cuda:0 and cuda:1")
-    end
-    for _, call in ipairs({
-      function() return t:nonzero() end, function() return t:argwhere() end,
-      function() return t:count_nonzero() end, function() return t:masked_select(t:gt(2)) end}) do
-      raises(call, "does not run on CUDA devices yet (copy to the host with t:to(\"cpu\"))")
     end
   end)
 end)

@@ -17,8 +17,9 @@
  * On CUDA devices gather, index_select, take and scatter run as kernels (kernels.cu, family 42):
  * a flag kernel checks the indices first (a set flag is looked for on a host copy of the index,
  * to name the bad one as the host does), then each thread writes its own elements. nonzero,
- * argwhere, count_nonzero and masked_select raise there for now: nothing is copied behind the
- * script's back. */
+ * argwhere and masked_select count with running sums of truth flags (in blocks, a pass per
+ * level: the same sums on every run) and put each element at its slot; count_nonzero sums the
+ * flags along one dim after another. Nothing is copied behind the script's back. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -27,12 +28,6 @@
 #include "internal.h"
 
 static const DLDevice host = {kDLCPU, 0};
-
-/* Raises unless the tensors (NULL entries skipped) are on memory the CPU reads. */
-static void check_on_host(lua_State *L, dlp_Tensor *const *t, int n, const char *what) {
-  if (dlp_compute_device(L, t, n, what) >= 0)
-    luaL_error(L, "%s: does not run on CUDA devices yet (copy to the host with t:to(\"cpu\"))", what);
-}
 
 /* The tensor at arg, named `name` in errors (a live one is checked again before its memory is read). */
 static dlp_Tensor *tensor_arg(lua_State *L, int arg, const char *name, const char *what) {
@@ -656,6 +651,164 @@ static int64_t count_true(const dlp_Tensor *t, int ndim, const int64_t *shape, c
   return c.count;
 }
 
+/* ---- counting on CUDA devices (kernels.cu: truth flags, running sums, compaction) ---- */
+
+static const char *truth_kernel(int dtype) {
+  switch (dtype) {
+  case DLP_FLOAT16: case DLP_BFLOAT16: return "dlp_truth_f16";
+  case DLP_FLOAT32: return "dlp_truth_f32";
+  case DLP_FLOAT64: return "dlp_truth_f64";
+  case DLP_COMPLEX64: return "dlp_truth_c64";
+  case DLP_COMPLEX128: return "dlp_truth_c128";
+  default: break;
+  }
+  switch (dlp_dtypes[dtype].itemsize) {
+  case 1: return "dlp_truth_b1";
+  case 2: return "dlp_truth_b2";
+  case 4: return "dlp_truth_b4";
+  default: return "dlp_truth_b8";
+  }
+}
+
+static const int64_t no_params[6] = {0, 0, 0, 0, 0, 0};
+
+/* A new contiguous int64 tensor of `shape` on src's device, pushed: 1 where src (a CUDA tensor
+ * walked with src_strides over shape) is true, else 0. */
+static dlp_Tensor *truth_on_device(lua_State *L, dlp_Tensor *src, int ndim, const int64_t *shape,
+                                   const int64_t *src_strides, const char *what) {
+  int64_t strides[2][DLP_MAX_NDIM];
+  dlp_Tensor *flags = dlp_tensor_new(L, DLP_INT64, 0, src->dl.device, ndim, shape, 0, what);
+  int sizes[2] = {8, dlp_dtypes[src->dtype].itemsize};
+  char *data[2] = {dlp_first_element(flags), dlp_first_element(src)};
+  dlp_Tensor *tensors[2] = {flags, src};
+  walk_strides(flags, -1, strides[0]);
+  for (int i = 0; i < ndim; i++) strides[1][i] = src_strides[i];
+  launch_index(L, truth_kernel(src->dtype), 2, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, tensors,
+               sizes, no_params, what);
+  return flags;
+}
+
+#define SCAN_BLOCK 1024
+
+/* The int64s of the contiguous CUDA tensor at idx made their running sums, in place: the sums of
+ * blocks, scanned the same way, then each block from the sum of those before it. */
+static void scan_on_device(lua_State *L, int idx, const char *what) {
+  dlp_Tensor *x = lua_touserdata(L, idx);
+  int64_t n = dlp_numel(x), blocks = (n + SCAN_BLOCK - 1) / SCAN_BLOCK;
+  int64_t strides[2][DLP_MAX_NDIM] = {{8}, {8}}, params[6] = {n, SCAN_BLOCK, 0, 0, 0, 0};
+  int top = lua_gettop(L), sizes[2] = {8, 8};
+  if (n == 0) return;
+  dlp_Tensor *sums = dlp_tensor_new(L, DLP_INT64, 0, x->dl.device, 1, &blocks, 0, what);
+  char *data[2] = {dlp_first_element(sums), dlp_first_element(x)};
+  dlp_Tensor *tensors[2] = {sums, x};
+  launch_index(L, "dlp_scan_sums", 2, 1, &blocks, data, (const int64_t(*)[DLP_MAX_NDIM])strides, tensors, sizes,
+               params, what);
+  if (blocks > 1) scan_on_device(L, top + 1, what);
+  char *back[2] = {data[1], data[0]};
+  dlp_Tensor *order[2] = {x, sums};
+  launch_index(L, "dlp_scan_apply", 2, 1, &blocks, back, (const int64_t(*)[DLP_MAX_NDIM])strides, order, sizes,
+               params, what);
+  lua_settop(L, top);
+}
+
+/* The last int64 of the CUDA tensor at idx (not empty), read back (a synchronisation). */
+static int64_t last_on_device(lua_State *L, int idx, const char *what) {
+  dlp_Tensor *x = lua_touserdata(L, idx);
+  int top = lua_gettop(L);
+  int64_t v;
+  dlp_Tensor *last = dlp_view_new(L, idx, 0, what);
+  dlp_view_move(L, last, dlp_numel(x) - 1, 1, what);
+  dlp_tensor_seal(L, last, what);
+  dlp_Tensor *copy = dlp_clone(L, top + 1, DLP_INT64, host, NULL, what);
+  memcpy(&v, dlp_first_element(copy), 8);
+  dlp_tensor_release(copy);
+  dlp_tensor_release(last);
+  lua_settop(L, top);
+  return v;
+}
+
+/* nonzero and argwhere of the CUDA tensor at 1 (the stack holds it alone): the running sums of
+ * its truth flags give each true element its row; the flat indices are put there, then turned
+ * into one column per dim. */
+static int nonzero_on_device(lua_State *L, int as_tuple, const char *what) {
+  dlp_Tensor *t = lua_touserdata(L, 1);
+  int ndim = t->dl.ndim, sizes[2] = {8, 8};
+  int64_t strides[2][DLP_MAX_NDIM], numel = dlp_numel(t), n = 0, shape[2];
+  walk_strides(t, -1, strides[1]);
+  truth_on_device(L, t, ndim, t->dl.shape, strides[1], what); /* 2 */
+  if (numel > 0) {
+    scan_on_device(L, 2, what);
+    n = last_on_device(L, 2, what);
+  }
+  dlp_Tensor *flat = dlp_tensor_new(L, DLP_INT64, 0, t->dl.device, 1, &n, 0, what); /* 3 */
+  dlp_Tensor *columns[DLP_MAX_NDIM];
+  if (as_tuple) {
+    lua_createtable(L, ndim, 0); /* 4 */
+    for (int i = 0; i < ndim; i++) {
+      columns[i] = dlp_tensor_new(L, DLP_INT64, 0, t->dl.device, 1, &n, 0, what);
+      lua_rawseti(L, 4, i + 1);
+    }
+  } else {
+    shape[0] = n;
+    shape[1] = ndim;
+    dlp_Tensor *r = dlp_tensor_new(L, DLP_INT64, 0, t->dl.device, 2, shape, 0, what); /* 4 */
+    for (int i = 0; i < ndim; i++) columns[i] = r;
+  }
+  if (n == 0) return 1;
+  int64_t zero[2][DLP_MAX_NDIM] = {{0}, {8}};
+  char *data[2] = {dlp_first_element(flat), dlp_first_element(lua_touserdata(L, 2))};
+  dlp_Tensor *tensors[2] = {flat, lua_touserdata(L, 2)};
+  launch_index(L, "dlp_compact", 2, 1, &numel, data, (const int64_t(*)[DLP_MAX_NDIM])zero, tensors, sizes, no_params,
+               what);
+  int64_t inner = 1;
+  for (int i = ndim - 1; i >= 0; i--) {
+    int64_t params[6] = {inner, t->dl.shape[i], as_tuple ? 8 : 8 * (int64_t)ndim, 0, 0, 0};
+    char *cdata[2] = {dlp_offset(dlp_first_element(columns[i]), as_tuple ? 0 : 8 * (int64_t)i),
+                      dlp_first_element(flat)};
+    dlp_Tensor *ctensors[2] = {columns[i], flat};
+    launch_index(L, "dlp_unravel", 2, 1, &n, cdata, (const int64_t(*)[DLP_MAX_NDIM])zero, ctensors, sizes, params,
+                 what);
+    inner *= t->dl.shape[i];
+  }
+  return 1;
+}
+
+/* count_nonzero of the CUDA tensor t over the dims `counted`: its truth flags summed along one
+ * counted dim after another (kept with size 1), then viewed without them unless keepdim; over
+ * every dim without keepdim, the count read back as a Lua integer. */
+static int count_on_device(lua_State *L, dlp_Tensor *t, const char *counted, int keepdim, int all, const char *what) {
+  int ndim = t->dl.ndim, sizes[2] = {8, 8}, rdim = 0;
+  int64_t shape[DLP_MAX_NDIM], strides[2][DLP_MAX_NDIM], rshape[DLP_MAX_NDIM];
+  walk_strides(t, -1, strides[1]);
+  dlp_Tensor *cur = truth_on_device(L, t, ndim, t->dl.shape, strides[1], what);
+  for (int i = 0; i < ndim; i++) shape[i] = t->dl.shape[i];
+  for (int d = ndim - 1; d >= 0; d--) {
+    if (!counted[d]) continue;
+    int64_t params[6] = {dlp_walk_stride(cur, d), shape[d], 0, 0, 0, 0};
+    shape[d] = 1;
+    dlp_Tensor *sum = dlp_tensor_new(L, DLP_INT64, 0, t->dl.device, ndim, shape, 0, what);
+    char *data[2] = {dlp_first_element(sum), dlp_first_element(cur)};
+    dlp_Tensor *tensors[2] = {sum, cur};
+    walk_strides(sum, -1, strides[0]);
+    walk_strides(cur, d, strides[1]);
+    launch_index(L, "dlp_sum_along", 2, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, tensors, sizes,
+                 params, what);
+    cur = sum;
+  }
+  if (all && !keepdim) {
+    lua_pushinteger(L, (lua_Integer)last_on_device(L, lua_gettop(L), what));
+    return 1;
+  }
+  if (keepdim) return 1;
+  for (int i = 0; i < ndim; i++)
+    if (!counted[i]) rshape[rdim++] = shape[i];
+  dlp_Tensor *v = dlp_view_new(L, lua_gettop(L), rdim, what);
+  for (int i = 0; i < rdim; i++) v->dl.shape[i] = rshape[i];
+  dlp_contiguous_strides(rdim, rshape, v->dl.strides);
+  dlp_tensor_seal(L, v, what);
+  return 1;
+}
+
 /* The options of nonzero: as_tuple only, read raw (no Lua code runs). */
 static int read_as_tuple(lua_State *L, int arg, const char *what) {
   int as_tuple = 0;
@@ -686,11 +839,12 @@ static int nonzero(lua_State *L, int argwhere) {
   dlp_check_no_more(L, argwhere ? 2 : 3, what, argwhere ? "a tensor" : "a tensor and an options table");
   dlp_Tensor *t = dlp_tensor_check(L, 1);
   int as_tuple = argwhere ? 0 : read_as_tuple(L, 2, what);
-  check_on_host(L, &t, 1, what);
+  int gpu = dlp_compute_device(L, &t, 1, what);
   dlp_check_computes(L, t->dtype, what);
   int ndim = t->dl.ndim;
   if (as_tuple && ndim == 0) return luaL_error(L, "%s: as_tuple needs a tensor of at least one dim", what);
   lua_settop(L, 1);
+  if (gpu >= 0) return nonzero_on_device(L, as_tuple, what);
   const dlp_Tensor *a = dlp_tensor_alias(L, 1, host, what); /* 2: holds the memory from here on */
   walk_strides(a, -1, strides);
   int64_t n = count_true(a, ndim, a->dl.shape, strides);
@@ -757,7 +911,7 @@ static int l_count_nonzero(lua_State *L) {
     ndims = 1;
   }
   dlp_read_compute_options(L, 3, DLP_COPT_KEEPDIM, &o, what);
-  check_on_host(L, &t, 1, what);
+  int gpu = dlp_compute_device(L, &t, 1, what);
   dlp_check_computes(L, t->dtype, what);
   for (int k = 0; k < ndims; k++) {
     int64_t d = dims[k] < 0 ? dims[k] + ndim + 1 : dims[k];
@@ -765,6 +919,10 @@ static int l_count_nonzero(lua_State *L) {
       return luaL_error(L, "%s: dimension %I out of range (tensor has %d)", what, (lua_Integer)dims[k], ndim);
     if (counted[d - 1]) return luaL_error(L, "%s: dimension %I given twice", what, (lua_Integer)dims[k]);
     counted[d - 1] = 1;
+  }
+  if (gpu >= 0) {
+    for (int i = 0; i < ndim && ndims < 0; i++) counted[i] = 1;
+    return count_on_device(L, t, counted, o.keepdim, ndims < 0, what);
   }
   if (ndims < 0) {
     if (o.keepdim) {
@@ -807,13 +965,35 @@ static int l_masked_select(lua_State *L) {
   dlp_Tensor *t = dlp_tensor_check(L, 1);
   dlp_Tensor *mask = tensor_arg(L, 2, "mask", what);
   dlp_Tensor *operands[2] = {t, mask};
-  check_on_host(L, operands, 2, what);
+  int gpu = dlp_compute_device(L, operands, 2, what);
   dlp_check_computes(L, t->dtype, what);
   dlp_check_computes(L, mask->dtype, what);
   int ndim = dlp_broadcast_shapes(L, 2, (const dlp_Tensor *const *)operands, shape, what);
   if (!dlp_numel_of(ndim, shape, &numel))
     return luaL_error(L, "%s: the broadcast shape has more elements than fit in 64 bits", what);
   lua_settop(L, 2);
+  if (gpu >= 0) { /* the running sums of the mask's truth give each selected element its slot */
+    int64_t n = 0, s3[3][DLP_MAX_NDIM];
+    int itemsize = dlp_dtypes[t->dtype].itemsize, sizes[3] = {itemsize, 8, itemsize};
+    dlp_broadcast_strides(mask, ndim, shape, strides[0]);
+    dlp_Tensor *flags = truth_on_device(L, mask, ndim, shape, strides[0], what); /* 3 */
+    if (numel > 0) {
+      scan_on_device(L, 3, what);
+      n = last_on_device(L, 3, what);
+    }
+    dlp_Tensor *r = dlp_tensor_new(L, t->dtype, 0, t->dl.device, 1, &n, 0, what);
+    if (n == 0) return 1;
+    static const char *const select_kernels[] = {"dlp_select_1", "dlp_select_2", "dlp_select_4", "dlp_select_8",
+                                                 "dlp_select_16"};
+    char *data[3] = {dlp_first_element(r), dlp_first_element(flags), dlp_first_element(t)};
+    dlp_Tensor *tensors[3] = {r, flags, t};
+    for (int i = 0; i < ndim; i++) s3[0][i] = 0;
+    walk_strides(flags, -1, s3[1]);
+    dlp_broadcast_strides(t, ndim, shape, s3[2]);
+    launch_index(L, size_kernel(select_kernels, itemsize), 3, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])s3,
+                 tensors, sizes, no_params, what);
+    return 1;
+  }
   const dlp_Tensor *ta = dlp_tensor_alias(L, 1, host, what), *ma = dlp_tensor_alias(L, 2, host, what);
   dlp_broadcast_strides(ma, ndim, shape, strides[0]);
   dlp_broadcast_strides(ta, ndim, shape, strides[1]);
