@@ -92,7 +92,7 @@ describe("indexing with tensors on CUDA tensors", function()
     local out = dev(dlpack.full({1, 2}, 9))
     raises(function() return t:gather(2, dev(dlpack.tensor({{1, 5}})), {out = out}) end, "index 5 out of range")
     assert.are.same({{9, 9}}, out:to("cpu"):totable())
-    raises(function() return t:gather(2, dev(dlpack.tensor({{1.0}}))) end, "integer dtype, got float64")
+    raises(function() return t:gather(2, dev(dlpack.tensor({{1}}, "float64"))) end, "integer dtype, got float64")
   end)
 
   it("write out= on the device, also when it aliases an operand", function()
