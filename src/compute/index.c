@@ -527,10 +527,8 @@ static int scatter(lua_State *L, int inplace) {
     index_at = lua_gettop(L);
   }
   walk_strides(d, dim, strides[0]);
-  if (src) walk_strides(src, -1, strides[2]);
-  else for (int i = 0; i < ndim; i++) strides[2][i] = 0;
-  if (src && src->dl.ndim == 0)
-    for (int i = 0; i < ndim; i++) strides[2][i] = 0;
+  if (src && src->dl.ndim == ndim) walk_strides(src, -1, strides[2]);
+  else for (int i = 0; i < ndim; i++) strides[2][i] = 0; /* a value (on a device: a 0-d tensor of it) */
   if (gpu >= 0) {
     /* one thread per line along dim (the iteration's dim has size 1), walking its indices in order */
     int64_t shape[DLP_MAX_NDIM], params[6];
