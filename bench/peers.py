@@ -81,6 +81,9 @@ if np is not None:
     report("sum_f32", "numpy", lambda: np.sum(fa))
     report("normalize_frame", "numpy", lambda: (frame.transpose(2, 0, 1).astype(np.float32) / 255 - mean) / std)
     report("argmax_f32", "numpy", lambda: np.argmax(fa))
+    index = (np.arange(1024 * 1024, dtype=np.int64) * 2654435761) % M4  # run.lua's, 0-based
+    report("gather", "numpy", lambda: np.take(fa, index))
+    report("take", "numpy", lambda: np.take(fa, index))
     ma, mb = fa[:512 * 512].reshape(512, 512).copy(), np.full((512, 512), 0.5, np.float32)
     report("matmul_f32", "numpy", lambda: ma @ mb)
     s1, s2 = np.array([1, 2, 3], np.float32), np.array([4, 5, 6], np.float32)

@@ -342,6 +342,18 @@ else
            function(n) for _ = 1, n do local _ = dlpack.argmax(fa) end end, "numpy", "np.argmax(a)")
 end
 
+-- 1M indices spread over the 4M elements (bench/peers.py makes the same, 0-based for NumPy)
+why = lacks("gather")
+if why then
+  skip_row("dlpack.gather(a, 1, index) 1M of float32 4M", why)
+else
+  local index = dlpack.arange(1024 * 1024) * 2654435761 % M4 + 1
+  peer_row("gather", "dlpack.gather(a, 1, index) 1M of float32 4M", 1.2,
+           function(n) for _ = 1, n do dlpack.gather(fa, 1, index):release() end end, "numpy", "np.take(a, index)")
+  peer_row("take", "dlpack.take(a, index) 1M of float32 4M", 1.2,
+           function(n) for _ = 1, n do dlpack.take(fa, index):release() end end, "numpy", "np.take(a, index)")
+end
+
 why = lacks("matmul")
 if why then
   skip_row("dlpack.matmul(a, b) float32 512x512", why)

@@ -542,3 +542,35 @@ describe("the tensor metatable cannot be changed by a script", function()
     assert.are.equal(2, mt.__len(t))
   end)
 end)
+
+describe("finalizers that release the operands of the indexing functions", function()
+  -- the victim is the tensor indexed (float32) or the index (int64), released mid-call
+  local data = 'function() return dlpack.tensor({{1, 0, 3}, {0, 5, 6}}, "float32") end'
+  local index = 'function() return dlpack.tensor({{1, 3, -1}, {2, 1, 1}}, "int64") end'
+  local cases = {
+    {data, "gather", "function(t) return t:gather(2, dlpack.tensor({{1, 3}, {2, 1}})) end"},
+    {data, "index_select", "function(t) return t:index_select(1, dlpack.tensor({2, 1, 2})) end"},
+    {data, "take (strided)", "function(t) return dlpack.take(t:transpose(1, 2), dlpack.tensor({1, 6})) end"},
+    {data, "scatter", "function(t) return t:scatter(2, dlpack.tensor({{1}, {3}}), 9) end"},
+    {data, "scatter_ (src = t)", "function(t) return t:scatter_(2, dlpack.tensor({{1, 2}, {3, 1}}), t) end"},
+    {data, "gather, out=", "function(t) return t:gather(2, dlpack.tensor({{1}, {3}}), {out = t:narrow(2, 1, 1)}) end"},
+    {data, "nonzero", "function(t) return t:nonzero() end"},
+    {data, "nonzero (as_tuple)", "function(t) return t:nonzero({as_tuple = true}) end"},
+    {data, "count_nonzero", "function(t) return t:count_nonzero(1) end"},
+    {data, "masked_select", "function(t) return t:masked_select(t:gt(2)) end"},
+    {data, "masked_select (mask)", "function(t) return dlpack.ones({2, 3}):masked_select(t) end"},
+    {index, "gather (index)", "function(i) return dlpack.zeros({2, 3}):gather(2, i) end"},
+    {index, "take (index)", "function(i) return dlpack.take(dlpack.zeros({6}), i) end"},
+    {index, "scatter_ (index)", "function(i) return dlpack.zeros({2, 3}):scatter_(2, i, 1) end"},
+    {index, "scatter_ (index and src)", "function(i) return i:scatter_(2, i, i) end"},
+  }
+  local fired_in = 0
+  for _, case in ipairs(cases) do
+    it("survive a release during " .. case[2], function()
+      if release_during(case[1], case[3], 300) > 0 then fired_in = fired_in + 1 end
+    end)
+  end
+  it("had finalizers run inside those calls", function()
+    assert.is_true(fired_in > 0)
+  end)
+end)

@@ -74,10 +74,17 @@ local SANDBOX = [[
 local ATTACKER = [[
   local UNSAFE_NAMES = {"adopt", "take", "wrap", "wrap_stream", "address", "pointer", "listen", "connect", "share"}
   local found = {}
+  -- `take` is also the safe API's indexing function (a tensor and an index); dlpack.unsafe's takes a capsule
+  local function is_unsafe(k, f)
+    if k ~= "take" then return true end
+    local ok, err = pcall(f)
+    return ok or tostring(err):find("capsule", 1, true) ~= nil
+  end
   local function unsafe_in(v)
     if type(v) ~= "table" then return nil end
     for _, k in ipairs(UNSAFE_NAMES) do
-      if type(rawget(v, k)) == "function" then return k end
+      local f = rawget(v, k)
+      if type(f) == "function" and is_unsafe(k, f) then return k end
     end
   end
   local saved = {path = package.path, cpath = package.cpath, searchers = {}}

@@ -631,6 +631,9 @@ void dlp_matmul_register(lua_State *L, int module, int methods, int meta);
 /* ---- join.c: dlpack.cat, dlpack.stack ---- */
 void dlp_join_register(lua_State *L, int module, int methods, int meta);
 
+/* ---- index.c: nonzero, argwhere, count_nonzero, masked_select, index_select, gather, scatter, take ---- */
+void dlp_index_register(lua_State *L, int module, int methods, int meta);
+
 /* ---- ipc.c: dlpack.ipc, tensors shared between processes (docs/ipc.md) ---- */
 int dlp_is_shareable(const dlp_Tensor *t);      /* t.shareable: its memory is a memfd's */
 /* An owner of nbytes of fresh shareable memory on device (zeroed); raises naming what. */

@@ -218,6 +218,7 @@ DLPACK_LUA_API int luaopen_dlpack(lua_State *L) {
   dlp_blas_register(L, module, methods, meta);
   dlp_matmul_register(L, module, methods, meta);
   dlp_join_register(L, module, methods, meta);
+  dlp_index_register(L, module, methods, meta);
   dlp_copy_register(L, methods);
   dlp_format_register(L, module, methods, meta);
   dlp_reduce_register(L, module, methods, meta);

@@ -1856,6 +1856,7 @@ end)
 
 require "compute_suite"
 require "attack_suite"
+require "index_suite"
 
 describe("at the end of the suite", function()
   fake_it("no memory, stream or event is left and the driver saw no misuse but the deliberate ones", function()

@@ -1523,6 +1523,77 @@ op("create", 6, function(st, injected)
   end
 end)
 
+-- The indexing functions on a pool tensor of the device and an index made for the call (1-based,
+-- sometimes out of range, any integer dtype) or a pool tensor as the mask or src: the same call
+-- on the host copies must give the same bytes or the same error. Results stay out of the pool.
+local INDEX = { "gather", "index_select", "take", "scatter", "nonzero", "argwhere", "count_nonzero", "masked_select" }
+local IDTYPES = { "int64", "int32", "int8", "uint8", "uint64", "int16" }
+op("index", 6, function(st, injected)
+  local on = R(2) == 1 and "cuda:0" or "cuda:1"
+  local fi, s1, s2, idt, n, bad = R(#INDEX), R(NSLOT), R(NSLOT), IDTYPES[R(#IDTYPES)], R(0, 6), R(8) == 1
+  local values = {}
+  for i = 1, 8 do values[i] = R(1, 40) end
+  local pool = st:on_device(on)
+  if #pool == 0 then return end
+  local a, b = pool[(s1 - 1) % #pool + 1], pool[(s2 - 1) % #pool + 1]
+  local name = INDEX[fi]
+  local len = a.len
+  local list = {}
+  for i = 1, n do
+    local v = len > 0 and (values[i] - 1) % len + 1 or 1
+    if idt:sub(1, 1) == "i" and values[i] % 3 == 0 then v = v - len - 1 end
+    list[i] = v
+  end
+  if bad and n > 0 then list[1] = values[8] % 2 == 0 and 0 or len + 1 end
+  local hosts = st:host_roots({ a, b })
+  local okx, index = pcall(dlpack.tensor, list, idt)
+  if not okx then st:fail("making an index raised: " .. tostring(index)) return end
+  local okc, dindex = st:call(string.format("I = dlpack.tensor({%s}, %q):to(%q)", table.concat(list, ", "), idt, on),
+    T.to, index, on)
+  if not okc then
+    if not injected then st:fail("copying an index raised: " .. tostring(dindex)) end
+    return
+  end
+  local ha, hb = same_view(hosts[a.root], a), same_view(hosts[b.root], b)
+  local dargs, hargs, text
+  if name == "gather" or name == "index_select" then
+    dargs, hargs, text = { a.t, 1, dindex }, { ha, 1, index }, string.format("R = %s:%s(1, I)", a.name, name)
+  elseif name == "take" then
+    dargs, hargs, text = { a.t, dindex }, { ha, index }, string.format("R = dlpack.take(%s, I)", a.name)
+  elseif name == "scatter" then
+    dargs, hargs = { a.t, 1, dindex, b.t }, { ha, 1, index, hb }
+    text = string.format("R = %s:scatter(1, I, %s)", a.name, b.name)
+  elseif name == "masked_select" then
+    dargs, hargs, text = { a.t, b.t }, { ha, hb }, string.format("R = %s:masked_select(%s)", a.name, b.name)
+  else
+    dargs, hargs, text = { a.t }, { ha }, string.format("R = %s:%s()", a.name, name)
+  end
+  local fn = dlpack[name]
+  local okd, rd = st:call(text, fn, table.unpack(dargs))
+  st:disarm(injected)
+  local okh, rh = pcall(fn, table.unpack(hargs))
+  if not okd and injected then return end
+  if okd ~= okh then
+    st:fail(string.format("%s: the CPU path %s (%s), the device %s (%s)", text, okh and "succeeded" or "raised",
+      tostring(rh), okd and "succeeded" or "raised", tostring(rd)))
+  elseif not okd then
+    if rd ~= rh then
+      st:fail(string.format("%s: the device raised %q, the CPU path %q", text, tostring(rd), tostring(rh)))
+    end
+  elseif type(rh) ~= "userdata" then
+    if rd ~= rh then st:fail(string.format("%s: the device answered %s, the CPU path %s", text, tostring(rd),
+      tostring(rh))) end
+  else
+    local okr, got = pcall(function() return rd:to("cpu"):tobytes() end)
+    if not okr then st:fail(text .. ": reading the result raised: " .. tostring(got))
+    elseif rd.device ~= on or rd.dtype ~= rh.dtype or not same_bytes(rh.dtype, got, rh:tobytes()) then
+      st:fail(string.format("%s: the result differs from the CPU's (%s)", text, tostring(rh)))
+    end
+    pcall(T.release, rd)
+  end
+  pcall(T.release, dindex)
+end)
+
 op("check", 2, function(st) st:check() end)
 
 ---------------------------------------------------------------------------

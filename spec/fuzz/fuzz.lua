@@ -2099,7 +2099,8 @@ if options.contract and cuda.Stream.wrap ~= nil then
   contract_failures[#contract_failures + 1] = "dlpack.cuda.Stream.wrap exists (it belongs to dlpack.unsafe)"
 end
 for k in pairs(dlpack) do
-  if options.contract and (k == "adopt" or k == "take" or k == "wrap" or k == "wrap_stream") then
+  if options.contract and (k == "adopt" or k == "take" or k == "wrap" or k == "wrap_stream") and
+    require("fuzz.edges").is_unsafe(k, dlpack[k]) then
     contract_failures[#contract_failures + 1] = "dlpack." .. k .. " exists in the safe API"
   end
 end

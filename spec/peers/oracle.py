@@ -133,7 +133,7 @@ function H.is_tensor(v) return getmetatable(v) == getmetatable(dlpack.zeros({}))
 return H
 """
 
-np = lupa = bridge = H = LuaError = None
+np = lupa = bridge = H = LuaError = RUNTIME_OBJ = None
 INTEGERS = True  # whether the Lua has an integer subtype (5.3 and later)
 counts = {"passed": 0, "failed": 0, "skipped": 0}
 
@@ -1704,6 +1704,244 @@ def run_attack():
     line.emit()
 
 
+# ---- indexing with tensors -------------------------------------------------------------
+
+INDEX_DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
+
+
+def one_based(rng, dtype, shape, size, layout, bad=False):
+    """An index array of dtype and shape holding 1-based indices into `size` (negatives from
+    the end where the dtype is signed); with bad, one 0 or one beyond the size."""
+    n = int(np.prod(shape, dtype=np.int64))
+    signed = dtype[0] == "i"
+    lo = -min(size, -np.iinfo(dtype).min) if signed else 1
+    hi = min(size, np.iinfo(dtype).max)
+    v = rng.integers(lo, hi + 1, size=n) if hi >= lo and size > 0 else np.zeros(n, np.int64)
+    v = np.where(v == 0, 1, v) if size > 0 else v
+    if bad and n:
+        v[int(rng.integers(n))] = [0, size + 1, -size - 1][int(rng.integers(3 if signed else 2))]
+    v = np.clip(v, np.iinfo(dtype).min, np.iinfo(dtype).max).astype(dtype).reshape(shape)
+    if layout == "contiguous" or v.ndim == 0:
+        return v
+    a = operand(rng, dtype, shape, layout)  # the layout, then the values put into it
+    if a.flags.writeable:
+        a[...] = v
+        return a
+    return v
+
+
+def zero_based(idx, size):
+    """NumPy's indices for 1-based ones: k - 1, negatives as they are; 0 and out-of-range
+    ones raise IndexError as NumPy's own checks do."""
+    k = np.asarray(idx).astype(object)
+    bad = (k == 0) | (k > size) | (k < -size)
+    if np.any(bad):
+        raise IndexError("index out of range")
+    return np.where(k > 0, k - 1, k).astype(np.int64)
+
+
+def np_index(fn):
+    """NumPy's answer, an IndexError as the errors check() compares."""
+    try:
+        return fn()
+    except IndexError as e:
+        raise ValueError(str(e))
+
+
+def run_nonzero(name):
+    rng = rng_for(name)
+    title = "%s: every dtype and layout, 1-based {n, ndim} int64 (and as_tuple)" % name
+    reason = missing(name)
+    if reason:
+        skip(title, reason)
+        return
+    line = Line(title)
+    for k in range(5 * len(DTYPES)):
+        a = operand(rng, DTYPES[k % 12], rand_shape(rng), LAYOUTS[int(rng.integers(5))])
+        if k % 3 == 0 and a.size:  # mostly zeros
+            a = np.where(rng.random(a.shape) < 0.8, np.zeros((), a.dtype), a)
+        check(line, desc_call(name, a), lambda a=a: H.call(name, None, None, to_lua(a)),
+              lambda a=a: np.argwhere(a).astype(np.int64) + 1)
+        if name == "nonzero":
+            def run_lua(a=a):
+                got = H.method("nonzero", to_lua(a), runtime_table(as_tuple=True))
+                return tuple(from_lua(got[i + 1]) for i in range(a.ndim))
+            check(line, desc_call("nonzero(as_tuple)", a), run_lua,
+                  lambda a=a: tuple(x.astype(np.int64) + 1 for x in np.nonzero(a)))
+    line.emit()
+
+
+def runtime_table(**kw):
+    return RUNTIME_OBJ.table_from(kw)
+
+
+def run_count_nonzero():
+    rng = rng_for("count_nonzero")
+    title = "count_nonzero: every dtype and layout, over everything or dims (keepdim)"
+    reason = missing("count_nonzero")
+    if reason:
+        skip(title, reason)
+        return
+    line = Line(title)
+    for k in range(5 * len(DTYPES)):
+        a = operand(rng, DTYPES[k % 12], rand_shape(rng), LAYOUTS[int(rng.integers(5))])
+        if k % 2 and a.size:
+            a = np.where(rng.random(a.shape) < 0.5, np.zeros((), a.dtype), a)
+        if a.ndim == 0 or k % 4 == 0:
+            check(line, desc_call("count_nonzero", a), lambda a=a: H.method("count_nonzero", to_lua(a)),
+                  lambda a=a: int(np.count_nonzero(a)), compare=diff)
+            continue
+        axes = sorted(set(int(x) for x in rng.integers(0, a.ndim, size=int(rng.integers(1, a.ndim + 1)))))
+        keep = bool(k % 3 == 1)
+        dims = H.list(*[d + 1 for d in axes])
+        check(line, desc_call("count_nonzero(%s, keepdim=%s)" % ([d + 1 for d in axes], keep), a),
+              lambda a=a, dims=dims, keep=keep: H.method("count_nonzero", to_lua(a), dims,
+                                                         runtime_table(keepdim=keep)),
+              lambda a=a, axes=axes, keep=keep: np.asarray(np.count_nonzero(a, axis=tuple(axes), keepdims=keep),
+                                                           np.int64))
+    line.emit()
+
+
+def run_masked_select():
+    rng = rng_for("masked_select")
+    title = "masked_select: every dtype and layout, masks of any dtype broadcast with t"
+    reason = missing("masked_select")
+    if reason:
+        skip(title, reason)
+        return
+    line = Line(title)
+    for k in range(4 * len(DTYPES)):
+        shape = rand_shape(rng)
+        sa, sm = broadcast_pair(rng, shape)
+        if k % 10 == 9 and len(shape):
+            sm = tuple(s + 1 for s in shape)  # does not broadcast: both raise
+        a = operand(rng, DTYPES[k % 12], sa, LAYOUTS[int(rng.integers(5))])
+        mask = operand(rng, "bool" if k % 3 else DTYPES[int(rng.integers(12))], sm, LAYOUTS[int(rng.integers(5))])
+
+        def run_np(a=a, mask=mask):
+            x, m = np.broadcast_arrays(a, mask != 0)
+            return x[m]
+        check(line, desc_call("masked_select", a, mask),
+              lambda a=a, mask=mask: H.method("masked_select", to_lua(a), to_lua(mask)), run_np)
+    line.emit()
+
+
+def run_index_select():
+    rng = rng_for("index_select")
+    title = "index_select: every dtype, layout and index dtype, 0-d and 1-d indices, out="
+    reason = missing("index_select")
+    if reason:
+        skip(title, reason)
+        return
+    line = Line(title)
+    for k in range(6 * len(DTYPES)):
+        a = operand(rng, DTYPES[k % 12], rand_shape(rng, min_nd=1), LAYOUTS[int(rng.integers(5))])
+        d = int(rng.integers(a.ndim))
+        ishape = () if k % 7 == 3 else (int(rng.integers(0, 7)),)
+        idx = one_based(rng, INDEX_DTYPES[k % 8], ishape, a.shape[d], LAYOUTS[int(rng.integers(4))], bad=k % 9 == 8)
+        dim = d + 1 if k % 2 else d - a.ndim
+        want_shape = a.shape[:d] + (idx.size if idx.ndim else 1,) + a.shape[d + 1:]
+        out = np.zeros(want_shape, a.dtype) if k % 5 == 4 else None
+
+        def run_lua(a=a, idx=idx, dim=dim, out=out):
+            r = H.call("index_select", None if out is None else to_lua(out), None, to_lua(a), dim, to_lua(idx))
+            return out if out is not None else r
+        check(line, desc_call("index_select(dim=%d)" % dim, a, idx), run_lua,
+              lambda a=a, idx=idx, d=d: np_index(lambda: np.take(a, zero_based(idx.reshape(-1), a.shape[d]),
+                                                                 axis=d)))
+    line.emit()
+
+
+def run_gather():
+    rng = rng_for("gather")
+    title = "gather: every dtype, layout and index dtype, indices smaller than t, out="
+    reason = missing("gather")
+    if reason:
+        skip(title, reason)
+        return
+    line = Line(title)
+    for k in range(6 * len(DTYPES)):
+        a = operand(rng, DTYPES[k % 12], rand_shape(rng, min_nd=1), LAYOUTS[int(rng.integers(5))])
+        d = int(rng.integers(a.ndim))
+        ishape = tuple(int(rng.integers(0, s + 1)) if i != d else int(rng.integers(0, 5))
+                       for i, s in enumerate(a.shape))
+        if k % 11 == 10 and a.ndim > 1:  # larger than t outside dim: both raise
+            e = (d + 1) % a.ndim
+            ishape = ishape[:e] + (a.shape[e] + 1,) + ishape[e + 1:]
+        idx = one_based(rng, INDEX_DTYPES[k % 8], ishape, a.shape[d], LAYOUTS[int(rng.integers(4))], bad=k % 9 == 8)
+        dim = d + 1 if k % 2 else d - a.ndim
+        out = np.zeros(ishape, a.dtype) if k % 5 == 4 else None
+
+        def run_lua(a=a, idx=idx, dim=dim, out=out):
+            r = H.call("gather", None if out is None else to_lua(out), None, to_lua(a), dim, to_lua(idx))
+            return out if out is not None else r
+
+        def run_np(a=a, idx=idx, d=d):
+            if any(idx.shape[i] > a.shape[i] for i in range(a.ndim) if i != d):
+                raise ValueError("index larger than t")
+            part = a[tuple(slice(None) if i == d else slice(0, idx.shape[i]) for i in range(a.ndim))]
+            return np_index(lambda: np.take_along_axis(part, zero_based(idx, a.shape[d]), axis=d))
+        check(line, desc_call("gather(dim=%d)" % dim, a, idx), run_lua, run_np)
+    line.emit()
+
+
+def run_take():
+    rng = rng_for("take")
+    title = "take: every dtype, layout and index dtype, flat indices of any shape, out="
+    reason = missing("take")
+    if reason:
+        skip(title, reason)
+        return
+    line = Line(title)
+    for k in range(6 * len(DTYPES)):
+        a = operand(rng, DTYPES[k % 12], rand_shape(rng), LAYOUTS[int(rng.integers(5))])
+        ishape = rand_shape(rng, max_nd=3)
+        idx = one_based(rng, INDEX_DTYPES[k % 8], ishape, a.size, LAYOUTS[int(rng.integers(4))], bad=k % 9 == 8)
+        out = np.zeros(ishape, a.dtype) if k % 5 == 4 else None
+
+        def run_lua(a=a, idx=idx, out=out):
+            r = H.call("take", None if out is None else to_lua(out), None, to_lua(a), to_lua(idx))
+            return out if out is not None else r
+        check(line, desc_call("take", a, idx), run_lua,
+              lambda a=a, idx=idx: np_index(lambda: np.asarray(np.take(a, zero_based(idx, a.size)))))
+    line.emit()
+
+
+def run_scatter():
+    rng = rng_for("scatter")
+    title = "scatter: every dtype, layout and index dtype, src tensors of any dtype (same_kind), last write wins"
+    reason = missing("scatter")
+    if reason:
+        skip(title, reason)
+        return
+    line = Line(title)
+    for k in range(6 * len(DTYPES)):
+        a = operand(rng, DTYPES[k % 12], rand_shape(rng, min_nd=1), LAYOUTS[int(rng.integers(5))])
+        d = int(rng.integers(a.ndim))
+        ishape = tuple(int(rng.integers(0, s + 1)) if i != d else int(rng.integers(0, 5))
+                       for i, s in enumerate(a.shape))
+        idx = one_based(rng, INDEX_DTYPES[k % 8], ishape, a.shape[d], LAYOUTS[int(rng.integers(4))], bad=k % 9 == 8)
+        sshape = tuple(s + int(rng.integers(0, 2)) for s in ishape)
+        src = operand(rng, DTYPES[k % 12] if k % 3 else DTYPES[int(rng.integers(12))], sshape,
+                      LAYOUTS[int(rng.integers(5))])
+        dim = d + 1 if k % 2 else d - a.ndim
+
+        def run_np(a=a, idx=idx, src=src, d=d):
+            if not np.can_cast(src.dtype, a.dtype, "same_kind"):
+                raise TypeError("cannot cast")
+            k0 = np_index(lambda: zero_based(idx, a.shape[d]))
+            r, s = a.copy(), src.astype(a.dtype)
+            for pos in np.ndindex(*idx.shape):  # row-major: the last write wins
+                p = list(pos)
+                p[d] = int(k0[pos])
+                r[tuple(p)] = s[pos]
+            return r
+        check(line, desc_call("scatter(dim=%d)" % dim, a, idx, src),
+              lambda a=a, idx=idx, src=src, dim=dim: H.method("scatter", to_lua(a), dim, to_lua(idx), to_lua(src)),
+              run_np)
+    line.emit()
+
+
 # ---- main ------------------------------------------------------------------------------
 
 def setup():
@@ -1733,6 +1971,8 @@ def setup():
                     'package.cpath = "{0}/{1}/?.so;" .. package.cpath'.format(ROOT, build))
     bridge = dlpack_lupa.Bridge(runtime)
     H = runtime.execute(LUA_HELPERS)
+    global RUNTIME_OBJ
+    RUNTIME_OBJ = runtime
     global INTEGERS
     INTEGERS = bool(H.integers)
     tap.comment("NumPy oracle: %s, numpy %s, seed %d" % (runtime.lua_implementation, np.__version__, SEED))
@@ -1748,6 +1988,11 @@ def run(only=()):
     jobs += [(n, run_matmul, n) for n in ("matmul", "dot")] + [(n, run_cat_stack, n) for n in ("cat", "stack")]
     jobs += [("flip", lambda _: run_flip(), None)] + [(n, run_equal_allclose, n) for n in ("equal", "allclose")]
     jobs += [("complex", lambda _: run_complex(), None), ("attack", lambda _: run_attack(), None)]
+    jobs += [(n, run_nonzero, n) for n in ("nonzero", "argwhere")] + [
+        (n, lambda _, f=f: f(), None) for n, f in (("count_nonzero", run_count_nonzero),
+                                                   ("masked_select", run_masked_select),
+                                                   ("index_select", run_index_select), ("gather", run_gather),
+                                                   ("take", run_take), ("scatter", run_scatter))]
     for job, fn, arg in jobs:
         if only and job not in only:
             continue

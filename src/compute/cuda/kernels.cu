@@ -3,8 +3,8 @@
  *
  * Families: 0-11 the elementwise operations (by compute type), 12 the strided copies by element
  * size (and fills), 13-25 the conversions from each real dtype, 26 random tensors and ranges, 27
- * the matrix products, 28-31 the reductions (see "reductions" below). Compiled twice from this
- * one source:
+ * the matrix products, 28-31 the reductions (see "reductions" below), 42 indexing with tensors
+ * ("indexing with tensors" below). Compiled twice from this one source:
  *   - as CUDA, to PTX, one file per family (DLP_FAMILY: a compute type, or the mixed integer
  *     comparisons), by `make ptx` with the toolkit; the PTX is kept in the repository under
  *     ptx/, embedded in the module and loaded by the driver a family at a time on first use
@@ -729,6 +729,123 @@ R_COMPLEX_KERNELS(c64, r_c64)
 R_COMPLEX_KERNELS(c128, r_c128)
 #endif
 
+/* ---- indexing with tensors (family 42; src/compute/index.c) ----
+ * These take their parameters in the launch's value slots (none of their operands is a scalar):
+ * P(n) is the n-th int64 of value[1..3]. Indices are 1-based, negatives counting from the end.
+ *   dlp_index_check_<s>: operand 0 a flag byte (strides 0) set when an index of operand 1 (of
+ *     type s) is outside 1 .. P(0); every thread that sets it writes the same value.
+ *   dlp_gather_<size>: operand 0 the result, 1 the int64 indices (checked before), 2 the source
+ *     at the indexed dimension's first element, P(0) bytes per index step, P(1) the dim's size.
+ *   dlp_scatter_<size>: each element of the launch is one line of the index along the indexed
+ *     dimension, walked in order by one thread (so of duplicate indices the last write wins,
+ *     and lines write disjoint elements): operand 0 the destination at the dimension's first
+ *     element (P(0) bytes per step, P(1) the size), 1 the indices (P(3) bytes apart along the
+ *     line), 2 the source (P(4) bytes apart), P(2) indices per line. */
+#define P(n) ((int64_t)A.value[1 + (n) / 2][(n) % 2])
+#define INDEX_AT(v, size) ((v) < 0 ? (v) + (size) : (v) - 1)
+#define KCHECK_SIGNED(s, T)                                                                            \
+  KERNEL(dlp_index_check_##s) {                                                                        \
+    EACH_ELEMENT(2, int64_t v_ = *(const T *)BYTES(A.data[1] + (uint64_t)off[1], (int64_t)sizeof(T), 0); \
+                 if ((uint64_t)INDEX_AT(v_, P(0)) >= (uint64_t)P(0))                                   \
+                   *(b8 *)BYTES(A.data[0] + (uint64_t)off[0], 1, 1) = 1;)                              \
+  }
+#define KCHECK_UNSIGNED(s, T)                                                                          \
+  KERNEL(dlp_index_check_##s) {                                                                        \
+    EACH_ELEMENT(2, uint64_t v_ = *(const T *)BYTES(A.data[1] + (uint64_t)off[1], (int64_t)sizeof(T), 0); \
+                 if (v_ - 1 >= (uint64_t)P(0)) *(b8 *)BYTES(A.data[0] + (uint64_t)off[0], 1, 1) = 1;)  \
+  }
+#define INDEX_CHECKS(SIGNED, UNSIGNED) SIGNED(i8, int8_t) SIGNED(i16, int16_t) SIGNED(i32, int32_t) \
+  SIGNED(i64, int64_t) UNSIGNED(u8, uint8_t) UNSIGNED(u16, uint16_t) UNSIGNED(u32, uint32_t) UNSIGNED(u64, uint64_t)
+#define KGATHER(n, T)                                                                                  \
+  KERNEL(dlp_gather_##n) {                                                                             \
+    EACH_ELEMENT(3, int64_t k_ = *(const int64_t *)BYTES(A.data[1] + (uint64_t)off[1], 8, 0);          \
+                 k_ = INDEX_AT(k_, P(1));                                                              \
+                 *(T *)BYTES(A.data[0] + (uint64_t)off[0], (int64_t)sizeof(T), 1) =                    \
+                   *(const T *)BYTES(A.data[2] + (uint64_t)(off[2] + k_ * P(0)), (int64_t)sizeof(T), 0);) \
+  }
+#define KSCATTER(n, T)                                                                                 \
+  KERNEL(dlp_scatter_##n) {                                                                            \
+    EACH_ELEMENT(3, ROLLED for (int64_t j_ = 0; j_ < P(2); j_++) {                                     \
+      int64_t k_ = *(const int64_t *)BYTES(A.data[1] + (uint64_t)(off[1] + j_ * P(3)), 8, 0);          \
+      k_ = INDEX_AT(k_, P(1));                                                                         \
+      *(T *)BYTES(A.data[0] + (uint64_t)(off[0] + k_ * P(0)), (int64_t)sizeof(T), 1) =                 \
+        *(const T *)BYTES(A.data[2] + (uint64_t)(off[2] + j_ * P(4)), (int64_t)sizeof(T), 0);          \
+    })                                                                                                 \
+  }
+#define INDEX_SIZES(K) K(1, uint8_t) K(2, uint16_t) K(4, uint32_t) K(8, uint64_t) K(16, bytes16)
+/* The counting functions (nonzero, argwhere, count_nonzero, masked_select), deterministic:
+ *   dlp_truth_<kind>: operand 0 an int64 flag per element (1 when operand 1's element is true:
+ *     any nonzero bit, but for the sign bits of floats, so -0.0 is false and NaN true).
+ *   dlp_sum_along: operand 0 = the sum of P(1) int64s of operand 1, P(0) bytes apart.
+ *   dlp_scan_sums / dlp_scan_apply: an inclusive prefix sum of P(0) contiguous int64s in blocks of
+ *     P(1), one thread per block (numel: the blocks): the blocks' sums (operand 0) of the values
+ *     (operand 1); then, once the sums are scanned the same way, each block of operand 0 turned
+ *     into running sums from the sum of the blocks before it (operand 1).
+ *   dlp_compact: over the scanned flags (operand 1, numel of them), each true element's flat
+ *     index i goes to slot (sum - 1) of operand 0, which only its thread writes.
+ *   dlp_unravel: operand 0 one column of nonzero's result (P(2) bytes per row) of flat indices
+ *     (operand 1): (i / P(0)) % P(1) + 1.
+ *   dlp_select_<size>: operand 0 the result (strides 0), 1 the scanned flags of the launch's
+ *     elements (contiguous), 2 the elements: each true one goes to slot (sum - 1). */
+#define I64(address) (*(int64_t *)BYTES((address), 8, 0))
+#define SET_I64(address, v) (*(int64_t *)BYTES((address), 8, 1) = (v))
+#define KTRUTH(kind, T, TRUE)                                                                          \
+  KERNEL(dlp_truth_##kind) {                                                                           \
+    EACH_ELEMENT(2, T x = *(const T *)BYTES(A.data[1] + (uint64_t)off[1], (int64_t)sizeof(T), 0);      \
+                 SET_I64(A.data[0] + (uint64_t)off[0], (TRUE) ? 1 : 0);)                               \
+  }
+#define SIGN64 0x7fffffffffffffffull
+#define TRUTHS(K) K(b1, uint8_t, x != 0) K(b2, uint16_t, x != 0) K(b4, uint32_t, x != 0) K(b8, uint64_t, x != 0) \
+  K(f16, uint16_t, (x & 0x7fffu) != 0) K(f32, uint32_t, (x & 0x7fffffffu) != 0) K(f64, uint64_t, (x & SIGN64) != 0) \
+  K(c64, uint64_t, (x & 0x7fffffff7fffffffull) != 0) K(c128, bytes16, ((x.lo | x.hi) & SIGN64) != 0)
+#define KSELECT(n, T)                                                                                  \
+  KERNEL(dlp_select_##n) {                                                                             \
+    EACH_ELEMENT(3, int64_t s_ = I64(A.data[1] + (uint64_t)off[1]);                                    \
+                 int64_t before_ = off[1] > 0 ? I64(A.data[1] + (uint64_t)off[1] - 8) : 0;             \
+                 if (s_ != before_) *(T *)BYTES(A.data[0] + (uint64_t)((s_ - 1) * (int64_t)sizeof(T)),  \
+                                                (int64_t)sizeof(T), 1) =                               \
+                   *(const T *)BYTES(A.data[2] + (uint64_t)off[2], (int64_t)sizeof(T), 0);)             \
+  }
+#if FAMILY(42)
+INDEX_CHECKS(KCHECK_SIGNED, KCHECK_UNSIGNED)
+INDEX_SIZES(KGATHER)
+INDEX_SIZES(KSCATTER)
+TRUTHS(KTRUTH)
+INDEX_SIZES(KSELECT)
+KERNEL(dlp_sum_along) {
+  EACH_ELEMENT(2, int64_t sum_ = 0; ROLLED for (int64_t k_ = 0; k_ < P(1); k_++) sum_ +=
+                  I64(A.data[1] + (uint64_t)(off[1] + k_ * P(0)));
+               SET_I64(A.data[0] + (uint64_t)off[0], sum_);)
+}
+KERNEL(dlp_scan_sums) {
+  for (int64_t b = THREAD, threads_ = THREADS; b < A.numel; b += threads_) {
+    int64_t end_ = (b + 1) * P(1) < P(0) ? (b + 1) * P(1) : P(0), sum_ = 0;
+    ROLLED for (int64_t i = b * P(1); i < end_; i++) sum_ += I64(A.data[1] + (uint64_t)i * 8);
+    SET_I64(A.data[0] + (uint64_t)b * 8, sum_);
+  }
+}
+KERNEL(dlp_scan_apply) {
+  for (int64_t b = THREAD, threads_ = THREADS; b < A.numel; b += threads_) {
+    int64_t end_ = (b + 1) * P(1) < P(0) ? (b + 1) * P(1) : P(0);
+    int64_t run_ = b > 0 ? I64(A.data[1] + (uint64_t)(b - 1) * 8) : 0;
+    ROLLED for (int64_t i = b * P(1); i < end_; i++) {
+      run_ += I64(A.data[0] + (uint64_t)i * 8);
+      SET_I64(A.data[0] + (uint64_t)i * 8, run_);
+    }
+  }
+}
+KERNEL(dlp_compact) {
+  for (int64_t i = THREAD, threads_ = THREADS; i < A.numel; i += threads_) {
+    int64_t s_ = I64(A.data[1] + (uint64_t)i * 8), before_ = i > 0 ? I64(A.data[1] + (uint64_t)(i - 1) * 8) : 0;
+    if (s_ != before_) SET_I64(A.data[0] + (uint64_t)(s_ - 1) * 8, i);
+  }
+}
+KERNEL(dlp_unravel) {
+  for (int64_t r = THREAD, threads_ = THREADS; r < A.numel; r += threads_)
+    SET_I64(A.data[0] + (uint64_t)(r * P(2)), I64(A.data[1] + (uint64_t)r * 8) / P(0) % P(1) + 1);
+}
+#endif
+
 #ifndef __CUDACC__
 /* The fake driver's table of the kernels by name. */
 #include "compute/cuda/fake_kernels.h"
@@ -747,6 +864,9 @@ R_COMPLEX_KERNELS(c128, r_c128)
 #define R_FLOAT_ENTRIES(s) R_ENTRIES(rsum_##s) R_ENTRIES(rprod_##s) R_ENTRIES(rsqdev_##s) R_ENTRIES(rmax_##s) \
   R_ENTRIES(rmin_##s)
 #define R_COMPLEX_ENTRIES(s) R_ENTRIES(rsum_##s) R_ENTRIES(rprod_##s)
+#define INDEX_CHECK_ENTRY(s, T) ENTRY(index_check_##s)
+#define INDEX_PICK_ENTRIES(n, T) ENTRY(gather_##n) ENTRY(scatter_##n) ENTRY(select_##n)
+#define TRUTH_ENTRY(kind, T, TRUE) ENTRY(truth_##kind)
 const dlp_FakeKernel dlp_fake_kernels[] = {
   DLP_BOOL_OPS(ENTRY, ENTRY, ENTRY, ENTRY) DLP_INTS(INT_ENTRIES) DLP_FLOATS(FLOAT_ENTRIES) DLP_MIXED_OPS(ENTRY) COPIES(ENTRY)
   DLP_REAL_DTYPES(CONVERSION_ENTRIES) {"dlp_isclose_f64", dlp_isclose_f64},
@@ -754,6 +874,8 @@ const dlp_FakeKernel dlp_fake_kernels[] = {
   ENTRY(has_negative_i64) RANDOM_KERNELS(RAND_ENTRIES, RANDINT_ENTRY) RANGE_KERNELS(RANGE_ENTRIES) MATMULS(MATMUL_ENTRY)
   R_ENTRIES(rsum_u64) R_ENTRIES(rprod_u64) R_ENTRIES(rany_b8) R_ENTRIES(rall_b8) R_INT_ORDERED(R_INT_ENTRIES)
   R_FLOAT_ENTRIES(f32) R_FLOAT_ENTRIES(f64) R_COMPLEX_ENTRIES(c64) R_COMPLEX_ENTRIES(c128)
+  INDEX_CHECKS(INDEX_CHECK_ENTRY, INDEX_CHECK_ENTRY) INDEX_SIZES(INDEX_PICK_ENTRIES) TRUTHS(TRUTH_ENTRY)
+  ENTRY(sum_along) ENTRY(scan_sums) ENTRY(scan_apply) ENTRY(compact) ENTRY(unravel)
   {NULL, NULL},
 };
 #endif
