@@ -275,6 +275,27 @@ describe("scatter and scatter_", function()
   end)
 end)
 
+describe("the indexing functions and aliased destinations", function()
+  it("refuse to write a tensor that repeats elements, in place or as out", function()
+    local e = dlpack.tensor({1, 2}, "float32"):view(1, 2):expand(3, 2)
+    assert.has_error(function() e:scatter_(1, i64({{1, 1}}), 7) end,
+      "scatter_: the tensor repeats elements (an expanded view) and cannot be written")
+    assert.same({{1, 2}, {1, 2}, {1, 2}}, e:totable())
+    local out = dlpack.zeros({1}, "float32"):expand(2)
+    assert.has_error(function() dlpack.take(dlpack.tensor({5, 6}), i64({1, 2}), {out = out}) end,
+      "take: out repeats elements (an expanded view) and cannot be written")
+    -- a size-1 dim of stride 0 repeats nothing
+    local one = dlpack.tensor({4, 5}, "float32"):view(1, 2)
+    assert.same({{9, 9}}, one:scatter_(1, i64({{1, 1}}), 9):totable())
+  end)
+
+  it("index_select of an empty tensor by a 0-d index checks the index", function()
+    local t = dlpack.empty({0, 3})
+    assert.same({0, 1}, t:index_select(2, dlpack.tensor(2, "int64")).shape)
+    assert.has_error(function() t:index_select(2, dlpack.tensor(4, "int64")) end)
+  end)
+end)
+
 describe("the indexing functions and devices", function()
   it("refuse memory the CPU cannot read naming the device", function()
     -- a CUDA tensor without a driver cannot even be made; the CUDA suite checks the message

@@ -194,6 +194,11 @@ local function index_op(S, env)
   local rs = H.result_shape()
   local t = H.operand(S, env, rs, { tensor = true })
   local kt = H.know(env, t)
+  local inf = type(t.v) == "userdata" and env.info(t.v)
+  local repeats = false -- a stride-0 dim of more than one element: not written in place
+  for k = 1, inf and inf.numel > 0 and inf.ndim or 0 do
+    if inf.shape[k] > 1 and inf.strides[k] == 0 then repeats = true end
+  end
   local tshape = kt and kt.shape or rs
   local nd = #tshape
   local dim = nd > 0 and R(-nd, nd) or R(-1, 1)
@@ -267,6 +272,10 @@ local function index_op(S, env)
   local known = kt and not kt.released and kt.tbl and not hostile and known_opts and kt.host and
     (not index or not index.mask) and S:quiet()
   if known and fn == "scatter_" and kt.readonly then known = false end
+  if known and fn == "scatter_" and repeats then
+    if ok then S:fail(desc .. ": wrote a tensor that repeats elements") end
+    known = false
+  end
   local takes_dim = fn ~= "nonzero" and fn ~= "argwhere" and fn ~= "take" and fn ~= "masked_select" and
     not (fn == "count_nonzero" and dim == nil)
   if known and takes_dim and not math.tointeger(dim) then

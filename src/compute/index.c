@@ -289,6 +289,14 @@ typedef struct Result {
   int direct;       /* into is out (its indices are checked before anything is written) */
 } Result;
 
+/* A tensor written in place or as out= must not repeat elements: which of the aliased writes
+ * stays would depend on the walk (the elementwise functions refuse the same). */
+static void check_no_repeats(lua_State *L, const dlp_Tensor *t, const char *name, const char *what) {
+  for (int i = 0; i < t->dl.ndim && dlp_numel(t) > 0; i++)
+    if (t->dl.shape[i] > 1 && dlp_walk_stride(t, i) == 0)
+      luaL_error(L, "%s: %s repeats elements (an expanded view) and cannot be written", what, name);
+}
+
 /* The destination of a result of rdtype and rshape on device `on`: out (from opts) when it can
  * take the values directly, else a fresh contiguous tensor, pushed (copied into out at
  * result_finish). Call after every argument is read; it may allocate (finalizers may run). */
@@ -307,6 +315,7 @@ static void result_begin(lua_State *L, Result *r, const dlp_ComputeOptions *o, i
       luaL_error(L, "%s: out has shape %s, the result %s", what, lua_tostring(L, -2), lua_tostring(L, -1));
     }
     dlp_check_writable(L, out, what);
+    check_no_repeats(L, out, "out", what);
     if (!dlp_can_cast_same_kind(rdtype, out->dtype))
       luaL_error(L, "%s: cannot write %s values into an out of %s (same_kind casting)", what, dlp_dtypes[rdtype].name,
                  dlp_dtypes[out->dtype].name);
@@ -416,7 +425,7 @@ static int l_index_select(lua_State *L) {
   char *data[3] = {dlp_first_element(r.into), dlp_first_element(index), dlp_first_element(t)};
   for (int i = 0; i < ndim; i++) strides[1][i] = i == dim && index->dl.ndim ? dlp_walk_stride(index, 0) : 0;
   if (dlp_numel(r.into) == 0 && dlp_numel(index) > 0) { /* t empty across dim: the indices still count */
-    int64_t istrides[3][DLP_MAX_NDIM] = {{0}, {dlp_walk_stride(index, 0)}, {0}};
+    int64_t istrides[3][DLP_MAX_NDIM] = {{0}, {index->dl.ndim ? dlp_walk_stride(index, 0) : 0}, {0}};
     pick(L, &p, index->dtype, 1, index->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])istrides,
          PICK_CHECK_ONLY, 0, dim, what);
   }
@@ -491,7 +500,10 @@ static int scatter(lua_State *L, int inplace) {
   DLDevice on = gpu >= 0 ? t->dl.device : host;
   check_index_dtype(L, index, what);
   dlp_check_computes(L, t->dtype, what);
-  if (inplace) dlp_check_writable(L, t, what);
+  if (inplace) {
+    dlp_check_writable(L, t, what);
+    check_no_repeats(L, t, "the tensor", what);
+  }
   int ndim = t->dl.ndim, fits = index->dl.ndim == ndim && (!src || src->dl.ndim == ndim);
   for (int i = 0; fits && i < ndim; i++)
     fits = (i == dim || index->dl.shape[i] <= t->dl.shape[i]) && (!src || index->dl.shape[i] <= src->dl.shape[i]);
