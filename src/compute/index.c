@@ -426,7 +426,8 @@ static int l_index_select(lua_State *L) {
   for (int i = 0; i < ndim; i++) strides[1][i] = i == dim && index->dl.ndim ? dlp_walk_stride(index, 0) : 0;
   if (dlp_numel(r.into) == 0 && dlp_numel(index) > 0) { /* t empty across dim: the indices still count */
     int64_t istrides[3][DLP_MAX_NDIM] = {{0}, {index->dl.ndim ? dlp_walk_stride(index, 0) : 0}, {0}};
-    pick(L, &p, index->dtype, 1, index->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])istrides,
+    int64_t ishape[1] = {dlp_numel(index)}; /* a 0-d index has no shape to read */
+    pick(L, &p, index->dtype, 1, ishape, data, (const int64_t(*)[DLP_MAX_NDIM])istrides,
          PICK_CHECK_ONLY, 0, dim, what);
   }
   pick(L, &p, index->dtype, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides,
