@@ -509,6 +509,7 @@ BINARY = [  # (Lua name, NumPy ufunc, tolerance, operator)
     ("band", "bitwise_and", "exact", "&"), ("bor", "bitwise_or", "exact", "|"),
     ("bxor", "bitwise_xor", "exact", "~"), ("shl", "left_shift", "exact", "<<"),
     ("shr", "right_shift", "exact", ">>"),
+    ("atan2", "arctan2", "ulp", None), ("hypot", "hypot", "ulp", None),
 ]
 
 
@@ -518,6 +519,31 @@ def sigmoid(x):
     work = np.float64 if dtype == np.float64 else np.float32
     one = work(1)
     return (one / (one + np.exp(-x.astype(work)))).astype(dtype)
+
+
+def float_function(x, fn):
+    """fn of x with exp's dtypes (the contract), float16 computed in float32."""
+    dtype = np.exp(x).dtype  # raises as exp does
+    work = np.float64 if dtype == np.float64 else np.float32
+    return np.asarray(fn(x.astype(work))).astype(dtype)
+
+
+def erf(x):
+    """The error function (NumPy has none; Python's math.erf, element by element)."""
+    return float_function(x, np.vectorize(math.erf, otypes=[np.float64]))
+
+
+def rsqrt(x):
+    """1 / sqrt(x), torch's rsqrt (NumPy has none)."""
+    return float_function(x, lambda w: w.dtype.type(1) / np.sqrt(w))
+
+
+def reciprocal(x):
+    """np.reciprocal, but an integer 0 raises (NumPy's C loop divides by it; the module raises
+    as for integer division by zero)."""
+    if x.dtype.kind in "biu" and not np.all(x):
+        raise ZeroDivisionError("integer division by zero")
+    return np.reciprocal(x)
 
 
 def round_(x):
@@ -536,6 +562,10 @@ UNARY = [  # (Lua name, NumPy function, tolerance, operator)
     ("isnan", "isnan", "exact", None), ("isinf", "isinf", "exact", None),
     ("isfinite", "isfinite", "exact", None), ("logical_not", "logical_not", "exact", None),
     ("bnot", "invert", "exact", "~"),
+    ("log2", "log2", "ulp", None), ("log10", "log10", "ulp", None), ("asin", "arcsin", "ulp", None),
+    ("acos", "arccos", "ulp", None), ("atan", "arctan", "ulp", None), ("sinh", "sinh", "ulp", None),
+    ("cosh", "cosh", "ulp", None), ("erf", "erf", "ulp", None), ("rsqrt", "rsqrt", "ulp", None),
+    ("reciprocal", "reciprocal", "exact", None), ("square", "square", "exact", None),
 ]
 
 
@@ -919,7 +949,8 @@ def negative_powers(rng):
 
 def run_unary(spec):
     name, fn, tol, op = spec
-    fn = {"sigmoid": sigmoid, "round": round_}.get(fn) or getattr(np, fn)
+    fn = {"sigmoid": sigmoid, "round": round_, "erf": erf, "rsqrt": rsqrt, "reciprocal": reciprocal}.get(fn) or \
+        getattr(np, fn)
     rng = rng_for(name)
 
     reason = missing(name)
@@ -1428,10 +1459,13 @@ COMPLEX_UNARY = [("neg", "negative", "exact"), ("abs", "absolute", "ulp"), ("sig
                  ("expm1", "expm1", "mag"), ("sin", "sin", "mag"), ("cos", "cos", "mag"), ("tan", "tan", "mag"),
                  ("tanh", "tanh", "mag"), ("round", "round", "exact"), ("isnan", "isnan", "exact"),
                  ("isinf", "isinf", "exact"), ("isfinite", "isfinite", "exact"),
-                 ("logical_not", "logical_not", "exact")]
+                 ("logical_not", "logical_not", "exact"), ("log2", "log2", "mag"), ("log10", "log10", "mag"),
+                 ("asin", "arcsin", "mag"), ("acos", "arccos", "mag"), ("atan", "arctan", "mag"),
+                 ("sinh", "sinh", "mag"), ("cosh", "cosh", "mag"), ("reciprocal", "reciprocal", "exact"),
+                 ("square", "square", "mag")]
 # refused for complex (NumPy refuses them, or orders complex numbers lexicographically)
 COMPLEX_REFUSED = ["idiv", "mod", "maximum", "minimum", "lt", "le", "gt", "ge", "floor", "ceil", "trunc",
-                   "sigmoid", "band", "bor", "bxor", "bnot", "shl", "shr"]
+                   "sigmoid", "band", "bor", "bxor", "bnot", "shl", "shr", "erf", "rsqrt", "atan2", "hypot"]
 
 
 def complex_values(rng, dtype, shape, domain=None):
