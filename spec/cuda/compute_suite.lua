@@ -1570,6 +1570,10 @@ describe("more functions on CUDA tensors", function()
     agrees("hstack", function(x, y) return dlpack.hstack({x, y}) end, m, m)
     agrees("vstack", function(x, y) return dlpack.vstack({x, y}) end, dlpack.arange(4), dlpack.arange(4))
     agrees("concatenate", function(x, y) return dlpack.concatenate({x, y}, 2) end, m, m)
+    local a, b = dlpack.arange(24, "float64"):view(2, 3, 4), dlpack.arange(20, "float64"):view(4, 5)
+    agrees("einsum batched", function(x, y) return dlpack.einsum("bij,jk->bki", x, y) end, a, b)
+    agrees("einsum trace", function(x) return dlpack.einsum("ii->", x) end, dlpack.arange(9, "int64"):view(3, 3))
+    agrees("einsum ellipsis", function(x, y) return dlpack.einsum("...j,j", x, y) end, a, dlpack.arange(4, "float64"))
     for _, name in ipairs({"float", "double", "half", "bfloat16", "long", "int", "short", "char", "byte", "bool"}) do
       agrees(name .. "()", function(x) return x[name](x) end, m)
     end

@@ -1584,6 +1584,49 @@ def shape_cases(rng, name, k):
     raise ValueError(name)
 
 
+EINSUM_SPECS = ["ij,jk->ik", "ij,jk", "ii", "ii->i", "ij->ji", "ij->", "i,i", "i,j->ij", "...ij,...jk->...ik",
+                "bij,bjk->bik", "ijk->kji", "ij,ij->ij", "ij,ji->", "iij->ij", "i,i,i->i", "abc,cd,de->abe",
+                "Ab,bA->A", "...i,...i->...", "ij,j", "i j,j k", "ba,AB", "...", "ij,kl->ijkl", "ijj->"]
+
+
+def einsum_operands(rng, spec, dt):
+    """Operands for spec: sizes per label 0 to 4 (mostly 1 to 3), some 1 to broadcast, 0 to 2
+    dims for '...'."""
+    terms = spec.split("->")[0].replace(" ", "").split(",")
+    size = {c: int(rng.choice([1, 2, 3, 3, 4, 0])) for c in "".join(terms) if c.isalpha()}
+    ell = [int(rng.integers(1, 4)) for _ in range(int(rng.integers(0, 3)))]
+    ops = []
+    for t in terms:
+        shape = []
+        for part in t.split("..."):
+            if shape or t.startswith("..."):
+                e = ell[int(rng.integers(0, len(ell) + 1)):] if ell else []
+                shape += [1 if rng.random() < 0.2 else x for x in e]
+            shape += [1 if rng.random() < 0.1 else size[c] for c in part]
+        if t.startswith("...") and not t.replace("...", ""):
+            shape = ell
+        ops.append(operand(rng, dt, tuple(shape), LAYOUTS[int(rng.integers(5))]))
+    return ops
+
+
+def run_einsum(_):
+    rng = rng_for("einsum")
+    title = "einsum: NumPy's subscripts (explicit, implicit, diagonals, '...', broadcasting), dtypes, layouts"
+    reason = missing("einsum")
+    if reason:
+        skip(title, reason)
+        return
+    line = Line(title)
+    for k in range(4 * len(EINSUM_SPECS)):
+        spec = EINSUM_SPECS[k % len(EINSUM_SPECS)]
+        dt = ["int32", "int64", "float32", "float64", "int8", "uint8", "int16", "float64"][k % 8]
+        ops = einsum_operands(rng, spec, dt)
+        check(line, desc_call("einsum(%r)" % spec, *ops),
+              lambda spec=spec, ops=ops: H.call("einsum", None, None, spec, *[to_lua(o) for o in ops]),
+              lambda spec=spec, ops=ops: np.asarray(np.einsum(spec, *ops)), tol="ulp")
+    line.emit()
+
+
 SHAPE_FUNCTIONS = ["T", "ravel", "flatten", "diagonal", "split", "chunk", "unbind", "tile", "repeat_interleave",
                    "roll", "tril", "triu", "diag", "outer", "hstack", "vstack", "concatenate"]
 
@@ -1944,7 +1987,7 @@ def run(only=()):
     jobs += [(n, run_matmul, n) for n in ("matmul", "dot")] + [(n, run_cat_stack, n) for n in ("cat", "stack")]
     jobs += [("flip", lambda _: run_flip(), None)] + [(n, run_equal_allclose, n) for n in ("equal", "allclose")]
     jobs += [("complex", lambda _: run_complex(), None), ("attack", lambda _: run_attack(), None)]
-    jobs += [("isclose", run_isclose, None)] + [(n, run_shape, n) for n in SHAPE_FUNCTIONS]
+    jobs += [("isclose", run_isclose, None), ("einsum", run_einsum, None)] + [(n, run_shape, n) for n in SHAPE_FUNCTIONS]
     for job, fn, arg in jobs:
         if only and job not in only:
             continue

@@ -4,6 +4,7 @@
  * dtype shorthands t:float() ... (to). Each reads its arguments first (plain numbers and
  * tensors: no script code runs), then calls the module's functions, which check everything
  * again; so these work on every device the functions they call work on. */
+#include <stdio.h>
 #include <string.h>
 
 #include "internal.h"
@@ -464,6 +465,330 @@ static int l_diag(lua_State *L) {
   return 1;
 }
 
+
+/* ---- einsum ---- */
+
+/* Labels: 'a'..'z' are 0..25, 'A'..'Z' 26..51, the dimensions '...' stands for 52 on (right
+ * aligned across the operands, as they broadcast). */
+#define LETTERS 52
+#define LABELS (LETTERS + DLP_MAX_NDIM)
+#define MAX_OPERANDS 32
+
+typedef struct Term {
+  int n;                      /* labels, one per dimension */
+  int label[DLP_MAX_NDIM];
+} Term;
+
+static int label_of(int c) {
+  if (c >= 'a' && c <= 'z') return c - 'a';
+  if (c >= 'A' && c <= 'Z') return c - 'A' + 26;
+  return -1;
+}
+
+/* ASCII order of the letters (NumPy's implicit output sorts them so: 'A' before 'a') */
+static int ascii_of(int label) { return label < 26 ? 'a' + label : 'A' + label - 26; }
+
+/* Parse the subscripts of one term (s up to end) for a tensor of ndim dimensions (-1: the
+ * output, with `ell` dimensions for '...'); the dims '...' stands for take labels LETTERS on.
+ * Returns how many dims '...' stood for, or raises. */
+static int parse_term(lua_State *L, const char *s, const char *end, int ndim, int ell, Term *t, int *has_ell,
+                      const char *which) {
+  int letters = 0, dots = 0, count = 0;
+  for (const char *p = s; p < end; p++) {
+    if (*p == ' ') continue;
+    if (*p == '.') {
+      if (dots || end - p < 3 || p[1] != '.' || p[2] != '.')
+        luaL_error(L, "einsum: %s: '.' only as one '...'", which);
+      dots = 1;
+      p += 2;
+      continue;
+    }
+    if (label_of((unsigned char)*p) < 0) luaL_error(L, "einsum: %s: invalid subscript '%c'", which, *p);
+    letters++;
+  }
+  *has_ell = dots;
+  if (ndim >= 0) {
+    if (!dots && letters != ndim)
+      luaL_error(L, "einsum: %s has %d dimensions, its subscripts name %d", which, ndim, letters);
+    if (dots && letters > ndim)
+      luaL_error(L, "einsum: %s has %d dimensions, its subscripts name %d and '...'", which, ndim, letters);
+    count = dots ? ndim - letters : 0;
+  } else {
+    count = dots ? ell : 0;
+    ell = count;
+    if (letters + count > DLP_MAX_NDIM) luaL_error(L, "einsum: the output would have more than %d dimensions",
+                                                   DLP_MAX_NDIM);
+  }
+  t->n = 0;
+  for (const char *p = s; p < end; p++) {
+    if (*p == ' ') continue;
+    if (*p == '.') {
+      for (int j = 0; j < count; j++) t->label[t->n++] = LETTERS + j; /* operands' renumbered by the caller */
+      p += 2;
+      continue;
+    }
+    t->label[t->n++] = label_of((unsigned char)*p);
+  }
+  return count;
+}
+
+/* A view of the tensor at idx with one dimension per distinct label of term (repeated labels:
+ * the diagonal, strides added), each of the label's size (a size-1 dimension repeats: stride 0);
+ * pushed, and its labels into out. */
+static void diagonal_view(lua_State *L, int idx, const Term *term, const int64_t *size, Term *out) {
+  const dlp_Tensor *t = check_tensor(L, idx, "einsum");
+  int64_t shape[DLP_MAX_NDIM], strides[DLP_MAX_NDIM];
+  int n = 0, numel_zero = dlp_numel(t) == 0;
+  for (int i = 0; i < term->n; i++) {
+    int j = 0;
+    while (j < n && out->label[j] != term->label[i]) j++;
+    int64_t stride = t->dl.shape[i] == 1 ? 0 : t->dl.strides[i];
+    if (j == n) {
+      out->label[n] = term->label[i];
+      shape[n] = size[term->label[i]];
+      strides[n++] = stride;
+    } else if (t->dl.shape[i] != t->dl.shape[j] && !numel_zero) {
+      luaL_error(L, "einsum: a repeated subscript '%c' names dimensions of sizes %I and %I",
+                 ascii_of(term->label[i]), (lua_Integer)t->dl.shape[j], (lua_Integer)t->dl.shape[i]);
+    } else if (!numel_zero && !dlp_add(strides[j], stride, &strides[j])) {
+      luaL_error(L, "einsum: the diagonal's stride does not fit in 64 bits");
+    }
+  }
+  out->n = n;
+  dlp_Tensor *v = dlp_view_new(L, idx, n, "einsum");
+  for (int i = 0; i < n; i++) {
+    v->dl.shape[i] = shape[i];
+    v->dl.strides[i] = numel_zero ? 1 : strides[i];
+  }
+  dlp_tensor_seal(L, v, "einsum");
+}
+
+static int has_label(const Term *t, int label) {
+  for (int i = 0; i < t->n; i++)
+    if (t->label[i] == label) return 1;
+  return 0;
+}
+
+/* The tensor at the top (labels *t) permuted to the labels of `order` (the same set); replaces it. */
+static void permute_to(lua_State *L, Term *t, const Term *order) {
+  int same = 1;
+  lua_createtable(L, order->n, 0);
+  for (int i = 0; i < order->n; i++) {
+    int j = 0;
+    while (t->label[j] != order->label[i]) j++;
+    same &= j == i;
+    lua_pushinteger(L, j + 1);
+    lua_rawseti(L, -2, i + 1);
+  }
+  if (same || order->n < 2) {
+    lua_pop(L, 1);
+  } else {
+    call_method(L, -2, "permute", 1);
+    lua_remove(L, -2);
+  }
+  *t = *order;
+}
+
+/* The tensor at the top (labels *t, sizes by label) summed over its labels not in `keep`, in
+ * `dtype` (einsum keeps the operands' promoted dtype); replaces it. */
+static void sum_out(lua_State *L, Term *t, const Term *keep, const int64_t *size, int dtype) {
+  Term kept;
+  int64_t shape[DLP_MAX_NDIM];
+  int summed = 0;
+  kept.n = 0;
+  lua_newtable(L);
+  for (int i = 0; i < t->n; i++) {
+    if (has_label(keep, t->label[i])) {
+      shape[kept.n] = size[t->label[i]];
+      kept.label[kept.n++] = t->label[i];
+    } else {
+      lua_pushinteger(L, i + 1);
+      lua_rawseti(L, -2, ++summed);
+    }
+  }
+  if (!summed) {
+    lua_pop(L, 1);
+    return;
+  }
+  lua_createtable(L, 0, 2);
+  lua_pushboolean(L, 1);
+  lua_setfield(L, -2, "keepdim");
+  lua_pushstring(L, dlp_dtypes[dtype].name);
+  lua_setfield(L, -2, "dtype");
+  call_method(L, -3, "sum", 2);
+  push_sizes(L, kept.n, shape);
+  call_method(L, -2, "view", 1);
+  lua_replace(L, -3);
+  lua_pop(L, 1);
+  *t = kept;
+}
+
+/* The tensor at the top made contiguous and viewed as {lead..., merged...} (the batch sizes,
+ * then the products of the label groups: {batch..., L, C}); replaces it. */
+static void merge_to(lua_State *L, int nlead, const int64_t *lead, int nmerged, const int64_t *merged) {
+  int64_t shape[DLP_MAX_NDIM];
+  for (int i = 0; i < nlead; i++) shape[i] = lead[i];
+  for (int i = 0; i < nmerged; i++) shape[nlead + i] = merged[i];
+  call_method(L, -1, "contiguous", 0);
+  push_sizes(L, nlead + nmerged, shape);
+  call_method(L, -2, "view", 1);
+  lua_replace(L, -3);
+  lua_pop(L, 1);
+}
+
+/* einsum(subscripts, a, b, ...): NumPy's einsum: explicit ('ij,jk->ik') or implicit output (the
+ * labels that occur once, in ASCII order), repeated labels within a term for diagonals, '...'
+ * for broadcast dimensions, size-1 dimensions broadcasting. Computed as views (diagonals,
+ * broadcasting), sums of the labels only one operand has, then a matmul per further operand
+ * (batch labels, the labels it contracts, the ones each side keeps), in the operands' promoted
+ * dtype. */
+static int l_einsum(lua_State *L) {
+  Term in[MAX_OPERANDS], out, cur, want;
+  int64_t size[LABELS];
+  int count[LABELS] = {0}, dtypes[MAX_OPERANDS], has_ell, any_ell = 0, ell = 0;
+  size_t len;
+  const char *spec = luaL_checklstring(L, 1, &len);
+  int n = lua_gettop(L) - 1;
+  if (n < 1) return luaL_error(L, "einsum: no operands");
+  if (n > MAX_OPERANDS) return luaL_error(L, "einsum: at most %d operands", MAX_OPERANDS);
+  if (strlen(spec) != len) return luaL_argerror(L, 1, "the subscripts contain an embedded NUL");
+  for (int k = 0; k < n; k++) dtypes[k] = check_tensor(L, k + 2, "einsum")->dtype;
+  const char *arrow = strstr(spec, "->"), *end = arrow ? arrow : spec + len, *p = spec;
+  for (int k = 0; k < n; k++) {
+    const char *comma = memchr(p, ',', (size_t)(end - p));
+    const char *term_end = comma ? comma : end;
+    if (!comma && k < n - 1) return luaL_error(L, "einsum: %d operands, the subscripts name %d", n, k + 1);
+    if (comma && k == n - 1) return luaL_error(L, "einsum: %d operands, the subscripts name more", n);
+    const dlp_Tensor *t = lua_touserdata(L, k + 2);
+    char which[32];
+    snprintf(which, sizeof which, "operand %d", k + 1);
+    int e = parse_term(L, p, term_end, t->dl.ndim, 0, &in[k], &has_ell, which);
+    any_ell |= has_ell;
+    if (e > ell) ell = e;
+    p = term_end + 1;
+  }
+  for (int i = 0; i < LABELS; i++) size[i] = 1;
+  for (int k = 0; k < n; k++) { /* ellipsis labels right aligned: renumber with the largest count */
+    const dlp_Tensor *t = lua_touserdata(L, k + 2);
+    int e = 0;
+    for (int i = 0; i < in[k].n; i++) e += in[k].label[i] >= LETTERS;
+    for (int i = 0; i < in[k].n; i++) {
+      int *l = &in[k].label[i];
+      if (*l >= LETTERS) *l += ell - e;
+      int64_t s = t->dl.shape[i];
+      count[*l]++;
+      if (s != 1) {
+        if (size[*l] != 1 && size[*l] != s)
+          return luaL_error(L, "einsum: subscript '%c' names sizes %I and %I", *l < LETTERS ? ascii_of(*l) : '.',
+                            (lua_Integer)size[*l], (lua_Integer)s);
+        size[*l] = s;
+      }
+    }
+  }
+  if (arrow) {
+    parse_term(L, arrow + 2, spec + len, -1, ell, &out, &has_ell, "the output");
+    if (!has_ell && ell > 0)
+      return luaL_error(L, "einsum: the operands have dimensions for '...', the output names no '...'");
+    for (int i = 0; i < out.n; i++) {
+      if (out.label[i] < LETTERS && !count[out.label[i]])
+        return luaL_error(L, "einsum: output subscript '%c' names no operand's dimension", ascii_of(out.label[i]));
+      for (int j = 0; j < i; j++)
+        if (out.label[j] == out.label[i])
+          return luaL_error(L, "einsum: output subscript '%c' repeats", ascii_of(out.label[i]));
+    }
+  } else {
+    out.n = 0;
+    for (int j = 0; j < ell; j++) out.label[out.n++] = LETTERS + j;
+    for (int c = 'A'; c <= 'z'; c++) {
+      int l = label_of(c);
+      if (l >= 0 && count[l] == 1) {
+        if (out.n >= DLP_MAX_NDIM) return luaL_error(L, "einsum: more than %d output dimensions", DLP_MAX_NDIM);
+        out.label[out.n++] = l;
+      }
+    }
+  }
+  (void)any_ell;
+  int dtype = dlp_promote_many(n, dtypes);
+  if (dtype < 0) return luaL_error(L, "einsum: the operands' dtypes do not compute");
+  int base = lua_gettop(L);
+  for (int k = 0; k < n; k++) diagonal_view(L, k + 2, &in[k], size, &in[k]); /* base + 1 .. base + n */
+  /* the labels wanted after operand k: the output's and those of the operands after it */
+  for (int k = 0; k < n; k++) {
+    want = out;
+    for (int j = k + 1; j < n; j++)
+      for (int i = 0; i < in[j].n; i++)
+        if (!has_label(&want, in[j].label[i])) want.label[want.n++] = in[j].label[i];
+    if (k == 0) {
+      lua_pushvalue(L, base + 1);
+      cur = in[0];
+      sum_out(L, &cur, &want, size, dtype);
+      continue;
+    }
+    /* operand k's own labels that no one else wants: summed first */
+    Term b = in[k], keep_b = want;
+    for (int i = 0; i < cur.n; i++)
+      if (!has_label(&keep_b, cur.label[i])) keep_b.label[keep_b.n++] = cur.label[i];
+    lua_pushvalue(L, base + 1 + k);
+    sum_out(L, &b, &keep_b, size, dtype);
+    /* batch: both, wanted; contracted: both, not wanted; left: cur only; right: b only */
+    Term batch, left, right, contr, order_a, order_b;
+    int64_t lead[DLP_MAX_NDIM], merged[2];
+    batch.n = left.n = right.n = contr.n = 0;
+    for (int i = 0; i < cur.n; i++) {
+      int l = cur.label[i];
+      if (has_label(&b, l)) {
+        if (has_label(&want, l)) batch.label[batch.n++] = l;
+        else contr.label[contr.n++] = l;
+      } else {
+        left.label[left.n++] = l;
+      }
+    }
+    for (int i = 0; i < b.n; i++)
+      if (!has_label(&cur, b.label[i])) right.label[right.n++] = b.label[i];
+    if (batch.n + 2 > DLP_MAX_NDIM || batch.n + left.n + right.n > DLP_MAX_NDIM)
+      return luaL_error(L, "einsum: an intermediate result would have more than %d dimensions", DLP_MAX_NDIM);
+    int64_t lsize = 1, csize = 1, rsize = 1;
+    for (int i = 0; i < batch.n; i++) lead[i] = size[batch.label[i]];
+    for (int i = 0; i < left.n; i++)
+      if (!dlp_mul(lsize, size[left.label[i]], &lsize)) return luaL_error(L, "einsum: too many elements");
+    for (int i = 0; i < contr.n; i++)
+      if (!dlp_mul(csize, size[contr.label[i]], &csize)) return luaL_error(L, "einsum: too many elements");
+    for (int i = 0; i < right.n; i++)
+      if (!dlp_mul(rsize, size[right.label[i]], &rsize)) return luaL_error(L, "einsum: too many elements");
+    order_a = batch;
+    for (int i = 0; i < left.n; i++) order_a.label[order_a.n++] = left.label[i];
+    for (int i = 0; i < contr.n; i++) order_a.label[order_a.n++] = contr.label[i];
+    order_b = batch;
+    for (int i = 0; i < contr.n; i++) order_b.label[order_b.n++] = contr.label[i];
+    for (int i = 0; i < right.n; i++) order_b.label[order_b.n++] = right.label[i];
+    lua_pushvalue(L, -2); /* cur */
+    permute_to(L, &cur, &order_a);
+    merged[0] = lsize, merged[1] = csize;
+    merge_to(L, batch.n, lead, 2, merged);
+    lua_pushvalue(L, -2); /* b */
+    permute_to(L, &b, &order_b);
+    merged[0] = csize, merged[1] = rsize;
+    merge_to(L, batch.n, lead, 2, merged);
+    lua_pushstring(L, "matmul");
+    lua_rawget(L, lua_upvalueindex(2));
+    lua_insert(L, -3);
+    lua_call(L, 2, 1);
+    /* {batch..., L, R} as {batch..., left..., right...} */
+    int64_t shape[DLP_MAX_NDIM];
+    cur = batch;
+    for (int i = 0; i < batch.n; i++) shape[i] = lead[i];
+    for (int i = 0; i < left.n; i++) shape[cur.n] = size[left.label[i]], cur.label[cur.n++] = left.label[i];
+    for (int i = 0; i < right.n; i++) shape[cur.n] = size[right.label[i]], cur.label[cur.n++] = right.label[i];
+    call_method(L, -1, "contiguous", 0);
+    push_sizes(L, cur.n, shape);
+    call_method(L, -2, "view", 1);
+    lua_replace(L, -5); /* over the old cur */
+    lua_settop(L, lua_gettop(L) - 3);
+  }
+  permute_to(L, &cur, &out);
+  return 1;
+}
+
 /* ---- dtype shorthands: t:float() is t:to("float32") (t itself when it is float32) ---- */
 
 static int l_shorthand(lua_State *L) {
@@ -482,13 +807,13 @@ void dlp_shape_register(lua_State *L, int module, int methods, int meta) {
     {"diag", l_diag}, {"outer", l_outer}, {NULL, NULL},
   };
   static const luaL_Reg functions[] = {
-    {"concatenate", l_concatenate}, {"hstack", l_hstack}, {"vstack", l_vstack}, {NULL, NULL},
+    {"concatenate", l_concatenate}, {"hstack", l_hstack}, {"vstack", l_vstack}, {"einsum", l_einsum}, {NULL, NULL},
   };
   static const char *const shorthands[][2] = {
     {"float", "float32"}, {"double", "float64"}, {"half", "float16"}, {"bfloat16", "bfloat16"},
     {"long", "int64"}, {"int", "int32"}, {"short", "int16"}, {"char", "int8"}, {"byte", "uint8"}, {"bool", "bool"},
   };
-  static const char *const used[] = {"cat", "mul", "sub", "le", "ge", "where", "arange", "zeros"};
+  static const char *const used[] = {"cat", "mul", "sub", "le", "ge", "where", "arange", "zeros", "matmul"};
   lua_createtable(L, 0, 8); /* the functions called by name, upvalue 2 (1: the tensor metatable) */
   for (size_t i = 0; i < sizeof used / sizeof used[0]; i++) {
     lua_getfield(L, module, used[i]);
