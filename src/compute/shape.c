@@ -72,9 +72,9 @@ static int l_split(lua_State *L) {
       lua_rawseti(L, 4, 1);
       return 1;
     }
+    if (n / size + (n % size != 0) > INT32_MAX / 2) return luaL_argerror(L, 2, "too many pieces for a table");
     while (start < n) {
       int64_t len = n - start < size ? n - start : size;
-      if (count >= INT32_MAX) return luaL_argerror(L, 2, "too many pieces");
       lua_pushinteger(L, d + 1);
       lua_pushinteger(L, start + 1);
       lua_pushinteger(L, len);
@@ -363,7 +363,7 @@ static int l_roll(lua_State *L) {
     const dlp_Tensor *w = check_tensor(L, work, "roll");
     if (w->dl.ndim <= dims[i]) return luaL_error(L, "roll: dimension %d is gone", (int)dims[i] + 1);
     int64_t n = w->dl.shape[dims[i]];
-    if (n == 0) continue;
+    if (n == 0 || dlp_numel(w) == 0) continue; /* nothing moves */
     int64_t s = shifts[i] % n;
     if (s < 0) s += n;
     if (s == 0) continue;
