@@ -1557,6 +1557,14 @@ describe("more functions on CUDA tensors", function()
       agrees("unbind " .. i, function(x) return dlpack.unbind(x)[i]:contiguous() end, t)
     end
     agrees("tile", function(x) return dlpack.tile(x, 2, 1, 3) end, t)
+    agrees("tile of a transposed view", function(x) return dlpack.tile(x.T, 2, 1) end, t)
+    agrees("roll flat of a view, by 0", function(x) return dlpack.roll(x.T, 0) end, t)
+    agrees("roll flat of a view", function(x) return dlpack.roll(x.T, 7) end, t)
+    agrees("outer of sliced views", function(x) return dlpack.outer(x:slice(1, 1, -1, 2), x:flip()) end,
+           dlpack.arange(6, "float32"))
+    agrees("vstack and hstack of sliced views",
+           function(x) return dlpack.vstack({x:slice(1, 1, -1, 2), dlpack.hstack({x:slice(1, 2, -1, 2)})}) end,
+           dlpack.arange(6, "float32"))
     agrees("repeat", function(x) return dlpack["repeat"](x, {2, 2}) end, m)
     agrees("repeat_interleave", function(x) return dlpack.repeat_interleave(x, 3, 2) end, m)
     agrees("roll", function(x) return dlpack.roll(x, {1, -2}, {1, 3}) end, t)

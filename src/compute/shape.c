@@ -1,7 +1,7 @@
 /* Shape functions composed from the module's own: split, chunk and unbind (tables of views),
  * hstack, vstack and concatenate (cat), outer (mul), tile and repeat (expand and a copy),
- * repeat_interleave, roll (cat of two views), tril and triu (where with a mask), diag, and the
- * dtype shorthands t:float() ... (to). Each reads its arguments first (plain numbers and
+ * repeat_interleave, roll (cat of two views), tril and triu (where with a mask), diag, einsum
+ * (views, sums and matmul) and the dtype shorthands t:float() ... (to). Each reads its arguments first (plain numbers and
  * tensors: no script code runs), then calls the module's functions, which check everything
  * again; so these work on every device the functions they call work on. */
 #include <stdio.h>
@@ -162,20 +162,11 @@ static int read_list(lua_State *L, const char *what, int at_least_2d, int *ndim_
     if (!t) return luaL_error(L, "%s: list[%d] is %s, not a tensor", what, i, luaL_typename(L, -1));
     if (!t->owner) return luaL_error(L, "%s: list[%d] was released", what, i);
     int nd = t->dl.ndim;
-    if (nd < at_least_2d) { /* 0-d -> {1, 1}, 1-d {n} -> {1, n}, as NumPy's atleast_2d */
-      lua_createtable(L, 2, 0);
+    /* views: 0-d -> {1} (hstack) or {1, 1}, 1-d {n} -> {1, n} (vstack), as NumPy's atleast_2d */
+    for (; nd < (at_least_2d ? 2 : 1); nd++) {
       lua_pushinteger(L, 1);
-      lua_rawseti(L, -2, 1);
-      lua_pushinteger(L, nd == 0 ? 1 : t->dl.shape[0]);
-      lua_rawseti(L, -2, 2);
-      call_method(L, -2, "reshape", 1);
+      call_method(L, -2, "unsqueeze", 1);
       lua_remove(L, -2);
-      nd = 2;
-    } else if (nd == 0) { /* hstack: 0-d -> {1} */
-      lua_pushinteger(L, 1);
-      call_method(L, -2, "reshape", 1);
-      lua_remove(L, -2);
-      nd = 1;
     }
     if (nd > *ndim_max) *ndim_max = nd;
     lua_rawseti(L, list, i);
@@ -224,9 +215,8 @@ static int l_outer(lua_State *L) {
   check_tensor(L, 2, "outer");
   lua_settop(L, 2);
   call_method(L, 1, "ravel", 0); /* 3 */
-  lua_pushinteger(L, -1);
-  lua_pushinteger(L, 1);
-  call_method(L, 3, "reshape", 2); /* 4 */
+  lua_pushinteger(L, 2);
+  call_method(L, 3, "unsqueeze", 1); /* 4: {m, 1}, a view */
   call_method(L, 2, "ravel", 0);   /* 5 */
   call_function(L, "mul", 2);
   return 1;
@@ -250,12 +240,13 @@ static int tile(lua_State *L, const char *what) {
     want[2 * i] = r, want[2 * i + 1] = s;
   }
   lua_settop(L, 1);
+  call_method(L, 1, "contiguous", 0); /* 2: t itself when contiguous (views of it follow) */
   if (2 * m <= DLP_MAX_NDIM) {
     push_sizes(L, 2 * m, inter);
-    call_method(L, 1, "reshape", 1); /* 2: a view of a contiguous t, else a copy */
+    call_method(L, 2, "view", 1); /* 3 */
     push_sizes(L, 2 * m, want);
-    call_method(L, 2, "expand", 1); /* 3 */
-    call_method(L, 3, "contiguous", 0);
+    call_method(L, 3, "expand", 1); /* 4 */
+    call_method(L, 4, "contiguous", 0);
     push_sizes(L, m, final_shape);
     call_method(L, -2, "view", 1);
     return 1;
@@ -265,7 +256,7 @@ static int tile(lua_State *L, const char *what) {
   int64_t pad[DLP_MAX_NDIM];
   for (int i = 0; i < m; i++) pad[i] = i < m - nd ? 1 : t->dl.shape[i - (m - nd)];
   push_sizes(L, m, pad);
-  call_method(L, 1, "reshape", 1); /* 2: the padded tensor */
+  call_method(L, 2, "view", 1); /* 3: the padded tensor */
   for (int i = 0; i < m; i++) {
     int64_t r = i < m - k ? 1 : reps[i - (m - k)];
     if (r == 1) continue;
@@ -358,7 +349,7 @@ static int l_roll(lua_State *L) {
   } else {
     lua_pushvalue(L, 1);
   }
-  int work = lua_gettop(L);
+  int work = lua_gettop(L), moved = 0;
   for (int i = 0; i < ndims; i++) {
     const dlp_Tensor *w = check_tensor(L, work, "roll");
     if (w->dl.ndim <= dims[i]) return luaL_error(L, "roll: dimension %d is gone", (int)dims[i] + 1);
@@ -381,13 +372,14 @@ static int l_roll(lua_State *L) {
     lua_pushinteger(L, dims[i] + 1);
     call_function(L, "cat", 2);
     lua_replace(L, work);
+    moved = 1;
   }
-  if (flat) {
+  if (!moved) { /* a copy all the same, as NumPy */
+    call_method(L, 1, "clone", 0);
+  } else if (flat) { /* cat's result is contiguous */
     lua_pushstring(L, "shape");
     lua_gettable(L, 1);
-    call_method(L, work, "reshape", 1);
-  } else if (lua_rawequal(L, work, 1)) { /* nothing moved: a copy all the same, as NumPy */
-    call_method(L, work, "clone", 0);
+    call_method(L, work, "view", 1);
   }
   return 1;
 }
