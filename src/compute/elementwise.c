@@ -968,6 +968,18 @@ void dlp_elementwise_register(lua_State *L, int module, int methods, int meta) {
     lua_setfield(L, methods, lua_tostring(L, -2));
     lua_pop(L, 1);
   }
+  /* NumPy's older names of the inverse trigonometric functions (NumPy 2 has both): closures of
+   * their own, so that Lua's messages name the one a script called */
+  static const struct {
+    const char *alias;
+    int op;
+  } aliases[] = {{"arcsin", DLP_OP_ASIN}, {"arccos", DLP_OP_ACOS}, {"arctan", DLP_OP_ATAN}, {"arctan2", DLP_OP_ATAN2}};
+  for (size_t k = 0; k < sizeof aliases / sizeof aliases[0]; k++) {
+    push_op_function(L, meta, l_elementwise, aliases[k].op, ops[aliases[k].op].name);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, module, aliases[k].alias);
+    lua_setfield(L, methods, aliases[k].alias);
+  }
   for (size_t k = 0; k < sizeof operators / sizeof operators[0]; k++) {
     push_op_function(L, meta, l_operator, operators[k].op, ops[operators[k].op].name);
     lua_setfield(L, meta, operators[k].meta);
