@@ -1,5 +1,5 @@
 /* Views: new shapes and strides over the same memory; nothing here copies elements
- * except reshape of a non-contiguous tensor. Views work on every device: they only
+ * except reshape of a non-contiguous tensor and flatten/ravel of dimensions that do not merge. Views work on every device: they only
  * change metadata, and move the first element through dlp_view_move. Each method reads
  * its arguments first, then makes the view (dlp_view_new checks the source is still
  * live after allocating), computes with checked arithmetic, and seals it. */
