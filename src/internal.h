@@ -350,6 +350,8 @@ void dlp_random_register(lua_State *L, int module, int methods, int meta);
 /* ---- views.c ---- */
 void dlp_views_register(lua_State *L, int methods);
 void dlp_flip_register(lua_State *L, int module, int methods, int meta); /* t:flip, dlpack.flip */
+void dlp_push_reversed(lua_State *L); /* t.T of the tensor at 1: its dimensions reversed, a view */
+void dlp_shape_register(lua_State *L, int module, int methods, int meta); /* shape.c: split, tile, tril... */
 
 /* ---- copy.c ---- */
 
@@ -433,6 +435,9 @@ enum {
   DLP_OP_NEG, DLP_OP_ABS, DLP_OP_SIGN, DLP_OP_SQRT, DLP_OP_EXP, DLP_OP_LOG, DLP_OP_LOG1P, DLP_OP_EXPM1,
   DLP_OP_SIN, DLP_OP_COS, DLP_OP_TAN, DLP_OP_TANH, DLP_OP_SIGMOID, DLP_OP_FLOOR, DLP_OP_CEIL, DLP_OP_ROUND,
   DLP_OP_TRUNC, DLP_OP_ISNAN, DLP_OP_ISINF, DLP_OP_ISFINITE, DLP_OP_LOGICAL_NOT, DLP_OP_BNOT,
+  /* more math, one input then two (appended: the lists keep the enum's order) */
+  DLP_OP_LOG2, DLP_OP_LOG10, DLP_OP_ASIN, DLP_OP_ACOS, DLP_OP_ATAN, DLP_OP_SINH, DLP_OP_COSH, DLP_OP_ERF,
+  DLP_OP_RSQRT, DLP_OP_RECIPROCAL, DLP_OP_SQUARE, DLP_OP_ATAN2, DLP_OP_HYPOT,
   DLP_OP_COUNT
 };
 /* The dtypes loops compute in: bool, int8 .. int64, uint8 .. uint64, float32, float64 (indices

@@ -226,6 +226,7 @@ DLPACK_LUA_API int luaopen_dlpack(lua_State *L) {
   dlp_protocol_register(L, module, methods, meta);
   dlp_cuda_register(L, module);
   dlp_elementwise_register(L, module, methods, meta);
+  dlp_shape_register(L, module, methods, meta); /* after the functions it calls */
   dlp_hostapi_register(L);
   state_open(L);
   lua_pushvalue(L, methods);

@@ -38,7 +38,9 @@ local VALUES = {
   float16 = {-2.5, -0.0, 0.0, 1.5, 3.25, 60000}, bfloat16 = {-2.5, -0.0, 0.0, 1.5, 3.25, 1e30},
 }
 local MATH = {sqrt = true, exp = true, log = true, log1p = true, expm1 = true, sin = true, cos = true, tan = true,
-              tanh = true, sigmoid = true, pow = true, div = true}
+              tanh = true, sigmoid = true, pow = true, div = true, log2 = true, log10 = true, asin = true, acos = true,
+              atan = true, sinh = true, cosh = true, erf = true, rsqrt = true, reciprocal = true, atan2 = true,
+              hypot = true}
 
 local function host(t)
   return t:to("cpu")
@@ -85,7 +87,7 @@ describe("computing on CUDA tensors", function()
 
   it("every binary operation of every compute dtype agrees with the CPU", function()
     local binary = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
-                    "logical_and", "logical_or", "logical_xor", "band", "bor", "bxor", "shl", "shr"}
+                    "logical_and", "logical_or", "logical_xor", "band", "bor", "bxor", "shl", "shr", "atan2", "hypot"}
     for dtype, values in pairs(VALUES) do
       local x = dlpack.tensor(values, dtype)
       local y = dlpack.tensor({values[6], values[1], values[3], values[2], values[5], values[4]}, dtype)
@@ -104,7 +106,8 @@ describe("computing on CUDA tensors", function()
 
   it("every unary operation agrees with the CPU", function()
     local unary = {"neg", "abs", "sign", "sqrt", "exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh",
-                   "sigmoid", "floor", "ceil", "round", "trunc", "isnan", "isinf", "isfinite", "logical_not", "bnot"}
+                   "sigmoid", "floor", "ceil", "round", "trunc", "isnan", "isinf", "isfinite", "logical_not", "bnot",
+                   "log2", "log10", "asin", "acos", "atan", "sinh", "cosh", "erf", "rsqrt", "reciprocal", "square"}
     for dtype, values in pairs(VALUES) do
       local x = dlpack.tensor(values, dtype)
       for _, op in ipairs(unary) do
@@ -1514,5 +1517,73 @@ describe("equal and allclose on CUDA tensors", function()
     raises(function() return dlpack.equal(x, x) end, "equal: CUDA error 1")
     settle()
     assert.are.equal(live.device, fake.live().device, "the temporaries of the failed calls are freed")
+  end)
+end)
+
+-- The more functions (docs/api.md, "More functions") on CUDA tensors: the new elementwise ones are
+-- kernels of the one op table; the shape functions compose views, cat, where and copies, so each
+-- must give the CPU's result on the device.
+describe("more functions on CUDA tensors", function()
+  local function dev(t) return t:to("cuda:0") end
+
+  it("reciprocal of integers raises for a zero on the device too, and computes otherwise", function()
+    local x = dlpack.tensor({1, -1, 2, 0}, "int32")
+    raises(function() return dlpack.reciprocal(dev(x)) end, "reciprocal: integer division by zero")
+    agrees("reciprocal int32", dlpack.reciprocal, dlpack.tensor({1, -1, 2, 7}, "int32"))
+    agrees("square uint8", dlpack.square, dlpack.tensor({0, 3, 16, 255}, "uint8"))
+    agrees("atan2 int8 uint8", dlpack.atan2, dlpack.tensor({1, -2, 3}, "int8"), dlpack.tensor({4, 5, 0}, "uint8"))
+  end)
+
+  it("isclose gives the CPU's bool tensor, with equal_nan", function()
+    local a = dlpack.tensor({1, 0 / 0, math.huge, 2, 1e-9}, "float64")
+    local b = dlpack.tensor({1 + 1e-9, 0 / 0, math.huge, 3, 0}, "float32")
+    agrees("isclose", dlpack.isclose, a, b)
+    agrees("isclose rtol atol", function(x, y) return dlpack.isclose(x, y, 0.5, 0.1) end, a, b)
+    agrees("isclose equal_nan", function(x, y) return dlpack.isclose(x, y, nil, nil, true) end, a, b)
+    agrees("isclose broadcast", function(x) return dlpack.isclose(x, 2) end, a)
+  end)
+
+  it("views, tables of views and the shape functions give the CPU's values on the device", function()
+    local t = dlpack.arange(24, "float32"):view(2, 3, 4)
+    local m = dlpack.arange(12, "int32"):view(3, 4)
+    agrees("T", function(x) return x.T:contiguous() end, t)
+    agrees("t", function(x) return x:t():contiguous() end, m)
+    agrees("flatten", function(x) return x:flatten(2) end, t)
+    agrees("ravel of a transposed view", function(x) return x.T:ravel() end, t)
+    agrees("diagonal", function(x) return x:diagonal(1):contiguous() end, m)
+    for i = 1, 2 do
+      agrees("split " .. i, function(x) return dlpack.split(x, 2, 3)[i]:contiguous() end, t)
+      agrees("chunk " .. i, function(x) return dlpack.chunk(x, 2, -1)[i]:contiguous() end, t)
+      agrees("unbind " .. i, function(x) return dlpack.unbind(x)[i]:contiguous() end, t)
+    end
+    agrees("tile", function(x) return dlpack.tile(x, 2, 1, 3) end, t)
+    agrees("tile of a transposed view", function(x) return dlpack.tile(x.T, 2, 1) end, t)
+    agrees("roll flat of a view, by 0", function(x) return dlpack.roll(x.T, 0) end, t)
+    agrees("roll flat of a view", function(x) return dlpack.roll(x.T, 7) end, t)
+    agrees("outer of sliced views", function(x) return dlpack.outer(x:slice(1, 1, -1, 2), x:flip()) end,
+           dlpack.arange(6, "float32"))
+    agrees("vstack and hstack of sliced views",
+           function(x) return dlpack.vstack({x:slice(1, 1, -1, 2), dlpack.hstack({x:slice(1, 2, -1, 2)})}) end,
+           dlpack.arange(6, "float32"))
+    agrees("repeat", function(x) return dlpack["repeat"](x, {2, 2}) end, m)
+    agrees("repeat_interleave", function(x) return dlpack.repeat_interleave(x, 3, 2) end, m)
+    agrees("roll", function(x) return dlpack.roll(x, {1, -2}, {1, 3}) end, t)
+    agrees("roll flat", function(x) return dlpack.roll(x, 5) end, t)
+    agrees("tril", function(x) return dlpack.tril(x, 1) end, t)
+    agrees("triu", function(x) return dlpack.triu(x, -1) end, m)
+    agrees("triu bool", function(x) return dlpack.triu(x:bool()) end, m)
+    agrees("diag of a vector", function(x) return dlpack.diag(x, -2) end, dlpack.arange(4, "float64"))
+    agrees("diag of a matrix", function(x) return dlpack.diag(x, 1) end, m)
+    agrees("outer", dlpack.outer, dlpack.arange(3, "int16"), dlpack.arange(4, "float32"))
+    agrees("hstack", function(x, y) return dlpack.hstack({x, y}) end, m, m)
+    agrees("vstack", function(x, y) return dlpack.vstack({x, y}) end, dlpack.arange(4), dlpack.arange(4))
+    agrees("concatenate", function(x, y) return dlpack.concatenate({x, y}, 2) end, m, m)
+    local a, b = dlpack.arange(24, "float64"):view(2, 3, 4), dlpack.arange(20, "float64"):view(4, 5)
+    agrees("einsum batched", function(x, y) return dlpack.einsum("bij,jk->bki", x, y) end, a, b)
+    agrees("einsum trace", function(x) return dlpack.einsum("ii->", x) end, dlpack.arange(9, "int64"):view(3, 3))
+    agrees("einsum ellipsis", function(x, y) return dlpack.einsum("...j,j", x, y) end, a, dlpack.arange(4, "float64"))
+    for _, name in ipairs({"float", "double", "half", "bfloat16", "long", "int", "short", "char", "byte", "bool"}) do
+      agrees(name .. "()", function(x) return x[name](x) end, m)
+    end
   end)
 end)

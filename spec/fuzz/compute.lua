@@ -36,9 +36,10 @@ local ODTYPES = { "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", 
   "uint64", "int16", "complex64", "complex128", "float8_e4m3fn" }
 
 local BINARY = { "add", "sub", "mul", "div", "idiv", "mod", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt",
-  "ge", "logical_and", "logical_or", "logical_xor", "band", "bor", "bxor", "shl", "shr" }
+  "ge", "logical_and", "logical_or", "logical_xor", "band", "bor", "bxor", "shl", "shr", "atan2", "hypot" }
 local UNARY = { "neg", "abs", "sign", "sqrt", "exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "sigmoid",
-  "floor", "ceil", "round", "trunc", "isnan", "isinf", "isfinite", "logical_not", "bnot" }
+  "floor", "ceil", "round", "trunc", "isnan", "isinf", "isfinite", "logical_not", "bnot", "log2", "log10", "asin",
+  "acos", "atan", "sinh", "cosh", "erf", "rsqrt", "reciprocal", "square" }
 local OPERATOR = {
   add = function(a, b) return a + b end, sub = function(a, b) return a - b end,
   mul = function(a, b) return a * b end, div = function(a, b) return a / b end,
@@ -477,6 +478,11 @@ local function predict(fn, ks, dtype, k_out, inplace)
   end
   if (fn == "idiv" or fn == "mod") and CM.is_int(compute) then
     local z = scan(ks[2], function(c) return c == 0 end)
+    if z == nil then return nil end
+    if z then return { err = "division by zero" } end
+  end
+  if fn == "reciprocal" and CM.is_int(compute) then
+    local z = scan(ks[1], function(c) return c == 0 end)
     if z == nil then return nil end
     if z then return { err = "division by zero" } end
   end

@@ -422,6 +422,14 @@ function UN.bnot(c, x)
   if kind(c) == "b" then return not x end
   return M.wrap(c, ~x)
 end
+-- reciprocal: 1 / x, integers truncated (a 0 raises before: compute.lua); floats rounded once
+-- (a quotient in double rounds to float32 as a float32 division would)
+function UN.reciprocal(c, x)
+  local k = kind(c)
+  if k == "u" then return x == 1 and 1 or 0 end
+  if k == "i" then return (x == 1 or x == -1) and x or 0 end
+  return M.round(c, 1 / x)
+end
 M.UN = UN
 
 -- How each function picks its dtypes: arity and rule (as API.md and docs/api.md say).
@@ -437,6 +445,10 @@ M.FN = {
   trunc = { 1, "keep" }, sqrt = { 1, "floatfn" }, exp = { 1, "floatfn" }, log = { 1, "floatfn" },
   log1p = { 1, "floatfn" }, expm1 = { 1, "floatfn" }, sin = { 1, "floatfn" }, cos = { 1, "floatfn" },
   tan = { 1, "floatfn" }, tanh = { 1, "floatfn" }, sigmoid = { 1, "floatfn" }, where = { 3, "where" },
+  log2 = { 1, "floatfn" }, log10 = { 1, "floatfn" }, asin = { 1, "floatfn" }, acos = { 1, "floatfn" },
+  atan = { 1, "floatfn" }, sinh = { 1, "floatfn" }, cosh = { 1, "floatfn" }, erf = { 1, "floatfn" },
+  rsqrt = { 1, "floatfn" }, reciprocal = { 1, "arith" }, square = { 1, "arith" }, atan2 = { 2, "floatfn" },
+  hypot = { 2, "floatfn" },
 }
 M.BOOL_LOOP = { add = true, mul = true, maximum = true, minimum = true }
 
@@ -486,6 +498,11 @@ function M.dtypes(fn, ops, dtype)
     if k == "b" then result = "int8" end
   elseif rule == "floatfn" then
     if k ~= "f" then result = FLOAT_OF_RANK[int_float_rank(p)] end
+    if #strong == 2 and #ops == 2 and not dtype then
+      -- two tensors (atan2, hypot): the first loop both cast to safely (int8 with uint8: float16)
+      local function float_of(d) return kind(d) == "f" and d or FLOAT_OF_RANK[int_float_rank(d)] end
+      result = M.promote(float_of(strong[1]), float_of(strong[2]))
+    end
   elseif rule == "keep" then
     if k == "b" and (fn == "neg" or fn == "sign") then return nil, "bool " .. fn end
   end

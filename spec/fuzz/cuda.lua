@@ -846,9 +846,10 @@ end
 -- must be the same bytes, errors the same messages.
 
 local BINARY = { "add", "sub", "mul", "div", "idiv", "mod", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt",
-  "ge", "logical_and", "logical_or", "logical_xor", "band", "bor", "bxor", "shl", "shr" }
+  "ge", "logical_and", "logical_or", "logical_xor", "band", "bor", "bxor", "shl", "shr", "atan2", "hypot" }
 local UNARY = { "neg", "abs", "sign", "floor", "ceil", "round", "trunc", "sqrt", "exp", "log", "log1p", "expm1", "sin",
-  "cos", "tan", "tanh", "sigmoid", "logical_not", "isnan", "isinf", "isfinite", "bnot" }
+  "cos", "tan", "tanh", "sigmoid", "logical_not", "isnan", "isinf", "isfinite", "bnot", "log2", "log10", "asin", "acos",
+  "atan", "sinh", "cosh", "erf", "rsqrt", "reciprocal", "square" }
 local SCALARS = { 0, 1, -1, 2, 3, 7, 0.5, -2.5, 300, 1e300, true, false, math.maxinteger, 0 / 0, 1 / 0, -0.0 }
 local DTYPES = { "bool", "int8", "uint8", "int16", "int32", "int64", "uint64", "float16", "bfloat16", "float32",
   "float64" }

@@ -1236,6 +1236,112 @@ for _, vname in ipairs({ "view", "reshape" }) do
   end)
 end
 
+-- t:t() (at most 2 dims) and t:diagonal(k): views with known strides
+op("t", 1, function(S_)
+  view_common(S_, "t", function(_, inf)
+    if not inf or inf.ndim > 2 then return {}, {}, false end
+    return {}, {}, true, function(i)
+      local shape, strides = {}, {}
+      for d = 1, i.ndim do shape[d], strides[d] = i.shape[i.ndim + 1 - d], i.strides[i.ndim + 1 - d] end
+      return shape, strides, function(idx)
+        local s = {}
+        for d = 1, #idx do s[#idx + 1 - d] = idx[d] end
+        return s
+      end
+    end
+  end)
+end)
+
+op("diagonal", 1, function(S_)
+  view_common(S_, "diagonal", function(S2, inf)
+    local mode, r = R(100), R(-3, 3)
+    if mode > VALID then
+      local v, d = S2:hostile()
+      return { v }, { d }, false
+    end
+    if not inf or inf.ndim ~= 2 then return { r }, { fmt(r) }, false end
+    return { r }, { fmt(r) }, true, function(i)
+      local rows, cols = i.shape[1], i.shape[2]
+      local r0, c0 = r < 0 and math.min(-r, rows) or 0, r > 0 and math.min(r, cols) or 0
+      local n = math.min(rows - r0, cols - c0)
+      return { n }, { i.strides[1] + i.strides[2] }, function(idx) return { r0 + idx[1], c0 + idx[1] } end
+    end
+  end)
+end)
+
+-- the composed "more functions" (docs/api.md): valid calls give the modelled shape (and, for
+-- roll, T and einsum's identity, the values); any arguments, hostile ones included, raise cleanly
+local function flat_list(tbl, list)
+  list = list or {}
+  if type(tbl) ~= "table" then list[#list + 1] = tbl; return list end
+  for k = 1, #tbl do flat_list(tbl[k], list) end
+  return list
+end
+local MORE = { "roll", "tril", "triu", "flatten", "ravel", "tile", "split", "chunk", "unbind", "T", "einsum", "diag",
+  "repeat_interleave", "outer", "hstack", "vstack" }
+op("more_functions", 3, function(S_)
+  local slot = R(NSLOT)
+  local t, td, e = S_:self_arg()
+  local inf = e and info(t)
+  local fn = MORE[R(#MORE)]
+  local hostile = R(100) > VALID
+  if not (inf and inf.numel <= 4096) then fn = "T" end -- outer, tile ... of big tensors: big results
+  local arg, ad = 1, "1"
+  if hostile then arg, ad = S_:hostile() end
+  local calls = {
+    roll = function() return dlpack.roll(t, arg) end, tril = function() return dlpack.tril(t, arg) end,
+    triu = function() return dlpack.triu(t, arg) end, flatten = function() return T.flatten(t, arg) end,
+    ravel = function() return T.ravel(t) end, tile = function() return dlpack.tile(t, arg, 2) end,
+    split = function() return dlpack.split(t, arg) end, chunk = function() return dlpack.chunk(t, arg) end,
+    unbind = function() return dlpack.unbind(t, arg) end, T = function() return t.T end,
+    einsum = function() return dlpack.einsum(hostile and arg or "...", t) end,
+    diag = function() return dlpack.diag(t, arg) end,
+    repeat_interleave = function() return dlpack.repeat_interleave(t, arg) end,
+    outer = function() return dlpack.outer(t, hostile and arg or t) end,
+    hstack = function() return dlpack.hstack(hostile and arg or { t, t }) end,
+    vstack = function() return dlpack.vstack(hostile and arg or { t }) end,
+  }
+  local tbl = inf and values(t, inf)
+  local name = "M" .. S_:serial()
+  local ok, res = S_:call(string.format("%s = %s(%s, %s)", name, fn, td, ad), calls[fn])
+  local valid = inf and not hostile and not inf.sub and inf.host and inf.ndim >= 1 and S_:quiet(e)
+    and G.ELEM[inf.dtype] and inf.numel <= 4096
+  if not ok then
+    -- which valid calls may raise: tril/triu/diag by dims, flatten of a 1-dim range, empty splits,
+    -- 2^63-element results of huge empty shapes
+    return
+  end
+  if type(res) == "userdata" then S_:put_small(res, name, slot) end
+  if not valid then return end
+  local rinf = info(res)
+  if fn == "roll" or fn == "T" or fn == "einsum" then
+    if not rinf then S_:fail(fn .. ": not a live tensor"); return end
+    local want = {}
+    for d = 1, inf.ndim do want[d] = inf.shape[fn == "T" and inf.ndim + 1 - d or d] end
+    if not model.same_list(rinf.shape, want) then
+      S_:fail(string.format("%s: shape %s, expected %s", fn, G.fmt_list(rinf.shape), G.fmt_list(want)))
+      return
+    end
+    local got = values(res, rinf)
+    if fn == "roll" and tbl and got then
+      local a, b = flat_list(tbl), flat_list(got)
+      for k = 1, #a do
+        if not model.same_value(b[(k % #a) + 1], a[k]) then S_:fail("roll: element " .. k .. " moved wrong"); break end
+      end
+    elseif fn == "einsum" and tbl and got and not model.same_table(got, tbl) then
+      S_:fail("einsum('...'): the values differ from the operand's")
+    end
+  elseif fn == "split" or fn == "chunk" or fn == "unbind" then
+    local n = inf.shape[1]
+    local want = fn == "chunk" and 1 or fn == "unbind" and n or n == 0 and 1 or n
+    if type(res) ~= "table" or #res ~= want then
+      S_:fail(fn .. ": " .. tostring(type(res) == "table" and #res) .. " pieces, expected " .. want)
+    end
+  elseif rinf and (fn == "ravel" or fn == "flatten") and rinf.numel ~= inf.numel then
+    S_:fail(fn .. ": " .. rinf.numel .. " elements, expected " .. inf.numel)
+  end
+end)
+
 op("as_readonly", 2, function(S_)
   view_common(S_, "as_readonly", function()
     return {}, {}, true, function(i)

@@ -119,6 +119,7 @@ end
 function H.has_operator(name) return ops[name] ~= nil end
 function H.operator(name, a, b) return ops[name](a, b) end
 function H.list(...) return {...} end
+function H.field(t, k) return t[k] end
 -- two views of t, an input and an out that overlap: 0 out one element behind the input, 1 out one
 -- element ahead, 2 out the input reversed, 3 t and t reversed
 function H.overlap(t, kind)
@@ -509,6 +510,7 @@ BINARY = [  # (Lua name, NumPy ufunc, tolerance, operator)
     ("band", "bitwise_and", "exact", "&"), ("bor", "bitwise_or", "exact", "|"),
     ("bxor", "bitwise_xor", "exact", "~"), ("shl", "left_shift", "exact", "<<"),
     ("shr", "right_shift", "exact", ">>"),
+    ("atan2", "arctan2", "ulp", None), ("hypot", "hypot", "ulp", None),
 ]
 
 
@@ -518,6 +520,31 @@ def sigmoid(x):
     work = np.float64 if dtype == np.float64 else np.float32
     one = work(1)
     return (one / (one + np.exp(-x.astype(work)))).astype(dtype)
+
+
+def float_function(x, fn):
+    """fn of x with exp's dtypes (the contract), float16 computed in float32."""
+    dtype = np.exp(x).dtype  # raises as exp does
+    work = np.float64 if dtype == np.float64 else np.float32
+    return np.asarray(fn(x.astype(work))).astype(dtype)
+
+
+def erf(x):
+    """The error function (NumPy has none; Python's math.erf, element by element)."""
+    return float_function(x, np.vectorize(math.erf, otypes=[np.float64]))
+
+
+def rsqrt(x):
+    """1 / sqrt(x), torch's rsqrt (NumPy has none)."""
+    return float_function(x, lambda w: w.dtype.type(1) / np.sqrt(w))
+
+
+def reciprocal(x):
+    """np.reciprocal, but an integer 0 raises (NumPy's C loop divides by it; the module raises
+    as for integer division by zero)."""
+    if x.dtype.kind in "biu" and not np.all(x):
+        raise ZeroDivisionError("integer division by zero")
+    return np.reciprocal(x)
 
 
 def round_(x):
@@ -536,6 +563,10 @@ UNARY = [  # (Lua name, NumPy function, tolerance, operator)
     ("isnan", "isnan", "exact", None), ("isinf", "isinf", "exact", None),
     ("isfinite", "isfinite", "exact", None), ("logical_not", "logical_not", "exact", None),
     ("bnot", "invert", "exact", "~"),
+    ("log2", "log2", "ulp", None), ("log10", "log10", "ulp", None), ("asin", "arcsin", "ulp", None),
+    ("acos", "arccos", "ulp", None), ("atan", "arctan", "ulp", None), ("sinh", "sinh", "ulp", None),
+    ("cosh", "cosh", "ulp", None), ("erf", "erf", "ulp", None), ("rsqrt", "rsqrt", "ulp", None),
+    ("reciprocal", "reciprocal", "exact", None), ("square", "square", "exact", None),
 ]
 
 
@@ -919,7 +950,8 @@ def negative_powers(rng):
 
 def run_unary(spec):
     name, fn, tol, op = spec
-    fn = {"sigmoid": sigmoid, "round": round_}.get(fn) or getattr(np, fn)
+    fn = {"sigmoid": sigmoid, "round": round_, "erf": erf, "rsqrt": rsqrt, "reciprocal": reciprocal}.get(fn) or \
+        getattr(np, fn)
     rng = rng_for(name)
 
     reason = missing(name)
@@ -1411,6 +1443,224 @@ def run_equal_allclose(name):
     line.emit()
 
 
+# ---- more functions: isclose, views, tables of views, shape functions --------------------------
+
+def lua_table(tbl):
+    """A Lua list of tensors as a tuple (lupa table, 1-based)."""
+    return tuple(tbl[i] for i in range(1, len(tbl) + 1))
+
+
+def np_split(a, size, axis):
+    """torch's split by a size (NumPy's array_split takes indices)."""
+    n = a.shape[axis]
+    if n == 0:
+        return (a,)
+    return tuple(np.take(a, range(i, min(i + size, n)), axis=axis) for i in range(0, n, size))
+
+
+def np_chunk(a, pieces, axis):
+    n = a.shape[axis]
+    return np_split(a, -(-n // pieces) if n else 0, axis)
+
+
+def run_isclose(_):
+    rng = rng_for("isclose")
+    title = "isclose: every dtype pair, broadcasting, tolerances, equal_nan"
+    reason = missing("isclose")
+    if reason:
+        skip(title, reason)
+        return
+    line = Line(title)
+    for k in range(60):
+        da, db = DTYPES[k % 12], DTYPES[int(rng.integers(12))]
+        shape = rand_shape(rng, max_nd=3)
+        sa, sb = broadcast_pair(rng, shape)
+        a = operand(rng, da, sa, LAYOUTS[int(rng.integers(5))])
+        if k % 2:
+            with np.errstate(all="ignore"):
+                b = np.asarray(a.astype(np.float64) * (1 + float(rng.choice([1e-9, 1e-6, 1e-3])))).astype(
+                    a.dtype if a.dtype.kind == "f" else np.float64)
+        else:
+            b = operand(rng, db, sb, LAYOUTS[int(rng.integers(5))])
+        tols = [(), (1e-3,), (0.0, 1e-2), (1e-5, 1e-8, True)][k % 4]
+        check(line, desc_call("isclose%s" % list(tols), a, b),
+              lambda a=a, b=b, t=tols: H.call("isclose", None, None, to_lua(a), to_lua(b), *t),
+              lambda a=a, b=b, t=tols: np_unary(lambda x: np.isclose(
+                  x.astype(np.float64), b.astype(np.float64), *(t + (1e-5, 1e-8, False)[len(t):])), a))
+    line.emit()
+
+
+def shape_cases(rng, name, k):
+    """(description, Lua call, NumPy answer) of case k of a shape function."""
+    dt = DTYPES[k % 12]
+    lay = LAYOUTS[int(rng.integers(5))]
+    a = operand(rng, dt, rand_shape(rng, min_nd=1 if name not in ("T", "ravel", "flatten", "tile") else 0,
+                                    max_nd=4), lay)
+    nd = a.ndim
+    d = int(rng.integers(nd)) if nd else 0
+    if name == "T":
+        return (desc_call("T", a), lambda: H.field(to_lua(a), "T"), lambda: a.T)
+    if name == "ravel":
+        return (desc_call("ravel", a), lambda: H.method("ravel", to_lua(a)), lambda: np.ravel(a))
+    if name == "flatten":
+        s, e = sorted(int(x) for x in rng.integers(0, max(nd, 1), size=2))
+        want = a.reshape(a.shape[:s] + (-1,) + a.shape[e + 1:]) if nd and a.size else \
+            a.reshape(a.shape[:s] + (int(np.prod(a.shape[s:e + 1], dtype=np.int64)),) + a.shape[e + 1:]) if nd \
+            else a.reshape(1)
+        return (desc_call("flatten(%d, %d)" % (s + 1, e + 1), a),
+                lambda: H.method("flatten", to_lua(a), s + 1, e + 1) if nd else H.method("flatten", to_lua(a)),
+                lambda: want)
+    if name == "diagonal":
+        if nd < 2:
+            a = operand(rng, dt, (3, 4), lay)
+        off = int(rng.integers(-3, 4))
+        return (desc_call("diagonal(%d)" % off, a), lambda: H.method("diagonal", to_lua(a), off),
+                lambda: np.diagonal(a, off))
+    if name == "split":
+        size = int(rng.integers(1, 4))
+        return (desc_call("split(%d, %d)" % (size, d + 1), a),
+                lambda: lua_table(H.call("split", None, None, to_lua(a), size, d + 1)),
+                lambda: np_split(a, size, d))
+    if name == "chunk":
+        pieces = int(rng.integers(1, 5))
+        return (desc_call("chunk(%d, %d)" % (pieces, d + 1), a),
+                lambda: lua_table(H.call("chunk", None, None, to_lua(a), pieces, d + 1)),
+                lambda: np_chunk(a, pieces, d))
+    if name == "unbind":
+        return (desc_call("unbind(%d)" % (d + 1), a),
+                lambda: lua_table(H.call("unbind", None, None, to_lua(a), d + 1)),
+                lambda: tuple(np.asarray(np.take(a, i, axis=d)) for i in range(a.shape[d])))
+    if name == "tile":
+        reps = [int(x) for x in rng.integers(0, 4, size=int(rng.integers(1, 4)))]
+        return (desc_call("tile(%s)" % reps, a), lambda: H.call("tile", None, None, to_lua(a), H.list(*reps)),
+                lambda: np.tile(a, reps))
+    if name == "repeat_interleave":
+        n = int(rng.integers(0, 4))
+        axis = None if k % 3 == 0 else d
+        return (desc_call("repeat_interleave(%d, %s)" % (n, axis), a),
+                lambda: H.call("repeat_interleave", None, None, to_lua(a), n, None if axis is None else axis + 1),
+                lambda: np.repeat(a, n, axis))
+    if name == "roll":
+        if k % 3 == 0:
+            sh = int(rng.integers(-30, 30))
+            return (desc_call("roll(%d)" % sh, a), lambda: H.call("roll", None, None, to_lua(a), sh),
+                    lambda: np.roll(a, sh))
+        dims = sorted(set(int(x) for x in rng.integers(0, nd, size=int(rng.integers(1, nd + 1)))))
+        shifts = [int(x) for x in rng.integers(-7, 8, size=len(dims))]
+        return (desc_call("roll(%s, %s)" % (shifts, dims), a),
+                lambda: H.call("roll", None, None, to_lua(a), H.list(*shifts), H.list(*[x + 1 for x in dims])),
+                lambda: np.roll(a, shifts, dims))
+    if name in ("tril", "triu"):
+        if nd < 2:
+            a = operand(rng, dt, (int(rng.integers(0, 5)), int(rng.integers(0, 5))), lay)
+        off = int(rng.integers(-3, 4))
+        return (desc_call("%s(%d)" % (name, off), a), lambda: H.call(name, None, None, to_lua(a), off),
+                lambda: getattr(np, name)(a, off))
+    if name == "diag":
+        if nd > 2:
+            a = a.reshape(-1) if a.size else operand(rng, dt, (3,), lay)
+        off = int(rng.integers(-3, 4))
+        return (desc_call("diag(%d)" % off, a), lambda: H.call("diag", None, None, to_lua(a), off),
+                lambda: np.diag(a, off))
+    if name == "outer":
+        b = operand(rng, DTYPES[int(rng.integers(12))], rand_shape(rng, max_nd=2), LAYOUTS[int(rng.integers(5))])
+        return (desc_call("outer", a, b), lambda: H.call("outer", None, None, to_lua(a), to_lua(b)),
+                lambda: np_binary(np.multiply, np.ravel(a)[:, None], np.ravel(b)))
+    if name in ("hstack", "vstack", "concatenate"):
+        parts = [a]
+        for _ in range(int(rng.integers(0, 3))):
+            s = list(a.shape)
+            if name == "concatenate" or (name == "hstack" and nd > 1):
+                s[d if name == "concatenate" else 1] = int(rng.integers(0, 3))
+            elif name == "vstack" and nd > 1:
+                s[0] = int(rng.integers(0, 3))
+            parts.append(operand(rng, DTYPES[int(rng.integers(12))], s, LAYOUTS[int(rng.integers(5))]))
+        if name == "concatenate":
+            return (desc_call("concatenate(dim=%d)" % (d + 1), *parts),
+                    lambda: H.call(name, None, None, H.list(*[to_lua(p) for p in parts]), d + 1),
+                    lambda: np.concatenate(parts, axis=d))
+        return (desc_call(name, *parts), lambda: H.call(name, None, None, H.list(*[to_lua(p) for p in parts])),
+                lambda: getattr(np, name)(parts))
+    raise ValueError(name)
+
+
+EINSUM_SPECS = ["ij,jk->ik", "ij,jk", "ii", "ii->i", "ij->ji", "ij->", "i,i", "i,j->ij", "...ij,...jk->...ik",
+                "bij,bjk->bik", "ijk->kji", "ij,ij->ij", "ij,ji->", "iij->ij", "i,i,i->i", "abc,cd,de->abe",
+                "Ab,bA->A", "...i,...i->...", "ij,j", "i j,j k", "ba,AB", "...", "ij,kl->ijkl", "ijj->"]
+
+
+def einsum_operands(rng, spec, dt):
+    """Operands for spec: sizes per label 0 to 4 (mostly 1 to 3), some 1 to broadcast, 0 to 2
+    dims for '...'; finite values (0 * inf in one order of the sums is NaN, in another not)."""
+    terms = spec.split("->")[0].replace(" ", "").split(",")
+    size = {c: int(rng.choice([1, 2, 3, 3, 4, 0])) for c in "".join(terms) if c.isalpha()}
+    ell = [int(rng.integers(1, 4)) for _ in range(int(rng.integers(0, 3)))]
+    ops = []
+    for t in terms:
+        shape = []
+        for part in t.split("..."):
+            if shape or t.startswith("..."):
+                e = ell[int(rng.integers(0, len(ell) + 1)):] if ell else []
+                shape += [1 if rng.random() < 0.2 else x for x in e]
+            shape += [1 if rng.random() < 0.1 else size[c] for c in part]
+        if t.startswith("...") and not t.replace("...", ""):
+            shape = ell
+        ops.append(operand(rng, dt, tuple(shape), LAYOUTS[int(rng.integers(5))], "finite"))
+    return ops
+
+
+def einsum_tol(spec, ops, want):
+    """Sums in another order (pairwise products through matmul, NumPy one sum over every
+    subscript): 2 (K + 1) eps times the sum of the magnitudes, K the terms summed per element, as
+    matmul's bound; integers exact (wrapping does not depend on the order)."""
+    dt = np.asarray(want).dtype
+    if dt.kind != "f":
+        return "exact"
+    terms = max(1, int(np.prod([o.size for o in ops], dtype=np.float64)) // max(1, np.asarray(want).size))
+    with np.errstate(all="ignore"):
+        mag = np.asarray(np.einsum(spec, *[np.abs(o.astype(np.float64)) for o in ops]))
+    return 2 * (terms + 1) * float(np.finfo(dt).eps) * mag + np.spacing(np.abs(np.asarray(want, np.float64)))
+
+
+def run_einsum(_):
+    rng = rng_for("einsum")
+    title = "einsum: NumPy's subscripts (explicit, implicit, diagonals, '...', broadcasting), dtypes, layouts"
+    reason = missing("einsum")
+    if reason:
+        skip(title, reason)
+        return
+    line = Line(title)
+    for k in range(4 * len(EINSUM_SPECS)):
+        spec = EINSUM_SPECS[k % len(EINSUM_SPECS)]
+        dt = ["int32", "int64", "float32", "float64", "int8", "uint8", "int16", "float64"][k % 8]
+        ops = einsum_operands(rng, spec, dt)
+        check(line, desc_call("einsum(%r)" % spec, *ops),
+              lambda spec=spec, ops=ops: H.call("einsum", None, None, spec, *[to_lua(o) for o in ops]),
+              lambda spec=spec, ops=ops: np.asarray(np.einsum(spec, *ops)),
+              compare=lambda got, want, spec=spec, ops=ops: diff(got, want, einsum_tol(spec, ops, want)))
+    line.emit()
+
+
+SHAPE_FUNCTIONS = ["T", "ravel", "flatten", "diagonal", "split", "chunk", "unbind", "tile", "repeat_interleave",
+                   "roll", "tril", "triu", "diag", "outer", "hstack", "vstack", "concatenate"]
+
+
+def run_shape(name):
+    rng = rng_for(name)
+    title = "%s: every dtype and layout (NumPy's %s)" % (name, {"split": "take by pieces", "chunk": "take by pieces",
+                                                                 "repeat_interleave": "repeat"}.get(name, name))
+    reason = None if name == "T" else missing(name) if name not in ("ravel", "flatten", "diagonal") else \
+        missing(None, method=name)
+    if reason:
+        skip(title, reason)
+        return
+    line = Line(title)
+    for k in range(48):
+        what, run_lua, run_np = shape_cases(rng, name, k)
+        check(line, what, run_lua, run_np)
+    line.emit()
+
+
 # ---- complex ---------------------------------------------------------------------------------
 
 COMPLEX = ["complex64", "complex128"]
@@ -1428,10 +1678,13 @@ COMPLEX_UNARY = [("neg", "negative", "exact"), ("abs", "absolute", "ulp"), ("sig
                  ("expm1", "expm1", "mag"), ("sin", "sin", "mag"), ("cos", "cos", "mag"), ("tan", "tan", "mag"),
                  ("tanh", "tanh", "mag"), ("round", "round", "exact"), ("isnan", "isnan", "exact"),
                  ("isinf", "isinf", "exact"), ("isfinite", "isfinite", "exact"),
-                 ("logical_not", "logical_not", "exact")]
+                 ("logical_not", "logical_not", "exact"), ("log2", "log2", "mag"), ("log10", "log10", "mag"),
+                 ("asin", "arcsin", "mag"), ("acos", "arccos", "mag"), ("atan", "arctan", "mag"),
+                 ("sinh", "sinh", "mag"), ("cosh", "cosh", "mag"), ("reciprocal", "reciprocal", "exact"),
+                 ("square", "square", "mag")]
 # refused for complex (NumPy refuses them, or orders complex numbers lexicographically)
 COMPLEX_REFUSED = ["idiv", "mod", "maximum", "minimum", "lt", "le", "gt", "ge", "floor", "ceil", "trunc",
-                   "sigmoid", "band", "bor", "bxor", "bnot", "shl", "shr"]
+                   "sigmoid", "band", "bor", "bxor", "bnot", "shl", "shr", "erf", "rsqrt", "atan2", "hypot"]
 
 
 def complex_values(rng, dtype, shape, domain=None):
@@ -1993,6 +2246,7 @@ def run(only=()):
                                                    ("masked_select", run_masked_select),
                                                    ("index_select", run_index_select), ("gather", run_gather),
                                                    ("take", run_take), ("scatter", run_scatter))]
+    jobs += [("isclose", run_isclose, None), ("einsum", run_einsum, None)] + [(n, run_shape, n) for n in SHAPE_FUNCTIONS]
     for job, fn, arg in jobs:
         if only and job not in only:
             continue

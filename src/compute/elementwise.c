@@ -54,11 +54,25 @@ static const OpInfo ops[DLP_OP_COUNT] = {
   [DLP_OP_TRUNC] = {"trunc", 1, RULE_KEEP}, [DLP_OP_ISNAN] = {"isnan", 1, RULE_CLASSIFY},
   [DLP_OP_ISINF] = {"isinf", 1, RULE_CLASSIFY}, [DLP_OP_ISFINITE] = {"isfinite", 1, RULE_CLASSIFY},
   [DLP_OP_LOGICAL_NOT] = {"logical_not", 1, RULE_CLASSIFY}, [DLP_OP_BNOT] = {"bnot", 1, RULE_BITWISE},
+  [DLP_OP_LOG2] = {"log2", 1, RULE_FLOATFN}, [DLP_OP_LOG10] = {"log10", 1, RULE_FLOATFN},
+  [DLP_OP_ASIN] = {"asin", 1, RULE_FLOATFN}, [DLP_OP_ACOS] = {"acos", 1, RULE_FLOATFN},
+  [DLP_OP_ATAN] = {"atan", 1, RULE_FLOATFN}, [DLP_OP_SINH] = {"sinh", 1, RULE_FLOATFN},
+  [DLP_OP_COSH] = {"cosh", 1, RULE_FLOATFN}, [DLP_OP_ERF] = {"erf", 1, RULE_FLOATFN},
+  [DLP_OP_RSQRT] = {"rsqrt", 1, RULE_FLOATFN}, [DLP_OP_RECIPROCAL] = {"reciprocal", 1, RULE_ARITH},
+  [DLP_OP_SQUARE] = {"square", 1, RULE_ARITH}, [DLP_OP_ATAN2] = {"atan2", 2, RULE_FLOATFN},
+  [DLP_OP_HYPOT] = {"hypot", 2, RULE_FLOATFN},
 };
 
 /* The dtype a loop computes a result dtype in: float16 and bfloat16 in float32. */
 static int compute_dtype_of(int dtype) {
   return dtype == DLP_FLOAT16 || dtype == DLP_BFLOAT16 ? DLP_FLOAT32 : dtype;
+}
+
+/* The smallest float dtype that holds every value of an integer or bool dtype; others as they are. */
+static int float_holding(int dtype) {
+  int kind = dlp_dtype_kind(dtype), bits = dlp_dtypes[dtype].bits;
+  if (kind > 2) return dtype;
+  return bits <= 8 ? DLP_FLOAT16 : bits <= 16 ? DLP_FLOAT32 : DLP_FLOAT64;
 }
 
 static int is_integer(int dtype) { int k = dlp_dtype_kind(dtype); return k == 1 || k == 2; }
@@ -462,10 +476,11 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
     case RULE_FLOATFN:
       if (c->dtype >= 0 && kind <= 2)
         luaL_error(L, "%s: computes in a float dtype, got dtype %s", c->what, dlp_dtypes[p].name);
-      if (kind <= 2) {
-        int bits = dlp_dtypes[p].bits;
-        result = bits <= 8 ? DLP_FLOAT16 : bits <= 16 ? DLP_FLOAT32 : DLP_FLOAT64;
-      }
+      result = float_holding(p);
+      /* two tensors (atan2, hypot): NumPy takes the first loop both cast to safely, int8 with
+       * uint8 float16 where their promoted int16 would give float32 */
+      if (n == 2 && c->dtype < 0 && in[0].t && in[1].t)
+        result = dlp_promote(float_holding(in[0].t->dtype), float_holding(in[1].t->dtype));
       break;
     case RULE_KEEP:
       if (p == DLP_BOOL && (c->op == DLP_OP_NEG || c->op == DLP_OP_SIGN)) /* NumPy has no loop for them */
@@ -582,11 +597,13 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
   }
 
   /* integer division by zero and negative integer powers raise before anything is written,
-   * decided on the divisor and exponent as the loop reads them (converted to its dtype) */
-  int divides = is_integer(loop_in) && (c->op == DLP_OP_IDIV || c->op == DLP_OP_MOD);
+   * decided on the divisor (reciprocal's: its one input) and exponent as the loop reads them
+   * (converted to its dtype) */
+  int dv_k = c->op == DLP_OP_RECIPROCAL ? 0 : 1;
+  int divides = is_integer(loop_in) && (c->op == DLP_OP_IDIV || c->op == DLP_OP_MOD || c->op == DLP_OP_RECIPROCAL);
   int powers = c->op == DLP_OP_POW && dlp_dtype_kind(loop_in) == 2;
-  if (gpu < 0 || !source[1]) { /* a CUDA divisor is checked on the device, once converted */
-    if (divides && input_has(&run, 1, source[1], in[1].value.bytes, 0))
+  if (gpu < 0 || !source[dv_k]) { /* a CUDA divisor is checked on the device, once converted */
+    if (divides && input_has(&run, dv_k, source[dv_k], in[dv_k].value.bytes, 0))
       luaL_error(L, "%s: integer division by zero", c->what);
     if (powers && input_has(&run, 1, source[1], in[1].value.bytes, 1))
       luaL_error(L, "%s: integers to negative integer powers are not allowed", c->what);
@@ -613,12 +630,13 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
       data[0] = dlp_first_element(temps[0]);
       dlp_broadcast_strides(temps[0], ndim, shape, strides[0]);
     }
-    if ((divides || powers) && source[1]) { /* zeros (negative exponents) of a CUDA divisor, as the loop reads them */
+    if ((divides || powers) && source[dv_k]) { /* zeros (negative exponents) of a CUDA divisor, as read */
       /* every element of the divisor, as on the CPU, also when the broadcast result is empty */
-      const dlp_Tensor *dv = ops_t[2];
+      const dlp_Tensor *dv = ops_t[dv_k + 1];
       int64_t own[DLP_MAX_NDIM];
       for (int i = 0; i < dv->dl.ndim; i++) own[i] = dv->dl.strides[i] * (int64_t)dlp_dtypes[dv->dtype].itemsize;
-      if (divides && device_has(L, ops_t[2], data[2], dv->dl.ndim, dv->dl.shape, own, want[1], 0, stream, c->what))
+      if (divides &&
+          device_has(L, ops_t[dv_k + 1], data[dv_k + 1], dv->dl.ndim, dv->dl.shape, own, want[dv_k], 0, stream, c->what))
         luaL_error(L, "%s: integer division by zero", c->what);
       if (powers && device_has(L, ops_t[2], data[2], dv->dl.ndim, dv->dl.shape, own, want[1], 1, stream, c->what))
         luaL_error(L, "%s: integers to negative integer powers are not allowed", c->what);
@@ -869,6 +887,56 @@ static int l_allclose(lua_State *L) {
   return 1;
 }
 
+/* isclose(a, b [, rtol [, atol [, equal_nan]]]): allclose's test element by element, a bool
+ * tensor of the broadcast shape (NumPy's isclose, computed in float64 or complex128); with
+ * equal_nan, NaN is close to NaN: the result or'ed with isnan(a) and isnan(b). */
+static int l_isclose(lua_State *L) {
+  Call c;
+  double tol[2];
+  Operand probe;
+  dlp_check_no_more(L, 6, "isclose", "two tensors, rtol, atol and equal_nan");
+  int is_complex = 0;
+  for (int k = 1; k <= 2; k++) {
+    read_operand(L, k, &probe, "isclose");
+    if (probe.t) is_complex |= dlp_dtype_kind(probe.t->dtype) == 4;
+  }
+  tol[0] = luaL_optnumber(L, 3, 1e-5);
+  tol[1] = luaL_optnumber(L, 4, 1e-8);
+  if (!(tol[0] >= 0) || !(tol[1] >= 0) || isinf(tol[0]) || isinf(tol[1]))
+    luaL_error(L, "isclose: rtol and atol must be finite and non-negative");
+  if (!lua_isnoneornil(L, 5) && lua_type(L, 5) != LUA_TBOOLEAN)
+    luaL_argerror(L, 5, lua_pushfstring(L, "equal_nan: a boolean expected, got %s", luaL_typename(L, 5)));
+  int equal_nan = lua_toboolean(L, 5);
+  lua_settop(L, 2);
+  memset(&c, 0, sizeof c);
+  c.op = DLP_OP_EQ; /* its dtype rule: bool results, inputs read as their promoted dtype */
+  c.what = "isclose";
+  c.first = 1;
+  c.dtype = is_complex ? DLP_COMPLEX128 : DLP_FLOAT64;
+  c.kernel = is_complex ? isclose_c128 : isclose_f64;
+  c.kernel_ctx = tol;
+  c.loop_dtype = c.dtype;
+  elementwise(L, &c); /* 3 */
+  if (!equal_nan) return 1;
+  static const struct { int op, first, out; } steps[] = {
+    {DLP_OP_ISNAN, 1, 0},       /* 4: isnan(a) */
+    {DLP_OP_ISNAN, 2, 0},       /* 5: isnan(b) */
+    {DLP_OP_LOGICAL_AND, 4, 4}, /* 6: both, into 4 */
+    {DLP_OP_LOGICAL_OR, 3, 3},  /* 7: close or both NaN, into 3 */
+  };
+  for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++) {
+    if (steps[k].op == DLP_OP_LOGICAL_OR) lua_settop(L, 4);
+    memset(&c, 0, sizeof c);
+    c.op = steps[k].op;
+    c.what = "isclose";
+    c.first = steps[k].first;
+    c.out = steps[k].out;
+    c.dtype = -1;
+    elementwise(L, &c);
+  }
+  return 1;
+}
+
 /* ---- registration ---- */
 
 static const struct {
@@ -904,16 +972,28 @@ void dlp_elementwise_register(lua_State *L, int module, int methods, int meta) {
     lua_setfield(L, methods, lua_tostring(L, -2));
     lua_pop(L, 1);
   }
+  /* NumPy's older names of the inverse trigonometric functions (NumPy 2 has both): closures of
+   * their own, so that Lua's messages name the one a script called */
+  static const struct {
+    const char *alias;
+    int op;
+  } aliases[] = {{"arcsin", DLP_OP_ASIN}, {"arccos", DLP_OP_ACOS}, {"arctan", DLP_OP_ATAN}, {"arctan2", DLP_OP_ATAN2}};
+  for (size_t k = 0; k < sizeof aliases / sizeof aliases[0]; k++) {
+    push_op_function(L, meta, l_elementwise, aliases[k].op, ops[aliases[k].op].name);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, module, aliases[k].alias);
+    lua_setfield(L, methods, aliases[k].alias);
+  }
   for (size_t k = 0; k < sizeof operators / sizeof operators[0]; k++) {
     push_op_function(L, meta, l_operator, operators[k].op, ops[operators[k].op].name);
     lua_setfield(L, meta, operators[k].meta);
   }
   static const luaL_Reg functions[] = {
-    {"clamp", l_clamp}, {"equal", l_equal}, {"allclose", l_allclose}, {NULL, NULL},
+    {"clamp", l_clamp}, {"equal", l_equal}, {"allclose", l_allclose}, {"isclose", l_isclose}, {NULL, NULL},
   };
   static const luaL_Reg method_list[] = {
     {"clamp", l_clamp}, {"clamp_", l_clamp_}, {"masked_fill", l_masked_fill}, {"equal", l_equal},
-    {"allclose", l_allclose}, {NULL, NULL},
+    {"allclose", l_allclose}, {"isclose", l_isclose}, {NULL, NULL},
   };
   dlp_register(L, module, functions);
   dlp_register(L, methods, method_list);

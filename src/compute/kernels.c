@@ -148,6 +148,8 @@ typedef double _Complex c128;
  * real exponent below 100 in magnitude by repeated squaring, 0 ** b 0 when b's real part is
  * positive and NaN otherwise, else the C library's cpow), sign z / |z| (NumPy 2), log1p and expm1 by NumPy's formulas,
  * round to nearest even on both parts. */
+#define LOG2_E 1.442695040888963407359924681001892137 /* 1 / ln 2 */
+#define LOG10_E 0.434294481903251827651128918916605082 /* 1 / ln 10 */
 #define COMPLEX_RULES(s, T, R, F, MAKE)                                                                \
   static inline T cmul_##s(T a, T b) {                                                                 \
     R ar = creal##F(a), ai = cimag##F(a), br = creal##F(b), bi = cimag##F(b);                          \
@@ -204,6 +206,25 @@ typedef double _Complex c128;
     R re = creal##F(a), im = cimag##F(a), h = sin##F(im / 2);                                          \
     return MAKE(expm1##F(re) * cos##F(im) - 2 * h * h, exp##F(re) * sin##F(im));                       \
   }                                                                                                    \
+  /* 1 / a by NumPy's formula (the smaller part over the larger first) */                           \
+  static inline T crecip_##s(T a) {                                                                    \
+    R re = creal##F(a), im = cimag##F(a);                                                              \
+    if (fabs##F(im) <= fabs##F(re)) {                                                                  \
+      R r = im / re, d = re + im * r;                                                                  \
+      return MAKE(1 / d, -r / d);                                                                      \
+    }                                                                                                  \
+    R r = re / im, d = re * r + im;                                                                    \
+    return MAKE(r / d, -1 / d);                                                                        \
+  }                                                                                                    \
+  /* log2 and log10: the natural logarithm's parts scaled, as NumPy's */                              \
+  static inline T clog2_##s(T a) {                                                                     \
+    T l = clog##F(a);                                                                                  \
+    return MAKE(creal##F(l) * (R)LOG2_E, cimag##F(l) * (R)LOG2_E);                                     \
+  }                                                                                                    \
+  static inline T clog10_##s(T a) {                                                                    \
+    T l = clog##F(a);                                                                                  \
+    return MAKE(creal##F(l) * (R)LOG10_E, cimag##F(l) * (R)LOG10_E);                                   \
+  }                                                                                                    \
   static inline T cround_##s(T a) { return MAKE(nearbyint##F(creal##F(a)), nearbyint##F(cimag##F(a))); } \
   /* NaN, infinity and finiteness on either part (NumPy's), as the real loops test them */            \
   static inline b8 cisnan_##s(T a) { R re = creal##F(a), im = cimag##F(a); return re != re || im != im; } \
@@ -251,7 +272,16 @@ COMPLEX_RULES(c128, c128, double, , CMPLX)
   DEF1(round_##s, T, T, cround_##s(x))                                        \
   DEF1(isnan_##s, T, b8, cisnan_##s(x))                                        \
   DEF1(isinf_##s, T, b8, cisinf_##s(x))                                        \
-  DEF1(isfinite_##s, T, b8, cisfinite_##s(x))
+  DEF1(isfinite_##s, T, b8, cisfinite_##s(x))                                        \
+  DEF1(log2_##s, T, T, clog2_##s(x))                                           \
+  DEF1(log10_##s, T, T, clog10_##s(x))                                         \
+  DEF1(asin_##s, T, T, casin##F(x))                                           \
+  DEF1(acos_##s, T, T, cacos##F(x))                                           \
+  DEF1(atan_##s, T, T, catan##F(x))                                           \
+  DEF1(sinh_##s, T, T, csinh##F(x))                                           \
+  DEF1(cosh_##s, T, T, ccosh##F(x))                                           \
+  DEF1(recip_##s, T, T, crecip_##s(x))                                        \
+  DEF1(square_##s, T, T, cmul_##s(x, x))
 COMPLEX_OPS(c64, c64, float, f)
 COMPLEX_OPS(c128, c128, double, )
 
@@ -318,6 +348,19 @@ COMPLEX_OPS(c128, c128, double, )
   [DLP_OP_ISFINITE] = ROW_CLASSIFY(isfinite, true), \
   [DLP_OP_LOGICAL_NOT] = ROW_ALL(lnot), \
   [DLP_OP_BNOT] = ROW_INT_BOOL(bnot), \
+  [DLP_OP_LOG2] = ROW_FLOAT(log2), \
+  [DLP_OP_LOG10] = ROW_FLOAT(log10), \
+  [DLP_OP_ASIN] = ROW_FLOAT(asin), \
+  [DLP_OP_ACOS] = ROW_FLOAT(acos), \
+  [DLP_OP_ATAN] = ROW_FLOAT(atan), \
+  [DLP_OP_SINH] = ROW_FLOAT(sinh), \
+  [DLP_OP_COSH] = ROW_FLOAT(cosh), \
+  [DLP_OP_ERF] = ROW_FLOAT(erf), \
+  [DLP_OP_RSQRT] = ROW_FLOAT(rsqrt), \
+  [DLP_OP_RECIPROCAL] = ROW_NUM(recip), \
+  [DLP_OP_SQUARE] = ROW_NUM(square), \
+  [DLP_OP_ATAN2] = ROW_FLOAT(atan2), \
+  [DLP_OP_HYPOT] = ROW_FLOAT(hypot), \
   }
 static const dlp_IterLoop loops[DLP_OP_COUNT][DLP_NCOMPUTE] =
   OP_TABLE(ROW_ALL, ROW_NUM, ROW_INT_BOOL, ROW_INT, ROW_FLOAT, ROW_ROUNDING, ROW_CLASSIFY);
@@ -337,7 +380,10 @@ static const dlp_IterLoop complex_loops[DLP_OP_COUNT][2] = {
   [DLP_OP_SIN] = ROW_COMPLEX(sin), [DLP_OP_COS] = ROW_COMPLEX(cos), [DLP_OP_TAN] = ROW_COMPLEX(tan),
   [DLP_OP_TANH] = ROW_COMPLEX(tanh), [DLP_OP_ROUND] = ROW_COMPLEX(round), [DLP_OP_ISNAN] = ROW_COMPLEX(isnan),
   [DLP_OP_ISINF] = ROW_COMPLEX(isinf), [DLP_OP_ISFINITE] = ROW_COMPLEX(isfinite),
-  [DLP_OP_LOGICAL_NOT] = ROW_COMPLEX(lnot),
+  [DLP_OP_LOGICAL_NOT] = ROW_COMPLEX(lnot), [DLP_OP_LOG2] = ROW_COMPLEX(log2), [DLP_OP_LOG10] = ROW_COMPLEX(log10),
+  [DLP_OP_ASIN] = ROW_COMPLEX(asin), [DLP_OP_ACOS] = ROW_COMPLEX(acos), [DLP_OP_ATAN] = ROW_COMPLEX(atan),
+  [DLP_OP_SINH] = ROW_COMPLEX(sinh), [DLP_OP_COSH] = ROW_COMPLEX(cosh), [DLP_OP_RECIPROCAL] = ROW_COMPLEX(recip),
+  [DLP_OP_SQUARE] = ROW_COMPLEX(square),
 };
 
 static dlp_IterLoop loop_at(int op, int k) {

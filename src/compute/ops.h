@@ -104,7 +104,9 @@ DLP_RULE float rem_f32(float a, float b) {
     return LT0(a) ? (T)-1 : 0;                                                                \
   }                                                                                                    \
   DLP_RULE T abs_##T(T a) { return LT0(a) ? neg_##T(a) : a; }                                   \
-  DLP_RULE T sign_##T(T a) { return (T)((a > 0) - LT0(a)); }
+  DLP_RULE T sign_##T(T a) { return (T)((a > 0) - LT0(a)); }                                    \
+  /* 1 / a truncated, as NumPy's integer reciprocal (a is never 0 here: elementwise.c raises) */         \
+  DLP_RULE T recip_##T(T a) { return a == 1 ? (T)1 : (SIGNED && a == (T)-1) ? (T)-1 : (T)0; }
 
 #define SIGNED_LT0(v) ((v) < 0)
 #define UNSIGNED_LT0(v) ((void)(v), 0) /* no type-limits warning for "unsigned < 0" */
@@ -200,7 +202,9 @@ DLP_RULE double dlp_rule_linspace(int64_t i, int64_t count, double a, double b, 
   U(bnot_##s, T, T, ~x) \
   U(same_##s, T, T, x) \
   U(false_##s, T, b8, 0 * x) \
-  U(true_##s, T, b8, 1 + 0 * x)
+  U(true_##s, T, b8, 1 + 0 * x) \
+  U(recip_##s, T, T, recip_##T(x)) \
+  U(square_##s, T, T, mul_##T(x, x))
 
 #define EXP_f32 vexp_f32
 #define EXP_f64 exp
@@ -234,7 +238,20 @@ DLP_RULE double dlp_rule_linspace(int64_t i, int64_t count, double a, double b, 
   U(trunc_##s, T, T, trunc##F(x)) \
   U(isnan_##s, T, b8, x != x) \
   U(isinf_##s, T, b8, x - x != x - x && x == x) \
-  U(isfinite_##s, T, b8, x - x == x - x)
+  U(isfinite_##s, T, b8, x - x == x - x) \
+  U(log2_##s, T, T, log2##F(x)) \
+  U(log10_##s, T, T, log10##F(x)) \
+  U(asin_##s, T, T, asin##F(x)) \
+  U(acos_##s, T, T, acos##F(x)) \
+  U(atan_##s, T, T, atan##F(x)) \
+  U(sinh_##s, T, T, sinh##F(x)) \
+  U(cosh_##s, T, T, cosh##F(x)) \
+  U(erf_##s, T, T, erf##F(x)) \
+  U(rsqrt_##s, T, T, 1 / sqrt##F(x)) \
+  U(recip_##s, T, T, 1 / x) \
+  U(square_##s, T, T, x * x) \
+  B(atan2_##s, T, T, atan2##F(x, y)) \
+  B(hypot_##s, T, T, hypot##F(x, y))
 
 /* bool: add is or, mul and, maximum or, minimum and (NumPy's bool loops). A bool byte need not
  * be 0 or 1 (frombytes, a producer's 0/255 mask): every bool expression reads a byte as true when

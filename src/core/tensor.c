@@ -763,6 +763,11 @@ static int l_index(lua_State *L) {
     if (lua_rawget(L, lua_upvalueindex(2)) != LUA_TNIL) return 1;
     if (!t->owner) return luaL_error(L, "tensor was released (reading field '%s')", k);
     if (!cut && push_property(L, t, k)) return 1;
+    if (!cut && strcmp(k, "T") == 0) { /* NumPy's transpose, a view */
+      lua_settop(L, 1);
+      dlp_push_reversed(L);
+      return 1;
+    }
     /* "__" names stay free for protocols that probe values for optional fields */
     if (k[0] == '_' && k[1] == '_') return lua_pushnil(L), 1;
     return luaL_error(L, "a tensor has no field or method %s%s", dlp_push_quoted(L, k, len),

@@ -1,5 +1,5 @@
 /* Views: new shapes and strides over the same memory; nothing here copies elements
- * except reshape of a non-contiguous tensor. Views work on every device: they only
+ * except reshape of a non-contiguous tensor and flatten/ravel of dimensions that do not merge. Views work on every device: they only
  * change metadata, and move the first element through dlp_view_move. Each method reads
  * its arguments first, then makes the view (dlp_view_new checks the source is still
  * live after allocating), computes with checked arithmetic, and seals it. */
@@ -309,11 +309,118 @@ void dlp_flip_register(lua_State *L, int module, int methods, int meta) {
   dlp_register(L, methods, method_list);
 }
 
+
+/* flatten([start [, end]]): dimensions start..end (1-based, negative from the end; all by
+ * default) merged into one, torch's flatten; a 0-d tensor gives one element. A view when the
+ * merged dimensions walk memory with one stride (ravel's rule), else a contiguous copy. */
+static int flatten(lua_State *L, int whole, const char *what) {
+  dlp_check_no_more(L, whole ? 2 : 4, what, whole ? "no argument" : "at most two dimensions");
+  dlp_Tensor *t = check_viewable(L, what);
+  int ndim = t->dl.ndim;
+  if (ndim == 0) {
+    int64_t one = 1;
+    push_reshaped(L, 1, 1, &one, what);
+    return 1;
+  }
+  int s = whole || lua_isnoneornil(L, 2) ? 0 : dlp_check_dim(L, 2, ndim, 0);
+  int e = whole || lua_isnoneornil(L, 3) ? ndim - 1 : dlp_check_dim(L, 3, ndim, 0);
+  if (s > e) return luaL_error(L, "%s: start dimension %d comes after end dimension %d", what, s + 1, e + 1);
+  int64_t size = 1, stride = 1, numel = dlp_numel(t);
+  int mergeable = 1, inner = -1; /* inner: the innermost merged dimension of size > 1 */
+  for (int i = e; i >= s; i--) {
+    if (!dlp_mul(size, t->dl.shape[i], &size))
+      return luaL_error(L, "%s: the merged dimension would have more elements than fit in 64 bits", what);
+    if (t->dl.shape[i] == 1) continue;
+    if (inner >= 0) {
+      int64_t want;
+      if (!dlp_mul(t->dl.strides[inner], t->dl.shape[inner], &want) || want != t->dl.strides[i]) mergeable = 0;
+    } else {
+      stride = t->dl.strides[i];
+    }
+    inner = i;
+  }
+  if (numel == 0) stride = 1;
+  int source = 1;
+  if (!mergeable && numel > 0) { /* a contiguous copy, where every merge is a view */
+    lua_settop(L, 1);
+    dlp_clone(L, 1, t->dtype, t->dl.device, NULL, what);
+    source = 2;
+    t = lua_touserdata(L, 2);
+    stride = 1;
+    for (int i = e + 1; i < ndim; i++) stride *= t->dl.shape[i]; /* fits: numel does */
+  }
+  dlp_Tensor *v = dlp_view_new(L, source, ndim - (e - s), what);
+  for (int i = 0, j = 0; i < ndim; i++) {
+    if (i > s && i <= e) continue;
+    v->dl.shape[j] = i == s ? size : t->dl.shape[i];
+    v->dl.strides[j++] = i == s ? stride : t->dl.strides[i];
+  }
+  dlp_tensor_seal(L, v, what);
+  return 1;
+}
+static int l_flatten(lua_State *L) { return flatten(L, 0, "flatten"); }
+static int l_ravel(lua_State *L) { return flatten(L, 1, "ravel"); }
+
+/* The tensor at 1 with its dimensions reversed (NumPy's t.T), a view; pushed. */
+void dlp_push_reversed(lua_State *L) {
+  dlp_Tensor *t = check_viewable(L, "T");
+  int n = t->dl.ndim;
+  dlp_Tensor *v = dlp_view_new(L, 1, n, "T");
+  for (int i = 0; i < n; i++) {
+    v->dl.shape[i] = t->dl.shape[n - 1 - i];
+    v->dl.strides[i] = t->dl.strides[n - 1 - i];
+  }
+}
+
+/* t:t(): a matrix transposed, a vector or 0-d tensor as it is (torch's t) */
+static int l_t(lua_State *L) {
+  dlp_check_no_more(L, 2, "t", "no argument");
+  dlp_Tensor *t = check_viewable(L, "t");
+  if (t->dl.ndim > 2) return luaL_error(L, "t: expects a tensor of at most 2 dimensions, got %d", t->dl.ndim);
+  lua_settop(L, 1);
+  dlp_push_reversed(L);
+  return 1;
+}
+
+/* diagonal([k [, dim1, dim2]]): the k-th diagonal of dimensions dim1 and dim2 (1 and 2 by default;
+ * k > 0 above the main one), a view whose last dimension runs along it (NumPy's diagonal). */
+static int l_diagonal(lua_State *L) {
+  dlp_check_no_more(L, 5, "diagonal", "an offset and two dimensions");
+  dlp_Tensor *t = check_viewable(L, "diagonal");
+  int ndim = t->dl.ndim;
+  if (ndim < 2) return luaL_error(L, "diagonal: expects at least 2 dimensions, got %d", ndim);
+  lua_Integer k = luaL_optinteger(L, 2, 0);
+  int a = lua_isnoneornil(L, 3) ? 0 : dlp_check_dim(L, 3, ndim, 0);
+  int b = lua_isnoneornil(L, 4) ? 1 : dlp_check_dim(L, 4, ndim, 0);
+  if (a == b) return luaL_error(L, "diagonal: dim1 and dim2 must differ (both %d)", a + 1);
+  int64_t rows = t->dl.shape[a], cols = t->dl.shape[b], count, stride = 0;
+  /* the diagonal starts at row max(-k, 0), column max(k, 0) */
+  int64_t r0 = k < 0 ? (k < -rows ? rows : -k) : 0, c0 = k > 0 ? (k > cols ? cols : k) : 0;
+  count = rows - r0 < cols - c0 ? rows - r0 : cols - c0;
+  if (count > 1 && !dlp_add(t->dl.strides[a], t->dl.strides[b], &stride))
+    return luaL_error(L, "diagonal: the diagonal's stride does not fit in 64 bits");
+  dlp_Tensor *v = dlp_view_new(L, 1, ndim - 1, "diagonal");
+  for (int i = 0, j = 0; i < ndim; i++) {
+    if (i == a || i == b) continue;
+    v->dl.shape[j] = t->dl.shape[i];
+    v->dl.strides[j++] = t->dl.strides[i];
+  }
+  v->dl.shape[ndim - 2] = count;
+  v->dl.strides[ndim - 2] = count > 1 ? stride : 1;
+  if (count > 0) {
+    dlp_view_move(L, v, r0, t->dl.strides[a], "diagonal");
+    dlp_view_move(L, v, c0, t->dl.strides[b], "diagonal");
+  }
+  dlp_tensor_seal(L, v, "diagonal");
+  return 1;
+}
+
 void dlp_views_register(lua_State *L, int methods) {
   static const luaL_Reg method_list[] = {
     {"view", l_view}, {"reshape", l_reshape}, {"transpose", l_transpose}, {"permute", l_permute},
     {"narrow", l_narrow}, {"select", l_select}, {"slice", l_slice}, {"squeeze", l_squeeze},
-    {"unsqueeze", l_unsqueeze}, {"expand", l_expand}, {"as_readonly", l_as_readonly}, {NULL, NULL},
+    {"unsqueeze", l_unsqueeze}, {"expand", l_expand}, {"as_readonly", l_as_readonly}, {"flatten", l_flatten},
+    {"ravel", l_ravel}, {"t", l_t}, {"diagonal", l_diagonal}, {NULL, NULL},
   };
   dlp_register(L, methods, method_list);
 }
