@@ -656,6 +656,9 @@ void dlp_ipc_cuda_settle(lua_State *L, dlp_Owner *o, DLDevice device, dlp_CudaSt
                          const char *what);
 void dlp_ipc_cuda_unmap(dlp_Owner *o);          /* dlp_ipc_unmap for CUDA owners (any thread) */
 
+/* ---- npy.c: dlpack.save and dlpack.load (NumPy's .npy files) ---- */
+void dlp_npy_register(lua_State *L, int module);
+
 /* ---- hostapi.c ---- */
 void dlp_hostapi_register(lua_State *L);                    /* the registry function table */
 

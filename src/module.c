@@ -226,6 +226,7 @@ DLPACK_LUA_API int luaopen_dlpack(lua_State *L) {
   dlp_cuda_register(L, module);
   dlp_elementwise_register(L, module, methods, meta);
   dlp_hostapi_register(L);
+  dlp_npy_register(L, module);
   state_open(L);
   lua_pushvalue(L, methods);
   lua_setfield(L, module, "Tensor"); /* the methods, for extension from Lua */
