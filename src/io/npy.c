@@ -138,6 +138,7 @@ static int parse_string(Parser *p, char *out, size_t n, const char *what) {
   skip_space(p);
   if (p->s >= p->end || (*p->s != '\'' && *p->s != '"')) return fail(p, "has no string where %s belongs", what);
   char quote = *p->s++;
+  if (!memchr(p->s, quote, (size_t)(p->end - p->s))) return fail(p, "ends inside %s (no closing quote)", what);
   size_t k = 0;
   for (; p->s < p->end && *p->s != quote; p->s++) {
     if (*p->s == '\\') return fail(p, "has an escape in %s (not written by NumPy; refused)", what);
@@ -145,7 +146,6 @@ static int parse_string(Parser *p, char *out, size_t n, const char *what) {
     if (k + 1 >= n) return fail(p, "has %s that is too long", what);
     out[k++] = *p->s;
   }
-  if (p->s >= p->end) return fail(p, "ends inside %s (no closing quote)", what);
   p->s++;
   out[k] = 0;
   return 1;
