@@ -75,6 +75,7 @@ typedef struct dlp_State {
   dlp_Tracked *tracked; /* objects its cleanup releases */
   size_t external;      /* bytes of new tensor memory since the last full collection it asked for */
   unsigned descriptors; /* descriptors held by new tensors since then (dlpack.ipc) */
+  int files_denied;     /* dlpack.deny_file_access() ran: save and load raise (npy.c) */
 } dlp_State;
 
 /* The record of L; NULL when the module was never opened in L. */

@@ -161,6 +161,7 @@ static void state_open(lua_State *L) {
   st->tracked = NULL;
   st->external = 0;
   st->descriptors = 0;
+  st->files_denied = 0;
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, state_gc);
   lua_setfield(L, -2, "__gc");

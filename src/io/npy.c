@@ -9,7 +9,12 @@
  * must be in the file before a byte of it is read or mapped. With {mmap = true} the file is
  * mapped read-only and the tensor (read-only) is a view of the mapping, which goes when the
  * last tensor on it does; a file that another process truncates after that is the caller's risk
- * (a touch of a page past its new end is SIGBUS), as it is with NumPy's mmap_mode. */
+ * (a touch of a page past its new end is SIGBUS), as it is with NumPy's mmap_mode.
+ *
+ * Both open files by path, which a sandbox does not grant (a script that can write a file can
+ * overwrite the host's): dlpack.deny_file_access(), which a host calls before its scripts run,
+ * turns them off for good in that lua_State (the flag is in its record, which no script reaches,
+ * and which a second `require` of the module finds again). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,8 +72,12 @@ static Box *push_box(lua_State *L) {
   return b;
 }
 
-/* The path argument: a string without an embedded NUL (C would cut it at the NUL). */
-static const char *check_path(lua_State *L, int arg) {
+/* The path argument: a string without an embedded NUL (C would cut it at the NUL). Raises first
+ * when file access is denied in this state. */
+static const char *check_path(lua_State *L, int arg, const char *what) {
+  dlp_State *st = dlp_state(L);
+  if (!st || st->files_denied)
+    luaL_error(L, "%s: file access is denied in this lua_State (dlpack.deny_file_access)", what);
   size_t len;
   const char *path = luaL_checklstring(L, arg, &len);
   if (strlen(path) != len)
@@ -446,7 +455,7 @@ static int l_load(lua_State *L) {
   int mmap, has_device;
   DLDevice device;
   Npy n;
-  const char *path = check_path(L, 1);
+  const char *path = check_path(L, 1, WHAT_LOAD);
   read_load_options(L, 2, &mmap, &has_device, &device);
   dlp_check_no_more(L, 3, WHAT_LOAD, "a path and an options table");
   lua_settop(L, 2);
@@ -508,7 +517,7 @@ static size_t format_header(const dlp_Tensor *t, char *out, size_t size) {
 /* dlpack.save(path, t) */
 static int l_save(lua_State *L) {
   char header[DLP_MAX_NDIM * 22 + 128];
-  const char *path = check_path(L, 1);
+  const char *path = check_path(L, 1, WHAT_SAVE);
   dlp_Tensor *t = dlp_tensor_check(L, 2);
   dlp_check_no_more(L, 3, WHAT_SAVE, "a path and a tensor");
   if (!descr_of[t->dtype])
@@ -537,8 +546,17 @@ static int l_save(lua_State *L) {
   return 0;
 }
 
+/* dlpack.deny_file_access(): from now on save and load raise in this lua_State; no undoing it. */
+static int l_deny_file_access(lua_State *L) {
+  dlp_State *st = dlp_state(L);
+  if (st) st->files_denied = 1;
+  return 0;
+}
+
 void dlp_npy_register(lua_State *L, int module) {
-  static const luaL_Reg functions[] = {{"save", l_save}, {"load", l_load}, {NULL, NULL}};
+  static const luaL_Reg functions[] = {
+    {"save", l_save}, {"load", l_load}, {"deny_file_access", l_deny_file_access}, {NULL, NULL},
+  };
   if (luaL_newmetatable(L, FILE_MT)) {
     lua_pushcfunction(L, box_gc);
     lua_setfield(L, -2, "__gc");
