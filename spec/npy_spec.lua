@@ -294,7 +294,7 @@ describe("dlpack.load with {mmap = true}", function()
     assert.are.equal(m:data_ptr(), back:data_ptr())
   end)
 
-  local maps = io.open("/proc/self/maps")
+  local maps = not support.WINDOWS and io.open("/proc/self/maps") -- (Wine shows Linux's, by other names)
   if maps then maps:close() end
   local function mapped(path)
     local f = assert(io.open("/proc/self/maps"))
