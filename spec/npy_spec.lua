@@ -493,6 +493,16 @@ describe("dlpack.load refuses hostile files with an error naming the problem", f
     raises_plain(function() dlpack.save(missing, dlpack.zeros({1})) end, "cannot open")
   end)
 
+  it("a FIFO, without waiting for its other end", function()
+    if support.WINDOWS then return pending(support.NOT_WINDOWS) end
+    local fifo = tmp()
+    os.remove(fifo)
+    os.execute("mkfifo '" .. fifo .. "'")
+    raises_plain(function() dlpack.load(fifo) end, "it is not a regular file")
+    raises_plain(function() dlpack.load(fifo, {mmap = true}) end, "it is not a regular file")
+    raises_plain(function() dlpack.save(fifo, dlpack.zeros({1})) end, "dlpack.save: cannot open")
+  end)
+
   it("a file this process may not read (as another user when run as root)", function()
     if support.WINDOWS then return pending("chmod has no effect on reading under Windows") end
     local path = tmp()

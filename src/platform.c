@@ -66,6 +66,8 @@ void dlp_pages_unmap(void *p, size_t nbytes) {
 }
 void dlp_pages_advise_huge(void *p, size_t nbytes) { (void)p, (void)nbytes; } /* large pages need a privilege */
 
+FILE *dlp_file_open(const char *path, int write) { return fopen(path, write ? "wbN" : "rbN"); }
+
 int64_t dlp_file_size(FILE *f, char *why, size_t whylen) {
   struct _stat64 st;
   if (_fstat64(_fileno(f), &st) != 0) return snprintf(why, whylen, "%s", strerror(errno)), -1;
@@ -92,8 +94,10 @@ void dlp_file_unmap(void *p, size_t length) {
 
 #else
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 void *dlp_library_open(const char *name, int pin, char *why, size_t whylen) {
   void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL | (pin ? RTLD_NODELETE : 0));
@@ -144,6 +148,19 @@ void dlp_pages_advise_huge(void *p, size_t nbytes) {
 #else
   (void)p, (void)nbytes;
 #endif
+}
+
+/* O_NONBLOCK: opening a FIFO would wait for its other end (it changes nothing for regular files). */
+FILE *dlp_file_open(const char *path, int write) {
+  int fd = open(path, (write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY) | O_NONBLOCK | O_CLOEXEC, 0666);
+  if (fd < 0) return NULL;
+  FILE *f = fdopen(fd, write ? "wb" : "rb");
+  if (!f) {
+    int err = errno;
+    close(fd);
+    errno = err;
+  }
+  return f;
 }
 
 int64_t dlp_file_size(FILE *f, char *why, size_t whylen) {

@@ -204,7 +204,8 @@ static int parse_shape(Parser *p, Header *h) {
   h->ndim = 0;
   if (accept(p, ')')) return 1;
   for (;;) {
-    if (h->ndim == DLP_MAX_NDIM) return fail(p, "has a 'shape' of more than 64 dimensions (the most a tensor has)%s", "");
+    if (h->ndim == DLP_MAX_NDIM)
+      return fail(p, "has a 'shape' of more than 64 dimensions (the most a tensor has)%s", "");
     if (!parse_size(p, &h->shape[h->ndim++])) return 0;
     if (accept(p, ',')) {
       if (accept(p, ')')) return 1;
@@ -222,12 +223,14 @@ static int parse_shape(Parser *p, Header *h) {
 static int parse_descr(Parser *p, Header *h) {
   char d[32];
   skip_space(p);
-  if (p->s < p->end && *p->s == '[') return fail(p, "describes a structured dtype (a list of fields), which is not supported%s", "");
+  if (p->s < p->end && *p->s == '[')
+    return fail(p, "describes a structured dtype (a list of fields), which is not supported%s", "");
   if (!parse_string(p, d, sizeof d, "'descr'")) return 0;
   char order = d[0];
   if (order != '<' && order != '>' && order != '|' && order != '=')
     return fail(p, "has a descr '%s' without a byte order ('<', '>' or '|'), which NumPy always writes", d);
-  if (d[1] == 'O') return fail(p, "has descr '%s': an object array (pickled Python objects), which cannot be loaded", d);
+  if (d[1] == 'O')
+    return fail(p, "has descr '%s': an object array (pickled Python objects), which cannot be loaded", d);
   for (int i = 0; i < DLP_NDTYPES; i++)
     if (descr_of[i] && strcmp(d + 1, descr_of[i]) == 0) {
       int one_byte = dlp_dtypes[i].itemsize == 1;
@@ -306,7 +309,8 @@ static int read_npy(FILE *f, Npy *n, char *why, size_t whylen) {
   if (!read_all(f, (char *)pre + 8, (size_t)lenbytes)) return snprintf(why, whylen, "reading the file failed"), 0;
   uint32_t hlen = little_endian(pre + 8, lenbytes);
   if (hlen > MAX_HEADER)
-    return snprintf(why, whylen, "the header length %lu is more than this reader takes (1 MiB)", (unsigned long)hlen), 0;
+    return snprintf(why, whylen, "the header length %lu is more than this reader takes (1 MiB)",
+                    (unsigned long)hlen), 0;
   if ((int64_t)start + hlen > n->file_size)
     return snprintf(why, whylen, "the header length %lu runs past the end of the file (%lld bytes)",
                     (unsigned long)hlen, (long long)n->file_size), 0;
@@ -460,8 +464,14 @@ static int l_load(lua_State *L) {
   dlp_check_no_more(L, 3, WHAT_LOAD, "a path and an options table");
   lua_settop(L, 2);
   Box *box = push_box(L); /* at 3 */
-  if ((box->f = fopen(path, "rb")) == NULL) return luaL_error(L, WHAT_LOAD ": cannot open '%s': %s", path, strerror(errno));
-  if (!read_npy(box->f, &n, why, sizeof why)) return luaL_error(L, WHAT_LOAD ": '%s': %s", path, why);
+  if ((box->f = dlp_file_open(path, 0)) == NULL)
+    return luaL_error(L, WHAT_LOAD ": cannot open '%s': %s", path, strerror(errno));
+  int ok = read_npy(box->f, &n, why, sizeof why);
+  if (!ok || (mmap && n.h.swap)) { /* closed now, not when the collector finds the box */
+    fclose(box->f);
+    box->f = NULL;
+  }
+  if (!ok) return luaL_error(L, WHAT_LOAD ": '%s': %s", path, why);
   if (mmap && n.h.swap)
     return luaL_error(L, WHAT_LOAD ": '%s' is %s in the other byte order (descr '%c%s'): it cannot be mapped as "
                          "it is; load it without mmap, which swaps the bytes", path, dlp_dtypes[n.h.dtype].name,
@@ -521,7 +531,8 @@ static int l_save(lua_State *L) {
   dlp_Tensor *t = dlp_tensor_check(L, 2);
   dlp_check_no_more(L, 3, WHAT_SAVE, "a path and a tensor");
   if (!descr_of[t->dtype])
-    return luaL_error(L, WHAT_SAVE ": %s has no .npy descr (NumPy has no such type): convert first, e.g. t:to('float32')",
+    return luaL_error(L, WHAT_SAVE ": %s has no .npy descr (NumPy has no such type): convert first, "
+                         "e.g. t:to('float32')",
                       dlp_dtypes[t->dtype].name);
   lua_settop(L, 2);
   int src = 2;
@@ -532,7 +543,8 @@ static int l_save(lua_State *L) {
     src = 3;
   }
   Box *box = push_box(L);
-  if ((box->f = fopen(path, "wb")) == NULL) return luaL_error(L, WHAT_SAVE ": cannot open '%s': %s", path, strerror(errno));
+  if ((box->f = dlp_file_open(path, 1)) == NULL)
+    return luaL_error(L, WHAT_SAVE ": cannot open '%s': %s", path, strerror(errno));
   dlp_Tensor *s = lua_touserdata(L, src);
   dlp_live(L, s, WHAT_SAVE); /* no Lua code runs from here to the last byte written */
   size_t hlen = format_header(s, header, sizeof header);
