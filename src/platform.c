@@ -66,7 +66,7 @@ void dlp_pages_unmap(void *p, size_t nbytes) {
 }
 void dlp_pages_advise_huge(void *p, size_t nbytes) { (void)p, (void)nbytes; } /* large pages need a privilege */
 
-FILE *dlp_file_open(const char *path, int write) { return fopen(path, write ? "wbN" : "rbN"); }
+FILE *dlp_file_open(const char *path, int write) { return fopen(path, write ? "wb" : "rb"); }
 
 int64_t dlp_file_size(FILE *f, char *why, size_t whylen) {
   struct _stat64 st;

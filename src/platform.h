@@ -121,8 +121,8 @@ void dlp_pages_advise_huge(void *p, size_t nbytes);
 
 /* ---- files: platform.c ----
  * dlp_file_open: path opened for reading, or for writing (created or truncated), in binary mode
- * and not inherited by child processes; NULL with errno set. Opening never waits: a FIFO without
- * a peer is refused (POSIX's ENXIO) or opened and then refused as not a regular file.
+ * (on POSIX not inherited by programs it executes); NULL with errno set. On POSIX opening never
+ * waits: a FIFO without a peer is refused (ENXIO) or opened, to be refused as not a regular file.
  * dlp_file_size: the size of the regular file open as f, or -1 with why filled in (a directory, a
  * device, a pipe: anything whose size is not its content's). dlp_file_map_readonly: the first
  * `length` bytes (> 0, within the file) of the file open as f mapped read-only and shared (a
