@@ -490,10 +490,9 @@ static int l_load(lua_State *L) {
   fclose(box->f);
   box->f = NULL;
   if (mmap && n.nbytes > 0) account_mapping(L);
-  if (has_device && device.device_type != kDLCPU) {
-    dlp_Tensor *c = dlp_clone(L, 4, n.h.dtype, device, NULL, WHAT_LOAD);
+  if (has_device && device.device_type != kDLCPU) { /* the copy (at 5) is the result */
+    dlp_clone(L, 4, n.h.dtype, device, NULL, WHAT_LOAD);
     dlp_tensor_release(t);
-    (void)c;
   }
   return 1;
 }
