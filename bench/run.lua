@@ -275,6 +275,23 @@ row("tobytes_strided", "t:transpose(1, 2):tobytes() 1000^2 float32", 2,
     function(n) for _ = 1, n do local _ = m_t:tobytes() end end,
     function(n) for _ = 1, n do local _ = m:tobytes() end end, "contiguous tobytes")
 
+-- .npy files: a mapped load costs the same whatever the file's size (it reads the header and maps,
+-- touching no data); a plain load reads the file into a new tensor.
+if wanted("npy") then
+  local npy_big, npy_small, mapped = os.tmpname(), os.tmpname(), {mmap = true}
+  dlpack.save(npy_big, dlpack.zeros({16 * 1024 * 1024}, "float32")) -- 64 MiB
+  dlpack.save(npy_small, dlpack.zeros({1024}, "float32"))           -- 4 KiB
+  row("npy_mmap", "dlpack.load(path, {mmap = true}) 64 MiB file", 1.2,
+      function(n) for _ = 1, n do dlpack.load(npy_big, mapped):release() end end,
+      function(n) for _ = 1, n do dlpack.load(npy_small, mapped):release() end end, "the same, 4 KiB file")
+  row("npy_read", "dlpack.load(path) 64 MiB file", nil,
+      function(n) for _ = 1, n do dlpack.load(npy_big):release() end end,
+      function(n) for _ = 1, n do local f = io.open(npy_big, "rb"); f:read("*a"); f:close() end end,
+      "io.open(path):read('a')")
+  os.remove(npy_big)
+  os.remove(npy_small)
+end
+
 -- ---- computing (issue 16) ----
 
 -- The first function of the list the module lacks, as a reason to skip.

@@ -363,6 +363,8 @@ describe("Lua code in the middle of a call cannot free what the call uses", func
   end)
 
   local source = 'function() return dlpack.tensor({{1, 2, 3}, {4, 5, 6}}, "float32") end'
+  local saved = {support.tmpname(), support.tmpname()} -- the files of the dlpack.save cases
+  teardown(function() for _, f in ipairs(saved) do os.remove(f) end end)
   local cases = {
     {"clone", "function(t) return t:clone() end"},
     {"contiguous", "function(t) return t:transpose(1, 2):contiguous() end"},
@@ -380,6 +382,8 @@ describe("Lua code in the middle of a call cannot free what the call uses", func
     {"from_dlpack", "function(t) return dlpack.from_dlpack(t, {copy = true}) end"},
     {"to_dlpack", "function(t) return dlpack.release_capsule(dlpack.to_dlpack(t, {copy = true})) end"},
     {"fill", "function(t) return t:fill(1) end"},
+    {"dlpack.save", ("function(t) return dlpack.save(%q, t) end"):format(saved[1])},
+    {"dlpack.save (strided)", ("function(t) return dlpack.save(%q, t:transpose(1, 2)) end"):format(saved[2])},
   }
   if support.ITERATION then
     cases[#cases + 1] = {"ipairs (rows)", "function(t) for _, row in ipairs(t) do local _ = row[1] end end"}

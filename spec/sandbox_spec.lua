@@ -40,6 +40,7 @@ end
 local SANDBOX = [[
   local CORE, LUA_DIR, KEEP_C_SEARCHERS = %q, %q, %s
   local dlpack_ = require "dlpack"
+  dlpack_.deny_file_access() -- dlpack.save and dlpack.load open files by path
   package.preload.dlpack = function() return dlpack_ end
   if not KEEP_C_SEARCHERS then
     local searchers = package.searchers or package.loaders
@@ -85,6 +86,10 @@ local ATTACKER = [[
     for _, k in ipairs(UNSAFE_NAMES) do
       local f = rawget(v, k)
       if type(f) == "function" and is_unsafe(k, f) then return k end
+    end
+    for _, k in ipairs({"save", "load"}) do -- a module table with file access left on
+      local f = rawget(v, k)
+      if type(f) == "function" and not tostring(select(2, pcall(f, "x.npy"))):find("denied", 1, true) then return k end
     end
   end
   local saved = {path = package.path, cpath = package.cpath, searchers = {}}

@@ -75,6 +75,7 @@ typedef struct dlp_State {
   dlp_Tracked *tracked; /* objects its cleanup releases */
   size_t external;      /* bytes of new tensor memory since the last full collection it asked for */
   unsigned descriptors; /* descriptors held by new tensors since then (dlpack.ipc) */
+  int files_denied;     /* dlpack.deny_file_access() ran: save and load raise (npy.c) */
 } dlp_State;
 
 /* The record of L; NULL when the module was never opened in L. */
@@ -663,6 +664,9 @@ dlp_Owner *dlp_ipc_cuda_import(int fd, DLDevice device, uint64_t size, char *why
 void dlp_ipc_cuda_settle(lua_State *L, dlp_Owner *o, DLDevice device, dlp_CudaStream *stream, int whole_device,
                          const char *what);
 void dlp_ipc_cuda_unmap(dlp_Owner *o);          /* dlp_ipc_unmap for CUDA owners (any thread) */
+
+/* ---- npy.c: dlpack.save and dlpack.load (NumPy's .npy files) ---- */
+void dlp_npy_register(lua_State *L, int module);
 
 /* ---- hostapi.c ---- */
 void dlp_hostapi_register(lua_State *L);                    /* the registry function table */

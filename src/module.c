@@ -161,6 +161,7 @@ static void state_open(lua_State *L) {
   st->tracked = NULL;
   st->external = 0;
   st->descriptors = 0;
+  st->files_denied = 0;
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, state_gc);
   lua_setfield(L, -2, "__gc");
@@ -228,6 +229,7 @@ DLPACK_LUA_API int luaopen_dlpack(lua_State *L) {
   dlp_elementwise_register(L, module, methods, meta);
   dlp_shape_register(L, module, methods, meta); /* after the functions it calls */
   dlp_hostapi_register(L);
+  dlp_npy_register(L, module);
   state_open(L);
   lua_pushvalue(L, methods);
   lua_setfield(L, module, "Tensor"); /* the methods, for extension from Lua */

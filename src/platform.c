@@ -1,6 +1,7 @@
-/* The operating system's side of platform.h: libraries opened at run time and memory, on POSIX
- * (dlopen, mmap) and on Windows (LoadLibrary, VirtualAlloc). */
+/* The operating system's side of platform.h: libraries opened at run time, memory and mapped
+ * files, on POSIX (dlopen, mmap) and on Windows (LoadLibrary, VirtualAlloc, MapViewOfFile). */
 #define _GNU_SOURCE /* dladdr, RTLD_NODELETE, RTLD_NOLOAD, RTLD_DEFAULT, MAP_ANONYMOUS */
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +10,9 @@
 #include "platform.h"
 
 #ifdef _WIN32
+#include <io.h>
 #include <malloc.h>
+#include <sys/stat.h>
 
 void *dlp_library_open(const char *name, int pin, char *why, size_t whylen) {
   HMODULE lib = LoadLibraryExA(name, NULL, 0);
@@ -63,9 +66,38 @@ void dlp_pages_unmap(void *p, size_t nbytes) {
 }
 void dlp_pages_advise_huge(void *p, size_t nbytes) { (void)p, (void)nbytes; } /* large pages need a privilege */
 
+FILE *dlp_file_open(const char *path, int write) { return fopen(path, write ? "wb" : "rb"); }
+
+int64_t dlp_file_size(FILE *f, char *why, size_t whylen) {
+  struct _stat64 st;
+  if (_fstat64(_fileno(f), &st) != 0) return snprintf(why, whylen, "%s", strerror(errno)), -1;
+  if ((st.st_mode & _S_IFMT) == _S_IFDIR) return snprintf(why, whylen, "it is a directory"), -1;
+  if ((st.st_mode & _S_IFMT) != _S_IFREG) return snprintf(why, whylen, "it is not a regular file"), -1;
+  return (int64_t)st.st_size;
+}
+
+/* The mapping object can be closed at once: the view keeps it (and the file) open. */
+void *dlp_file_map_readonly(FILE *f, size_t length, char *why, size_t whylen) {
+  HANDLE file = (HANDLE)_get_osfhandle(_fileno(f));
+  HANDLE mapping = CreateFileMappingA(file, NULL, PAGE_READONLY, 0, 0, NULL);
+  void *p = mapping ? MapViewOfFile(mapping, FILE_MAP_READ, 0, 0, length) : NULL;
+  if (!p) snprintf(why, whylen, "%s failed (Windows error %lu)", mapping ? "MapViewOfFile" : "CreateFileMapping",
+                   (unsigned long)GetLastError());
+  if (mapping) CloseHandle(mapping);
+  return p;
+}
+
+void dlp_file_unmap(void *p, size_t length) {
+  (void)length;
+  UnmapViewOfFile(p);
+}
+
 #else
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 void *dlp_library_open(const char *name, int pin, char *why, size_t whylen) {
   void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL | (pin ? RTLD_NODELETE : 0));
@@ -117,4 +149,34 @@ void dlp_pages_advise_huge(void *p, size_t nbytes) {
   (void)p, (void)nbytes;
 #endif
 }
+
+/* O_NONBLOCK: opening a FIFO would wait for its other end (it changes nothing for regular files). */
+FILE *dlp_file_open(const char *path, int write) {
+  int fd = open(path, (write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY) | O_NONBLOCK | O_CLOEXEC, 0666);
+  if (fd < 0) return NULL;
+  FILE *f = fdopen(fd, write ? "wb" : "rb");
+  if (!f) {
+    int err = errno;
+    close(fd);
+    errno = err;
+  }
+  return f;
+}
+
+int64_t dlp_file_size(FILE *f, char *why, size_t whylen) {
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0) return snprintf(why, whylen, "%s", strerror(errno)), -1;
+  if (S_ISDIR(st.st_mode)) return snprintf(why, whylen, "it is a directory"), -1;
+  if (!S_ISREG(st.st_mode)) return snprintf(why, whylen, "it is not a regular file"), -1;
+  return (int64_t)st.st_size;
+}
+
+void *dlp_file_map_readonly(FILE *f, size_t length, char *why, size_t whylen) {
+  void *p = mmap(NULL, length, PROT_READ, MAP_SHARED, fileno(f), 0);
+  if (p != MAP_FAILED) return p;
+  snprintf(why, whylen, "mmap failed: %s", strerror(errno));
+  return NULL;
+}
+
+void dlp_file_unmap(void *p, size_t length) { munmap(p, length); }
 #endif

@@ -1843,6 +1843,26 @@ end)
 -- dlpack.ipc with CUDA tensors, between two processes (spec/cuda/ipc_suite.lua)
 require "ipc_suite"
 
+describe(".npy files and CUDA tensors", function()
+  it("save copies a CUDA tensor (contiguous or strided) through the host; load's device option puts it there",
+     function()
+    local path = os.tmpname()
+    local host = dlpack.arange(12, "float32"):view(3, 4)
+    local d = host:to("cuda:0")
+    dlpack.save(path, d)
+    assert.are.equal(host:tobytes(), dlpack.load(path):tobytes())
+    dlpack.save(path, d:transpose(1, 2))
+    assert.are.equal(host:transpose(1, 2):tobytes(), dlpack.load(path):tobytes())
+    for _, mmap in ipairs({false, true}) do
+      local t = dlpack.load(path, {device = "cuda:0", mmap = mmap})
+      assert.are.equal("cuda:0", t.device)
+      assert.is_false(t.readonly)
+      assert.are.equal(host:transpose(1, 2):tobytes(), t:to("cpu"):tobytes())
+    end
+    os.remove(path)
+  end)
+end)
+
 -- last: a module that breaks its shared stream objects would fail the tests after it.
 describe("the shared stream objects", function()
   it("closing legacy_stream or per_thread_stream leaves them usable", function()

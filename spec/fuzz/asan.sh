@@ -3,12 +3,14 @@
 # (build/asan, `make asan-build`), with the sanitizer setup of
 # spec/stages/50-asan.t: any report is fatal. With --cuda it runs the fake-CUDA
 # half, spec/fuzz/cuda.lua, instead, on build/asan/fakecuda.so with two
-# devices; with --ipc the dlpack.ipc half, spec/fuzz/ipc.lua. Exit status: the
+# devices; with --ipc the dlpack.ipc half, spec/fuzz/ipc.lua; with --npy the
+# .npy half, spec/fuzz/npy.lua. Exit status: the
 # fuzzer's (0 passed, 1 a model or deleter-count failure), 86 AddressSanitizer,
 # 87 LeakSanitizer, 88 UndefinedBehaviorSanitizer, 128+N a signal.
 #   bash spec/fuzz/asan.sh --seed 7 --steps 400 --verbose
 #   bash spec/fuzz/asan.sh --cuda --seed 7 --steps 300 --verbose
 #   bash spec/fuzz/asan.sh --ipc --seed 7 --steps 200 --verbose
+#   bash spec/fuzz/asan.sh --npy --seed 7 --steps 300 --verbose
 # FUZZ_NO_BUILD=1 skips `make asan-build`.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -19,6 +21,7 @@ args=()
 for a in "$@"; do
   if [[ $a == --cuda ]]; then SCRIPT=spec/fuzz/cuda.lua half=--cuda
   elif [[ $a == --ipc ]]; then SCRIPT=spec/fuzz/ipc.lua half=--ipc
+  elif [[ $a == --npy ]]; then SCRIPT=spec/fuzz/npy.lua half=--npy
   else args+=("$a"); fi
 done
 set -- "${args[@]}"

@@ -10,6 +10,7 @@
 # already reported are TODOs (spec/peers/README.md).
 # spec/peers/ipc_python.py: examples/dlpack_ipc.py (dlpack.ipc from Python) between Python
 # processes and against a corpus of hostile messages.
+# spec/peers/npy_numpy.py: .npy files written by np.save read by dlpack.load, and the other way.
 # All print TAP and skip visibly when a peer (torch, numpy, lupa) is missing.
 source "$(dirname "$0")/lib.sh"
 PY=${PYTHON:-/usr/bin/python3}
@@ -28,6 +29,7 @@ if [[ -x $PY ]]; then
   make -q LUA=lua5.5 build/lua5.5/dlpack/core.so >/dev/null 2>&1 && export DLPACK_PEERS_LUA55=build/lua5.5
   run_tap "python3 spec/peers/lupa_peers.py" "$PY" spec/peers/lupa_peers.py
   run_tap "python3 spec/peers/ipc_python.py" "$PY" spec/peers/ipc_python.py
+  run_tap "python3 spec/peers/npy_numpy.py" "$PY" spec/peers/npy_numpy.py
   run_tap "python3 spec/peers/oracle.py" "$PY" spec/peers/oracle.py
   # The oracle again under the other Luas lupa embeds, against their builds of the module (made
   # by stages 15-19); a build that is missing or older than the sources is a visible SKIP.

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# A bounded, deterministic slice of the three halves of the fuzzer under the
+# A bounded, deterministic slice of the four halves of the fuzzer under the
 # ASan+UBSan build, with the sanitizer setup of stage 50 (any report fatal):
 # the CPU half (spec/fuzz/fuzz.lua: a fixed list of seeds, each with the same
 # number of steps and of malformed foreign tensors from fabricate.so), the
 # fake-CUDA half (spec/fuzz/cuda.lua on build/asan/fakecuda.so) and the
 # dlpack.ipc half (spec/fuzz/ipc.lua: a hostile peer's messages, descriptors
-# and channel life), their seeds interleaved, one TAP line per seed. A seed
+# and channel life) and the .npy half (spec/fuzz/npy.lua: mutated files given
+# to dlpack.load), their seeds interleaved, one TAP line per seed. A seed
 # fails on a sanitizer report, a crash, a hang, a model violation, a wrong
 # deleter count, (CUDA) misuse of the driver and leaked driver objects or
-# (ipc) a descriptor or mapping left behind; its diagnostics end with the
-# command that reproduces it. Before the seeds, the ipc half is run against
+# (ipc) a descriptor or mapping left behind, (npy) a load the model does not
+# expect or a file left mapped; its diagnostics end with the
+# command that reproduces it. Before the seeds, the ipc and npy halves are run against
 # models broken on purpose (--break): it must fail, or its checks test nothing.
 # The whole stage stays under FUZZ_STAGE_BUDGET seconds (default 100): seeds
 # left when it is spent are reported as skipped.
@@ -27,6 +29,8 @@ CUDA_SEEDS=${FUZZ_STAGE_CUDA_SEEDS:-$(seq 1 300)}
 CUDA_STEPS=${FUZZ_STAGE_CUDA_STEPS:-400}
 IPC_SEEDS=${FUZZ_STAGE_IPC_SEEDS:-$(seq 1 40)}
 IPC_STEPS=${FUZZ_STAGE_IPC_STEPS:-200}
+NPY_SEEDS=${FUZZ_STAGE_NPY_SEEDS:-$(seq 1 20)}
+NPY_STEPS=${FUZZ_STAGE_NPY_STEPS:-300}
 BUDGET=${FUZZ_STAGE_BUDGET:-100}
 PER_SEED=20 # seconds; a seed takes well under one on a 2-core machine
 export FUZZ_NO_BUILD=1
@@ -96,13 +100,33 @@ else
   echo "not ok - the ipc fuzzer does not fail seed 1 with a model broken on purpose:$broken_why"
 fi
 
-# One seed of a half: cpu SEED, cuda SEED or ipc SEED.
+# The .npy half likewise: with its model broken on purpose, seed 1 must fail.
+broken_ok=1 broken_why=
+for b in accept values; do
+  out=$(timeout -k 5 "$PER_SEED" bash spec/fuzz/asan.sh --npy --seed 1 --seeds 1 --steps "$NPY_STEPS" --break "$b" \
+    2>&1 </dev/null)
+  rc=$?
+  if ((rc != 1)) || ! grep -q '^FAIL seed 1 ' <<<"$out"; then
+    broken_ok=0 broken_why+=" --break $b: exit status $rc;"
+  fi
+done
+if ((broken_ok)); then
+  echo "ok - the .npy fuzzer fails seed 1 when its model is wrong (--break accept, values)"
+else
+  echo "not ok - the .npy fuzzer does not fail seed 1 with a model broken on purpose:$broken_why"
+fi
+
+# One seed of a half: cpu SEED, cuda SEED, ipc SEED or npy SEED.
 one_seed() {
   local half=$1 seed=$2 args name replay
   if [[ $half == cpu ]]; then
     args=(--seed "$seed" --seeds 1 --steps "$STEPS" --corpus "$CORPUS" --skip-contract)
     name="fuzz seed $seed: $STEPS calls and $CORPUS malformed producers, no report, model and deleter counts hold"
     replay="make fuzz-replay SEED=$seed"
+  elif [[ $half == npy ]]; then
+    args=(--npy --seed "$seed" --seeds 1 --steps "$NPY_STEPS")
+    name="fuzz (.npy) seed $seed: $NPY_STEPS mutated files loaded, no report, load as the model says, nothing left mapped"
+    replay="bash spec/fuzz/asan.sh --npy --seed $seed --seeds 1 --steps $NPY_STEPS --verbose"
   elif [[ $half == ipc ]]; then
     args=(--ipc --seed "$seed" --seeds 1 --steps "$IPC_STEPS")
     name="fuzz (dlpack.ipc) seed $seed: $IPC_STEPS steps of a hostile peer, no report, recv as the model says,"
@@ -127,14 +151,17 @@ one_seed() {
 read -r -a cpu_seeds <<<"$(echo $SEEDS)"
 read -r -a cuda_seeds <<<"$(echo $CUDA_SEEDS)"
 read -r -a ipc_seeds <<<"$(echo $IPC_SEEDS)"
+read -r -a npy_seeds <<<"$(echo $NPY_SEEDS)"
 ncpu=$((${#cpu_seeds[@]} > 0 ? ${#cpu_seeds[@]} : 1))
 per=$(((${#cuda_seeds[@]} + ncpu - 1) / ncpu))
 per_ipc=$(((${#ipc_seeds[@]} + ncpu - 1) / ncpu))
-c=0 p=0
-for ((i = 0; i < ${#cpu_seeds[@]} || c < ${#cuda_seeds[@]} || p < ${#ipc_seeds[@]}; i++)); do
+per_npy=$(((${#npy_seeds[@]} + ncpu - 1) / ncpu))
+c=0 p=0 q=0
+for ((i = 0; i < ${#cpu_seeds[@]} || c < ${#cuda_seeds[@]} || p < ${#ipc_seeds[@]} || q < ${#npy_seeds[@]}; i++)); do
   ((i < ${#cpu_seeds[@]})) && one_seed cpu "${cpu_seeds[i]}"
   for ((k = 0; k < per && c < ${#cuda_seeds[@]}; k++, c++)); do one_seed cuda "${cuda_seeds[c]}"; done
   for ((k = 0; k < per_ipc && p < ${#ipc_seeds[@]}; k++, p++)); do one_seed ipc "${ipc_seeds[p]}"; done
+  for ((k = 0; k < per_npy && q < ${#npy_seeds[@]}; k++, q++)); do one_seed npy "${npy_seeds[q]}"; done
 done
 echo "# $(($(date +%s) - start))s for the slice"
 exit 0

@@ -100,7 +100,7 @@ run_tap() {
       as_comments "$err" 120
     fi
   elif [[ -s $err ]]; then
-    sed "s/^/[$label] /" "$err" >&2
+    while IFS= read -r line || [[ -n $line ]]; do printf '[%s] %s\n' "$label" "$line"; done <"$err" >&2
   fi
   rm -f "$err" "$out"
   return "$rc"
