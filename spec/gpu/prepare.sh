@@ -78,8 +78,8 @@ build() {
   setup_env || return 1
   local cflags=(-std=c11 -O2 -g -fPIC -fvisibility=hidden -pthread -Wall -Wextra -Wno-missing-prototypes)
   mkdir -p build/gpu
-  echo "== make all (LUA_INC=$LUA_INC LUA_LIB=$LUA_LIB)"
-  make -s all LUA="$LUA" LUA_INC="$LUA_INC" LUA_LIB="$LUA_LIB" || return 1
+  echo "== make test-build (LUA_INC=$LUA_INC LUA_LIB=$LUA_LIB)"
+  make -s test-build LUA="$LUA" LUA_INC="$LUA_INC" LUA_LIB="$LUA_LIB" || return 1
   echo "== build/gpu/gpu_kernels.so ($NVCC -arch=$NVCC_ARCH)"
   "$NVCC" -shared -Xcompiler -fPIC -arch="$NVCC_ARCH" $LUA_INC -Isrc -o build/gpu/gpu_kernels.so spec/gpu/kernels.cu ||
     echo "prepare.sh: gpu_kernels did not build: the tests that need it will SKIP" >&2

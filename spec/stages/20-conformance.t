@@ -4,7 +4,7 @@
 source "$(dirname "$0")/lib.sh"
 SUITE=${DLPACK_CONFORMANCE:-$(dirname "$ROOT")/shared/conformance/run.lua}
 [[ -f $SUITE ]] || skip_all "conformance suite not found at $SUITE (CI puts shared/ beside the repo)"
-build_or_exit all
+build_or_exit test-build
 
 out=build/stages/conformance.out
 "$LUA" "$SUITE" >"$out" 2>&1 </dev/null

@@ -13,7 +13,7 @@
 # and every product through the module's own kernel (DLPACK_LUA_CUBLAS=none).
 # Needs no GPU.
 source "$(dirname "$0")/lib.sh"
-build_or_exit all build/fakecuda.so build/old-driver/fakecuda.so
+build_or_exit test-build build/fakecuda.so build/old-driver/fakecuda.so
 
 export DLPACK_LUA_CUDA_DRIVER="$ROOT/build/fakecuda.so"
 export DLPACK_LUA_CUBLAS="$ROOT/build/fakecuda.so"

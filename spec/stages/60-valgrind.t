@@ -3,7 +3,7 @@
 # definitely lost (the normal -O2 -g build). Logs: build/stages/valgrind-*.log.
 source "$(dirname "$0")/lib.sh"
 command -v valgrind >/dev/null || skip_all "valgrind not found (install valgrind)"
-build_or_exit all
+build_or_exit test-build
 
 VALGRIND=(valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite
           --show-leak-kinds=definite --keep-debuginfo=yes --num-callers=16)

@@ -113,7 +113,7 @@ run_tap() {
 runtime_specs() {
   local lua=$1
   command -v "$lua" >/dev/null || skip_all "$lua not found (install $lua)"
-  build_or_exit LUA="$lua" all
+  build_or_exit LUA="$lua" test-build
   LUA_CPATH="$ROOT/build/$lua/?.so;;" run_tap "$lua" "$lua" "$BUSTED" -o TAP --cpath="$ROOT/build/$lua/?.so;;"
   exit 0
 }
@@ -138,5 +138,5 @@ lua55_build() {
     rm -f "$log"
     cp "$sources"/lua55/{lua.h,luaconf.h,lualib.h,lauxlib.h} "$ROOT/build/lua5.5/include/"
   fi
-  build_or_exit LUA="$LUA55" all
+  build_or_exit LUA="$LUA55" test-build
 }
