@@ -118,16 +118,26 @@ $(BUILD)/obj/%.o: src/%.c $(HEADERS)
 # -fno-math-errno lets sqrt and friends compile to instructions (errno is never read here), and
 # -fno-trapping-math lets selects on floats vectorise (the floating-point exception flags are never
 # read either); neither changes a result.
-$(BUILD)/obj/compute/kernels.o: ALL_CFLAGS += -O3 -fno-math-errno -fno-trapping-math
-# On x86-64 the same loops are compiled a second time for AVX2, chosen at run time (kernels.c).
+KERNEL_FLAGS = -O3 -fno-math-errno -fno-trapping-math
+$(BUILD)/obj/compute/kernels.o: ALL_CFLAGS += $(KERNEL_FLAGS)
+# The file is the build's longest compile: it is compiled once per group of compute dtypes
+# (kernels.c's DLP_KERNELS_GROUP), so that a parallel build compiles the groups at the same time.
+# kernels.o holds bool and the integers (group 0), these the floats (1) and complex (2).
+KERNEL_GROUPS = $(BUILD)/obj/compute/kernels_floats.o $(BUILD)/obj/compute/kernels_complex.o
+# On x86-64 each group is compiled a second time for AVX2, chosen at run time (kernels.c).
 ifneq ($(filter x86_64%,$(shell $(CC) -dumpmachine)),)
-OBJECTS += $(BUILD)/obj/compute/kernels_avx2.o
+KERNEL_GROUPS += $(BUILD)/obj/compute/kernels_avx2.o $(BUILD)/obj/compute/kernels_floats_avx2.o \
+                 $(BUILD)/obj/compute/kernels_complex_avx2.o
 $(BUILD)/obj/compute/kernels.o: ALL_CFLAGS += -DDLP_HAVE_AVX2_KERNELS=1
-$(BUILD)/obj/compute/kernels_avx2.o: src/compute/kernels.c $(HEADERS)
-	@mkdir -p $(@D)
-	$(say) CC '$< (AVX2)'
-	$(Q)$(CC) $(ALL_CFLAGS) -O3 -fno-math-errno -fno-trapping-math -mavx2 -DDLP_KERNELS_AVX2 -c $< -o $@
+$(filter %_avx2.o,$(KERNEL_GROUPS)): KERNEL_FLAGS += -mavx2 -DDLP_KERNELS_AVX2
 endif
+OBJECTS += $(KERNEL_GROUPS)
+$(BUILD)/obj/compute/kernels_floats.o $(BUILD)/obj/compute/kernels_floats_avx2.o: KERNEL_GROUP = 1
+$(BUILD)/obj/compute/kernels_complex.o $(BUILD)/obj/compute/kernels_complex_avx2.o: KERNEL_GROUP = 2
+$(KERNEL_GROUPS): src/compute/kernels.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(say) CC '$< (group $(or $(KERNEL_GROUP),0)$(if $(findstring avx2,$@), AVX2))'
+	$(Q)$(CC) $(ALL_CFLAGS) $(KERNEL_FLAGS) -DDLP_KERNELS_GROUP=$(or $(KERNEL_GROUP),0) -c $< -o $@
 
 # The CUDA kernels of the computing functions (src/compute/cuda/kernels.cu) as PTX, one file per
 # family, kept in the repository so that the module builds without the CUDA toolkit; `make ptx`
