@@ -4,9 +4,12 @@
 # headers in the include/ folder beside its bin/ (as stage 19 builds Lua 5.5 into build/lua5.5/).
 
 LUA        ?= lua5.4
-# Parallel by default: as many jobs as the machine has cores, unless -j was given (make -j1 for a
-# serial build). Each step prints one line ("CC src/core/tensor.c"); V=1 prints the commands.
-ifeq ($(filter -j% --jobs%,$(MAKEFLAGS)),)
+# Parallel by default: as many jobs as the machine has cores; a -j on the command line wins (make -j1
+# for a serial build). Only the top-level make adds it: GNU make 4.3 does not show a command line's
+# -j in MAKEFLAGS while it reads the makefile, and a make run by a recipe marked + or $(MAKE)
+# shares its parent's jobs. Each step prints one line ("CC src/core/tensor.c"); V=1 prints the
+# commands instead, make -s neither.
+ifeq ($(MAKELEVEL),0)
 MAKEFLAGS  += -j$(shell nproc 2>/dev/null || echo 2)
 endif
 ifeq ($(V),1)
@@ -14,7 +17,7 @@ Q           =
 say         = @true
 else
 Q           = @
-say         = @printf '  %-4s %s\n'
+say         = $(if $(findstring s,$(firstword -$(MAKEFLAGS))),@true,@printf '  %-4s %s\n')
 endif
 LUA_NAME    = $(notdir $(LUA))
 # The pkg-config name, include folder and module version of each Lua.
@@ -118,16 +121,26 @@ $(BUILD)/obj/%.o: src/%.c $(HEADERS)
 # -fno-math-errno lets sqrt and friends compile to instructions (errno is never read here), and
 # -fno-trapping-math lets selects on floats vectorise (the floating-point exception flags are never
 # read either); neither changes a result.
-$(BUILD)/obj/compute/kernels.o: ALL_CFLAGS += -O3 -fno-math-errno -fno-trapping-math
-# On x86-64 the same loops are compiled a second time for AVX2, chosen at run time (kernels.c).
+KERNEL_FLAGS = -O3 -fno-math-errno -fno-trapping-math
+$(BUILD)/obj/compute/kernels.o: ALL_CFLAGS += $(KERNEL_FLAGS)
+# The file is the build's longest compile: it is compiled once per group of compute dtypes
+# (kernels.c's DLP_KERNELS_GROUP), so that a parallel build compiles the groups at the same time.
+# kernels.o holds bool and the integers (group 0), these the floats (1) and complex (2).
+KERNEL_GROUPS = $(BUILD)/obj/compute/kernels_floats.o $(BUILD)/obj/compute/kernels_complex.o
+# On x86-64 each group is compiled a second time for AVX2, chosen at run time (kernels.c).
 ifneq ($(filter x86_64%,$(shell $(CC) -dumpmachine)),)
-OBJECTS += $(BUILD)/obj/compute/kernels_avx2.o
+KERNEL_GROUPS += $(BUILD)/obj/compute/kernels_avx2.o $(BUILD)/obj/compute/kernels_floats_avx2.o \
+                 $(BUILD)/obj/compute/kernels_complex_avx2.o
 $(BUILD)/obj/compute/kernels.o: ALL_CFLAGS += -DDLP_HAVE_AVX2_KERNELS=1
-$(BUILD)/obj/compute/kernels_avx2.o: src/compute/kernels.c $(HEADERS)
-	@mkdir -p $(@D)
-	$(say) CC '$< (AVX2)'
-	$(Q)$(CC) $(ALL_CFLAGS) -O3 -fno-math-errno -fno-trapping-math -mavx2 -DDLP_KERNELS_AVX2 -c $< -o $@
+$(filter %_avx2.o,$(KERNEL_GROUPS)): KERNEL_FLAGS += -mavx2 -DDLP_KERNELS_AVX2
 endif
+OBJECTS += $(KERNEL_GROUPS)
+$(BUILD)/obj/compute/kernels_floats.o $(BUILD)/obj/compute/kernels_floats_avx2.o: KERNEL_GROUP = 1
+$(BUILD)/obj/compute/kernels_complex.o $(BUILD)/obj/compute/kernels_complex_avx2.o: KERNEL_GROUP = 2
+$(KERNEL_GROUPS): src/compute/kernels.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(say) CC '$< (group $(or $(KERNEL_GROUP),0)$(if $(findstring avx2,$@), AVX2))'
+	$(Q)$(CC) $(ALL_CFLAGS) $(KERNEL_FLAGS) -DDLP_KERNELS_GROUP=$(or $(KERNEL_GROUP),0) -c $< -o $@
 
 # The CUDA kernels of the computing functions (src/compute/cuda/kernels.cu) as PTX, one file per
 # family, kept in the repository so that the module builds without the CUDA toolkit; `make ptx`
@@ -249,18 +262,21 @@ $(BENCH_CUDA): bench/cuda.c $(STATIC)
 gpu-build: test-build $(LUAPEER) $(BENCH_CUDA) $(if $(wildcard $(NVCC)),$(GPU_KERNELS))
 
 gpu:
-	bash spec/gpu/prepare.sh run
+	+bash spec/gpu/prepare.sh run
 
 deps:
 	@bash .ci/deps
 
+# The dependencies first, then the build: prerequisites would run at the same time. A recipe that
+# runs make, directly or through the stage scripts, is marked + so that it shares this make's jobs.
 demo:
 	@bash .ci/deps demo
-	@$(MAKE) -s all
+	+@$(MAKE) --no-print-directory all
 	$(LUA) examples/demo.lua
 
-test: deps test-build
-	@bash spec/run.sh
+test: deps
+	+@$(MAKE) --no-print-directory test-build
+	+@bash spec/run.sh
 
 # The API contract's conformance suite lives outside the repository (stage 20 uses the same path).
 DLPACK_CONFORMANCE ?= ../shared/conformance/run.lua
@@ -330,10 +346,11 @@ tsan-build:
 
 # The specs under AddressSanitizer+UBSan, and under valgrind memcheck (each a stage of `make test`).
 asan: deps
-	@bash spec/run.sh 50
+	+@bash spec/run.sh 50
 
-valgrind: deps test-build
-	@bash spec/run.sh 60
+valgrind: deps
+	+@$(MAKE) --no-print-directory test-build
+	+@bash spec/run.sh 60
 
 # The fuzzer (spec/fuzz/README.md) under the ASan+UBSan build, any report fatal: the CPU half
 # (the safe API), the fake-CUDA half and the dlpack.ipc half, each for a third of SECONDS:
@@ -349,7 +366,7 @@ CUDA_STEPS ?= 300
 IPC_STEPS ?= 200
 FUZZ_WITHOUT = $(if $(WITHOUT),--without $(WITHOUT))
 fuzz:
-	@rc=0; \
+	+@rc=0; \
 	bash spec/fuzz/asan.sh --seed $(SEED) --seconds $$(( ($(SECONDS) + 2) / 3 )) --steps $(STEPS) --corpus $(CORPUS) \
 	  $(FUZZ_WITHOUT) || rc=$$?; \
 	FUZZ_NO_BUILD=1 bash spec/fuzz/asan.sh --cuda --seed $(SEED) --seconds $$(( ($(SECONDS) + 1) / 3 )) \
@@ -360,11 +377,11 @@ fuzz:
 
 fuzz-replay:
 ifneq ($(IPC),)
-	@bash spec/fuzz/asan.sh --ipc --seed $(SEED) --seeds 1 --steps $(IPC_STEPS) --verbose
+	+@bash spec/fuzz/asan.sh --ipc --seed $(SEED) --seeds 1 --steps $(IPC_STEPS) --verbose
 else ifneq ($(CUDA),)
-	@bash spec/fuzz/asan.sh --cuda --seed $(SEED) --seeds 1 --steps $(CUDA_STEPS) --verbose
+	+@bash spec/fuzz/asan.sh --cuda --seed $(SEED) --seeds 1 --steps $(CUDA_STEPS) --verbose
 else
-	@bash spec/fuzz/asan.sh --seed $(SEED) --seeds 1 --steps $(STEPS) --corpus $(CORPUS) --verbose $(FUZZ_WITHOUT)
+	+@bash spec/fuzz/asan.sh --seed $(SEED) --seeds 1 --steps $(STEPS) --corpus $(CORPUS) --verbose $(FUZZ_WITHOUT)
 endif
 
 # The CUDA bench embeds Lua 5.4; under other Luas (make bench LUA=luajit) it is left out.

@@ -20,6 +20,21 @@
 #include "internal.h"
 #include "compute/ops.h"
 
+/* The file is compiled once per group of compute dtypes, so that a parallel build compiles the
+ * groups at the same time (see the Makefile): DLP_KERNELS_GROUP 0 (the default) holds bool, the
+ * integers and the mixed comparisons, and, outside the AVX2 copy, the dispatch below; 1 the floats;
+ * 2 complex64 and complex128. Each group's object looks up its loops by dlp_kernel_group<N>. */
+#ifndef DLP_KERNELS_GROUP
+#define DLP_KERNELS_GROUP 0
+#endif
+#ifdef DLP_KERNELS_AVX2
+#define GROUP_LOOKUP(n) GROUP_LOOKUP_(n, _avx2)
+#else
+#define GROUP_LOOKUP(n) GROUP_LOOKUP_(n, )
+#endif
+#define GROUP_LOOKUP_(n, isa) GROUP_LOOKUP__(n, isa)
+#define GROUP_LOOKUP__(n, isa) dlp_kernel_group##n##isa
+
 #define ALIGNED(p, T) ((((uintptr_t)(p)) & (_Alignof(T) - 1)) == 0)
 
 /* A loop over n elements for out = EXPR(x, y), x of type TX from data[1], y of type TY from
@@ -130,12 +145,16 @@
 
 #define DEF_MIXED(name, TX, TY, EXPR) \
   static void name(void *ctx, char *const *data, const int64_t *steps, int64_t n) { LOOP2_TYPES(TX, TY, b8, EXPR) }
+#if DLP_KERNELS_GROUP == 0
 #define INT_LOOPS(s, T) DLP_INT_OPS(DEF2, DEF1, DEFCLAMP, s, T) DLP_COMPARE_OPS(DEF2, DEF1, DEFWHERE, s, T)
-#define FLOAT_LOOPS(s, T, F) DLP_FLOAT_OPS(DEF2, DEF1, DEFCLAMP, s, T, F) DLP_COMPARE_OPS(DEF2, DEF1, DEFWHERE, s, T)
 DLP_INTS(INT_LOOPS)
-DLP_FLOATS(FLOAT_LOOPS)
 DLP_BOOL_OPS(DEF2, DEF1, DEFCLAMP, DEFWHERE)
 DLP_MIXED_OPS(DEF_MIXED)
+#elif DLP_KERNELS_GROUP == 1
+#define FLOAT_LOOPS(s, T, F) DLP_FLOAT_OPS(DEF2, DEF1, DEFCLAMP, s, T, F) DLP_COMPARE_OPS(DEF2, DEF1, DEFWHERE, s, T)
+DLP_FLOATS(FLOAT_LOOPS)
+#else
+
 
 /* ---- complex ---- */
 
@@ -284,20 +303,35 @@ COMPLEX_RULES(c128, c128, double, , CMPLX)
   DEF1(square_##s, T, T, cmul_##s(x, x))
 COMPLEX_OPS(c64, c64, float, f)
 COMPLEX_OPS(c128, c128, double, )
+#endif
 
 /* ---- the table: the loop of each operation for each compute dtype (NULL: none) ---- */
 
-/* The row of an operation: its loops for bool, int8 .. int64, uint8 .. uint64, float32, float64. */
-#define ROW_ALL(op) {op##_b, op##_i8, op##_i16, op##_i32, op##_i64, op##_u8, op##_u16, op##_u32, op##_u64, op##_f32, op##_f64}
-#define ROW_NUM(op) {NULL, op##_i8, op##_i16, op##_i32, op##_i64, op##_u8, op##_u16, op##_u32, op##_u64, op##_f32, op##_f64}
-#define ROW_INT_BOOL(op) {op##_b, op##_i8, op##_i16, op##_i32, op##_i64, op##_u8, op##_u16, op##_u32, op##_u64, NULL, NULL}
-#define ROW_INT(op) {NULL, op##_i8, op##_i16, op##_i32, op##_i64, op##_u8, op##_u16, op##_u32, op##_u64, NULL, NULL}
-#define ROW_FLOAT(op) {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, op##_f32, op##_f64}
+/* The row of an operation: its loops for bool, int8 .. int64, uint8 .. uint64, float32, float64;
+ * INTS() and FLOATS() keep the loops of this object's group, the others are NULL here. */
+#if DLP_KERNELS_GROUP == 0
+#define INTS(loop) loop
+#define FLOATS(loop) NULL
+#else
+#define INTS(loop) NULL
+#define FLOATS(loop) loop
+#endif
+#define ROW_ALL(op) {INTS(op##_b), INTS(op##_i8), INTS(op##_i16), INTS(op##_i32), INTS(op##_i64), INTS(op##_u8), \
+                     INTS(op##_u16), INTS(op##_u32), INTS(op##_u64), FLOATS(op##_f32), FLOATS(op##_f64)}
+#define ROW_NUM(op) {NULL, INTS(op##_i8), INTS(op##_i16), INTS(op##_i32), INTS(op##_i64), INTS(op##_u8), \
+                     INTS(op##_u16), INTS(op##_u32), INTS(op##_u64), FLOATS(op##_f32), FLOATS(op##_f64)}
+#define ROW_INT_BOOL(op) {INTS(op##_b), INTS(op##_i8), INTS(op##_i16), INTS(op##_i32), INTS(op##_i64), INTS(op##_u8), \
+                          INTS(op##_u16), INTS(op##_u32), INTS(op##_u64), NULL, NULL}
+#define ROW_INT(op) {NULL, INTS(op##_i8), INTS(op##_i16), INTS(op##_i32), INTS(op##_i64), INTS(op##_u8), \
+                     INTS(op##_u16), INTS(op##_u32), INTS(op##_u64), NULL, NULL}
+#define ROW_FLOAT(op) {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, FLOATS(op##_f32), FLOATS(op##_f64)}
 /* integers keep their value: floor, ceil, round and trunc of an integer dtype are the integer */
-#define ROW_ROUNDING(op) {same_b, same_i8, same_i16, same_i32, same_i64, same_u8, same_u16, same_u32, same_u64, \
-                          op##_f32, op##_f64}
-#define ROW_CLASSIFY(op, ints) {ints##_b, ints##_i8, ints##_i16, ints##_i32, ints##_i64, ints##_u8, ints##_u16, \
-                                ints##_u32, ints##_u64, op##_f32, op##_f64}
+#define ROW_ROUNDING(op) {INTS(same_b), INTS(same_i8), INTS(same_i16), INTS(same_i32), INTS(same_i64), \
+                          INTS(same_u8), INTS(same_u16), INTS(same_u32), INTS(same_u64), \
+                          FLOATS(op##_f32), FLOATS(op##_f64)}
+#define ROW_CLASSIFY(op, ints) {INTS(ints##_b), INTS(ints##_i8), INTS(ints##_i16), INTS(ints##_i32), \
+                                INTS(ints##_i64), INTS(ints##_u8), INTS(ints##_u16), INTS(ints##_u32), \
+                                INTS(ints##_u64), FLOATS(op##_f32), FLOATS(op##_f64)}
 
 #define OP_TABLE(ROW_ALL, ROW_NUM, ROW_INT_BOOL, ROW_INT, ROW_FLOAT, ROW_ROUNDING, ROW_CLASSIFY) \
   { \
@@ -362,8 +396,11 @@ COMPLEX_OPS(c128, c128, double, )
   [DLP_OP_ATAN2] = ROW_FLOAT(atan2), \
   [DLP_OP_HYPOT] = ROW_FLOAT(hypot), \
   }
+#if DLP_KERNELS_GROUP < 2
 static const dlp_IterLoop loops[DLP_OP_COUNT][DLP_NCOMPUTE] =
   OP_TABLE(ROW_ALL, ROW_NUM, ROW_INT_BOOL, ROW_INT, ROW_FLOAT, ROW_ROUNDING, ROW_CLASSIFY);
+static dlp_IterLoop loop_at(int op, int k) { return loops[op][k]; }
+#else
 
 /* complex64 and complex128 (compute indices DLP_NCOMPUTE and one more): the operations NumPy 2
  * defines for complex, less those that order (maximum, minimum, clamp, the comparisons lt le gt
@@ -386,20 +423,22 @@ static const dlp_IterLoop complex_loops[DLP_OP_COUNT][2] = {
   [DLP_OP_SQUARE] = ROW_COMPLEX(square),
 };
 
-static dlp_IterLoop loop_at(int op, int k) {
-  return k < DLP_NCOMPUTE ? loops[op][k] : complex_loops[op][k - DLP_NCOMPUTE];
-}
+static dlp_IterLoop loop_at(int op, int k) { return complex_loops[op][k - DLP_NCOMPUTE]; }
+#endif
 
+/* The loops of this object's group, by operation and compute index (of a dtype of the group). */
+dlp_IterLoop GROUP_LOOKUP(DLP_KERNELS_GROUP)(int op, int k);
+dlp_IterLoop GROUP_LOOKUP(DLP_KERNELS_GROUP)(int op, int k) { return loop_at(op, k); }
+
+#if DLP_KERNELS_GROUP == 0
 /* the mixed loops of eq ne lt le gt ge: [op - DLP_OP_EQ][0] int64 first, [1] uint64 first */
 static const dlp_IterLoop mixed_loops[6][2] = {
-  {eq_i64_u64, eq_u64_i64}, {ne_i64_u64, ne_u64_i64}, {lt_i64_u64, lt_u64_i64},
-  {le_i64_u64, le_u64_i64}, {gt_i64_u64, gt_u64_i64}, {ge_i64_u64, ge_u64_i64},
+  {INTS(eq_i64_u64), INTS(eq_u64_i64)}, {INTS(ne_i64_u64), INTS(ne_u64_i64)}, {INTS(lt_i64_u64), INTS(lt_u64_i64)},
+  {INTS(le_i64_u64), INTS(le_u64_i64)}, {INTS(gt_i64_u64), INTS(gt_u64_i64)}, {INTS(ge_i64_u64), INTS(ge_u64_i64)},
 };
 
 #ifdef DLP_KERNELS_AVX2
 /* This file compiled a second time with -mavx2 (see the Makefile): the same loops, twice as wide. */
-dlp_IterLoop dlp_kernel_avx2(int op, int k);
-dlp_IterLoop dlp_kernel_avx2(int op, int k) { return loop_at(op, k); }
 dlp_IterLoop dlp_mixed_kernel_avx2(int op, int x_unsigned);
 dlp_IterLoop dlp_mixed_kernel_avx2(int op, int x_unsigned) { return mixed_loops[op - DLP_OP_EQ][x_unsigned]; }
 #else
@@ -458,8 +497,12 @@ const char *dlp_mixed_kernel_name(int op, int x_unsigned, int *family) {
   return mixed_names[op - DLP_OP_EQ][!!x_unsigned];
 }
 
+dlp_IterLoop dlp_kernel_group1(int op, int k);
+dlp_IterLoop dlp_kernel_group2(int op, int k);
 #if DLP_HAVE_AVX2_KERNELS
-dlp_IterLoop dlp_kernel_avx2(int op, int k);
+dlp_IterLoop dlp_kernel_group0_avx2(int op, int k);
+dlp_IterLoop dlp_kernel_group1_avx2(int op, int k);
+dlp_IterLoop dlp_kernel_group2_avx2(int op, int k);
 dlp_IterLoop dlp_mixed_kernel_avx2(int op, int x_unsigned);
 #endif
 
@@ -468,10 +511,16 @@ dlp_IterLoop dlp_mixed_kernel_avx2(int op, int x_unsigned);
 dlp_IterLoop dlp_kernel(int op, int compute_dtype) {
   int k = dlp_compute_index(compute_dtype);
   if (op < 0 || op >= DLP_OP_COUNT || k < 0) return NULL;
+  int group = k < 9 ? 0 : k < DLP_NCOMPUTE ? 1 : 2; /* bool and the integers, the floats, complex */
 #if DLP_HAVE_AVX2_KERNELS
-  if (dlp_cpu_has_avx2()) return dlp_kernel_avx2(op, k);
+  if (dlp_cpu_has_avx2()) {
+    static dlp_IterLoop (*const groups_avx2[3])(int, int) = {dlp_kernel_group0_avx2, dlp_kernel_group1_avx2,
+                                                               dlp_kernel_group2_avx2};
+    return groups_avx2[group](op, k);
+  }
 #endif
-  return loop_at(op, k);
+  static dlp_IterLoop (*const groups[3])(int, int) = {dlp_kernel_group0, dlp_kernel_group1, dlp_kernel_group2};
+  return groups[group](op, k);
 }
 dlp_IterLoop dlp_mixed_kernel(int op, int x_unsigned) {
   if (op < DLP_OP_EQ || op > DLP_OP_GE) return NULL;
@@ -481,4 +530,5 @@ dlp_IterLoop dlp_mixed_kernel(int op, int x_unsigned) {
 #endif
   return mixed_loops[op - DLP_OP_EQ][x_unsigned];
 }
+#endif
 #endif
