@@ -48,17 +48,17 @@ CPOW_LIBM(c128, dlp_c128, double, , CMPLX)
     const TX *pa = (const TX *)(const void *)a;                                                        \
     const TY *pb = (const TY *)(const void *)b;                                                        \
     if (sa == (int64_t)sizeof(TX) && sb == (int64_t)sizeof(TY)) {                                      \
-      for (int64_t i = 0; i < n; i++) { TX x = pa[i]; TY y = pb[i]; po[i] = (EXPR); }               \
+      for (int64_t i = 0; i < n; i++) { TX x = pa[i]; TY y = pb[i]; po[i] = (EXPR); }                  \
       return;                                                                                          \
     }                                                                                                  \
     if (sa == (int64_t)sizeof(TX) && sb == 0) {                                                        \
       TY y = pb[0];                                                                                    \
-      for (int64_t i = 0; i < n; i++) { TX x = pa[i]; po[i] = (EXPR); }                             \
+      for (int64_t i = 0; i < n; i++) { TX x = pa[i]; po[i] = (EXPR); }                                \
       return;                                                                                          \
     }                                                                                                  \
     if (sa == 0 && sb == (int64_t)sizeof(TY)) {                                                        \
       TX x = pa[0];                                                                                    \
-      for (int64_t i = 0; i < n; i++) { TY y = pb[i]; po[i] = (EXPR); }                             \
+      for (int64_t i = 0; i < n; i++) { TY y = pb[i]; po[i] = (EXPR); }                                \
       return;                                                                                          \
     }                                                                                                  \
   }                                                                                                    \
@@ -68,7 +68,7 @@ CPOW_LIBM(c128, dlp_c128, double, , CMPLX)
     R r;                                                                                               \
     memcpy(&x, a, sizeof x);                                                                           \
     memcpy(&y, b, sizeof y);                                                                           \
-    r = (EXPR);                                                                                     \
+    r = (EXPR);                                                                                        \
     memcpy(o, &r, sizeof r);                                                                           \
   }
 
@@ -80,14 +80,14 @@ CPOW_LIBM(c128, dlp_c128, double, , CMPLX)
   if (so == (int64_t)sizeof(R) && sa == (int64_t)sizeof(T) && ALIGNED(o, R) && ALIGNED(a, T)) {      \
     R *restrict po = (R *)(void *)o;                                                                   \
     const T *pa = (const T *)(const void *)a;                                                          \
-    for (int64_t i = 0; i < n; i++) { T x = pa[i]; po[i] = (EXPR); }                                \
+    for (int64_t i = 0; i < n; i++) { T x = pa[i]; po[i] = (EXPR); }                                   \
     return;                                                                                            \
   }                                                                                                    \
   for (int64_t i = 0; i < n; i++, o += so, a += sa) {                                                  \
     T x;                                                                                               \
     R r;                                                                                               \
     memcpy(&x, a, sizeof x);                                                                           \
-    r = (EXPR);                                                                                     \
+    r = (EXPR);                                                                                        \
     memcpy(o, &r, sizeof r);                                                                           \
   }
 
