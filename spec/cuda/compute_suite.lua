@@ -332,7 +332,8 @@ describe("computing on CUDA tensors", function()
     raises(function() return d + h end, "add: operands on different devices: cuda:0 and cpu")
     raises(function() return dlpack.add(h, d) end, "operands on different devices: cuda:0 and cpu")
     raises(function() return dlpack.add(d, d, {out = h}) end, "operands on different devices: cuda:0 and cpu")
-    raises(function() return dlpack.zeros({2}, "complex64", "cuda:0") + 1 end, "does not run on CUDA devices yet")
+    raises(function() return dlpack.lt(dlpack.zeros({2}, "complex64", "cuda:0"), 1) end,
+           "lt: complex64 is not supported (complex numbers have no order)")
     for _, dtype in ipairs({"int8", "uint16", "int64"}) do -- zero divisors and negative exponents, on the device
       local i = dlpack.tensor({1, 2, 3}, dtype):to("cuda:0")
       local z = dlpack.tensor({{3, 2, 1}, {1, 0, 1}}, dtype):to("cuda:0")
@@ -1472,7 +1473,7 @@ describe("equal and allclose on CUDA tensors", function()
     assert.is_false(dlpack.allclose(dev(inf), dev(dlpack.tensor({math.huge, math.huge, 1}, "float64"))))
     local nan = dlpack.tensor({0 / 0, 1}, "float32")
     assert.is_false(dlpack.allclose(dev(nan), dev(nan)))
-    -- broadcasting; complex operands do not compute on CUDA devices yet
+    -- broadcasting; complex operands (and complex against real) compute on the device too
     local row = dlpack.tensor({1, 2, 3}, "float32")
     local m = dlpack.tensor({{1, 2, 3}, {1, 2, 3.001}}, "float64")
     assert.are.equal(dlpack.allclose(m, row), dlpack.allclose(dev(m), dev(row)))
@@ -1480,7 +1481,9 @@ describe("equal and allclose on CUDA tensors", function()
     local z = dlpack.frombytes(dlpack.tensor({1, 0, 2, 1e-9, 3, 0}, "float64"):tobytes(), "complex128", {3})
     local z64 = z:to("complex64")
     for _, pair in ipairs({{z, z64}, {z, row}, {z64, row}, {row, z}}) do
-      raises(function() return dlpack.allclose(dev(pair[1]), dev(pair[2])) end, "does not run on CUDA devices yet")
+      for _, rtol in ipairs({1e-5, 1e-10, 0}) do
+        assert.are.equal(dlpack.allclose(pair[1], pair[2], rtol), dlpack.allclose(dev(pair[1]), dev(pair[2]), rtol))
+      end
     end
     raises(function() return dlpack.allclose(dev(row), row) end, "allclose: operands on different devices")
     raises(function() return dlpack.allclose(dev(row), dev(row), -1) end, "allclose: rtol and atol must be finite")
@@ -1584,6 +1587,235 @@ describe("more functions on CUDA tensors", function()
     agrees("einsum ellipsis", function(x, y) return dlpack.einsum("...j,j", x, y) end, a, dlpack.arange(4, "float64"))
     for _, name in ipairs({"float", "double", "half", "bfloat16", "long", "int", "short", "char", "byte", "bool"}) do
       agrees(name .. "()", function(x) return x[name](x) end, m)
+    end
+  end)
+end)
+
+-- Complex dtypes on the device: complex_rules.h's rules, the CPU's loops' too (but pow beyond its
+-- exact cases, the C library's cpow on the CPU). On the fake driver the kernels are the CPU's
+-- code: bit for bit, but for pow; on a GPU its math functions may differ in the last bits.
+describe("complex dtypes on CUDA tensors", function()
+  local INF, NAN = math.huge, 0 / 0
+  -- a complex tensor of the pairs {re, im, re, im, ...}
+  local function cplx(dtype, parts, shape)
+    local real = dtype == "complex64" and "float32" or "float64"
+    return dlpack.frombytes(dlpack.tensor(parts, real):tobytes(), dtype, shape or {#parts // 2})
+  end
+  local PARTS = {1, 2, -3, 0.5, 0, 0, -0.0, -0.0, 4, 0, 0, -2, 2.5, -1.5, 1e30, 1, -7, 100, 0.25, 95,
+                 INF, 1, -INF, 2, 3, INF, NAN, 1, 1, NAN, INF, INF, -INF, NAN, 1e-40, 3e-39, 0.5, 1e-30, -1, 0}
+  local X, Y = {}, {}
+  for _, dtype in ipairs({"complex64", "complex128"}) do
+    X[dtype] = cplx(dtype, PARTS)
+    local rev = {}
+    for i = #PARTS - 1, 1, -2 do rev[#rev + 1], rev[#rev + 2] = PARTS[i], PARTS[i + 1] end
+    Y[dtype] = cplx(dtype, rev)
+  end
+  -- the pairs of a result (any dtype) as a flat list of float64 values
+  local function parts(t)
+    t = t:to("cpu")
+    local bytes = t.dtype:match("^complex") and t:to("complex128"):tobytes() or t:to("float64"):tobytes()
+    local out = {}
+    for i = 1, #bytes // 8 do out[i] = string.unpack("d", bytes, (i - 1) * 8 + 1) end
+    return out
+  end
+  local EXACT = {add = true, sub = true, mul = true, div = true, eq = true, ne = true, neg = true, round = true,
+                 isnan = true, isinf = true, isfinite = true, logical_and = true, logical_or = true,
+                 logical_xor = true, logical_not = true, where = true}
+  -- fn on device copies against fn on the host: bit for bit on the fake (pow: within a few units in
+  -- the last place of the magnitude), the same NaN and infinities, and on a GPU alike for the math
+  local function agrees_c(what, fn, ...)
+    local args, dev = {...}, {}
+    for i, a in ipairs(args) do dev[i] = type(a) == "userdata" and a:to("cuda:0") or a end
+    local okw, want = pcall(fn, table.unpack(args))
+    local okg, got = pcall(fn, table.unpack(dev))
+    assert.are.equal(okw, okg, what .. ": " .. tostring(okw and got or want))
+    if not okw then
+      assert.are.equal(want, got, what)
+      return
+    end
+    assert.are.equal("cuda:0", got.device, what)
+    assert.are.equal(want.dtype, got.dtype, what)
+    assert.are.same(want.shape, got.shape, what)
+    local op = what:match("^([%w_]+)")
+    if (probe.kind ~= "gpu" or EXACT[op]) and op ~= "pow" then
+      assert.are.equal(want:tobytes(), host(got):tobytes(), what)
+      return
+    end
+    -- exp(b log a) carries log's rounding times |b log a| (up to about 100 here): pow's bound is wider
+    local eps = (want.dtype == "complex64" or want.dtype == "float32") and 2 ^ -20 or 2 ^ -48
+    if op == "pow" then eps = eps * 256 end
+    local g, w = parts(got), parts(want)
+    for i = 1, #w do
+      local mag = math.max(math.abs(w[i]), math.abs(w[i % 2 == 1 and i + 1 or i - 1] or 0))
+      local ok = (g[i] ~= g[i] and w[i] ~= w[i]) or g[i] == w[i] or math.abs(g[i] - w[i]) <= eps * mag
+      assert.is_true(ok, what .. " at " .. i .. ": " .. tostring(g[i]) .. " vs " .. tostring(w[i]))
+    end
+  end
+
+  it("log2, log10, reciprocal and square agree with the CPU; asin acos atan sinh cosh raise on the device", function()
+    for _, dtype in ipairs({"complex64", "complex128"}) do
+      for _, op in ipairs({"log2", "log10", "reciprocal", "square"}) do
+        agrees_c(op .. " " .. dtype, dlpack[op], X[dtype])
+      end
+      for _, op in ipairs({"asin", "acos", "atan", "sinh", "cosh"}) do
+        local cpu = dlpack[op](X[dtype])
+        assert.are.equal(dtype, cpu.dtype)
+        raises(function() return dlpack[op](X[dtype]:to("cuda:0")) end, op .. ": does not run on CUDA devices yet")
+      end
+    end
+  end)
+
+  it("every binary function agrees with the CPU; the ordering ones raise alike", function()
+    for _, dtype in ipairs({"complex64", "complex128"}) do
+      for _, op in ipairs({"add", "sub", "mul", "div", "pow", "eq", "ne", "logical_and", "logical_or", "logical_xor",
+                           "lt", "le", "gt", "ge", "maximum", "minimum", "idiv", "mod", "band", "shl"}) do
+        agrees_c(op .. " " .. dtype, dlpack[op], X[dtype], Y[dtype])
+      end
+      -- integral powers by squaring (exact on both), 0 ^ b, z ^ 0, fractional ones
+      local e = cplx(dtype, {2, 0, -3, 0, 0, 0, 0.5, 0, 1, 1, 0, 0, -1, 0, 7, 0, 0.5, -2, 3, 0, 2, 0, 1, 0, 98, 0,
+                             -2, 0, 1.5, 0, 0, 2, 5, 0, 2, 0})
+      agrees_c("pow exponents " .. dtype, dlpack.pow, cplx(dtype, {1.5, -0.5, 2, 1}, {1, 2}):expand(9, 2):reshape(18),
+               e)
+      agrees_c("pow of zero " .. dtype, dlpack.pow, dlpack.zeros({18}, dtype), e)
+    end
+  end)
+
+  it("every unary function agrees with the CPU, special values included; the others raise alike", function()
+    for _, dtype in ipairs({"complex64", "complex128"}) do
+      for _, op in ipairs({"neg", "abs", "sign", "sqrt", "exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh",
+                           "round", "isnan", "isinf", "isfinite", "logical_not", "floor", "ceil", "trunc", "sigmoid",
+                           "bnot"}) do
+        agrees_c(op .. " " .. dtype, dlpack[op], X[dtype])
+        agrees_c(op .. " of Y " .. dtype, dlpack[op], Y[dtype])
+      end
+    end
+    agrees_c("clamp", dlpack.clamp, X.complex64, 0, 1)
+  end)
+
+  it("mixed real and complex operands promote as on the CPU; weak scalars; operators", function()
+    local z64, z128 = X.complex64, X.complex128
+    for _, dtype in ipairs({"bool", "int8", "int64", "uint8", "uint64", "float16", "bfloat16", "float32", "float64"}) do
+      local r = dlpack.tensor({1, 0, -2, 3, 0.5, 7, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, "float64"):to(dtype)
+      agrees_c("add " .. dtype .. " c64", dlpack.add, r, z64)
+      agrees_c("mul c128 " .. dtype, dlpack.mul, z128, r)
+      agrees_c("div " .. dtype .. " c64", dlpack.div, r, z64)
+      agrees_c("eq " .. dtype, dlpack.eq, r, z64)
+    end
+    agrees_c("add c64 c128", dlpack.add, z64, z128)
+    agrees_c("mul weak", function(a) return a * 0.5 end, z64)
+    agrees_c("sub weak left", function(a) return 2 - a end, z64)
+    agrees_c("pow weak 2", function(a) return a ^ 2 end, z128)
+    agrees_c("pow weak 0.5", function(a) return a ^ 0.5 end, z64)
+    agrees_c("div weak true", function(a) return a / true end, z64)
+    agrees_c("neg operator", function(a) return -a end, z128)
+    agrees_c("add bool weak", function(a) return dlpack.add(a, false) end, z64)
+  end)
+
+  it("broadcasting, strides, negative strides, empty and 0-d operands", function()
+    local m = cplx("complex128", {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {2, 3})
+    local row = cplx("complex64", {0.5, -1, 2, 0, -3, 3}, {3})
+    agrees_c("add broadcast", dlpack.add, m, row)
+    agrees_c("mul transposed", dlpack.mul, m:permute(2, 1), cplx("complex128", {1, 1, 2, -1}, {2}))
+    agrees_c("sqrt flipped", function(a) return dlpack.sqrt(a:flip(1)) end, m)
+    agrees_c("exp sliced", function(a) return dlpack.exp(a:slice(2, 1, 3, 2)) end, m)
+    agrees_c("div flipped both", function(a, b) return dlpack.div(a:flip({1, 2}), b) end, m, row)
+    agrees_c("add empty", dlpack.add, dlpack.zeros({0, 3}, "complex64"), row)
+    agrees_c("log 0-d", dlpack.log, cplx("complex64", {-1, 0}, {}))
+    agrees_c("mul 0-d and 1-d", dlpack.mul, cplx("complex128", {0, 1}, {}), row)
+    agrees_c("expand", function(a) return dlpack.tanh(a:view(1, 3):expand(4, 3)) end, row)
+  end)
+
+  it("out=, dtype=, in place, and out aliasing an input on the device", function()
+    local a, b = X.complex64, Y.complex64
+    for _, odt in ipairs({"complex64", "complex128", "float32", "float64", "int32", "bool", "float16"}) do
+      agrees_c("mul out " .. odt, function(x, y) return dlpack.mul(x, y, {out = dlpack.zeros({20}, odt, x.device)}) end,
+               a, b)
+    end
+    agrees_c("add dtype complex128", function(x, y) return dlpack.add(x, y, {dtype = "complex128"}) end,
+             dlpack.tensor({1, 2, 3}, "float32"), dlpack.tensor({5, 1, -1}, "int16"))
+    agrees_c("abs dtype float64", function(x) return dlpack.abs(x, {dtype = "float64"}) end, a)
+    agrees_c("abs dtype complex128", function(x) return dlpack.abs(x, {dtype = "complex128"}) end, a)
+    agrees_c("add_", function(x, y) return x:clone():add_(y) end, a, b)
+    agrees_c("mul_ weak", function(x) return x:clone():mul_(2) end, a)
+    agrees_c("sqrt_", function(x) return x:clone():sqrt_() end, X.complex128)
+    agrees_c("float add_ complex raises", function(x, y) return x:add_(y) end, dlpack.zeros({20}, "float32"), a)
+    agrees_c("add_ own flip", function(x) local c = x:clone() return c:add_(c:flip(1)) end, a)
+    agrees_c("mul out = input", function(x, y) return dlpack.mul(x, y, {out = x}) end, X.complex128:clone(),
+             Y.complex128)
+    agrees_c("sub out = flipped input", function(x) return dlpack.sub(x, x:flip(1), {out = x}) end,
+             X.complex128:clone())
+  end)
+
+  it("hostile option tables raise as on the CPU", function()
+    local bad_index = setmetatable({}, {__index = function(_, k) error("no key " .. tostring(k)) end})
+    local bad_dtype = {dtype = setmetatable({}, {__tostring = function() return "complex64" end})}
+    local wrong_out = {out = "not a tensor"}
+    for _, opts in ipairs({bad_index, bad_dtype, wrong_out, {dtype = "int4"}, {dtype = "float8_e4m3fn"},
+                           {unknown = true}}) do
+      agrees_c("add hostile", function(x, y) return dlpack.add(x, y, opts) end, X.complex64, Y.complex64)
+    end
+    agrees_c("out of another shape", function(x, y)
+      return dlpack.add(x, y, {out = dlpack.zeros({3}, "complex64", x.device)})
+    end, X.complex64, Y.complex64)
+    agrees_c("out an expanded view", function(x, y)
+      return dlpack.add(x, y, {out = dlpack.zeros({1}, "complex64", x.device):expand(20)})
+    end, X.complex64, Y.complex64)
+    local cpu_out = dlpack.zeros({20}, "complex64")
+    raises(function() return dlpack.add(X.complex64:to("cuda:0"), X.complex64:to("cuda:0"), {out = cpu_out}) end,
+           "operands on different devices: cuda:0 and cpu")
+  end)
+
+  it("where, masked_fill, cat and stack of complex and mixed operands", function()
+    local mask = dlpack.tensor({true, false, true, true, false, false, true, false, true, false, true, false, true,
+                                false, true, false, true, true, false, false})
+    agrees_c("where", dlpack.where, mask, X.complex64, Y.complex128)
+    agrees_c("where scalar", dlpack.where, mask, X.complex64, 2.5)
+    agrees_c("where real", dlpack.where, mask, dlpack.arange(20, "float32"), Y.complex64)
+    agrees_c("masked_fill", function(x, m) return x:clone():masked_fill(m, -1.5) end, X.complex128, mask)
+    agrees_c("cat", function(x, y, z) return dlpack.cat({x, y, z}) end, X.complex64, Y.complex128,
+             dlpack.arange(3, "int32"))
+    agrees_c("stack", function(x, y) return dlpack.stack({x, y}, 2) end, X.complex64, dlpack.arange(20, "float64"))
+  end)
+
+  it("conversions between complex and every real dtype run on the device", function()
+    local reals = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
+                   "bfloat16", "float32", "float64"}
+    for _, c in ipairs({"complex64", "complex128"}) do
+      local z = cplx(c, {1.5, 2, -3.75, 0, 0, -1, 300.5, 0, -1e10, 5, 70000, 0, 0.1, 0.2, NAN, 1, INF, 0, 0, 0})
+      for _, r in ipairs(reals) do
+        agrees_c(c .. " to " .. r, function(t) return t:to(r) end, z)
+        local v = dlpack.tensor(VALUES[r] or {1, -2, 3, 0.5, 0, 7}, r)
+        agrees_c(r .. " to " .. c, function(t) return t:to(c) end, v)
+        agrees_c(r .. " to " .. c .. " flipped", function(t) return t:flip(1):to(c) end, v)
+        agrees_c("copy " .. c .. " into " .. r, function(t) return dlpack.zeros({10}, r, t.device):copy(t) end, z)
+      end
+      local other = c == "complex64" and "complex128" or "complex64"
+      agrees_c(c .. " to " .. other, function(t) return t:to(other) end, z)
+      agrees_c(c .. " strided to " .. other, function(t) return t:slice(1, 1, 10, 3):to(other) end, z)
+      agrees_c(c .. " copy into a transposed view", function(t)
+        local d = dlpack.zeros({5, 2}, other, t.device)
+        d.T:copy(t:view(2, 5))
+        return d
+      end, z)
+    end
+  end)
+
+  it("equal and allclose of complex tensors run on the device", function()
+    for _, dtype in ipairs({"complex64", "complex128"}) do
+      local a = cplx(dtype, {1, 2, 3, 4, INF, 0, 0, -1})
+      local b = cplx(dtype, {1, 2, 3, 4.0000001, INF, 0, 0, -1})
+      local c = cplx(dtype, {1, 2, 3, 5, INF, 0, 0, -1})
+      local n = cplx(dtype, {1, 2, NAN, 4, INF, 0, 0, -1})
+      local d = function(t) return t:to("cuda:0") end
+      for _, pair in ipairs({{a, a}, {a, b}, {a, c}, {n, n}, {a, dlpack.tensor({1, 3, 0, 0}, "float32")}}) do
+        assert.are.equal(dlpack.equal(pair[1], pair[2]), dlpack.equal(d(pair[1]), d(pair[2])))
+        assert.are.equal(dlpack.allclose(pair[1], pair[2]), dlpack.allclose(d(pair[1]), d(pair[2])))
+        assert.are.equal(dlpack.allclose(pair[1], pair[2], 0, 1e-3),
+                         dlpack.allclose(d(pair[1]), d(pair[2]), 0, 1e-3))
+      end
+      assert.is_true(dlpack.allclose(d(a), d(b)))
+      assert.is_false(dlpack.allclose(d(a), d(c)))
+      assert.is_false(dlpack.equal(d(n), d(n)))
     end
   end)
 end)

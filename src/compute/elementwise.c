@@ -404,7 +404,9 @@ static int device_has(lua_State *L, dlp_Tensor *t, char *data, int ndim, const i
   return found;
 }
 
-static void isclose_f64(void *ctx, char *const *data, const int64_t *steps, int64_t n); /* allclose's */
+/* allclose's tests */
+static void isclose_f64(void *ctx, char *const *data, const int64_t *steps, int64_t n);
+static void isclose_c128(void *ctx, char *const *data, const int64_t *steps, int64_t n);
 
 /* ---- the driver ---- */
 
@@ -613,8 +615,10 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
     int family = 0, sizes[DLP_ITER_MAX_OPS];
     const char *name = mixed ? dlp_mixed_kernel_name(c->op, want[0] == DLP_UINT64, &family)
                        : c->kernel == isclose_f64 ? "dlp_isclose_f64" /* its tolerances: operand 3 */
+                       : c->kernel == isclose_c128 ? "dlp_isclose_c128"
                        : c->kernel ? NULL : dlp_kernel_name(c->op, loop_in, &family);
-    if (c->kernel == isclose_f64) family = dlp_compute_index(DLP_FLOAT64);
+    int isclose = c->kernel == isclose_f64 || c->kernel == isclose_c128;
+    if (isclose) dlp_kernel_name(DLP_OP_EQ, c->loop_dtype, &family); /* the family of its compute dtype */
     if (!name) luaL_error(L, "%s: does not run on CUDA devices yet", c->what);
     /* operands the CPU loop converts in blocks are converted whole into device temporaries
      * first (through the same dtypes), and a result the loop would convert is written to one */
@@ -645,7 +649,7 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
     for (int k = 0; k < n; k++) sizes[k + 1] = (int)dlp_dtypes[want[k]].itemsize;
     const void *values[DLP_ITER_MAX_OPS] = {NULL, in[0].value.bytes, in[1].value.bytes, in[2].value.bytes};
     int nops = n + 1;
-    if (c->kernel == isclose_f64) { /* rtol and atol ride as a 16-byte scalar operand */
+    if (isclose) { /* rtol and atol ride as a 16-byte scalar operand */
       values[3] = c->kernel_ctx;
       sizes[3] = 16;
       ops_t[3] = NULL;
@@ -848,8 +852,8 @@ static void isclose_f64(void *ctx, char *const *data, const int64_t *steps, int6
   }
 }
 
-/* The same test for complex operands, in complex128 (ops.h's dlp_close_c128); complex does not
- * compute on CUDA devices yet. */
+/* The same test for complex operands, in complex128 (ops.h's dlp_close_c128, as the CUDA kernel
+ * dlp_isclose_c128). */
 static void isclose_c128(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
   const double *tol = ctx;
   char *o = data[0];

@@ -10,15 +10,28 @@
  * types (signed overflow is undefined in C); divisors and exponents that would trap or that
  * NumPy refuses are checked by elementwise.c before any loop runs. Float rules are NumPy's:
  * maximum/minimum propagate NaN, floor division and remainder follow npy_divmod, round is to
- * nearest even. Complex rules are NumPy's too (its formulas for multiplication, division, power,
- * sign, log1p and expm1; the C library's csqrt, cexp, clog, csin, ccos, ctan, ctanh). */
-#include <complex.h>
+ * nearest even. Complex rules are complex_rules.h's, shared with the CUDA kernels. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "internal.h"
-#include "compute/ops.h"
+/* complex pow beyond the integral powers: the C library's cpow, which NumPy calls (complex_rules.h's
+ * exp(b log a), run on CUDA devices, is within a few units in the last place of it, not within
+ * NumPy's test's bound for every operand) */
+#include <complex.h>
+#define DLP_CPOW_c64 cpow_libm_c64
+#define DLP_CPOW_c128 cpow_libm_c128
+#include "compute/complex_rules.h"
+#define CPOW_LIBM(s, T, R, F, MAKE)                                                    \
+  static inline T cpow_libm_##s(T a, T b) {                                            \
+    T r;                                                                               \
+    if (dlp_cpow_exact_##s(a, b, &r)) return r;                                        \
+    R _Complex p = cpow##F(MAKE(a.re, a.im), MAKE(b.re, b.im));                        \
+    return dlp_cmake_##s(creal##F(p), cimag##F(p));                                    \
+  }
+CPOW_LIBM(c64, dlp_c64, float, f, CMPLXF)
+CPOW_LIBM(c128, dlp_c128, double, , CMPLX)
 
 /* The file is compiled once per group of compute dtypes, so that a parallel build compiles the
  * groups at the same time (see the Makefile): DLP_KERNELS_GROUP 0 (the default) holds bool, the
@@ -50,17 +63,17 @@
     const TX *pa = (const TX *)(const void *)a;                                                        \
     const TY *pb = (const TY *)(const void *)b;                                                        \
     if (sa == (int64_t)sizeof(TX) && sb == (int64_t)sizeof(TY)) {                                      \
-      for (int64_t i = 0; i < n; i++) { TX x = pa[i]; TY y = pb[i]; po[i] = (R)(EXPR); }               \
+      for (int64_t i = 0; i < n; i++) { TX x = pa[i]; TY y = pb[i]; po[i] = (EXPR); }                  \
       return;                                                                                          \
     }                                                                                                  \
     if (sa == (int64_t)sizeof(TX) && sb == 0) {                                                        \
       TY y = pb[0];                                                                                    \
-      for (int64_t i = 0; i < n; i++) { TX x = pa[i]; po[i] = (R)(EXPR); }                             \
+      for (int64_t i = 0; i < n; i++) { TX x = pa[i]; po[i] = (EXPR); }                                \
       return;                                                                                          \
     }                                                                                                  \
     if (sa == 0 && sb == (int64_t)sizeof(TY)) {                                                        \
       TX x = pa[0];                                                                                    \
-      for (int64_t i = 0; i < n; i++) { TY y = pb[i]; po[i] = (R)(EXPR); }                             \
+      for (int64_t i = 0; i < n; i++) { TY y = pb[i]; po[i] = (EXPR); }                                \
       return;                                                                                          \
     }                                                                                                  \
   }                                                                                                    \
@@ -70,7 +83,7 @@
     R r;                                                                                               \
     memcpy(&x, a, sizeof x);                                                                           \
     memcpy(&y, b, sizeof y);                                                                           \
-    r = (R)(EXPR);                                                                                     \
+    r = (EXPR);                                                                                        \
     memcpy(o, &r, sizeof r);                                                                           \
   }
 
@@ -82,14 +95,14 @@
   if (so == (int64_t)sizeof(R) && sa == (int64_t)sizeof(T) && ALIGNED(o, R) && ALIGNED(a, T)) {      \
     R *restrict po = (R *)(void *)o;                                                                   \
     const T *pa = (const T *)(const void *)a;                                                          \
-    for (int64_t i = 0; i < n; i++) { T x = pa[i]; po[i] = (R)(EXPR); }                                \
+    for (int64_t i = 0; i < n; i++) { T x = pa[i]; po[i] = (EXPR); }                                   \
     return;                                                                                            \
   }                                                                                                    \
   for (int64_t i = 0; i < n; i++, o += so, a += sa) {                                                  \
     T x;                                                                                               \
     R r;                                                                                               \
     memcpy(&x, a, sizeof x);                                                                           \
-    r = (R)(EXPR);                                                                                     \
+    r = (EXPR);                                                                                        \
     memcpy(o, &r, sizeof r);                                                                           \
   }
 
@@ -154,155 +167,30 @@ DLP_MIXED_OPS(DEF_MIXED)
 #define FLOAT_LOOPS(s, T, F) DLP_FLOAT_OPS(DEF2, DEF1, DEFCLAMP, s, T, F) DLP_COMPARE_OPS(DEF2, DEF1, DEFWHERE, s, T)
 DLP_FLOATS(FLOAT_LOOPS)
 #else
+/* ---- complex: complex_rules.h's lists, as the CUDA kernels ---- */
 
-
-/* ---- complex ---- */
-
-typedef float _Complex c64;
-typedef double _Complex c128;
-
-/* NumPy's complex rules, per type T (real part type R, libm suffix F, constructor MAKE):
- * multiplication by the schoolbook formula (Annex G's recovery of infinities from NaN is not
- * NumPy's), division by Smith's algorithm (NumPy's loop), power as NumPy's nc_pow (an integral
- * real exponent below 100 in magnitude by repeated squaring, 0 ** b 0 when b's real part is
- * positive and NaN otherwise, else the C library's cpow), sign z / |z| (NumPy 2), log1p and expm1 by NumPy's formulas,
- * round to nearest even on both parts. */
-#define LOG2_E 1.442695040888963407359924681001892137 /* 1 / ln 2 */
-#define LOG10_E 0.434294481903251827651128918916605082 /* 1 / ln 10 */
-#define COMPLEX_RULES(s, T, R, F, MAKE)                                                                \
-  static inline T cmul_##s(T a, T b) {                                                                 \
-    R ar = creal##F(a), ai = cimag##F(a), br = creal##F(b), bi = cimag##F(b);                          \
-    return MAKE(ar * br - ai * bi, ar * bi + ai * br);                                                 \
-  }                                                                                                    \
-  static inline T cdiv_##s(T a, T b) {                                                                 \
-    R ar = creal##F(a), ai = cimag##F(a), br = creal##F(b), bi = cimag##F(b);                          \
-    R abr = fabs##F(br), abi = fabs##F(bi);                                                            \
-    if (abr >= abi) {                                                                                  \
-      if (abr == 0 && abi == 0) return MAKE(ar / abr, ai / abr);                                       \
-      R rat = bi / br, scl = (R)1 / (br + bi * rat);                                                   \
-      return MAKE((ar + ai * rat) * scl, (ai - ar * rat) * scl);                                       \
-    }                                                                                                  \
-    R rat = br / bi, scl = (R)1 / (bi + br * rat);                                                     \
-    return MAKE((ar * rat + ai) * scl, (ai * rat - ar) * scl);                                         \
-  }                                                                                                    \
-  static inline T cpow_##s(T a, T b) {                                                                 \
-    R ar = creal##F(a), ai = cimag##F(a), br = creal##F(b), bi = cimag##F(b);                          \
-    if (br == 0 && bi == 0) return MAKE(1, 0);                                                         \
-    if (ar == 0 && ai == 0) return br > 0 ? MAKE(0, 0) : MAKE(NAN, NAN);                               \
-    if (bi == 0 && br > -100 && br < 100 && br == (R)(int)br) {                                        \
-      int n = (int)br;                                                                                 \
-      if (n == 1) return a;                                                                            \
-      if (n == 2) return cmul_##s(a, a);                                                               \
-      if (n == 3) return cmul_##s(a, cmul_##s(a, a));                                                  \
-      T acc = MAKE(1, 0), p = a;                                                                       \
-      int m = n < 0 ? -n : n;                                                                          \
-      for (int mask = 1;; mask <<= 1) {                                                                \
-        if (m & mask) acc = cmul_##s(acc, p);                                                          \
-        if (m < (mask << 1)) break;                                                                    \
-        p = cmul_##s(p, p);                                                                            \
-      }                                                                                                \
-      if (br < 0) acc = cdiv_##s(MAKE(1, 0), acc);                                                     \
-      return acc;                                                                                      \
-    }                                                                                                  \
-    return cpow##F(a, b);                                                                              \
-  }                                                                                                    \
-  static inline R cabs_##s(T a) { return hypot##F(creal##F(a), cimag##F(a)); }                       \
-  static inline T csign_##s(T a) {                                                                     \
-    R re = creal##F(a), im = cimag##F(a), m = hypot##F(re, im);                                        \
-    if (m != m) return MAKE(NAN, NAN);                                                                 \
-    if (isinf(m)) {                                                                                    \
-      if (isinf(re)) return isinf(im) ? MAKE(NAN, NAN) : MAKE(re > 0 ? 1 : -1, 0);                     \
-      return MAKE(0, im > 0 ? 1 : -1);                                                                 \
-    }                                                                                                  \
-    if (m == 0) return MAKE(0, 0);                                                                     \
-    return MAKE(re / m, im / m);                                                                       \
-  }                                                                                                    \
-  static inline T clog1p_##s(T a) {                                                                    \
-    R re = creal##F(a), im = cimag##F(a);                                                              \
-    return MAKE(log##F(hypot##F(re + 1, im)), atan2##F(im, re + 1));                                   \
-  }                                                                                                    \
-  static inline T cexpm1_##s(T a) {                                                                    \
-    R re = creal##F(a), im = cimag##F(a), h = sin##F(im / 2);                                          \
-    return MAKE(expm1##F(re) * cos##F(im) - 2 * h * h, exp##F(re) * sin##F(im));                       \
-  }                                                                                                    \
-  /* 1 / a by NumPy's formula (the smaller part over the larger first) */                           \
-  static inline T crecip_##s(T a) {                                                                    \
-    R re = creal##F(a), im = cimag##F(a);                                                              \
-    if (fabs##F(im) <= fabs##F(re)) {                                                                  \
-      R r = im / re, d = re + im * r;                                                                  \
-      return MAKE(1 / d, -r / d);                                                                      \
-    }                                                                                                  \
-    R r = re / im, d = re * r + im;                                                                    \
-    return MAKE(r / d, -1 / d);                                                                        \
-  }                                                                                                    \
-  /* log2 and log10: the natural logarithm's parts scaled, as NumPy's */                              \
-  static inline T clog2_##s(T a) {                                                                     \
-    T l = clog##F(a);                                                                                  \
-    return MAKE(creal##F(l) * (R)LOG2_E, cimag##F(l) * (R)LOG2_E);                                     \
-  }                                                                                                    \
-  static inline T clog10_##s(T a) {                                                                    \
-    T l = clog##F(a);                                                                                  \
-    return MAKE(creal##F(l) * (R)LOG10_E, cimag##F(l) * (R)LOG10_E);                                   \
-  }                                                                                                    \
-  static inline T cround_##s(T a) { return MAKE(nearbyint##F(creal##F(a)), nearbyint##F(cimag##F(a))); } \
-  /* NaN, infinity and finiteness on either part (NumPy's), as the real loops test them */            \
-  static inline b8 cisnan_##s(T a) { R re = creal##F(a), im = cimag##F(a); return re != re || im != im; } \
-  static inline b8 cisinf_##s(T a) {                                                                   \
-    R re = creal##F(a), im = cimag##F(a);                                                              \
-    return (re - re != re - re && re == re) || (im - im != im - im && im == im);                       \
-  }                                                                                                    \
-  static inline b8 cisfinite_##s(T a) {                                                                \
-    R re = creal##F(a), im = cimag##F(a);                                                              \
-    return re - re == re - re && im - im == im - im;                                                   \
-  }
-
-COMPLEX_RULES(c64, c64, float, f, CMPLXF)
-COMPLEX_RULES(c128, c128, double, , CMPLX)
-
-/* nonzero when either part is (the logic functions) */
-#define CNZ(x) ((x) != 0)
-
-
-#define COMPLEX_OPS(s, T, R, F)                                               \
-  DEF2(add_##s, T, T, x + y)                                                  \
-  DEF2(sub_##s, T, T, x - y)                                                  \
-  DEF2(mul_##s, T, T, cmul_##s(x, y))                                         \
-  DEF2(div_##s, T, T, cdiv_##s(x, y))                                         \
-  DEF2(pow_##s, T, T, cpow_##s(x, y))                                         \
-  DEF2(eq_##s, T, b8, x == y)                                                 \
-  DEF2(ne_##s, T, b8, x != y)                                                 \
-  DEF2(land_##s, T, b8, CNZ(x) & CNZ(y))                                      \
-  DEF2(lor_##s, T, b8, CNZ(x) | CNZ(y))                                       \
-  DEF2(lxor_##s, T, b8, CNZ(x) ^ CNZ(y))                                      \
-  DEF1(lnot_##s, T, b8, x == 0)                                               \
-  DEFWHERE(where_##s, T, DLP_SAME)                                                      \
-  DEF1(neg_##s, T, T, -x)                                                     \
-  DEF1(abs_##s, T, R, cabs_##s(x))                                            \
-  DEF1(sign_##s, T, T, csign_##s(x))                                          \
-  DEF1(sqrt_##s, T, T, csqrt##F(x))                                           \
-  DEF1(exp_##s, T, T, cexp##F(x))                                             \
-  DEF1(log_##s, T, T, clog##F(x))                                             \
-  DEF1(log1p_##s, T, T, clog1p_##s(x))                                        \
-  DEF1(expm1_##s, T, T, cexpm1_##s(x))                                        \
-  DEF1(sin_##s, T, T, csin##F(x))                                             \
-  DEF1(cos_##s, T, T, ccos##F(x))                                             \
-  DEF1(tan_##s, T, T, ctan##F(x))                                             \
-  DEF1(tanh_##s, T, T, ctanh##F(x))                                           \
-  DEF1(round_##s, T, T, cround_##s(x))                                        \
-  DEF1(isnan_##s, T, b8, cisnan_##s(x))                                        \
-  DEF1(isinf_##s, T, b8, cisinf_##s(x))                                        \
-  DEF1(isfinite_##s, T, b8, cisfinite_##s(x))                                        \
-  DEF1(log2_##s, T, T, clog2_##s(x))                                           \
-  DEF1(log10_##s, T, T, clog10_##s(x))                                         \
-  DEF1(asin_##s, T, T, casin##F(x))                                           \
-  DEF1(acos_##s, T, T, cacos##F(x))                                           \
-  DEF1(atan_##s, T, T, catan##F(x))                                           \
-  DEF1(sinh_##s, T, T, csinh##F(x))                                           \
-  DEF1(cosh_##s, T, T, ccosh##F(x))                                           \
-  DEF1(recip_##s, T, T, crecip_##s(x))                                        \
-  DEF1(square_##s, T, T, cmul_##s(x, x))
-COMPLEX_OPS(c64, c64, float, f)
-COMPLEX_OPS(c128, c128, double, )
+#define COMPLEX_LOOPS(s, T, R) DLP_COMPLEX_OPS(DEF2, DEF1, DEFWHERE, s, T, R)
+DLP_COMPLEXES(COMPLEX_LOOPS)
+/* asin, acos, atan, sinh and cosh of complex numbers: the C library's (NumPy calls the same), on
+ * the CPU only; on CUDA devices they raise (not in complex_rules.h's shared rules yet) */
+#define CPU_ONLY_COMPLEX(s, T, R, F, MAKE)                                                   \
+  static inline T casin_libm_##s(T a) { return from_libm_##s(casin##F(MAKE(a.re, a.im))); }  \
+  static inline T cacos_libm_##s(T a) { return from_libm_##s(cacos##F(MAKE(a.re, a.im))); }  \
+  static inline T catan_libm_##s(T a) { return from_libm_##s(catan##F(MAKE(a.re, a.im))); }  \
+  static inline T csinh_libm_##s(T a) { return from_libm_##s(csinh##F(MAKE(a.re, a.im))); }  \
+  static inline T ccosh_libm_##s(T a) { return from_libm_##s(ccosh##F(MAKE(a.re, a.im))); }  \
+  DEF1(asin_##s, T, T, casin_libm_##s(x))                                                    \
+  DEF1(acos_##s, T, T, cacos_libm_##s(x))                                                    \
+  DEF1(atan_##s, T, T, catan_libm_##s(x))                                                    \
+  DEF1(sinh_##s, T, T, csinh_libm_##s(x))                                                    \
+  DEF1(cosh_##s, T, T, ccosh_libm_##s(x))
+static inline dlp_c64 from_libm_c64(float _Complex p) { return dlp_cmake_c64(crealf(p), cimagf(p)); }
+static inline dlp_c128 from_libm_c128(double _Complex p) { return dlp_cmake_c128(creal(p), cimag(p)); }
+CPU_ONLY_COMPLEX(c64, dlp_c64, float, f, CMPLXF)
+CPU_ONLY_COMPLEX(c128, dlp_c128, double, , CMPLX)
+#define CPU_ONLY_ROWS(ROW) \
+  [DLP_OP_ASIN] = ROW(asin), [DLP_OP_ACOS] = ROW(acos), [DLP_OP_ATAN] = ROW(atan), [DLP_OP_SINH] = ROW(sinh), \
+  [DLP_OP_COSH] = ROW(cosh),
 #endif
 
 /* ---- the table: the loop of each operation for each compute dtype (NULL: none) ---- */
@@ -396,32 +284,29 @@ COMPLEX_OPS(c128, c128, double, )
   [DLP_OP_ATAN2] = ROW_FLOAT(atan2), \
   [DLP_OP_HYPOT] = ROW_FLOAT(hypot), \
   }
+/* complex64 and complex128 (compute indices DLP_NCOMPUTE and one more): the operations NumPy 2
+ * defines for complex, less those that order (maximum, minimum, clamp, the comparisons lt le gt
+ * ge, which NumPy orders lexicographically: the module refuses them, as its reductions do) */
+#define COMPLEX_TABLE(ROW, MORE) \
+  { \
+  [DLP_OP_ADD] = ROW(add), [DLP_OP_SUB] = ROW(sub), [DLP_OP_MUL] = ROW(mul), [DLP_OP_DIV] = ROW(div), \
+  [DLP_OP_POW] = ROW(pow), [DLP_OP_EQ] = ROW(eq), [DLP_OP_NE] = ROW(ne), [DLP_OP_LOGICAL_AND] = ROW(land), \
+  [DLP_OP_LOGICAL_OR] = ROW(lor), [DLP_OP_LOGICAL_XOR] = ROW(lxor), [DLP_OP_WHERE] = ROW(where), \
+  [DLP_OP_NEG] = ROW(neg), [DLP_OP_ABS] = ROW(abs), [DLP_OP_SIGN] = ROW(sign), [DLP_OP_SQRT] = ROW(sqrt), \
+  [DLP_OP_EXP] = ROW(exp), [DLP_OP_LOG] = ROW(log), [DLP_OP_LOG1P] = ROW(log1p), [DLP_OP_EXPM1] = ROW(expm1), \
+  [DLP_OP_SIN] = ROW(sin), [DLP_OP_COS] = ROW(cos), [DLP_OP_TAN] = ROW(tan), [DLP_OP_TANH] = ROW(tanh), \
+  [DLP_OP_ROUND] = ROW(round), [DLP_OP_ISNAN] = ROW(isnan), [DLP_OP_ISINF] = ROW(isinf), \
+  [DLP_OP_ISFINITE] = ROW(isfinite), [DLP_OP_LOGICAL_NOT] = ROW(lnot), [DLP_OP_LOG2] = ROW(log2), \
+  [DLP_OP_LOG10] = ROW(log10), [DLP_OP_RECIPROCAL] = ROW(recip), [DLP_OP_SQUARE] = ROW(square), MORE(ROW) \
+  }
 #if DLP_KERNELS_GROUP < 2
 static const dlp_IterLoop loops[DLP_OP_COUNT][DLP_NCOMPUTE] =
   OP_TABLE(ROW_ALL, ROW_NUM, ROW_INT_BOOL, ROW_INT, ROW_FLOAT, ROW_ROUNDING, ROW_CLASSIFY);
 static dlp_IterLoop loop_at(int op, int k) { return loops[op][k]; }
 #else
 
-/* complex64 and complex128 (compute indices DLP_NCOMPUTE and one more): the operations NumPy 2
- * defines for complex, less those that order (maximum, minimum, clamp, the comparisons lt le gt
- * ge, which NumPy orders lexicographically: the module refuses them, as its reductions do) */
 #define ROW_COMPLEX(op) {op##_c64, op##_c128}
-static const dlp_IterLoop complex_loops[DLP_OP_COUNT][2] = {
-  [DLP_OP_ADD] = ROW_COMPLEX(add), [DLP_OP_SUB] = ROW_COMPLEX(sub), [DLP_OP_MUL] = ROW_COMPLEX(mul),
-  [DLP_OP_DIV] = ROW_COMPLEX(div), [DLP_OP_POW] = ROW_COMPLEX(pow), [DLP_OP_EQ] = ROW_COMPLEX(eq),
-  [DLP_OP_NE] = ROW_COMPLEX(ne), [DLP_OP_LOGICAL_AND] = ROW_COMPLEX(land),
-  [DLP_OP_LOGICAL_OR] = ROW_COMPLEX(lor), [DLP_OP_LOGICAL_XOR] = ROW_COMPLEX(lxor),
-  [DLP_OP_WHERE] = ROW_COMPLEX(where), [DLP_OP_NEG] = ROW_COMPLEX(neg), [DLP_OP_ABS] = ROW_COMPLEX(abs),
-  [DLP_OP_SIGN] = ROW_COMPLEX(sign), [DLP_OP_SQRT] = ROW_COMPLEX(sqrt), [DLP_OP_EXP] = ROW_COMPLEX(exp),
-  [DLP_OP_LOG] = ROW_COMPLEX(log), [DLP_OP_LOG1P] = ROW_COMPLEX(log1p), [DLP_OP_EXPM1] = ROW_COMPLEX(expm1),
-  [DLP_OP_SIN] = ROW_COMPLEX(sin), [DLP_OP_COS] = ROW_COMPLEX(cos), [DLP_OP_TAN] = ROW_COMPLEX(tan),
-  [DLP_OP_TANH] = ROW_COMPLEX(tanh), [DLP_OP_ROUND] = ROW_COMPLEX(round), [DLP_OP_ISNAN] = ROW_COMPLEX(isnan),
-  [DLP_OP_ISINF] = ROW_COMPLEX(isinf), [DLP_OP_ISFINITE] = ROW_COMPLEX(isfinite),
-  [DLP_OP_LOGICAL_NOT] = ROW_COMPLEX(lnot), [DLP_OP_LOG2] = ROW_COMPLEX(log2), [DLP_OP_LOG10] = ROW_COMPLEX(log10),
-  [DLP_OP_ASIN] = ROW_COMPLEX(asin), [DLP_OP_ACOS] = ROW_COMPLEX(acos), [DLP_OP_ATAN] = ROW_COMPLEX(atan),
-  [DLP_OP_SINH] = ROW_COMPLEX(sinh), [DLP_OP_COSH] = ROW_COMPLEX(cosh), [DLP_OP_RECIPROCAL] = ROW_COMPLEX(recip),
-  [DLP_OP_SQUARE] = ROW_COMPLEX(square),
-};
+static const dlp_IterLoop complex_loops[DLP_OP_COUNT][2] = COMPLEX_TABLE(ROW_COMPLEX, CPU_ONLY_ROWS);
 
 static dlp_IterLoop loop_at(int op, int k) { return complex_loops[op][k - DLP_NCOMPUTE]; }
 #endif
@@ -479,6 +364,9 @@ int dlp_compute_index(int dtype) {
                                  N(ints, u16), N(ints, u32), N(ints, u64), N(op, f32), N(op, f64)}
 static const char *const kernel_names[DLP_OP_COUNT][DLP_NCOMPUTE] =
   OP_TABLE(NAME_ALL, NAME_NUM, NAME_INT_BOOL, NAME_INT, NAME_FLOAT, NAME_ROUNDING, NAME_CLASSIFY);
+#define NO_ROWS(ROW)
+#define NAME_COMPLEX(op) {N(op, c64), N(op, c128)}
+static const char *const complex_names[DLP_OP_COUNT][2] = COMPLEX_TABLE(NAME_COMPLEX, NO_ROWS);
 static const char *const mixed_names[6][2] = {
   {N(eq, i64_u64), N(eq, u64_i64)}, {N(ne, i64_u64), N(ne, u64_i64)}, {N(lt, i64_u64), N(lt, u64_i64)},
   {N(le, i64_u64), N(le, u64_i64)}, {N(gt, i64_u64), N(gt, u64_i64)}, {N(ge, i64_u64), N(ge, u64_i64)},
@@ -486,7 +374,11 @@ static const char *const mixed_names[6][2] = {
 
 const char *dlp_kernel_name(int op, int compute_dtype, int *family) {
   int k = dlp_compute_index(compute_dtype);
-  if (op < 0 || op >= DLP_OP_COUNT || k < 0 || k >= DLP_NCOMPUTE) return NULL;
+  if (op < 0 || op >= DLP_OP_COUNT || k < 0) return NULL;
+  if (k >= DLP_NCOMPUTE) { /* complex64, complex128: families 32 and 33 */
+    *family = 32 + k - DLP_NCOMPUTE;
+    return complex_names[op][k - DLP_NCOMPUTE];
+  }
   *family = k;
   return kernel_names[op][k];
 }

@@ -52,6 +52,17 @@ void dlp_run_on_cuda(lua_State *L, const char *what, dlp_CudaStream *stream, int
 #define NAMES_FROM(S, s, ST, sc) [DLP_##S] = {DLP_REAL_DESTINATIONS(NAME, S, s, ST, sc)},
 static const char *const conversions[DLP_FLOAT64 + 1][DLP_FLOAT64 + 1] = {DLP_REAL_DTYPES(NAMES_FROM)};
 #define CONVERSION_FAMILY(source) (13 + (source))
+/* and those from complex64 and complex128 (family 34) and to them from the real dtypes (35) */
+#define FROM_COMPLEX(S, s, ST, sc, D, d, DT, dc) [DLP_##D] = "dlp_convert_" #s "_" #d,
+#define TO_COMPLEX(S, s, ST, sc) \
+  [DLP_##S] = {[DLP_COMPLEX64] = "dlp_convert_" #s "_complex64", [DLP_COMPLEX128] = "dlp_convert_" #s "_complex128"},
+static const char *const complex_conversions[DLP_COMPLEX128 + 1][DLP_COMPLEX128 + 1] = {
+  DLP_REAL_DTYPES(TO_COMPLEX)
+  [DLP_COMPLEX64] = {DLP_REAL_DESTINATIONS(FROM_COMPLEX, COMPLEX64, complex64, -, -)
+                     [DLP_COMPLEX128] = "dlp_convert_complex64_complex128"},
+  [DLP_COMPLEX128] = {DLP_REAL_DESTINATIONS(FROM_COMPLEX, COMPLEX128, complex128, -, -)
+                      [DLP_COMPLEX64] = "dlp_convert_complex128_complex64"},
+};
 /* same-dtype copies by element size: family 12 */
 static const char *const copies[] = {"dlp_copy_1", "dlp_copy_2", NULL, "dlp_copy_4", NULL, NULL, NULL, "dlp_copy_8",
                                      NULL, NULL, NULL, NULL, NULL, NULL, NULL, "dlp_copy_16"};
@@ -65,6 +76,10 @@ const char *dlp_cuda_copy_kernel(lua_State *L, int dst_dtype, int src_dtype, int
   if (dst_dtype != src_dtype && src_dtype <= DLP_FLOAT64 && dst_dtype <= DLP_FLOAT64) {
     *family = CONVERSION_FAMILY(src_dtype);
     return conversions[src_dtype][dst_dtype];
+  }
+  if (dst_dtype != src_dtype && src_dtype <= DLP_COMPLEX128 && dst_dtype <= DLP_COMPLEX128) {
+    *family = src_dtype > DLP_FLOAT64 ? 34 : 35;
+    return complex_conversions[src_dtype][dst_dtype];
   }
   luaL_error(L, "%s: %s to %s is not copied on CUDA devices yet (copy through the host)", what,
              dlp_dtypes[src_dtype].name, dlp_dtypes[dst_dtype].name);

@@ -41,65 +41,28 @@ double dlp_int64_to_odd_double(int64_t v) { return dlp_rule_odd_double_i(v); }
 #define REAL_PAIRS_FROM(S, s, ST, sc) DLP_REAL_DESTINATIONS(REAL_PAIR, S, s, ST, sc)
 DLP_REAL_DTYPES(REAL_PAIRS_FROM)
 
-/* complex: a real value becomes the real part; a complex one gives its real part to a real dtype
- * (bool: either part nonzero) */
-typedef struct Complex {
-  double re, im;
-} Complex;
-static inline Complex load_complex64(const char *p) {
-  float v[2];
-  memcpy(v, p, sizeof v);
-  Complex c = {v[0], v[1]};
-  return c;
-}
-static inline Complex load_complex128(const char *p) {
-  Complex c;
-  memcpy(&c, p, sizeof c);
-  return c;
-}
-static inline void store_complex64(char *p, Complex c) {
-  float v[2] = {(float)c.re, (float)c.im};
-  memcpy(p, v, sizeof v);
-}
-static inline void store_complex128(char *p, Complex c) { memcpy(p, &c, sizeof c); }
-
-#define TO_COMPLEX(S, s, ST, sc)                                                          \
+/* complex: convert_rules.h's rules, as the CUDA kernels */
+#define TO_COMPLEX(S, s, ST, sc)                                                                  \
   static void convert_##s##_complex64(char *dp, int64_t dstep, const char *sp, int64_t sstep, int64_t n) { \
-    ROW((int64_t)sizeof(ST), 8, ST v; memcpy(&v, sp_, sizeof v);                                \
-        Complex c = {DLP_CONVERT(float32, sc, DLP_LOAD_##s(v)), 0}; store_complex64(dp_, c);)   \
-  }                                                                                             \
+    ROW((int64_t)sizeof(ST), 8, ST v; memcpy(&v, sp_, sizeof v); STORE(dp_, dlp_c64, DLP_TO_COMPLEX64(s, sc, v));) \
+  }                                                                                               \
   static void convert_##s##_complex128(char *dp, int64_t dstep, const char *sp, int64_t sstep, int64_t n) { \
-    ROW((int64_t)sizeof(ST), 16, ST v; memcpy(&v, sp_, sizeof v);                               \
-        Complex c = {DLP_CONVERT(float64, sc, DLP_LOAD_##s(v)), 0}; store_complex128(dp_, c);)  \
+    ROW((int64_t)sizeof(ST), 16, ST v; memcpy(&v, sp_, sizeof v); STORE(dp_, dlp_c128, DLP_TO_COMPLEX128(s, sc, v));) \
   }
 DLP_REAL_DTYPES(TO_COMPLEX)
 
-/* the value a complex number v gives a real dtype d, as a double */
-#define COMPLEX_VALUE_bool(v) ((v).re != 0 || (v).im != 0 ? 1.0 : 0.0)
-#define COMPLEX_VALUE_int8(v) (v).re
-#define COMPLEX_VALUE_int16(v) (v).re
-#define COMPLEX_VALUE_int32(v) (v).re
-#define COMPLEX_VALUE_int64(v) (v).re
-#define COMPLEX_VALUE_uint8(v) (v).re
-#define COMPLEX_VALUE_uint16(v) (v).re
-#define COMPLEX_VALUE_uint32(v) (v).re
-#define COMPLEX_VALUE_uint64(v) (v).re
-#define COMPLEX_VALUE_float16(v) (v).re
-#define COMPLEX_VALUE_bfloat16(v) (v).re
-#define COMPLEX_VALUE_float32(v) (v).re
-#define COMPLEX_VALUE_float64(v) (v).re
-#define FROM_COMPLEX(C, c, csz, unused, D, d, DT, dc)                                          \
+#define FROM_COMPLEX(C, c, CT, unused, D, d, DT, dc)                                             \
   static void convert_##c##_##d(char *dp, int64_t dstep, const char *sp, int64_t sstep, int64_t n) { \
-    ROW(csz, (int64_t)sizeof(DT), Complex v = load_##c(sp_);                                    \
-        STORE(dp_, DT, DLP_CONVERT(d, dbl, COMPLEX_VALUE_##d(v)));)                              \
+    ROW((int64_t)sizeof(CT), (int64_t)sizeof(DT), CT v; memcpy(&v, sp_, sizeof v);            \
+        STORE(dp_, DT, DLP_FROM_COMPLEX(d, v));)                                                \
   }
-DLP_REAL_DESTINATIONS(FROM_COMPLEX, COMPLEX64, complex64, 8, -)
-DLP_REAL_DESTINATIONS(FROM_COMPLEX, COMPLEX128, complex128, 16, -)
+DLP_REAL_DESTINATIONS(FROM_COMPLEX, COMPLEX64, complex64, dlp_c64, -)
+DLP_REAL_DESTINATIONS(FROM_COMPLEX, COMPLEX128, complex128, dlp_c128, -)
 static void convert_complex64_complex128(char *dp, int64_t dstep, const char *sp, int64_t sstep, int64_t n) {
-  ROW(8, 16, store_complex128(dp_, load_complex64(sp_));)
+  ROW(8, 16, dlp_c64 v; memcpy(&v, sp_, sizeof v); STORE(dp_, dlp_c128, DLP_COMPLEX128_FROM_64(v));)
 }
 static void convert_complex128_complex64(char *dp, int64_t dstep, const char *sp, int64_t sstep, int64_t n) {
-  ROW(16, 8, store_complex64(dp_, load_complex128(sp_));)
+  ROW(16, 8, dlp_c128 v; memcpy(&v, sp_, sizeof v); STORE(dp_, dlp_c64, DLP_COMPLEX64_FROM_128(v));)
 }
 
 #define ENTRY(S, s, ST, sc, D, d, DT, dc) [DLP_##S][DLP_##D] = convert_##s##_##d,

@@ -1,6 +1,7 @@
 /* The conversion of one element between the real dtypes (bool, the integers, float16, bfloat16,
- * float32, float64), written once for both devices: convert.c builds the CPU's row kernels from
- * it and src/compute/cuda/kernels.cu the CUDA conversion kernels (and, as C, the fake driver's).
+ * float32, float64), and between them and complex64 and complex128 (at the end), written once
+ * for both devices: convert.c builds the CPU's row kernels from it and src/compute/cuda/kernels.cu
+ * the CUDA conversion kernels (and, as C, the fake driver's).
  * In the subset of C11 and CUDA C++ that both compilers take (ops.h's DLP_RULE).
  *
  * The rules are C casts': integers wrap, floats truncate toward zero and saturate (NaN gives 0),
@@ -16,7 +17,7 @@
 #ifndef DLPACK_LUA_CONVERT_RULES_H
 #define DLPACK_LUA_CONVERT_RULES_H
 
-#include "compute/ops.h" /* DLP_RULE, <math.h>, <stdint.h>, <string.h> */
+#include "compute/complex_rules.h" /* dlp_c64, dlp_c128; ops.h: DLP_RULE, <math.h>, <stdint.h>, <string.h> */
 
 #define DLP_REAL_DTYPES(X)                                                                     \
   X(BOOL, bool, uint8_t, small) X(INT8, int8, int8_t, small) X(INT16, int16, int16_t, small)      \
@@ -251,5 +252,28 @@ DLP_RULE uint16_t to_bfloat16_i64(int64_t v) { return dlp_rule_bfloat_from_doubl
 DLP_RULE uint16_t to_bfloat16_u64(uint64_t v) { return dlp_rule_bfloat_from_double(dlp_rule_once_double_u(v, 45)); }
 DLP_RULE uint16_t to_bfloat16_flt(float v) { return dlp_rule_bfloat_from_float(v); }
 DLP_RULE uint16_t to_bfloat16_dbl(double v) { return dlp_rule_bfloat_from_double(v); }
+
+/* ---- complex64 and complex128 (complex_rules.h's pairs) ----
+ * A real value becomes the real part, converted as to float32 (complex64) or float64
+ * (complex128), the imaginary part 0; a complex value gives a real dtype its real part, converted
+ * as a float64 is (bool: either part nonzero); between the two widths each part converts. */
+#define DLP_TO_COMPLEX64(s, sc, v) dlp_cmake_c64(DLP_CONVERT(float32, sc, DLP_LOAD_##s(v)), 0)
+#define DLP_TO_COMPLEX128(s, sc, v) dlp_cmake_c128(DLP_CONVERT(float64, sc, DLP_LOAD_##s(v)), 0)
+#define DLP_FROM_COMPLEX(d, z) DLP_CONVERT(d, dbl, DLP_COMPLEX_PART_##d((double)(z).re, (double)(z).im))
+#define DLP_COMPLEX_PART_bool(re, im) ((re) != 0 || (im) != 0 ? 1.0 : 0.0)
+#define DLP_COMPLEX_PART_int8(re, im) (re)
+#define DLP_COMPLEX_PART_int16(re, im) (re)
+#define DLP_COMPLEX_PART_int32(re, im) (re)
+#define DLP_COMPLEX_PART_int64(re, im) (re)
+#define DLP_COMPLEX_PART_uint8(re, im) (re)
+#define DLP_COMPLEX_PART_uint16(re, im) (re)
+#define DLP_COMPLEX_PART_uint32(re, im) (re)
+#define DLP_COMPLEX_PART_uint64(re, im) (re)
+#define DLP_COMPLEX_PART_float16(re, im) (re)
+#define DLP_COMPLEX_PART_bfloat16(re, im) (re)
+#define DLP_COMPLEX_PART_float32(re, im) (re)
+#define DLP_COMPLEX_PART_float64(re, im) (re)
+#define DLP_COMPLEX128_FROM_64(z) dlp_cmake_c128((double)(z).re, (double)(z).im)
+#define DLP_COMPLEX64_FROM_128(z) dlp_cmake_c64((float)(z).re, (float)(z).im)
 
 #endif

@@ -3,8 +3,9 @@
  *
  * Families: 0-11 the elementwise operations (by compute type), 12 the strided copies by element
  * size (and fills), 13-25 the conversions from each real dtype, 26 random tensors and ranges, 27
- * the matrix products, 28-31 the reductions (see "reductions" below), 42 indexing with tensors
- * ("indexing with tensors" below). Compiled twice from this one source:
+ * the matrix products, 28-31 the reductions (see "reductions" below), 32-33 the complex
+ * operations (complex64, complex128), 34-35 the conversions from and to the complex dtypes, 42
+ * indexing with tensors ("indexing with tensors" below). Compiled twice from this one source:
  *   - as CUDA, to PTX, one file per family (DLP_FAMILY: a compute type, or the mixed integer
  *     comparisons), by `make ptx` with the toolkit; the PTX is kept in the repository under
  *     ptx/, embedded in the module and loaded by the driver a family at a time on first use
@@ -16,7 +17,7 @@
  * Each thread walks elements i = thread, thread + threads, ... (args.h): the element's byte
  * offset in each operand comes from i by dividing through the shape, innermost last. */
 #include "compute/cuda/args.h"
-#include "compute/ops.h"
+#include "compute/complex_rules.h" /* and ops.h */
 #include "compute/random_rules.h"
 #include "core/convert_rules.h"
 
@@ -147,6 +148,28 @@ KERNEL(dlp_isclose_f64) {
 #if FAMILY(11)
 DLP_MIXED_OPS(KM)
 #endif
+/* complex64 (family 32) and complex128 (33): complex_rules.h's list; its expressions have the
+ * result's type already (a pair is not cast) */
+#define KC2(name, T, R, EXPR) \
+  KERNEL(dlp_##name) { EACH_ELEMENT(3, LOAD(T, 1, x) LOAD(T, 2, y) R r_ = EXPR; STORE(R, r_);) }
+#define KC1(name, T, R, EXPR) \
+  KERNEL(dlp_##name) { EACH_ELEMENT(2, LOAD(T, 1, x) R r_ = EXPR; STORE(R, r_);) }
+#define COMPLEX_KERNELS(s, T, R) DLP_COMPLEX_OPS(KC2, KC1, KW, s, T, R)
+#if FAMILY(32)
+COMPLEX_KERNELS(c64, dlp_c64, float)
+#endif
+#if FAMILY(33)
+COMPLEX_KERNELS(c128, dlp_c128, double)
+/* allclose's test of complex operands, in complex128 (ops.h's dlp_close_c128); rtol and atol are
+ * operand 3's 16 bytes */
+KERNEL(dlp_isclose_c128) {
+  uint64_t words[2] = {A.value[3][0], A.value[3][1]};
+  double tol[2];
+  memcpy(tol, words, sizeof tol);
+  EACH_ELEMENT(3, LOAD(dlp_c128, 1, x) LOAD(dlp_c128, 2, y)
+               STORE(b8, dlp_close_c128(x.re, x.im, y.re, y.im, tol[0], tol[1]));)
+}
+#endif
 /* strided copies by element size, any dtype of that size */
 typedef struct {
   uint64_t lo, hi;
@@ -199,6 +222,30 @@ CONVERSIONS_FROM(FLOAT32, float32, float, flt)
 #endif
 #if FAMILY(25)
 CONVERSIONS_FROM(FLOAT64, float64, double, dbl)
+#endif
+/* conversions from complex64 and complex128 (family 34) and to them from the real dtypes (35):
+ * convert_rules.h's complex rules */
+#define KFROM_COMPLEX(C, c, CT, unused, D, d, DT, dc) \
+  KERNEL(dlp_convert_##c##_##d) { EACH_ELEMENT(2, LOAD(CT, 1, v) STORE(DT, DLP_FROM_COMPLEX(d, v));) }
+#define KTO_COMPLEX(S, s, ST, sc)                                                                         \
+  KERNEL(dlp_convert_##s##_complex64) {                                                                  \
+    EACH_ELEMENT(2, LOAD(ST, 1, v) dlp_c64 z_ = DLP_TO_COMPLEX64(s, sc, v); STORE(dlp_c64, z_);)          \
+  }                                                                                                      \
+  KERNEL(dlp_convert_##s##_complex128) {                                                                 \
+    EACH_ELEMENT(2, LOAD(ST, 1, v) dlp_c128 z_ = DLP_TO_COMPLEX128(s, sc, v); STORE(dlp_c128, z_);)       \
+  }
+#if FAMILY(34)
+DLP_REAL_DESTINATIONS(KFROM_COMPLEX, COMPLEX64, complex64, dlp_c64, -)
+DLP_REAL_DESTINATIONS(KFROM_COMPLEX, COMPLEX128, complex128, dlp_c128, -)
+KERNEL(dlp_convert_complex64_complex128) {
+  EACH_ELEMENT(2, LOAD(dlp_c64, 1, v) dlp_c128 z_ = DLP_COMPLEX128_FROM_64(v); STORE(dlp_c128, z_);)
+}
+KERNEL(dlp_convert_complex128_complex64) {
+  EACH_ELEMENT(2, LOAD(dlp_c128, 1, v) dlp_c64 z_ = DLP_COMPLEX64_FROM_128(v); STORE(dlp_c64, z_);)
+}
+#endif
+#if FAMILY(35)
+DLP_REAL_DTYPES(KTO_COMPLEX)
 #endif
 
 /* random tensors (family 26): operand 0 the new contiguous tensor; the key (value[1]), randint's
@@ -867,6 +914,9 @@ KERNEL(dlp_unravel) {
 #define INDEX_CHECK_ENTRY(s, T) ENTRY(index_check_##s)
 #define INDEX_PICK_ENTRIES(n, T) ENTRY(gather_##n) ENTRY(scatter_##n) ENTRY(select_##n)
 #define TRUTH_ENTRY(kind, T, TRUE) ENTRY(truth_##kind)
+#define COMPLEX_ENTRIES(s, T, R) DLP_COMPLEX_OPS(ENTRY, ENTRY, ENTRY, s, T, R)
+#define FROM_COMPLEX_ENTRY(C, c, CT, unused, D, d, DT, dc) ENTRY(convert_##c##_##d)
+#define TO_COMPLEX_ENTRIES(S, s, ST, sc) ENTRY(convert_##s##_complex64) ENTRY(convert_##s##_complex128)
 const dlp_FakeKernel dlp_fake_kernels[] = {
   DLP_BOOL_OPS(ENTRY, ENTRY, ENTRY, ENTRY) DLP_INTS(INT_ENTRIES) DLP_FLOATS(FLOAT_ENTRIES) DLP_MIXED_OPS(ENTRY) COPIES(ENTRY)
   DLP_REAL_DTYPES(CONVERSION_ENTRIES) {"dlp_isclose_f64", dlp_isclose_f64},
@@ -875,6 +925,10 @@ const dlp_FakeKernel dlp_fake_kernels[] = {
   R_ENTRIES(rsum_u64) R_ENTRIES(rprod_u64) R_ENTRIES(rany_b8) R_ENTRIES(rall_b8) R_INT_ORDERED(R_INT_ENTRIES)
   R_FLOAT_ENTRIES(f32) R_FLOAT_ENTRIES(f64) R_COMPLEX_ENTRIES(c64) R_COMPLEX_ENTRIES(c128)
   INDEX_CHECKS(INDEX_CHECK_ENTRY, INDEX_CHECK_ENTRY) INDEX_SIZES(INDEX_PICK_ENTRIES) TRUTHS(TRUTH_ENTRY)
+  DLP_COMPLEXES(COMPLEX_ENTRIES) ENTRY(isclose_c128) DLP_REAL_DTYPES(TO_COMPLEX_ENTRIES)
+  DLP_REAL_DESTINATIONS(FROM_COMPLEX_ENTRY, COMPLEX64, complex64, -, -)
+  DLP_REAL_DESTINATIONS(FROM_COMPLEX_ENTRY, COMPLEX128, complex128, -, -)
+  ENTRY(convert_complex64_complex128) ENTRY(convert_complex128_complex64)
   ENTRY(sum_along) ENTRY(scan_sums) ENTRY(scan_apply) ENTRY(compact) ENTRY(unravel)
   {NULL, NULL},
 };
