@@ -59,11 +59,31 @@ describe("a newcomer's first hour", function()
   end)
 
   it("require 'dlpack.ffi' without LuaJIT says that it needs LuaJIT", function()
-    if jit then
+    if rawget(_G, "jit") then
       assert.is_table(require "dlpack.ffi")
     else
-      raises_plain(function() return require "dlpack.ffi" end, "dlpack.ffi needs LuaJIT (its ffi module); this is Lua 5.")
+      raises_plain(function() return require "dlpack.ffi" end,
+        "dlpack.ffi needs LuaJIT (its ffi module); this is Lua 5.")
       package.loaded["dlpack.ffi"] = nil
     end
+  end)
+
+  -- README's "Your own script": the paths of `make -s env` let a script outside the repository
+  -- require the module built here (under the Lua of the default build)
+  it("eval \"$(make -s env)\" lets a script of one's own require dlpack", function()
+    if _VERSION ~= "Lua 5.4" or rawget(_G, "jit") then return end
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir " .. dir))
+    local f = assert(io.open(dir .. "/my.lua", "w"))
+    f:write('local dlpack = require "dlpack"\nprint(dlpack.ones({3}):sum())\n')
+    f:close()
+    local repo = io.popen("pwd"):read("l")
+    local p = io.popen("cd " .. dir .. " && env -u LUA_PATH -u LUA_CPATH sh -c 'eval \"$(make -s -C " .. repo
+      .. " env)\" && lua5.4 my.lua' 2>&1")
+    local out = p:read("a")
+    p:close()
+    os.execute("rm -r " .. dir)
+    assert.are.equal("3.0\n", out)
   end)
 end)
