@@ -86,4 +86,23 @@ describe("a newcomer's first hour", function()
     os.execute("rm -r " .. dir)
     assert.are.equal("3.0\n", out)
   end)
+
+  -- docs/python.md: a PyTorch built for NumPy 1.x beside NumPy 2 (a stand-in that asks for the
+  -- NumPy 1 C API as torch 1.13 does) makes NumPy print its traceback; import_torch keeps it out
+  it("examples/quiet_torch.py imports a torch built for NumPy 1.x without NumPy 2's traceback", function()
+    local env = "env -u LD_PRELOAD PYTHONPATH=spec/peers/torch_numpy1:build/pydeps:examples /usr/bin/python3 "
+    local numpy = io.popen(env .. "-c 'import numpy; print(numpy.__version__)' 2>/dev/null"):read("l")
+    if not numpy or tonumber(numpy:match("^(%d+)")) < 2 then
+      pending("needs NumPy >= 2 in build/pydeps (make deps)")
+      return
+    end
+    local p = io.popen(env .. "-c 'import torch' 2>&1")
+    local plain = p:read("a")
+    p:close()
+    assert.is_truthy(plain:find("compiled using NumPy 1.x", 1, true), "the stand-in no longer shows the noise")
+    p = io.popen(env .. "-c 'import quiet_torch; print(quiet_torch.import_torch().__version__)' 2>&1")
+    local quiet = p:read("a")
+    p:close()
+    assert.are.equal("1.13-fake\n", quiet)
+  end)
 end)
