@@ -390,3 +390,10 @@ bench: all $(BENCH_BASE) $(if $(filter lua5.4,$(LUA_NAME)),$(BENCH_CUDA))
 
 clean:
 	rm -rf $(BUILD)
+
+# What a script of one's own needs to find the module built here (make LUA=... env for another Lua):
+#   eval "$(make -s env)"; lua5.4 my.lua
+env:
+	@printf "export LUA_PATH='%s'\nexport LUA_CPATH='%s'\n" \
+	  '$(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;;' '$(CURDIR)/$(BUILD)/?.$(SO);;'
+.PHONY: env

@@ -10,7 +10,6 @@ written into one small shareable array and sent back; the Lua side reads it on t
 """
 import os
 import sys
-import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # dlpack_ipc.py lives here
 
@@ -18,12 +17,11 @@ import numpy  # noqa: E402
 
 import dlpack_ipc  # noqa: E402
 
-# PyTorch builds made for NumPy 1 warn under NumPy 2; this example never asks torch for NumPy.
-warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-try:
-    import torch
-except ImportError:  # NumPy alone computes the same answer
-    torch = None
+from quiet_torch import import_torch  # noqa: E402
+
+# None without PyTorch (NumPy alone computes the same answer); quiet beside NumPy 2 when torch was
+# built for NumPy 1.x (this example never asks torch for NumPy)
+torch = import_torch()
 
 
 def main(path):

@@ -9,7 +9,7 @@ local raises, raises_plain = support.raises, support.raises_plain
 describe("on every Lua", function()
   it("formats integers in error messages (%I)", function()
     local t = dlpack.zeros({3})
-    raises_plain(function() return t[10] end, "index 10 out of range (size 3)")
+    raises_plain(function() return t[10] end, "index 10 out of range (size 3; indices start at 1")
     raises_plain(function() dlpack.frombytes("abc", "int32") end, "3 bytes")
   end)
 

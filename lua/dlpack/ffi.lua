@@ -8,7 +8,9 @@
 -- The pointer is valid while t's memory is: the returned cdata keeps t from being collected (its
 -- finalizer refers to t), but pointers derived from it by arithmetic do not, and t:release()
 -- ends its validity as it does t's. Only host memory (cpu, pinned, managed) is readable.
-local ffi = require "ffi"
+-- PUC Lua has no ffi module: say what is needed rather than listing the whole search path.
+local has_ffi, ffi = pcall(require, "ffi")
+if not has_ffi then error("dlpack.ffi needs LuaJIT (its ffi module); this is " .. _VERSION, 2) end
 local dlpack = require "dlpack"
 
 local M = {}

@@ -238,7 +238,11 @@ static void read_operand(lua_State *L, int idx, Operand *op, const char *what) {
       return;
     }
     default:
-      if ((op->t = dlp_tensor_test(L, idx)) != NULL) return;
+      if ((op->t = dlp_tensor_test(L, idx)) != NULL) {
+        /* dlp_live's message is for a release while the call runs; this one came released */
+        if (!op->t->owner) luaL_error(L, "%s: the tensor was released before the call", what);
+        return;
+      }
       luaL_error(L, "%s: a tensor, number or boolean expected, got %s", what, luaL_typename(L, idx));
   }
 }

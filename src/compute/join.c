@@ -21,6 +21,9 @@ static void copy_row(void *ctx, char *const *data, const int64_t *steps, int64_t
 
 static int join(lua_State *L, int stack, const char *what) {
   int64_t shape[DLP_MAX_NDIM], cstrides[DLP_MAX_NDIM];
+  /* cat(a, b, dim), torch7's spelling, would otherwise be blamed on its third argument */
+  if (dlp_tensor_test(L, 1))
+    return luaL_argerror(L, 1, lua_pushfstring(L, "%s takes a table of tensors: %s({a, b}, dim)", what, what));
   dlp_check_no_more(L, 3, what, "a list of tensors and a dimension");
   if (!lua_istable(L, 1))
     return luaL_argerror(L, 1, lua_pushfstring(L, "a table of tensors expected, got %s", luaL_typename(L, 1)));

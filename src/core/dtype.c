@@ -67,7 +67,19 @@ int dlp_test_dtype_name(const char *name, size_t len) {
 const char *dlp_push_dtype_error(lua_State *L, const char *name, size_t len) {
   const char *quoted = dlp_push_quoted(L, name, len);
   if (memchr(name, '\0', len)) return lua_pushfstring(L, "dtype name %s contains an embedded NUL", quoted);
-  return lua_pushfstring(L, "unknown dtype %s", quoted);
+  /* The known names, so that a typo is answered with the spelling that works. */
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  for (int i = 0; i < DLP_NDTYPES; i++) {
+    if (i) luaL_addstring(&b, ", ");
+    luaL_addstring(&b, dlp_dtypes[i].name);
+  }
+  for (size_t i = 0; i < sizeof dtype_aliases / sizeof dtype_aliases[0]; i++) {
+    luaL_addstring(&b, ", ");
+    luaL_addstring(&b, dtype_aliases[i].name);
+  }
+  luaL_pushresult(&b);
+  return lua_pushfstring(L, "unknown dtype %s (known: %s)", quoted, lua_tostring(L, -1));
 }
 
 int dlp_check_dtype(lua_State *L, int arg) {

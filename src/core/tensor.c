@@ -334,7 +334,8 @@ int64_t dlp_check_index(lua_State *L, int arg, int64_t size) {
   lua_Integer i = luaL_checkinteger(L, arg);
   lua_Integer k = i < 0 ? i + size + 1 : i;
   if (k < 1 || k > size)
-    return luaL_argerror(L, arg, lua_pushfstring(L, "index %I out of range (size %I)", i, (lua_Integer)size));
+    return luaL_argerror(L, arg, lua_pushfstring(L, "index %I out of range (size %I; indices start at 1, "
+                                                 "negative ones count from the end)", i, (lua_Integer)size));
   return k - 1;
 }
 
@@ -882,6 +883,12 @@ void dlp_push_metatable_view(lua_State *L, int meta) {
   lua_setmetatable(L, -2);
 }
 
+/* Lua turns what __lt and __le return into a boolean, so `t > 0.5` cannot give a mask: say what does. */
+static int l_compare_operator(lua_State *L) {
+  return luaL_error(L, "dlpack: comparison operators cannot return tensors in Lua; use t:gt(x), t:lt(x), t:ge(x), "
+                       "t:le(x) (or dlpack.gt(a, b)...), and dlpack.equal(a, b) for a boolean");
+}
+
 void dlp_tensor_register(lua_State *L, int module, int methods, int meta) {
   static const luaL_Reg functions[] = {
     {"empty", l_empty}, {"zeros", l_zeros}, {"ones", l_ones}, {"full", l_full}, {"arange", l_arange},
@@ -892,7 +899,10 @@ void dlp_tensor_register(lua_State *L, int module, int methods, int meta) {
     {"stride", l_stride}, {"is_contiguous", l_is_contiguous}, {"data_ptr", l_data_ptr}, {"release", l_release},
     {NULL, NULL},
   };
-  static const luaL_Reg metamethods[] = {{"__len", l_len}, {"__gc", l_release}, {"__close", l_release}, {NULL, NULL}};
+  static const luaL_Reg metamethods[] = {
+    {"__len", l_len}, {"__gc", l_release}, {"__close", l_release}, {"__lt", l_compare_operator},
+    {"__le", l_compare_operator}, {NULL, NULL},
+  };
   /* their second upvalue is the methods table, the third ipairs' iterator */
   static const luaL_Reg with_methods[] = {{"__index", l_index}, {"__newindex", l_newindex}, {NULL, NULL}};
   lua_pushvalue(L, meta);
