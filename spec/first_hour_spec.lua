@@ -40,7 +40,7 @@ describe("a newcomer's first hour", function()
     raises_plain(function() return r:add(1) end, "add: the tensor was released before the call")
     raises_plain(function() return dlpack.mul(2, r) end, "mul: the tensor was released before the call")
     raises_plain(function() return dlpack.add(dlpack.zeros({2}), 1, {out = r}) end,
-      "out: the tensor was released before the call")
+      "out: the tensor was released")
   end)
 
   it("cat(a, b, dim) names the form that works", function()
@@ -71,22 +71,26 @@ describe("a newcomer's first hour", function()
 
   -- README's "Your own script": the paths of `make -s env` let a script outside the repository
   -- require the module built here (under the Lua of the default build)
-  it("eval \"$(make -s env)\" lets a script of one's own require dlpack", function()
-    if _VERSION ~= "Lua 5.4" or rawget(_G, "jit") then return end
-    local dir = os.tmpname()
-    os.remove(dir)
-    assert(os.execute("mkdir " .. dir))
-    local f = assert(io.open(dir .. "/my.lua", "w"))
-    f:write('local dlpack = require "dlpack"\nprint(dlpack.ones({3}):sum())\n')
-    f:close()
-    local repo = io.popen("pwd"):read("l")
-    local p = io.popen("cd " .. dir .. " && env -u LUA_PATH -u LUA_CPATH sh -c 'eval \"$(make -s -C " .. repo
-      .. " env)\" && lua5.4 my.lua' 2>&1")
-    local out = p:read("a")
-    p:close()
-    os.execute("rm -r " .. dir)
-    assert.are.equal("3.0\n", out)
-  end)
+  local own_script = "eval \"$(make -s env)\" lets a script of one's own require dlpack"
+  if _VERSION ~= "Lua 5.4" or rawget(_G, "jit") or package.config:sub(1, 1) == "\\" then
+    pending(own_script .. ": needs Lua 5.4 and a POSIX shell (stage 10)")
+  else
+    it(own_script, function()
+      local dir = os.tmpname()
+      os.remove(dir)
+      assert(os.execute("mkdir " .. dir))
+      local f = assert(io.open(dir .. "/my.lua", "w"))
+      f:write('local dlpack = require "dlpack"\nprint(dlpack.ones({3}):sum())\n')
+      f:close()
+      local repo = io.popen("pwd"):read("l")
+      local p = io.popen("cd " .. dir .. " && env -u LUA_PATH -u LUA_CPATH -u LD_PRELOAD sh -c 'eval \"$(make -s -C "
+        .. repo .. " env)\" && lua5.4 my.lua' 2>&1")
+      local out = p:read("a")
+      p:close()
+      os.execute("rm -r " .. dir)
+      assert.are.equal("3.0\n", out)
+    end)
+  end
 
   -- docs/python.md: a PyTorch built for NumPy 1.x beside NumPy 2 (a stand-in that asks for the
   -- NumPy 1 C API as torch 1.13 does) makes NumPy print its traceback; import_torch keeps it out

@@ -81,7 +81,7 @@ void dlp_read_compute_options(lua_State *L, int arg, unsigned allowed, dlp_Compu
     } else {
       if (!dlp_tensor_test(L, -1))
         luaL_argerror(L, arg, lua_pushfstring(L, "out must be a tensor, got %s", luaL_typename(L, -1)));
-      if (!dlp_tensor_test(L, -1)->owner) luaL_argerror(L, arg, "out: the tensor was released before the call");
+      if (!dlp_tensor_test(L, -1)->owner) luaL_argerror(L, arg, "out: the tensor was released");
       o->out = lua_gettop(L);
     }
   }
