@@ -101,6 +101,8 @@ $(BUILD)/obj/%.o: src/%.c $(HEADERS)
 # -fno-trapping-math lets selects on floats vectorise (the floating-point exception flags are never
 # read either); neither changes a result.
 $(BUILD)/obj/compute/kernels.o: ALL_CFLAGS += -O3 -fno-math-errno -fno-trapping-math
+# The sorting and scanning loops (radix passes, key conversions, scans) likewise.
+$(BUILD)/obj/compute/sort.o $(BUILD)/obj/compute/scan.o: ALL_CFLAGS += -O3 -fno-math-errno -fno-trapping-math
 # On x86-64 the same loops are compiled a second time for AVX2, chosen at run time (kernels.c).
 ifneq ($(filter x86_64%,$(shell $(CC) -dumpmachine)),)
 OBJECTS += $(BUILD)/obj/compute/kernels_avx2.o

@@ -1,0 +1,190 @@
+-- Sorting, scans and statistics: sort argsort topk (src/compute/sort.c), cumsum cumprod softmax
+-- log_softmax (src/compute/scan.c), median quantile.
+local dlpack = require "dlpack"
+local support = require "support"
+
+local is_nan = support.is_nan
+
+local function raises(pattern, f, ...)
+  local ok, err = pcall(f, ...)
+  assert.is_false(ok, "expected an error matching " .. pattern)
+  assert.matches(pattern, tostring(err))
+end
+
+local function values(t)
+  if t.dtype == "bool" then t = t:to("int8") end
+  return t:totable()
+end
+
+-- sorted values and positions checked against the input: ordered (NaN last), stable for ties
+local function check_sorted(t, v, i, descending)
+  local a, vs, is = values(t), values(v), values(i)
+  assert.are.equal(#a, #vs)
+  for k = 1, #vs do
+    local x = a[is[k]]
+    assert.is_true(x == vs[k] or (is_nan(x) and is_nan(vs[k])), "value " .. k)
+    if k > 1 then
+      local p, q = vs[k - 1], vs[k]
+      local before
+      if descending then before = is_nan(p) or (not is_nan(q) and p >= q)
+      else before = is_nan(q) or (not is_nan(p) and p <= q) end
+      assert.is_true(before, "order at " .. k)
+      if p == q or (is_nan(p) and is_nan(q)) then assert.is_true(is[k - 1] < is[k], "stable at " .. k) end
+    end
+  end
+end
+
+describe("sort", function()
+  it("returns the sorted values and their 1-based int64 positions, NaN last, -0.0 equal to 0.0", function()
+    local t = dlpack.tensor({3, 1, 0 / 0, -0.0, 2, 0.0, -1, 1}, "float32")
+    local v, i = t:sort()
+    assert.are.equal("float32", v.dtype)
+    assert.are.equal("int64", i.dtype)
+    assert.are.same({7, 4, 6, 2, 8, 5, 1, 3}, values(i))
+    local vs = values(v)
+    for k, want in ipairs({-1, 0, 0, 1, 1, 2, 3}) do assert.are.equal(want, vs[k]) end
+    assert.are.equal(-math.huge, 1 / vs[2]) -- -0.0 first: it came first
+    assert.is_true(is_nan(vs[8]))
+  end)
+
+  it("descending puts NaN first, as torch, and keeps ties in order", function()
+    local t = dlpack.tensor({3, 1, 0 / 0, 2, 1}, "float64")
+    local v, i = t:sort(true)
+    assert.are.same({3, 1, 4, 2, 5}, values(i))
+    assert.is_true(is_nan(values(v)[1]))
+    local v2, i2 = dlpack.sort(t, 1, {descending = true, stable = true})
+    assert.is_true(dlpack.equal(i, i2))
+    assert.is_true(is_nan(values(v2)[1]))
+    local _, i3 = t:sort({descending = true})
+    assert.are.same(values(i), values(i3))
+  end)
+
+  it("sorts every real dtype, short and long lines", function()
+    for _, dtype in ipairs({"float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64",
+                            "uint8", "uint16", "uint32", "uint64", "bool"}) do
+      for _, n in ipairs({1, 7, 40, 1000, dtype == "float32" and 70000 or 3000}) do
+        local t = (dlpack.rand({n}, "float64") * 200 - 100):to(dtype)
+        local v, i = t:sort()
+        check_sorted(t, v, i, false)
+        local dv, di = t:sort(1, true)
+        check_sorted(t, dv, di, true)
+        assert.is_true(dlpack.equal(v, t:sort(nil, {indices = false})), dtype .. " " .. n)
+      end
+    end
+  end)
+
+  it("keeps NaN and -0.0 of long lines (gathered, not decoded)", function()
+    local t = dlpack.rand({100000}, "float32") - 0.5
+    t[5] = 0 / 0
+    t[6] = -0.0
+    t[7] = 0.0
+    local v, i = t:sort()
+    check_sorted(t, v, i, false)
+    local only = t:sort(nil, {indices = false})
+    assert.is_true(is_nan(only[100000]))
+  end)
+
+  it("sorts along any dimension of strided layouts", function()
+    local m = dlpack.tensor({{3, 1, 2}, {9, 8, 7}, {5, 6, 4}}, "int32")
+    local v, i = m:sort(1)
+    assert.are.same({{3, 1, 2}, {5, 6, 4}, {9, 8, 7}}, values(v))
+    assert.are.same({{1, 1, 1}, {3, 3, 3}, {2, 2, 2}}, values(i))
+    v, i = m:transpose(1, 2):sort(2)
+    assert.are.same({{3, 5, 9}, {1, 6, 8}, {2, 4, 7}}, values(v))
+    assert.are.same({{1, 3, 2}, {1, 3, 2}, {1, 3, 2}}, values(i))
+    v = m:narrow(2, 1, 3):flip(2):sort(-1)
+    assert.are.same({{1, 2, 3}, {7, 8, 9}, {4, 5, 6}}, values(v))
+    local e = dlpack.tensor({5}, "int64"):expand({4})
+    assert.are.same({1, 2, 3, 4}, values(select(2, e:sort())))
+  end)
+
+  it("argsort gives the positions only", function()
+    local t = dlpack.tensor({{3, 2, 1}, {1, 3, 2}})
+    assert.are.same({{3, 2, 1}, {1, 3, 2}}, values(t:argsort()))
+    assert.are.same({{2, 1, 1}, {1, 2, 2}}, values(dlpack.argsort(t, 1)))
+    assert.are.same({{1, 2, 3}, {2, 3, 1}}, values(t:argsort(2, {descending = true})))
+  end)
+
+  it("takes empty tensors, 0-d tensors and empty tensors with huge other sizes", function()
+    local v, i = dlpack.empty({0}, "float32"):sort()
+    assert.are.same({0}, v.shape)
+    assert.are.same({0}, i.shape)
+    v, i = dlpack.empty({2 ^ 62, 0}, "float64"):sort(1)
+    assert.are.same({2 ^ 62, 0}, v.shape)
+    v, i = dlpack.empty({0, 2 ^ 62}, "float64"):sort(2)
+    assert.are.same({0, 2 ^ 62}, i.shape)
+    v, i = dlpack.tensor(5):sort()
+    assert.are.equal(5, v:item())
+    assert.are.equal(1, i:item())
+    v, i = dlpack.topk(dlpack.empty({0}), 0)
+    assert.are.same({0}, v.shape)
+  end)
+
+  it("refuses complex tensors, bad dims, options and arguments", function()
+    raises("complex numbers have no order", dlpack.sort, dlpack.zeros({3}, "complex64"))
+    raises("dimension 3 out of range", dlpack.sort, dlpack.zeros({3, 2}), 3)
+    raises("dimension 0 out of range", dlpack.argsort, dlpack.zeros({3, 2}), 0)
+    raises("unknown option 'decending'", dlpack.sort, dlpack.zeros({3}), 1, {decending = true})
+    raises("option names are strings", dlpack.sort, dlpack.zeros({3}), 1, {true})
+    raises("descending must be true, false or nil", dlpack.sort, dlpack.zeros({3}), 1, {descending = 1})
+    raises("unexpected argument", dlpack.sort, dlpack.zeros({3}), 1, {}, 4)
+    raises("an options table expected", dlpack.sort, dlpack.zeros({3}), 1, "x")
+    raises("unknown option 'indices'", dlpack.argsort, dlpack.zeros({3}), 1, {indices = false})
+  end)
+end)
+
+describe("topk", function()
+  it("gives the k largest (or smallest) in order with their positions, NaN largest", function()
+    local t = dlpack.tensor({5, 1, 0 / 0, 4, 2, 4})
+    local v, i = dlpack.topk(t, 3)
+    assert.are.same({3, 1, 4}, values(i))
+    assert.is_true(is_nan(values(v)[1]))
+    v, i = t:topk(2, 1, {largest = false})
+    assert.are.same({1, 2}, values(v))
+    assert.are.same({2, 5}, values(i))
+    v, i = t:topk(2, {largest = false, sorted = true})
+    assert.are.same({2, 5}, values(i))
+  end)
+
+  it("works along a dimension", function()
+    local m = dlpack.tensor({{1, 9, 3}, {7, 2, 8}}, "int16")
+    local v, i = m:topk(1, 1)
+    assert.are.same({{7, 9, 8}}, values(v))
+    assert.are.same({{2, 1, 2}}, values(i))
+    v, i = m:topk(2)
+    assert.are.same({{9, 3}, {8, 7}}, values(v))
+    assert.are.same({{2, 3}, {3, 1}}, values(i))
+  end)
+
+  it("refuses k out of range", function()
+    local t = dlpack.zeros({4})
+    raises("k = 5 out of range", dlpack.topk, t, 5)
+    raises("k = %-1 out of range", dlpack.topk, t, -1)
+    raises("k = 1 out of range", dlpack.topk, dlpack.empty({0}), 1)
+    raises("number expected", dlpack.topk, t)
+    raises("unknown option 'smallest'", dlpack.topk, t, 1, 1, {smallest = true})
+  end)
+end)
+
+describe("sorting functions against hostile scripts", function()
+  it("survive option tables whose metamethods release the tensor", function()
+    local function releasing(t) return setmetatable({}, {__index = function() t:release() end}) end
+    local calls = {
+      function(t) return t:sort(1, releasing(t)) end,
+      function(t) return t:argsort(1, releasing(t)) end,
+      function(t) return t:topk(2, 1, releasing(t)) end,
+    }
+    for k, call in ipairs(calls) do
+      local t = dlpack.full({64}, 3, "float64")
+      local ok, err = pcall(call, t)
+      if not ok then assert.is_truthy(tostring(err):find("released", 1, true), k .. ": " .. tostring(err)) end
+    end
+  end)
+
+  it("refuse released tensors", function()
+    local t = dlpack.zeros({3})
+    t:release()
+    raises("released", dlpack.sort, t)
+    raises("released", dlpack.topk, t, 1)
+  end)
+end)
