@@ -360,14 +360,15 @@ static void check_sortable(lua_State *L, const dlp_Tensor *t, const char *what) 
 /* The scratch of lines of n elements, in a userdata pushed (freed by the collector): the keys,
  * and the positions when indices are wanted. */
 static void scratch(lua_State *L, SortLine *s, int64_t n, const char *what) {
-  int64_t ksize = s->wide ? 8 : 4, counts = 256 * 9, each = 2 * ksize + (s->indices ? 16 : 0);
+  int64_t ksize = s->wide ? 8 : 4, counts = 256 * 9;
+  int64_t each = (s->keys_in_values ? 1 : 2) * ksize + (s->indices ? 16 : 0);
   if (n > (INT64_MAX / 2 - counts * 8) / 32 || (uint64_t)n > SIZE_MAX / 64)
     luaL_error(L, "%s: a line of %I elements is too long to sort here", what, (lua_Integer)n);
   int64_t m = n > 0 ? n : 1;
   char *base = lua_newuserdatauv(L, (size_t)(counts * 8 + m * each), 0);
   s->count = (int64_t *)(void *)base;
-  s->keys = base + counts * 8;
-  s->keys2 = s->keys + m * ksize;
+  s->keys = s->keys_in_values ? NULL : base + counts * 8;
+  s->keys2 = base + counts * 8 + (s->keys_in_values ? 0 : m * ksize);
   s->ix = s->ix2 = NULL;
   if (s->indices) {
     s->ix = (int64_t *)(void *)(s->keys2 + m * ksize);
@@ -389,6 +390,10 @@ static void run_sort(lua_State *L, dlp_Tensor *t, int dim, int descending, int64
   s.k = k;
   s.values = values != NULL;
   s.indices = indices != NULL;
+  if (dim >= 0 && values) {
+    s.val_step = dlp_walk_stride(values, dim);
+    s.keys_in_values = k == s.n && s.val_step == s.itemsize && s.itemsize == (s.wide ? 8 : 4);
+  }
   scratch(L, &s, dlp_numel(t) == 0 ? 0 : s.n, what); /* an empty tensor's line may be huge */
   dlp_live(L, t, what);
   const dlp_Tensor *ops[3] = {t, NULL, NULL};
@@ -403,7 +408,6 @@ static void run_sort(lua_State *L, dlp_Tensor *t, int dim, int descending, int64
     s.in_step = dlp_walk_stride(t, dim);
     if (values) s.val_step = dlp_walk_stride(values, dim);
     if (indices) s.idx_step = dlp_walk_stride(indices, dim);
-    s.keys_in_values = values && k == s.n && s.val_step == s.itemsize && s.itemsize == (s.wide ? 8 : 4);
     dlp_each_line(nops, ops, dim, sort_line, &s);
   }
   if (s.allocated) free(s.ix);
