@@ -489,9 +489,232 @@ static int l_topk(lua_State *L) {
   return 2;
 }
 
+/* ---- median and quantile: the sorted lines, then NumPy's arithmetic on their elements ---- */
+
+/* x rounded to dtype (a float dtype) and back: NumPy's operations on float32, float16 and bfloat16
+ * round each result once, which an operation in float64 followed by this gives exactly. */
+static double rnd(int dtype, double x) {
+  switch (dtype) {
+    case DLP_FLOAT32: return (float)x;
+    case DLP_FLOAT16: return dlp_half_to_float(dlp_half_from_double(x));
+    case DLP_BFLOAT16: return dlp_bfloat_to_float(dlp_bfloat_from_double(x));
+    default: return x;
+  }
+}
+
+static double element(int dtype, const char *p) {
+  dlp_Scalar v;
+  dlp_load(dtype, p, &v);
+  return v.kind == DLP_S_INT ? (double)v.i : v.kind == DLP_S_UINT ? (double)v.u : v.re;
+}
+
+typedef struct StatLine {
+  int in_dtype, out_dtype, median, weak; /* weak: q a number (its gamma rounded to the dtype, NumPy's weak scalars) */
+  int64_t n, in_step, out_step, nq;
+  const double *q;
+} StatLine;
+
+static void stat_line(void *ctx, char *const *p) {
+  const StatLine *s = ctx;
+  int64_t n = s->n;
+  int d = s->out_dtype;
+  dlp_Scalar out = {DLP_S_FLOAT, 0, 0, 0, 0};
+  for (int64_t j = 0; j < s->nq; j++) {
+    double r;
+    if (n == 0) {
+      r = NAN;
+    } else if (element(s->in_dtype, p[0] + (n - 1) * s->in_step) != element(s->in_dtype, p[0] + (n - 1) * s->in_step)) {
+      r = NAN; /* NaN sorts last: the line has one */
+    } else if (s->median) {
+      double a = element(s->in_dtype, p[0] + ((n - 1) / 2) * s->in_step);
+      double b = element(s->in_dtype, p[0] + (n / 2) * s->in_step);
+      /* np.mean of the middle one or two: float16 and bfloat16 summed in float32 */
+      int acc = d == DLP_FLOAT16 || d == DLP_BFLOAT16 ? DLP_FLOAT32 : d;
+      r = n % 2 ? a : rnd(d, rnd(acc, rnd(acc, a + b) / 2));
+    } else {
+      double v = s->q[j] * (double)(n - 1), prev = floor(v);
+      int64_t i = v >= (double)(n - 1) ? n - 1 : (int64_t)prev, k = v >= (double)(n - 1) ? n - 1 : i + 1;
+      double a = element(s->in_dtype, p[0] + i * s->in_step), b = element(s->in_dtype, p[0] + k * s->in_step);
+      double gamma = v - prev, t = s->weak ? rnd(d, gamma) : gamma, diff = rnd(d, b - a);
+      /* NumPy's _lerp: from the nearer end */
+      r = gamma >= 0.5 ? rnd(d, b - rnd(d, diff * rnd(d, 1 - t))) : rnd(d, a + rnd(d, diff * t));
+    }
+    out.re = r;
+    dlp_store(d, p[1] + j * s->out_step, &out);
+  }
+}
+
+/* The sorted values of t along dim (-1: all its elements, in one line) pushed; *line_dim set to
+ * the dimension the lines run along in it. */
+static dlp_Tensor *sorted_lines(lua_State *L, dlp_Tensor *t, int dim, int *line, const char *what) {
+  DLDevice cpu = {kDLCPU, 0};
+  if (dim < 0) { /* one line of every element, in row-major order */
+    int64_t n = dlp_numel(t);
+    dlp_Tensor *flat = dlp_tensor_new(L, t->dtype, 0, cpu, 1, &n, 0, what);
+    dlp_Tensor *v = dlp_tensor_new(L, t->dtype, 0, cpu, 1, &n, 0, what);
+    dlp_live(L, t, what);
+    dlp_gather(dlp_first_element(flat), t);
+    run_sort(L, flat, 0, 0, n, v, NULL, what);
+    lua_remove(L, -2);
+    *line = 0;
+    return v;
+  }
+  dlp_Tensor *v = result_like(L, t, t->dtype, dim, t->dl.shape[dim], what);
+  run_sort(L, t, dim, 0, t->dl.shape[dim], v, NULL, what);
+  *line = dim;
+  return v;
+}
+
+/* median and quantile: t, the dimension (nil: all), keepdim; nq quantiles q (median: nq = 1, q
+ * unused); number: q was a number (the result has no quantile dimension). */
+static int statistic(lua_State *L, dlp_Tensor *t, int dim_arg, int keepdim, const double *q, int64_t nq, int number,
+                     int q_dtype, const char *what) {
+  int median = q == NULL, dim = -1, line;
+  if (!lua_isnoneornil(L, dim_arg)) {
+    if (t->dl.ndim == 0) {
+      lua_Integer d = luaL_checkinteger(L, dim_arg);
+      if (d != 1 && d != -1) luaL_argerror(L, dim_arg, lua_pushfstring(L, "dimension %I out of range (tensor has 0)", d));
+    } else {
+      dim = dlp_check_dim(L, dim_arg, t->dl.ndim, 0);
+    }
+  }
+  int full = dim < 0 && lua_isnoneornil(L, dim_arg);
+  check_sortable(L, t, what);
+  if (!median && nq > 0 && (dim < 0 ? dlp_numel(t) : t->dl.shape[dim]) == 0)
+    luaL_error(L, "%s: the quantiles of an empty tensor or dimension are not defined", what);
+  int kind = dlp_dtype_kind(t->dtype), out_dtype = kind == K_FLOAT ? t->dtype : DLP_FLOAT64;
+  if (!number && q_dtype >= 0) out_dtype = dlp_promote(out_dtype, q_dtype);
+  dlp_Tensor *v = sorted_lines(L, t, dim, &line, what);
+  int v_idx = lua_gettop(L);
+  /* the result: the quantiles' dimension where the line was (moved to the front below) */
+  int64_t shape[DLP_MAX_NDIM];
+  int ndim = v->dl.ndim;
+  for (int i = 0; i < ndim; i++) shape[i] = i == line ? nq : v->dl.shape[i];
+  DLDevice cpu = {kDLCPU, 0};
+  dlp_Tensor *r = dlp_tensor_new(L, out_dtype, 0, cpu, ndim, shape, 0, what);
+  int r_idx = lua_gettop(L);
+  dlp_live(L, v, what);
+  StatLine s = {v->dtype, out_dtype, median, number, v->dl.shape[line], dlp_walk_stride(v, line),
+                dlp_walk_stride(r, line), nq, q};
+  const dlp_Tensor *ops[2] = {v, r};
+  dlp_each_line(2, ops, line, stat_line, &s);
+  if (full && number && !keepdim) { /* a Lua value */
+    dlp_push_element(L, out_dtype, dlp_first_element(r));
+    return 1;
+  }
+  /* the shape: the line's dimension dropped (kept as 1 with keepdim, the whole shape's when
+   * full), the quantiles' dimension in front unless q was a number */
+  int64_t final[DLP_MAX_NDIM + 1];
+  int fn = 0;
+  if (!number) final[fn++] = nq;
+  if (full) {
+    for (int i = 0; keepdim && i < t->dl.ndim; i++) final[fn++] = 1;
+  } else {
+    for (int i = 0; i < t->dl.ndim; i++)
+      if (i != dim) final[fn++] = t->dl.shape[i];
+      else if (keepdim) final[fn++] = 1;
+  }
+  if (fn > DLP_MAX_NDIM) luaL_error(L, "%s: the result would have more than %d dimensions", what, DLP_MAX_NDIM);
+  dlp_Tensor *res = dlp_tensor_new(L, out_dtype, 0, cpu, fn, final, 0, what);
+  /* r holds, for each quantile j and each kept position, its value at index j along `line`:
+   * move that dimension to the front by a copy into res's order */
+  int64_t numel = dlp_numel(res);
+  if (numel > 0) {
+    int64_t inner = 1, size = dlp_dtypes[out_dtype].itemsize;
+    for (int i = line + 1; i < ndim; i++) inner *= r->dl.shape[i];
+    int64_t outer = numel / (nq * inner);
+    const char *src = dlp_first_element(r);
+    char *dst = dlp_first_element(res);
+    for (int64_t o = 0; o < outer; o++)
+      for (int64_t j = 0; j < nq; j++)
+        memcpy(dst + (j * outer + o) * inner * size, src + (o * nq + j) * inner * size, (size_t)(inner * size));
+  }
+  (void)v_idx, (void)r_idx;
+  return 1;
+}
+
+/* median(t [, dim [, opts{keepdim}]]): NumPy's (the mean of the two middle elements of an even
+ * line; NaN when the line has one); over all elements a Lua number. */
+static int l_median(lua_State *L) {
+  static const char *const names[] = {"keepdim", NULL};
+  const char *what = "dlpack.median";
+  dlp_Tensor *t = dlp_tensor_check(L, 1);
+  if (lua_istable(L, 2) && lua_isnoneornil(L, 3)) {
+    lua_settop(L, 2);
+    lua_pushnil(L);
+    lua_insert(L, 2);
+  }
+  int arg = options(L, 3, names, what), keepdim = arg ? flag(L, arg, "keepdim", 0) : 0;
+  dlp_check_no_more(L, 4, what, "(t [, dim [, opts]])");
+  lua_settop(L, 3);
+  return statistic(L, t, 2, keepdim, NULL, 1, 1, -1, what);
+}
+
+/* quantile(t, q [, dim [, opts{keepdim, method = "linear"}]]): q a number, a list of numbers or
+ * a 0-d or 1-d float tensor, each in [0, 1]; NumPy's linear method. */
+static int l_quantile(lua_State *L) {
+  static const char *const names[] = {"keepdim", "method", NULL};
+  const char *what = "dlpack.quantile";
+  dlp_Tensor *t = dlp_tensor_check(L, 1);
+  if (lua_istable(L, 3) && lua_isnoneornil(L, 4)) {
+    lua_settop(L, 3);
+    lua_pushnil(L);
+    lua_insert(L, 3);
+  }
+  int arg = options(L, 4, names, what), keepdim = 0;
+  if (arg) {
+    keepdim = flag(L, arg, "keepdim", 0);
+    if (lua_getfield(L, arg, "method") != LUA_TNIL) {
+      size_t len;
+      const char *m = lua_tolstring(L, -1, &len);
+      if (!lua_isstring(L, -1) || lua_type(L, -1) != LUA_TSTRING || len != 6 || memcmp(m, "linear", 6) != 0)
+        luaL_argerror(L, arg, "method: only \"linear\" is supported");
+    }
+    lua_pop(L, 1);
+  }
+  dlp_check_no_more(L, 5, what, "(t, q [, dim [, opts]])");
+  lua_settop(L, 4);
+  int64_t nq = 1;
+  int number = 0, q_dtype = -1;
+  double *q;
+  if (lua_type(L, 2) == LUA_TNUMBER) {
+    number = 1;
+    q = lua_newuserdatauv(L, sizeof(double), 0);
+    q[0] = lua_tonumber(L, 2);
+  } else if (lua_type(L, 2) == LUA_TTABLE) { /* read raw: no metamethod runs */
+    nq = (int64_t)lua_rawlen(L, 2);
+    if (nq > (int64_t)1 << 40) luaL_argerror(L, 2, "too many quantiles");
+    q = lua_newuserdatauv(L, sizeof(double) * (size_t)(nq > 0 ? nq : 1), 0);
+    for (int64_t j = 0; j < nq; j++) {
+      lua_rawgeti(L, 2, (lua_Integer)(j + 1));
+      if (lua_type(L, -1) != LUA_TNUMBER) luaL_argerror(L, 2, "q must be a list of numbers");
+      q[j] = lua_tonumber(L, -1);
+      lua_pop(L, 1);
+    }
+    q_dtype = DLP_FLOAT64;
+  } else {
+    dlp_Tensor *qt = dlp_tensor_test(L, 2);
+    if (!qt) return luaL_argerror(L, 2, lua_pushfstring(L, "q must be a number, a list or a tensor, got %s", luaL_typename(L, 2)));
+    qt = dlp_tensor_check(L, 2);
+    dlp_check_host(L, qt, what);
+    if (qt->dl.ndim > 1 || dlp_dtype_kind(qt->dtype) != K_FLOAT)
+      luaL_argerror(L, 2, "q must be a 0-d or 1-d float tensor");
+    nq = dlp_numel(qt);
+    number = qt->dl.ndim == 0;
+    q = lua_newuserdatauv(L, sizeof(double) * (size_t)(nq > 0 ? nq : 1), 0);
+    dlp_live(L, qt, what);
+    for (int64_t j = 0; j < nq; j++) q[j] = element(qt->dtype, dlp_first_element(qt) + j * (qt->dl.ndim ? dlp_walk_stride(qt, 0) : 0));
+    q_dtype = qt->dtype;
+  }
+  for (int64_t j = 0; j < nq; j++)
+    if (!(q[j] >= 0 && q[j] <= 1)) luaL_argerror(L, 2, "quantiles must be in the range [0, 1]");
+  return statistic(L, t, 3, keepdim, q, nq, number, number && q_dtype == DLP_FLOAT64 ? -1 : q_dtype, what);
+}
+
 void dlp_sort_register(lua_State *L, int module, int methods, int meta) {
   static const luaL_Reg functions[] = {
-      {"sort", l_sort}, {"argsort", l_argsort}, {"topk", l_topk}, {NULL, NULL},
+      {"sort", l_sort}, {"argsort", l_argsort}, {"topk", l_topk}, {"median", l_median}, {"quantile", l_quantile},
+      {NULL, NULL},
   };
   (void)meta;
   dlp_register(L, module, functions);
