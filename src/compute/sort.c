@@ -508,6 +508,22 @@ static double element(int dtype, const char *p) {
   return v.kind == DLP_S_INT ? (double)v.i : v.kind == DLP_S_UINT ? (double)v.u : v.re;
 }
 
+/* b - a in their own dtype, as NumPy's _lerp takes it: floats rounded to it, integers wrapping */
+static double difference(int dtype, const char *pa, const char *pb) {
+  dlp_Scalar a, b;
+  dlp_load(dtype, pa, &a);
+  dlp_load(dtype, pb, &b);
+  if (a.kind == DLP_S_FLOAT) return rnd(dtype, b.re - a.re);
+  if (dlp_dtype_kind(dtype) == K_UINT) return element(dtype, pb) - element(dtype, pa); /* sorted: b >= a */
+  uint64_t w = (uint64_t)b.i - (uint64_t)a.i;
+  switch (dlp_dtypes[dtype].itemsize) {
+    case 1: return (double)(int8_t)(uint8_t)w;
+    case 2: return (double)(int16_t)(uint16_t)w;
+    case 4: return (double)(int32_t)(uint32_t)w;
+    default: return (double)(int64_t)w;
+  }
+}
+
 typedef struct StatLine {
   int in_dtype, out_dtype, median, weak; /* weak: q a number (its gamma rounded to the dtype, NumPy's weak scalars) */
   int64_t n, in_step, out_step, nq;
@@ -535,7 +551,8 @@ static void stat_line(void *ctx, char *const *p) {
       double v = s->q[j] * (double)(n - 1), prev = floor(v);
       int64_t i = v >= (double)(n - 1) ? n - 1 : (int64_t)prev, k = v >= (double)(n - 1) ? n - 1 : i + 1;
       double a = element(s->in_dtype, p[0] + i * s->in_step), b = element(s->in_dtype, p[0] + k * s->in_step);
-      double gamma = v - prev, t = s->weak ? rnd(d, gamma) : gamma, diff = rnd(d, b - a);
+      double gamma = v - prev, t = s->weak ? rnd(d, gamma) : gamma;
+      double diff = difference(s->in_dtype, p[0] + i * s->in_step, p[0] + k * s->in_step);
       /* NumPy's _lerp: from the nearer end */
       r = gamma >= 0.5 ? rnd(d, b - rnd(d, diff * rnd(d, 1 - t))) : rnd(d, a + rnd(d, diff * t));
     }
@@ -674,6 +691,8 @@ static int l_quantile(lua_State *L) {
   }
   dlp_check_no_more(L, 5, what, "(t, q [, dim [, opts]])");
   lua_settop(L, 4);
+  if (t->dtype == DLP_BOOL) /* NumPy's lerp subtracts booleans, which it refuses */
+    luaL_error(L, "%s: bool tensors are not supported (convert them first)", what);
   int64_t nq = 1;
   int number = 0, q_dtype = -1;
   double *q;
