@@ -1420,6 +1420,7 @@ function C.register(op, env)
   op("equal_allclose", 2, function(S) tests(S, env) end)
   op("exact", 4, function(S) exact(S, env) end)
   require("fuzz.reduce").register(op, env)
+  require("fuzz.sort").register(op, env)
 end
 
 return C

@@ -341,7 +341,7 @@ static int line_dim(lua_State *L, int arg, const dlp_Tensor *t) {
   if (lua_isnoneornil(L, arg)) return ndim - 1;
   if (ndim == 0) {
     lua_Integer d = luaL_checkinteger(L, arg);
-    if (d != 1 && d != -1 && d != 0)
+    if (d != 1 && d != -1)
       luaL_argerror(L, arg, lua_pushfstring(L, "dimension %I out of range (tensor has 0)", d));
     return -1;
   }
