@@ -18,7 +18,8 @@ local R = math.random
 local fmt = G.fmt
 local M = {}
 
-local FNS = { "sort", "argsort", "topk", "cumsum", "cumprod", "softmax", "log_softmax", "median", "quantile" }
+local FNS = { "sort", "argsort", "topk", "cumsum", "cumprod", "softmax", "log_softmax", "median", "quantile",
+  "unique" }
 local OPTS = {
   sort = { descending = "boolean", stable = "boolean", indices = "boolean" },
   argsort = { descending = "boolean", stable = "boolean" },
@@ -26,6 +27,7 @@ local OPTS = {
   cumsum = { dtype = "dtype" }, cumprod = { dtype = "dtype" },
   softmax = { dtype = "dtype" }, log_softmax = { dtype = "dtype" },
   median = { keepdim = "boolean" }, quantile = { keepdim = "boolean" },
+  unique = { return_inverse = "boolean", return_counts = "boolean" },
 }
 
 local function kind(d) return CM.kind(d) end
@@ -132,7 +134,11 @@ local function sort_op(S, env)
   local kt = H.know(env, t)
   local f = method and env.T[fn] or env.dlpack[fn]
   local ok, r1, r2
-  if #extra > 0 then ok, r1, r2 = S:call(desc, f, t.v, extra[1], dim, opts)
+  if fn == "unique" then
+    dim, dimd = nil, "nil"
+    desc = string.format("%s%s(%s%s)", method and "T." or "dlpack.", fn, t.desc, od and (", " .. od) or "")
+    ok, r1, r2 = S:call(desc, f, t.v, opts)
+  elseif #extra > 0 then ok, r1, r2 = S:call(desc, f, t.v, extra[1], dim, opts)
   else ok, r1, r2 = S:call(desc, f, t.v, dim, opts) end
   local function done()
     if type(r1) == "userdata" then pcall(env.T.release, r1) end
@@ -212,6 +218,13 @@ local function sort_op(S, env)
   end
   S:check_note(desc)
   if fn == "median" or fn == "quantile" then return done() end -- dtype and shape: the oracle's
+  if fn == "unique" then
+    local inf = env.info(r1)
+    if not inf or inf.dtype ~= kt.dtype or inf.ndim ~= 1 or inf.numel > model.numel(kt.shape) then
+      S:fail(desc .. ": the values are not a 1-d tensor of the input's dtype, at most as long")
+    end
+    return done()
+  end
   local shape = {}
   for k = 1, #kt.shape do shape[k] = kt.shape[k] end
   if (fn == "cumsum" or fn == "cumprod") and dim == nil then shape = { model.numel(kt.shape) } end

@@ -1257,7 +1257,8 @@ def descending_order(a, axis):
     return np.flip(n - 1 - r, axis)
 
 
-SORTING = ["sort", "argsort", "topk", "cumsum", "cumprod", "softmax", "log_softmax", "median", "quantile"]
+SORTING = ["sort", "argsort", "topk", "cumsum", "cumprod", "softmax", "log_softmax", "median", "quantile",
+           "unique"]
 
 
 def run_sorting(name):
@@ -1357,6 +1358,20 @@ def run_sorting(name):
             def run_lua(a=a, dim=dim, keepdim=keepdim):
                 return H.method("median", to_lua(a), dim, H.opts("keepdim", keepdim))
             tol = "ulp"
+        elif name == "unique":
+            inv, cnt = bool(rng.random() < 0.5), bool(rng.random() < 0.5)
+
+            def run_np(a=a, inv=inv, cnt=cnt):
+                r = np.unique(a, return_inverse=inv, return_counts=cnt)
+                if not (inv or cnt):
+                    return r
+                r = list(r)
+                if inv:
+                    r[1] = (r[1] + 1).astype(np.int64)
+                return tuple(np.asarray(x) for x in r)
+
+            def run_lua(a=a, inv=inv, cnt=cnt):
+                return H.method("unique", to_lua(a), H.opts("return_inverse", inv, "return_counts", cnt))
         else:  # quantile
             if a.size == 0:
                 continue
@@ -1379,7 +1394,7 @@ def run_sorting(name):
         def compare(got, want, tol=tol):
             t = tol(want if not isinstance(want, tuple) else want[0]) if callable(tol) else tol
             if isinstance(want, tuple):
-                return diff(got, want, (t, "exact"))
+                return diff(got, want, (t,) + ("exact",) * (len(want) - 1))
             return diff(got, want, t)
         check(line, desc_call("%s(dim=%s)" % (name, dim), a), run_lua, run_np, compare=compare)
     line.emit()

@@ -730,10 +730,77 @@ static int l_quantile(lua_State *L) {
   return statistic(L, t, 3, keepdim, q, nq, number, number && q_dtype == DLP_FLOAT64 ? -1 : q_dtype, what);
 }
 
+/* ---- unique ---- */
+
+/* Equal as NumPy's unique compares (equal_nan: every NaN is one value; -0.0 equals 0.0). */
+static int same_element(int dtype, const char *pa, const char *pb) {
+  dlp_Scalar a, b;
+  dlp_load(dtype, pa, &a);
+  dlp_load(dtype, pb, &b);
+  if (a.kind == DLP_S_FLOAT) return a.re == b.re || (a.re != a.re && b.re != b.re);
+  return a.kind == DLP_S_UINT ? a.u == b.u : a.i == b.i;
+}
+
+/* unique(t [, opts{return_inverse, return_counts}]): NumPy's over every element: the distinct
+ * values in order (1-D), then the 1-based position in them of each element of t (t's shape) and
+ * how many times each occurs, when asked for, in that order. */
+static int l_unique(lua_State *L) {
+  static const char *const names[] = {"return_inverse", "return_counts", "dim", NULL};
+  const char *what = "dlpack.unique";
+  dlp_Tensor *t = dlp_tensor_check(L, 1);
+  int arg = options(L, 2, names, what), inverse = 0, counts = 0;
+  if (arg) {
+    inverse = flag(L, arg, "return_inverse", 0);
+    counts = flag(L, arg, "return_counts", 0);
+    if (lua_getfield(L, arg, "dim") != LUA_TNIL)
+      luaL_argerror(L, arg, "dim: unique along a dimension is not supported yet (nil: every element)");
+    lua_pop(L, 1);
+  }
+  dlp_check_no_more(L, 3, what, "(t [, opts])");
+  lua_settop(L, 2);
+  check_sortable(L, t, what);
+  DLDevice cpu = {kDLCPU, 0};
+  int64_t n = dlp_numel(t), size = dlp_dtypes[t->dtype].itemsize;
+  dlp_Tensor *flat = dlp_tensor_new(L, t->dtype, 0, cpu, 1, &n, 0, what);
+  dlp_Tensor *sorted = dlp_tensor_new(L, t->dtype, 0, cpu, 1, &n, 0, what);
+  dlp_Tensor *pos = dlp_tensor_new(L, DLP_INT64, 0, cpu, 1, &n, 0, what);
+  dlp_Tensor *inv = inverse ? dlp_tensor_new(L, DLP_INT64, 0, cpu, t->dl.ndim, t->dl.shape, 0, what) : NULL;
+  int inv_idx = lua_gettop(L);
+  dlp_live(L, t, what);
+  dlp_gather(dlp_first_element(flat), t);
+  run_sort(L, flat, 0, 0, n, sorted, pos, what);
+  /* from here on only the module's own tensors are read: allocations may run finalizers */
+  const char *v = dlp_first_element(sorted);
+  int64_t m = 0;
+  for (int64_t i = 0; i < n; i++) m += i == 0 || !same_element(flat->dtype, v + (i - 1) * size, v + i * size);
+  dlp_Tensor *values = dlp_tensor_new(L, flat->dtype, 0, cpu, 1, &m, 0, what);
+  int values_idx = lua_gettop(L);
+  dlp_Tensor *count = counts ? dlp_tensor_new(L, DLP_INT64, 0, cpu, 1, &m, 0, what) : NULL;
+  int count_idx = lua_gettop(L);
+  char *out = dlp_first_element(values);
+  int64_t *c = count ? (int64_t *)(void *)dlp_first_element(count) : NULL;
+  int64_t *where = inv ? (int64_t *)(void *)dlp_first_element(inv) : NULL;
+  const int64_t *p = (const int64_t *)(const void *)dlp_first_element(pos);
+  int64_t g = -1;
+  for (int64_t i = 0; i < n; i++) {
+    if (i == 0 || !same_element(flat->dtype, v + (i - 1) * size, v + i * size)) {
+      g++;
+      memcpy(out + g * size, v + i * size, (size_t)size);
+      if (c) c[g] = 0;
+    }
+    if (c) c[g]++;
+    if (where) where[p[i] - 1] = g + 1; /* the positions are 1-based, row-major in t */
+  }
+  lua_pushvalue(L, values_idx);
+  if (inv) lua_pushvalue(L, inv_idx);
+  if (count) lua_pushvalue(L, count_idx);
+  return 1 + (inv != NULL) + (count != NULL);
+}
+
 void dlp_sort_register(lua_State *L, int module, int methods, int meta) {
   static const luaL_Reg functions[] = {
       {"sort", l_sort}, {"argsort", l_argsort}, {"topk", l_topk}, {"median", l_median}, {"quantile", l_quantile},
-      {NULL, NULL},
+      {"unique", l_unique}, {NULL, NULL},
   };
   (void)meta;
   dlp_register(L, module, functions);
