@@ -499,6 +499,7 @@ int dlp_compute_device(lua_State *L, dlp_Tensor *const *t, int n, const char *wh
 /* ---- sort.c: sort argsort topk median quantile unique; scan.c: cumsum cumprod softmax log_softmax ---- */
 void dlp_sort_register(lua_State *L, int module, int methods, int meta);
 void dlp_scan_register(lua_State *L, int module, int methods, int meta);
+void dlp_norm_register(lua_State *L, int module, int methods, int meta); /* norm.c: linalg.norm */
 
 /* ---- reduce.c: sum prod mean var std min max argmin argmax any all ---- */
 void dlp_reduce_register(lua_State *L, int module, int methods, int meta);

@@ -227,6 +227,7 @@ DLPACK_LUA_API int luaopen_dlpack(lua_State *L) {
   dlp_protocol_register(L, module, methods, meta);
   dlp_cuda_register(L, module);
   dlp_elementwise_register(L, module, methods, meta);
+  dlp_norm_register(L, module, methods, meta);
   dlp_hostapi_register(L);
   state_open(L);
   lua_pushvalue(L, methods);

@@ -135,7 +135,7 @@ local function sort_op(S, env)
   local f = method and env.T[fn] or env.dlpack[fn]
   local ok, r1, r2
   if fn == "unique" then
-    dim, dimd = nil, "nil"
+    dim = nil
     desc = string.format("%s%s(%s%s)", method and "T." or "dlpack.", fn, t.desc, od and (", " .. od) or "")
     ok, r1, r2 = S:call(desc, f, t.v, opts)
   elseif #extra > 0 then ok, r1, r2 = S:call(desc, f, t.v, extra[1], dim, opts)

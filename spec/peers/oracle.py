@@ -1258,7 +1258,7 @@ def descending_order(a, axis):
 
 
 SORTING = ["sort", "argsort", "topk", "cumsum", "cumprod", "softmax", "log_softmax", "median", "quantile",
-           "unique"]
+           "unique", "norm"]
 
 
 def run_sorting(name):
@@ -1358,6 +1358,36 @@ def run_sorting(name):
             def run_lua(a=a, dim=dim, keepdim=keepdim):
                 return H.method("median", to_lua(a), dim, H.opts("keepdim", keepdim))
             tol = "ulp"
+        elif name == "norm":
+            if dt == "float16":  # (NumPy squares and sums float16 in float16; the module's sums use float32)
+                continue
+            matrix = nd == 2 and rng.random() < 0.5
+            if matrix:
+                ord_ = [None, "fro", 1, -1, np.inf, -np.inf][int(rng.integers(6))]
+                axis, dim = None, None
+            else:
+                ord_ = [None, 1, 2, np.inf, -np.inf, 0, 3, 0.5][int(rng.integers(8))]
+                if axis is None and ord_ is not None and nd not in (1, 2):
+                    ord_ = None
+                if axis is None and nd == 2 and ord_ is not None:
+                    axis, dim = 1, 2
+            keepdim = bool(rng.random() < 0.3)
+
+            def run_np(a=a, ord_=ord_, axis=axis, keepdim=keepdim):
+                with np.errstate(all="ignore"):
+                    r = np.linalg.norm(a, ord_, axis, keepdim)
+                return np.asarray(r) if keepdim or axis is not None else r
+
+            def run_lua(a=a, ord_=ord_, dim=dim, keepdim=keepdim):
+                o = float(ord_) if isinstance(ord_, float) else ord_
+                return H.method("norm", to_lua(a), o, dim, keepdim)
+            n_el = max(a.size, 1)
+
+            def tol_of(want, n_el=n_el):
+                w = np.abs(want.astype(np.float64))
+                eps = float(np.finfo(want.dtype).eps)
+                return 8 * (math.log2(n_el + 2) + 2) * eps * w + np.spacing(w)
+            tol = tol_of
         elif name == "unique":
             inv, cnt = bool(rng.random() < 0.5), bool(rng.random() < 0.5)
 
