@@ -84,6 +84,17 @@ if np is not None:
     index = (np.arange(1024 * 1024, dtype=np.int64) * 2654435761) % M4  # run.lua's, 0-based
     report("gather", "numpy", lambda: np.take(fa, index))
     report("take", "numpy", lambda: np.take(fa, index))
+    hashed = ((np.arange(M4, dtype=np.int64) * 2654435761) % 4294967296).astype(np.float32) / 4294967296 - 0.5
+    report("sort_f32", "numpy", lambda: np.sort(hashed))
+    report("sort_f32_indices", "numpy", lambda: np.argsort(hashed, kind="stable"))
+    report("argsort_f32", "numpy", lambda: np.argsort(hashed, kind="stable"))
+    report("cumsum_f32", "numpy", lambda: np.cumsum(fa))
+    logits = fa[:4096 * 1000].reshape(4096, 1000)
+
+    def np_softmax(x):
+        e = np.exp(x - x.max(1, keepdims=True))
+        return e / e.sum(1, keepdims=True)
+    report("softmax_f32", "numpy", lambda: np_softmax(logits))
     ma, mb = fa[:512 * 512].reshape(512, 512).copy(), np.full((512, 512), 0.5, np.float32)
     report("matmul_f32", "numpy", lambda: ma @ mb)
     s1, s2 = np.array([1, 2, 3], np.float32), np.array([4, 5, 6], np.float32)
@@ -117,3 +128,6 @@ if torch is not None:
     report("permute_clone", "torch", lambda: cube.permute(2, 0, 1).contiguous())
     report("clone", "torch", lambda: f32.clone())
     report("make_drop", "torch", lambda: torch.zeros(262144))
+    tlogits = torch.from_numpy(np.tile((np.arange(64, dtype=np.float32) / 16 - 2), 4 * 1024 * 1024 // 64)[:4096 * 1000]
+                               .reshape(4096, 1000).copy())
+    report("softmax_f32", "torch", lambda: torch.softmax(tlogits, 1))

@@ -371,6 +371,31 @@ else
            function(n) for _ = 1, n do dlpack.take(fa, index):release() end end, "numpy", "np.take(a, index)")
 end
 
+-- Sorting and scans: 4M float32 in [-0.5, 0.5) from a multiplicative hash of the index (bench/peers.py
+-- makes the same), and softmax over the last dimension of {4096, 1000}.
+why = lacks("sort", "argsort", "cumsum", "softmax")
+if why then
+  skip_row("dlpack.sort(r, 1, {indices = false}) float32 4M", why)
+else
+  local r = (dlpack.arange(0, M4, "int64") * 2654435761 % 4294967296):to("float32") / 4294967296 - 0.5
+  local values_only = {indices = false}
+  peer_row("sort_f32", "dlpack.sort(r, 1, {indices = false}) float32 4M", 1.2,
+           function(n) for _ = 1, n do local _ = dlpack.sort(r, 1, values_only) end end, "numpy", "np.sort(r)")
+  peer_row("sort_f32_indices", "dlpack.sort(r) values and indices, float32 4M", 1.0,
+           function(n) for _ = 1, n do local _ = dlpack.sort(r) end end, "numpy", "np.argsort(r, kind='stable')")
+  peer_row("argsort_f32", "dlpack.argsort(r) float32 4M", 1.0,
+           function(n) for _ = 1, n do local _ = dlpack.argsort(r) end end, "numpy", "np.argsort(r, kind='stable')")
+  peer_row("cumsum_f32", "dlpack.cumsum(a, 1) float32 4M", 1.2,
+           function(n) for _ = 1, n do local _ = dlpack.cumsum(fa, 1) end end, "numpy", "np.cumsum(a)")
+  local logits = fa:narrow(1, 1, 4096 * 1000):view(4096, 1000)
+  peer_row("softmax_f32", "dlpack.softmax(x, 2) {4096, 1000} float32", 1.2,
+           function(n) for _ = 1, n do local _ = dlpack.softmax(logits, 2) end end, "torch",
+           "torch.softmax(x, 1), one thread")
+  peer_row("softmax_f32", "  the same vs NumPy", 1.0,
+           function(n) for _ = 1, n do local _ = dlpack.softmax(logits, 2) end end, "numpy",
+           "e = np.exp(x - x.max(1, keepdims=True)); e / e.sum(1, keepdims=True)")
+end
+
 why = lacks("matmul")
 if why then
   skip_row("dlpack.matmul(a, b) float32 512x512", why)

@@ -95,6 +95,15 @@ def randint(g, lo, hi, n):
     return out
 
 
+def randperm(g, n):
+    """randperm(n): Fisher-Yates from the end, each j drawn as randint(0, i + 1) draws it."""
+    p = list(range(n))
+    for i in range(n - 1, 0, -1):
+        j = randint(g, 0, i + 1, 1)[0]
+        p[i], p[j] = p[j], p[i]
+    return [v + 1 for v in p]
+
+
 def f32(x):
     return struct.unpack("f", struct.pack("f", x))[0]
 
@@ -146,3 +155,5 @@ if __name__ == "__main__":
     # a range that rejects about half the draws: 2^63 + 1 values (threshold 2^63 - 1)
     g = Xoshiro256ss(5)
     print("seed 5, randint(-2^63, 1) x6:", lua(randint(g, -2 ** 63, 1, 6), "%d"))
+    g = Xoshiro256ss(9)
+    print("seed 9, randperm(12):", lua(randperm(g, 12), "%d"))

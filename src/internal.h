@@ -418,6 +418,10 @@ typedef void (*dlp_IterLoop)(void *ctx, char *const *data, const int64_t *steps,
 void dlp_iter_init(dlp_Iter *it, int nops, int ndim, const int64_t *shape, char *const *data,
                    const int64_t (*strides)[DLP_MAX_NDIM], int reorder);
 void dlp_iter_run(const dlp_Iter *it, dlp_IterLoop loop, void *ctx);
+/* Call fn once per line along dimension dim (0-based) of the nops tensors (the same shape but
+ * along dim, where each may have its own size): p[k] is where operand k's line starts (host memory). */
+typedef void (*dlp_LineFn)(void *ctx, char *const *p);
+void dlp_each_line(int nops, const dlp_Tensor *const *t, int dim, dlp_LineFn fn, void *ctx);
 /* The broadcast shape of n shapes (NumPy's rule); raises naming the two shapes that differ. */
 int dlp_broadcast_shapes(lua_State *L, int n, const dlp_Tensor *const *tensors, int64_t *shape, const char *what);
 /* t's byte strides for walking it as `shape` (its own shape aligned at the last dimension): 0
@@ -497,6 +501,11 @@ void dlp_read_compute_options(lua_State *L, int arg, unsigned allowed, dlp_Compu
  * naming both (nothing is copied behind the script's back); host tensors must be readable by the
  * CPU; CUDA must be available. */
 int dlp_compute_device(lua_State *L, dlp_Tensor *const *t, int n, const char *what);
+
+/* ---- sort.c: sort argsort topk median quantile unique; scan.c: cumsum cumprod softmax log_softmax ---- */
+void dlp_sort_register(lua_State *L, int module, int methods, int meta);
+void dlp_scan_register(lua_State *L, int module, int methods, int meta);
+void dlp_norm_register(lua_State *L, int module, int methods, int meta); /* norm.c: linalg.norm */
 
 /* ---- reduce.c: sum prod mean var std min max argmin argmax any all ---- */
 void dlp_reduce_register(lua_State *L, int module, int methods, int meta);

@@ -223,11 +223,14 @@ DLPACK_LUA_API int luaopen_dlpack(lua_State *L) {
   dlp_copy_register(L, methods);
   dlp_format_register(L, module, methods, meta);
   dlp_reduce_register(L, module, methods, meta);
+  dlp_sort_register(L, module, methods, meta);
+  dlp_scan_register(L, module, methods, meta);
   dlp_capsule_register(L, module);
   dlp_protocol_register(L, module, methods, meta);
   dlp_cuda_register(L, module);
   dlp_elementwise_register(L, module, methods, meta);
   dlp_shape_register(L, module, methods, meta); /* after the functions it calls */
+  dlp_norm_register(L, module, methods, meta);
   dlp_hostapi_register(L);
   dlp_npy_register(L, module);
   state_open(L);

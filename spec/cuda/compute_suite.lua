@@ -334,6 +334,18 @@ describe("computing on CUDA tensors", function()
     raises(function() return dlpack.add(d, d, {out = h}) end, "operands on different devices: cuda:0 and cpu")
     raises(function() return dlpack.lt(dlpack.zeros({2}, "complex64", "cuda:0"), 1) end,
            "lt: complex64 is not supported (complex numbers have no order)")
+    local s = dlpack.tensor({3, 1, 2}, "float32"):to("cuda:0") -- sorting, scans and statistics: the host only
+    for _, call in ipairs({function() return s:sort() end, function() return s:argsort() end,
+                           function() return s:topk(1) end, function() return s:cumsum(1) end,
+                           function() return s:cumprod() end, function() return s:softmax(1) end,
+                           function() return s:log_softmax(1) end, function() return s:median() end,
+                           function() return s:quantile(0.5) end, function() return s:unique() end,
+                           function() return s:shuffle() end}) do
+      raises(call, 'does not run on CUDA devices yet (copy to the host with t:to("cpu"))')
+    end
+    local perm = dlpack.randperm(3, "int64", "cuda:0") -- drawn on the host, copied to the device
+    assert.are.equal("cuda:0", tostring(perm.device))
+    assert.are.same({1, 2, 3}, (host(perm):sort()):totable())
     for _, dtype in ipairs({"int8", "uint16", "int64"}) do -- zero divisors and negative exponents, on the device
       local i = dlpack.tensor({1, 2, 3}, dtype):to("cuda:0")
       local z = dlpack.tensor({{3, 2, 1}, {1, 0, 1}}, dtype):to("cuda:0")

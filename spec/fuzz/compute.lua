@@ -1427,6 +1427,7 @@ function C.register(op, env)
   op("exact", 4, function(S) exact(S, env) end)
   require("fuzz.reduce").register(op, env)
   require("fuzz.index").register(op, env)
+  require("fuzz.sort").register(op, env)
 end
 
 return C

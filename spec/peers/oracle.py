@@ -120,6 +120,11 @@ function H.has_operator(name) return ops[name] ~= nil end
 function H.operator(name, a, b) return ops[name](a, b) end
 function H.list(...) return {...} end
 function H.field(t, k) return t[k] end
+function H.opts(...) -- H.opts("name", value, ...): an options table (nil values left out)
+  local t, a = {}, {...}
+  for i = 1, select("#", ...), 2 do if a[i + 1] ~= nil then t[a[i]] = a[i + 1] end end
+  return t
+end
 -- two views of t, an input and an out that overlap: 0 out one element behind the input, 1 out one
 -- element ahead, 2 out the input reversed, 3 t and t reversed
 function H.overlap(t, kind)
@@ -1274,6 +1279,189 @@ def run_reduction(spec):
     line.emit()
 
 
+# ---- sorting, scans and statistics ------------------------------------------------------
+
+def descending_order(a, axis):
+    """Positions of a stable descending sort along axis, NaN first (torch's order): the reversed
+    ascending stable sort of the reversed array."""
+    n = a.shape[axis]
+    r = np.argsort(np.flip(a, axis), axis=axis, kind="stable")
+    return np.flip(n - 1 - r, axis)
+
+
+SORTING = ["sort", "argsort", "topk", "cumsum", "cumprod", "softmax", "log_softmax", "median", "quantile",
+           "unique", "norm"]
+
+
+def run_sorting(name):
+    rng = rng_for(name)
+    title = "%s: every real dtype and layout, along each dimension" % name
+    reason = missing(name)
+    if reason:
+        skip(title, reason)
+        return
+    line = Line(title)
+    for k in range(6 * len(DTYPES)):
+        dt = DTYPES[k % 12]
+        needs_dim = name in ("sort", "argsort", "topk", "softmax", "log_softmax")
+        shape = rand_shape(rng, min_nd=1 if needs_dim else 0)
+        domain = "tiny" if name == "cumprod" else None
+        a = operand(rng, dt, shape, LAYOUTS[int(rng.integers(5))], domain)
+        nd = a.ndim
+        axis = int(rng.integers(nd)) if nd else None
+        if nd and not needs_dim and rng.random() < 0.3:
+            axis = None
+        dim = None if axis is None else (axis + 1 if rng.random() < 0.7 else axis - nd)
+        opts, tol = None, "exact"
+        if name in ("sort", "argsort"):
+            desc = bool(rng.random() < 0.4)
+            opts = H.opts("descending", desc) if desc else None
+
+            def run_np(a=a, axis=axis, desc=desc):
+                idx = descending_order(a, axis) if desc else np.argsort(a, axis=axis, kind="stable")
+                pos = (idx + 1).astype(np.int64)
+                return (np.take_along_axis(a, idx, axis), pos) if name == "sort" else pos
+
+            def run_lua(a=a, dim=dim, opts=opts):
+                return H.method(name, to_lua(a), dim, opts)
+        elif name == "topk":
+            n = a.shape[axis]
+            kk = int(rng.integers(0, n + 1))
+            largest = bool(rng.random() < 0.6)
+            if rng.random() < 0.05:
+                kk = n + 1
+
+            def run_np(a=a, axis=axis, kk=kk, largest=largest):
+                if kk > a.shape[axis]:
+                    raise ValueError("k out of range")
+                idx = descending_order(a, axis) if largest else np.argsort(a, axis=axis, kind="stable")
+                idx = np.take(idx, np.arange(kk), axis=axis)
+                return np.take_along_axis(a, idx, axis), (idx + 1).astype(np.int64)
+
+            def run_lua(a=a, dim=dim, kk=kk, largest=largest):
+                return H.method("topk", to_lua(a), kk, dim, H.opts("largest", largest))
+        elif name in ("cumsum", "cumprod"):
+            fn = np.cumsum if name == "cumsum" else np.cumprod
+            dtype = None
+            if rng.random() < 0.25:  # (a float's inf or NaN into int32 converts as copy does: not here)
+                dtype = ["float64", "int32" if dt not in FLOATS else "float64", "float32"][k % 3]
+            if axis is None and nd == 0:
+                dim = None
+
+            def run_np(a=a, axis=axis, dtype=dtype, fn=fn):
+                with np.errstate(all="ignore"):
+                    return fn(a, axis=axis, dtype=dtype)
+
+            def run_lua(a=a, dim=dim, dtype=dtype):
+                return H.method(name, to_lua(a), dim, H.opts("dtype", dtype) if dtype else None)
+        elif name in ("softmax", "log_softmax"):
+            out = dt if dt in FLOATS else "float32"
+
+            def run_np(a=a, axis=axis, out=out):
+                x = a.astype(out).astype(np.float64)  # torch: the input in the result's dtype first
+                if x.size == 0:  # (NumPy's max raises; torch's softmax gives the empty result)
+                    return x.astype(out)
+                with np.errstate(all="ignore"):
+                    m = np.max(x, axis=axis, keepdims=True)
+                    e = np.exp(x - m)
+                    s = np.sum(e, axis=axis, keepdims=True)
+                    r = (x - m) - np.log(s) if name == "log_softmax" else e / s
+                return r.astype(out)
+
+            def run_lua(a=a, dim=dim):
+                return H.method(name, to_lua(a), dim)
+            eps = float(np.finfo(out).eps)
+
+            def tol_of(want, eps=eps):  # x - max is rounded to the dtype: eps * |x - max| more
+                w = np.abs(want.astype(np.float64))
+                with np.errstate(all="ignore"):
+                    spread = np.where(w > 0, np.abs(np.log(np.where(w > 0, w, 1))), 0) if name == "softmax" else w
+                return 16 * eps * (w * (1 + spread) + (1 if name == "log_softmax" else 0)) + 1e-37
+            tol = tol_of
+        elif name == "median":
+            keepdim = bool(rng.random() < 0.3)
+
+            def run_np(a=a, axis=axis, keepdim=keepdim):
+                with np.errstate(all="ignore"), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    r = np.median(a, axis=axis, keepdims=keepdim)
+                return np.asarray(r) if keepdim or axis is not None else r[()]
+
+            def run_lua(a=a, dim=dim, keepdim=keepdim):
+                return H.method("median", to_lua(a), dim, H.opts("keepdim", keepdim))
+            tol = "ulp"
+        elif name == "norm":
+            if dt == "float16":  # (NumPy squares and sums float16 in float16; the module's sums use float32)
+                continue
+            matrix = nd == 2 and rng.random() < 0.5
+            if matrix:
+                ord_ = [None, "fro", 1, -1, np.inf, -np.inf][int(rng.integers(6))]
+                axis, dim = None, None
+            else:
+                ord_ = [None, 1, 2, np.inf, -np.inf, 0, 3, 0.5][int(rng.integers(8))]
+                if axis is None and ord_ is not None and nd not in (1, 2):
+                    ord_ = None
+                if axis is None and nd == 2 and ord_ is not None:
+                    axis, dim = 1, 2
+            keepdim = bool(rng.random() < 0.3)
+
+            def run_np(a=a, ord_=ord_, axis=axis, keepdim=keepdim):
+                with np.errstate(all="ignore"):
+                    r = np.linalg.norm(a, ord_, axis, keepdim)
+                return np.asarray(r) if keepdim or axis is not None else r
+
+            def run_lua(a=a, ord_=ord_, dim=dim, keepdim=keepdim):
+                o = float(ord_) if isinstance(ord_, float) else ord_
+                return H.method("norm", to_lua(a), o, dim, keepdim)
+            n_el = max(a.size, 1)
+
+            def tol_of(want, n_el=n_el):
+                w = np.abs(want.astype(np.float64))
+                eps = float(np.finfo(want.dtype).eps)
+                return 8 * (math.log2(n_el + 2) + 2) * eps * w + np.spacing(w)
+            tol = tol_of
+        elif name == "unique":
+            inv, cnt = bool(rng.random() < 0.5), bool(rng.random() < 0.5)
+
+            def run_np(a=a, inv=inv, cnt=cnt):
+                r = np.unique(a, return_inverse=inv, return_counts=cnt)
+                if not (inv or cnt):
+                    return r
+                r = list(r)
+                if inv:
+                    r[1] = (r[1] + 1).astype(np.int64)
+                return tuple(np.asarray(x) for x in r)
+
+            def run_lua(a=a, inv=inv, cnt=cnt):
+                return H.method("unique", to_lua(a), H.opts("return_inverse", inv, "return_counts", cnt))
+        else:  # quantile
+            if a.size == 0:
+                continue
+            if axis is not None and a.shape[axis] == 0:
+                continue
+            q = float(rng.random()) if rng.random() < 0.6 else [float(x) for x in rng.random(int(rng.integers(1, 4)))]
+            keepdim = bool(rng.random() < 0.3)
+
+            def run_np(a=a, axis=axis, q=q, keepdim=keepdim):
+                with np.errstate(all="ignore"), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    r = np.quantile(a, q, axis=axis, keepdims=keepdim)
+                return np.asarray(r) if keepdim or axis is not None or np.ndim(r) else np.asarray(r)[()]
+
+            def run_lua(a=a, dim=dim, q=q, keepdim=keepdim):
+                return H.method("quantile", to_lua(a), H.list(*q) if isinstance(q, list) else q, dim,
+                                H.opts("keepdim", keepdim))
+            tol = "ulp"
+
+        def compare(got, want, tol=tol):
+            t = tol(want if not isinstance(want, tuple) else want[0]) if callable(tol) else tol
+            if isinstance(want, tuple):
+                return diff(got, want, (t,) + ("exact",) * (len(want) - 1))
+            return diff(got, want, t)
+        check(line, desc_call("%s(dim=%s)" % (name, dim), a), run_lua, run_np, compare=compare)
+    line.emit()
+
+
 # ---- matmul and dot, cat, stack, flip, equal, allclose ---------------------------------
 
 def matmul_shapes(rng):
@@ -2238,6 +2426,7 @@ def run(only=()):
     jobs += [("clamp", lambda _: run_clamp(), None), ("where", lambda _: run_where(), None),
              ("masked_fill", lambda _: run_masked_fill(), None)]
     jobs += [(spec[0], run_reduction, spec) for spec in REDUCTIONS]
+    jobs += [(n, run_sorting, n) for n in SORTING]
     jobs += [(n, run_matmul, n) for n in ("matmul", "dot")] + [(n, run_cat_stack, n) for n in ("cat", "stack")]
     jobs += [("flip", lambda _: run_flip(), None)] + [(n, run_equal_allclose, n) for n in ("equal", "allclose")]
     jobs += [("complex", lambda _: run_complex(), None), ("attack", lambda _: run_attack(), None)]

@@ -131,3 +131,35 @@ void dlp_iter_run(const dlp_Iter *it, dlp_IterLoop loop, void *ctx) {
     if (i < 0) return;
   }
 }
+
+/* Lines along one dimension: the engine walks the operands with that dimension's size set to 1,
+ * and each element it visits starts a line (line functions: sort, scans, softmax). */
+typedef struct LineWalk {
+  dlp_LineFn fn;
+  void *ctx;
+  int nops;
+} LineWalk;
+
+static void line_loop(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
+  const LineWalk *w = ctx;
+  char *p[DLP_ITER_MAX_OPS];
+  for (int64_t i = 0; i < n; i++) {
+    for (int op = 0; op < w->nops; op++) p[op] = data[op] + i * steps[op];
+    w->fn(w->ctx, p);
+  }
+}
+
+void dlp_each_line(int nops, const dlp_Tensor *const *t, int dim, dlp_LineFn fn, void *ctx) {
+  int64_t shape[DLP_MAX_NDIM], st[DLP_ITER_MAX_OPS][DLP_MAX_NDIM];
+  char *data[DLP_ITER_MAX_OPS];
+  int ndim = t[0]->dl.ndim;
+  for (int i = 0; i < ndim; i++) {
+    shape[i] = i == dim ? 1 : t[0]->dl.shape[i];
+    for (int op = 0; op < nops; op++) st[op][i] = dlp_walk_stride(t[op], i);
+  }
+  for (int op = 0; op < nops; op++) data[op] = dlp_first_element(t[op]);
+  LineWalk w = {fn, ctx, nops};
+  dlp_Iter it;
+  dlp_iter_init(&it, nops, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])st, 1);
+  dlp_iter_run(&it, line_loop, &w);
+}

@@ -253,10 +253,82 @@ static int l_randint(lua_State *L) {
   return 1;
 }
 
+/* A random permutation of 0..n-1 into perm: Fisher-Yates from the end (for i from n - 1 down to
+ * 1, swap perm[i] with perm[j], j = below(i + 1)), so that the same seed gives the same order
+ * everywhere. */
+static void permutation(Generator *g, int64_t *perm, int64_t n) {
+  for (int64_t i = 0; i < n; i++) perm[i] = i;
+  for (int64_t i = n - 1; i > 0; i--) {
+    int64_t j = (int64_t)below(g, (uint64_t)i + 1), v = perm[i];
+    perm[i] = perm[j];
+    perm[j] = v;
+  }
+}
+
+/* dlpack.randperm(n [, dtype [, device]]): 1..n in a random order (torch7's 1-based habit), int64
+ * by default; an integer dtype that holds n. Drawn on the host, then copied to a CUDA device. */
+static int l_randperm(lua_State *L) {
+  const char *what = "dlpack.randperm";
+  int64_t n = check_bound(L, 1, "n"), min, max;
+  dlp_check_no_more(L, 4, what, "n, a dtype and a device");
+  int dtype = dlp_opt_dtype(L, 2, DLP_INT64);
+  DLDevice device = random_device(L, 3), cpu = {kDLCPU, 0};
+  if (n < 0) return luaL_argerror(L, 1, "n must not be negative");
+  if (dtype == DLP_BOOL || dtype > DLP_UINT64)
+    return luaL_argerror(L, 2, lua_pushfstring(L, "%s makes integers, not %s", what, dlp_dtypes[dtype].name));
+  integer_limits(dtype, &min, &max);
+  if (n > max) return luaL_error(L, "%s: %I does not fit %s", what, (lua_Integer)n, dlp_dtypes[dtype].name);
+  Generator *g = generator(L);
+  dlp_Tensor *perm = dlp_tensor_new(L, DLP_INT64, 0, cpu, 1, &n, 0, what);
+  dlp_Tensor *t = dlp_tensor_new(L, dtype, 0, cpu, 1, &n, 0, what);
+  int64_t *p = (int64_t *)(void *)dlp_first_element(perm);
+  permutation(g, p, n);
+  for (int64_t i = 0; i < n; i++) p[i] += 1;
+  dlp_row_function(dtype, DLP_INT64)(dlp_first_element(t), dlp_dtypes[dtype].itemsize, (const char *)p, 8, n);
+  if (device.device_type != kDLCPU) {
+    dlp_Tensor *d = dlp_tensor_new(L, dtype, 0, device, 1, &n, 0, what);
+    dlp_copy(L, d, t, NULL, what);
+  }
+  return 1;
+}
+
+/* dlpack.shuffle(t) and t:shuffle(): a new contiguous tensor holding t's slices along dim 1 in
+ * the order of a random permutation drawn as randperm's (NumPy's random.permutation; t is left
+ * as it is). */
+static int l_shuffle(lua_State *L) {
+  const char *what = "dlpack.shuffle";
+  dlp_Tensor *t = dlp_tensor_check(L, 1);
+  dlp_check_no_more(L, 2, what, "a tensor");
+  if (t->dl.ndim == 0) return luaL_argerror(L, 1, "a 0-d tensor has no dimension to shuffle");
+  if (t->dl.device.device_type == kDLCUDA)
+    return luaL_error(L, "%s: does not run on CUDA devices yet (copy to the host with t:to(\"cpu\"))", what);
+  dlp_check_host(L, t, what);
+  DLDevice cpu = {kDLCPU, 0};
+  int64_t n = t->dl.shape[0], numel = dlp_numel(t), m = numel == 0 ? 0 : n;
+  Generator *g = generator(L);
+  dlp_Tensor *perm = dlp_tensor_new(L, DLP_INT64, 0, cpu, 1, &m, 0, what);
+  dlp_Tensor *src = dlp_tensor_new(L, t->dtype, 0, cpu, t->dl.ndim, t->dl.shape, 0, what);
+  dlp_Tensor *r = dlp_tensor_new(L, t->dtype, 0, cpu, t->dl.ndim, t->dl.shape, 0, what);
+  dlp_live(L, t, what);
+  if (numel > 0) {
+    int64_t *p = (int64_t *)(void *)dlp_first_element(perm);
+    size_t slice = (size_t)(numel / n) * dlp_dtypes[t->dtype].itemsize;
+    permutation(g, p, n);
+    dlp_gather(dlp_first_element(src), t); /* row-major: slice k at k * slice */
+    for (int64_t k = 0; k < n; k++)
+      memcpy(dlp_first_element(r) + (size_t)k * slice, dlp_first_element(src) + (size_t)p[k] * slice, slice);
+  }
+  (void)r;
+  return 1;
+}
+
 void dlp_random_register(lua_State *L, int module, int methods, int meta) {
   static const luaL_Reg functions[] = {
-    {"rand", l_rand}, {"randn", l_randn}, {"randint", l_randint}, {"manual_seed", l_manual_seed}, {NULL, NULL},
+    {"rand", l_rand}, {"randn", l_randn}, {"randint", l_randint}, {"manual_seed", l_manual_seed},
+    {"randperm", l_randperm}, {"shuffle", l_shuffle}, {NULL, NULL},
   };
-  (void)methods, (void)meta;
+  static const luaL_Reg tensor_methods[] = {{"shuffle", l_shuffle}, {NULL, NULL}};
+  (void)meta;
   dlp_register(L, module, functions);
+  dlp_register(L, methods, tensor_methods);
 }

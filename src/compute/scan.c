@@ -1,0 +1,422 @@
+/* Scans and softmax along one dimension: cumsum cumprod (NumPy's accumulate: integers and bools
+ * in int64, unsigned integers in uint64, unless dtype= says otherwise; each step rounded to the
+ * result's dtype, as NumPy's float16 loop does) and softmax log_softmax (torch's: a float result,
+ * the line's maximum subtracted before exp, so that no exp overflows).
+ *
+ * A line is converted into the result's memory (or a scratch line) in the dtype the scan runs
+ * in, and scanned there in place. out= gets the result through a copy, so that it may alias the
+ * input. */
+#include <math.h>
+#include <string.h>
+
+#include "compute/ops.h"
+#include "internal.h"
+
+enum { K_BOOL, K_UINT, K_INT, K_FLOAT, K_COMPLEX }; /* dlp_dtype_kind */
+
+/* ---- scans in place: n elements of the result's dtype, step bytes apart ---- */
+
+#define SCAN_LOOP(T, combine)                     \
+  do {                                            \
+    T acc;                                        \
+    memcpy(&acc, p, sizeof acc);                  \
+    for (int64_t i = 1; i < n; i++) {             \
+      T x;                                        \
+      memcpy(&x, p + i * step, sizeof x);         \
+      acc = (T)(combine);                         \
+      memcpy(p + i * step, &acc, sizeof acc);     \
+    }                                             \
+  } while (0)
+
+static float half_value(int dtype, uint16_t h) {
+  return dtype == DLP_FLOAT16 ? dlp_half_to_float(h) : dlp_bfloat_to_float(h);
+}
+static uint16_t half_round(int dtype, float f) {
+  return dtype == DLP_FLOAT16 ? dlp_half_from_double(f) : dlp_bfloat_from_double(f);
+}
+
+static void scan_in_place(int dtype, int prod, char *p, int64_t step, int64_t n) {
+  if (n < 2) return;
+  switch (dtype) {
+    case DLP_BOOL:
+      if (prod) SCAN_LOOP(uint8_t, acc && x);
+      else SCAN_LOOP(uint8_t, acc || x);
+      break;
+    case DLP_INT8: case DLP_UINT8:
+      if (prod) SCAN_LOOP(uint8_t, (unsigned)acc * x);
+      else SCAN_LOOP(uint8_t, acc + x);
+      break;
+    case DLP_INT16: case DLP_UINT16:
+      if (prod) SCAN_LOOP(uint16_t, (unsigned)acc * x);
+      else SCAN_LOOP(uint16_t, acc + x);
+      break;
+    case DLP_INT32: case DLP_UINT32:
+      if (prod) SCAN_LOOP(uint32_t, acc * x);
+      else SCAN_LOOP(uint32_t, acc + x);
+      break;
+    case DLP_INT64: case DLP_UINT64:
+      if (prod) SCAN_LOOP(uint64_t, acc * x);
+      else SCAN_LOOP(uint64_t, acc + x);
+      break;
+    case DLP_FLOAT16: case DLP_BFLOAT16: {
+      uint16_t acc;
+      memcpy(&acc, p, 2);
+      for (int64_t i = 1; i < n; i++) {
+        uint16_t x;
+        memcpy(&x, p + i * step, 2);
+        float a = half_value(dtype, acc), b = half_value(dtype, x);
+        acc = half_round(dtype, prod ? a * b : a + b);
+        memcpy(p + i * step, &acc, 2);
+      }
+      break;
+    }
+    case DLP_FLOAT32:
+      if (prod) SCAN_LOOP(float, acc * x);
+      else SCAN_LOOP(float, acc + x);
+      break;
+    case DLP_FLOAT64:
+      if (prod) SCAN_LOOP(double, acc * x);
+      else SCAN_LOOP(double, acc + x);
+      break;
+    case DLP_COMPLEX64: {
+      float acc[2], x[2];
+      memcpy(acc, p, 8);
+      for (int64_t i = 1; i < n; i++) {
+        memcpy(x, p + i * step, 8);
+        if (prod) dlp_cmul_f32(&acc[0], &acc[1], x[0], x[1]);
+        else acc[0] += x[0], acc[1] += x[1];
+        memcpy(p + i * step, acc, 8);
+      }
+      break;
+    }
+    default: { /* complex128 */
+      double acc[2], x[2];
+      memcpy(acc, p, 16);
+      for (int64_t i = 1; i < n; i++) {
+        memcpy(x, p + i * step, 16);
+        if (prod) dlp_cmul_f64(&acc[0], &acc[1], x[0], x[1]);
+        else acc[0] += x[0], acc[1] += x[1];
+        memcpy(p + i * step, acc, 16);
+      }
+    }
+  }
+}
+#undef SCAN_LOOP
+
+typedef struct ScanLine {
+  int dtype, prod;
+  int64_t n, in_step, out_step;
+  dlp_RowFn convert;
+} ScanLine;
+
+static void scan_line(void *ctx, char *const *p) {
+  const ScanLine *s = ctx;
+  s->convert(p[1], s->out_step, p[0], s->in_step, s->n);
+  scan_in_place(s->dtype, s->prod, p[1], s->out_step, s->n);
+}
+
+/* ---- arguments ---- */
+
+/* The dimension at arg, 0-based (-1: a 0-d tensor, one line of one element). */
+static int line_dim(lua_State *L, int arg, const dlp_Tensor *t) {
+  if (t->dl.ndim == 0) {
+    lua_Integer d = luaL_checkinteger(L, arg);
+    if (d != 1 && d != -1)
+      luaL_argerror(L, arg, lua_pushfstring(L, "dimension %I out of range (tensor has 0)", d));
+    return -1;
+  }
+  return dlp_check_dim(L, arg, t->dl.ndim, 0);
+}
+
+/* The result tensor: a new contiguous one of t's shape, or shape {n} (cumsum without dim). */
+static dlp_Tensor *new_result(lua_State *L, const dlp_Tensor *t, int flat, int dtype, const char *what) {
+  DLDevice cpu = {kDLCPU, 0};
+  int64_t n = dlp_numel(t);
+  if (flat) return dlp_tensor_new(L, dtype, 0, cpu, 1, &n, 0, what);
+  return dlp_tensor_new(L, dtype, 0, cpu, t->dl.ndim, t->dl.shape, 0, what);
+}
+
+/* Raise unless out has the result's shape; copy r into it (converting, overlap-safe). */
+static void into_out(lua_State *L, int out_idx, int r_idx, const char *what) {
+  dlp_Tensor *out = dlp_tensor_check(L, out_idx), *r = dlp_tensor_check(L, r_idx);
+  int same = out->dl.ndim == r->dl.ndim;
+  for (int i = 0; same && i < r->dl.ndim; i++) same = out->dl.shape[i] == r->dl.shape[i];
+  if (!same) {
+    const char *want = dlp_push_shape(L, r->dl.ndim, r->dl.shape);
+    luaL_error(L, "%s: out has shape %s, the result has shape %s", what,
+               dlp_push_shape(L, out->dl.ndim, out->dl.shape), want);
+  }
+  dlp_check_host(L, out, what);
+  dlp_check_writable(L, out, what);
+  if (!dlp_can_cast_same_kind(r->dtype, out->dtype))
+    luaL_error(L, "%s: cannot write the %s result into out of dtype %s", what, dlp_dtypes[r->dtype].name,
+               dlp_dtypes[out->dtype].name);
+  dlp_copy(L, out, r, NULL, what);
+  lua_pushvalue(L, out_idx);
+}
+
+static void check_cpu(lua_State *L, const dlp_Tensor *t, const char *what) {
+  if (t->dl.device.device_type == kDLCUDA)
+    luaL_error(L, "%s: does not run on CUDA devices yet (copy to the host with t:to(\"cpu\"))", what);
+  dlp_check_host(L, t, what);
+  dlp_check_computes(L, t->dtype, what);
+}
+
+/* cumsum(t [, dim [, opts{dtype, out}]]) and cumprod: dim nil scans the elements in row-major
+ * order into a 1-D result, as NumPy's axis=None. */
+static int scan(lua_State *L, int prod, const char *what) {
+  dlp_ComputeOptions o;
+  dlp_Tensor *t = dlp_tensor_check(L, 1);
+  if (lua_istable(L, 2) && lua_isnoneornil(L, 3)) {
+    lua_settop(L, 2);
+    lua_pushnil(L);
+    lua_insert(L, 2);
+  }
+  dlp_check_no_more(L, 4, what, "(t [, dim [, opts]])");
+  lua_settop(L, 3);
+  dlp_read_compute_options(L, 3, DLP_COPT_DTYPE | DLP_COPT_OUT, &o, what); /* pushes out */
+  int out_idx = o.out;
+  int flat = lua_isnoneornil(L, 2);
+  int dim = flat ? 0 : line_dim(L, 2, t);
+  check_cpu(L, t, what);
+  int dtype = o.dtype;
+  if (dtype < 0) {
+    int kind = dlp_dtype_kind(t->dtype);
+    dtype = kind == K_BOOL || kind == K_INT ? DLP_INT64 : kind == K_UINT ? DLP_UINT64 : t->dtype;
+  }
+  if (!dlp_row_function(dtype, t->dtype))
+    luaL_error(L, "%s: %s does not convert to %s", what, dlp_dtypes[t->dtype].name, dlp_dtypes[dtype].name);
+  if (flat && t->dl.ndim != 1) { /* row-major order: a contiguous copy, scanned as one line */
+    dlp_clone(L, 1, t->dtype, t->dl.device, NULL, what);
+    lua_replace(L, 1);
+    t = dlp_tensor_check(L, 1);
+  }
+  dlp_Tensor *r = new_result(L, t, flat, dtype, what);
+  int r_idx = lua_gettop(L);
+  dlp_live(L, t, what);
+  ScanLine s = {dtype, prod, 1, 0, 0, dlp_row_function(dtype, t->dtype)};
+  if (flat) {
+    s.n = dlp_numel(t);
+    s.in_step = t->dl.ndim == 1 ? dlp_walk_stride(t, 0) : dlp_dtypes[t->dtype].itemsize;
+    s.out_step = dlp_dtypes[dtype].itemsize;
+    char *p[2] = {dlp_first_element(t), dlp_first_element(r)};
+    if (s.n > 0) scan_line(&s, p);
+  } else if (dim < 0) {
+    char *p[2] = {dlp_first_element(t), dlp_first_element(r)};
+    scan_line(&s, p);
+  } else {
+    const dlp_Tensor *ops[2] = {t, r};
+    s.n = t->dl.shape[dim];
+    s.in_step = dlp_walk_stride(t, dim);
+    s.out_step = dlp_walk_stride(r, dim);
+    dlp_each_line(2, ops, dim, scan_line, &s);
+  }
+  if (out_idx) into_out(L, out_idx, r_idx, what);
+  return 1;
+}
+
+static int l_cumsum(lua_State *L) { return scan(L, 0, "dlpack.cumsum"); }
+static int l_cumprod(lua_State *L) { return scan(L, 1, "dlpack.cumprod"); }
+
+/* ---- softmax ---- */
+
+/* exp for float32 in a form the vectoriser takes (Cephes' expf: a degree-5 polynomial on
+ * x - n ln 2, |x - n ln 2| <= ln 2 / 2, scaled by 2^n through the exponent bits; within 2 ulp).
+ * Beyond its range: 0 below -87.33 (the float32 denormals are not produced), inf above 88.72. */
+static inline float exp_f32(float x) {
+  float c = x < -87.33654f ? -87.33654f : x > 88.3762626647949f ? 88.3762626647949f : x;
+  float t = c * 1.44269504088896341f + 12582912.0f; /* round(c / ln 2) in the low mantissa bits */
+  float n = t - 12582912.0f;
+  float r = c - n * 0.693359375f - n * -2.12194440e-4f;
+  float q = 1.9875691500e-4f;
+  q = q * r + 1.3981999507e-3f;
+  q = q * r + 8.3334519073e-3f;
+  q = q * r + 4.1665795894e-2f;
+  q = q * r + 1.6666665459e-1f;
+  q = q * r + 5.0000001201e-1f;
+  q = q * r * r + r + 1.0f;
+  int32_t bits = ((int32_t)n + 127) * (1 << 23);
+  float scale;
+  memcpy(&scale, &bits, 4);
+  float e = q * scale;
+  e = x < -87.33654f ? 0.0f : e;
+  e = x > 88.72283f ? INFINITY : e;
+  return x != x ? x : e;
+}
+
+/* exp(x[i] - m) into y (which may be x), their sum returned (8 partial sums: a loop the
+ * vectoriser takes); and the maximum of x with whether x holds a NaN, likewise */
+#define DEFINE_LINE_LOOPS(exp_sum, max_of, ATTR)                                                      \
+  ATTR static float exp_sum(float *y, const float *x, int64_t n, float m) {                          \
+    float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                                         \
+    int64_t i = 0;                                                                                     \
+    for (; i + 8 <= n; i += 8)                                                                         \
+      for (int j = 0; j < 8; j++) {                                                                    \
+        float e = exp_f32(x[i + j] - m);                                                               \
+        y[i + j] = e;                                                                                  \
+        part[j] += e;                                                                                  \
+      }                                                                                                \
+    float sum = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7])); \
+    for (; i < n; i++) {                                                                               \
+      y[i] = exp_f32(x[i] - m);                                                                        \
+      sum += y[i];                                                                                     \
+    }                                                                                                  \
+    return sum;                                                                                        \
+  }                                                                                                    \
+  ATTR static float max_of(const float *x, int64_t n, int *nan) {                                      \
+    float lane[8];                                                                                     \
+    int bad[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                                             \
+    int64_t i = 0;                                                                                     \
+    for (int j = 0; j < 8; j++) lane[j] = x[0];                                                        \
+    for (; i + 8 <= n; i += 8)                                                                         \
+      for (int j = 0; j < 8; j++) {                                                                    \
+        float v = x[i + j];                                                                            \
+        lane[j] = v > lane[j] ? v : lane[j];                                                           \
+        bad[j] |= v != v;                                                                              \
+      }                                                                                                \
+    float m = lane[0];                                                                                 \
+    int b = bad[0];                                                                                    \
+    for (int j = 1; j < 8; j++) m = lane[j] > m ? lane[j] : m, b |= bad[j];                            \
+    for (; i < n; i++) m = x[i] > m ? x[i] : m, b |= x[i] != x[i];                                     \
+    *nan = b;                                                                                          \
+    return m;                                                                                          \
+  }
+DEFINE_LINE_LOOPS(exp_sum_plain, max_plain, )
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+DEFINE_LINE_LOOPS(exp_sum_avx2, max_avx2, __attribute__((target("avx2"))))
+static float exp_sum_f32(float *y, const float *x, int64_t n, float m) {
+  return dlp_cpu_has_avx2() ? exp_sum_avx2(y, x, n, m) : exp_sum_plain(y, x, n, m);
+}
+static float max_f32(const float *x, int64_t n, int *nan) {
+  return dlp_cpu_has_avx2() ? max_avx2(x, n, nan) : max_plain(x, n, nan);
+}
+#else
+static float exp_sum_f32(float *y, const float *x, int64_t n, float m) { return exp_sum_plain(y, x, n, m); }
+static float max_f32(const float *x, int64_t n, int *nan) { return max_plain(x, n, nan); }
+#endif
+#undef DEFINE_LINE_LOOPS
+
+typedef struct SoftmaxLine {
+  int log, wide;               /* log_softmax; computing in float64 */
+  int direct_in, direct_out;   /* float32 rows read / written where they are */
+  int64_t n, in_step, out_step;
+  dlp_RowFn load, store;       /* the input into the compute dtype, the compute dtype into the result */
+  char *line;                  /* scratch: n elements of float64, or 2n of float32 */
+} SoftmaxLine;
+
+static void softmax_line(void *ctx, char *const *p) {
+  const SoftmaxLine *s = ctx;
+  int64_t n = s->n;
+  if (n == 0) return;
+  if (s->wide) {
+    s->load(s->line, 8, p[0], s->in_step, n);
+    double *x = (double *)(void *)s->line, m = x[0];
+    for (int64_t i = 1; i < n; i++) m = x[i] > m || x[i] != x[i] ? x[i] : m;
+    if (m != m) { /* NaN: every result is NaN */
+      for (int64_t i = 0; i < n; i++) x[i] = m;
+    } else {
+      double sum = 0;
+      if (m == -INFINITY) m = 0; /* every element -inf: NaN below, as torch */
+      for (int64_t i = 0; i < n; i++) sum += exp(x[i] - m);
+      if (s->log) {
+        double logsum = log(sum);
+        for (int64_t i = 0; i < n; i++) x[i] = (x[i] - m) - logsum;
+      } else {
+        double inv = 1 / sum;
+        for (int64_t i = 0; i < n; i++) x[i] = exp(x[i] - m) * inv;
+      }
+    }
+    s->store(p[1], s->out_step, s->line, 8, n);
+  } else {
+    /* float32 lines read and written in place when they are (aligned) rows of float32 */
+    const float *x = (const float *)(const void *)s->line;
+    float *y = (float *)(void *)s->line;
+    if (s->direct_in && (uintptr_t)p[0] % 4 == 0) x = (const float *)(const void *)p[0];
+    else s->load(s->line, 4, p[0], s->in_step, n);
+    int direct_out = s->direct_out && (uintptr_t)p[1] % 4 == 0, nan;
+    if (direct_out) y = (float *)(void *)p[1];
+    float m = max_f32(x, n, &nan);
+    if (nan) {
+      for (int64_t i = 0; i < n; i++) y[i] = NAN;
+    } else if (s->log) {
+      if (m == -INFINITY) m = 0;
+      float sum = exp_sum_f32((float *)(void *)s->line + n, x, n, m); /* the exps in the scratch's second half */
+      float logsum = logf(sum);
+      for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) - logsum; /* torch's order: x - m is exact near m */
+    } else {
+      if (m == -INFINITY) m = 0;
+      float inv = 1 / exp_sum_f32(y, x, n, m);
+      for (int64_t i = 0; i < n; i++) y[i] *= inv;
+    }
+    if (!direct_out) s->store(p[1], s->out_step, s->line, 4, n);
+  }
+}
+
+/* softmax(t, dim [, opts{dtype}]) and log_softmax: dtype converts the input first (torch's);
+ * without it floats keep their dtype and integers and bools give float32. float16 and bfloat16
+ * compute in float32, rounded once. */
+static int softmax(lua_State *L, int log, const char *what) {
+  dlp_ComputeOptions o;
+  dlp_Tensor *t = dlp_tensor_check(L, 1);
+  if (lua_isnoneornil(L, 2)) luaL_argerror(L, 2, "dim expected (the dimension whose lines sum to 1)");
+  dlp_read_compute_options(L, 3, DLP_COPT_DTYPE, &o, what);
+  dlp_check_no_more(L, 4, what, "(t, dim [, opts])");
+  lua_settop(L, 3);
+  int dim = line_dim(L, 2, t);
+  check_cpu(L, t, what);
+  int dtype = o.dtype >= 0 ? o.dtype : dlp_dtype_kind(t->dtype) == K_FLOAT ? t->dtype : DLP_FLOAT32;
+  if (dlp_dtype_kind(dtype) != K_FLOAT || dlp_dtype_kind(t->dtype) == K_COMPLEX)
+    luaL_error(L, "%s: the result is a real float (float16, bfloat16, float32, float64), not %s", what,
+               dlp_dtypes[dlp_dtype_kind(t->dtype) == K_COMPLEX ? t->dtype : dtype].name);
+  SoftmaxLine s;
+  s.log = log;
+  s.wide = dtype == DLP_FLOAT64;
+  int cdtype = s.wide ? DLP_FLOAT64 : DLP_FLOAT32;
+  /* the input reaches the compute dtype through the result's dtype (torch converts first) */
+  dlp_Tensor *r = new_result(L, t, 0, dtype, what);
+  int r_idx = lua_gettop(L);
+  int64_t n = dim < 0 ? 1 : t->dl.shape[dim];
+  if (dlp_numel(t) == 0) n = 0;
+  if ((uint64_t)n > SIZE_MAX / 16) luaL_error(L, "%s: a line of %I elements is too long", what, (lua_Integer)n);
+  s.line = lua_newuserdatauv(L, (size_t)(n > 0 ? n : 1) * 8, 0); /* n float64 or 2n float32 */
+  dlp_Tensor *mid = NULL;
+  if (t->dtype != dtype && dtype != cdtype) /* float16/bfloat16 from another dtype: rounded to it first */
+    mid = new_result(L, t, 0, dtype, what);
+  dlp_live(L, t, what);
+  if (mid) {
+    dlp_copy(L, mid, t, NULL, what);
+    t = mid;
+  }
+  s.n = n;
+  s.load = dlp_row_function(cdtype, t->dtype);
+  s.store = dlp_row_function(dtype, cdtype);
+  if (!s.load) luaL_error(L, "%s: %s does not convert to %s", what, dlp_dtypes[t->dtype].name, dlp_dtypes[cdtype].name);
+  s.direct_in = s.direct_out = 0;
+  if (dim < 0) {
+    char *p[2] = {dlp_first_element(t), dlp_first_element(r)};
+    s.in_step = s.out_step = 0;
+    softmax_line(&s, p);
+  } else {
+    const dlp_Tensor *ops[2] = {t, r};
+    s.in_step = dlp_walk_stride(t, dim);
+    s.out_step = dlp_walk_stride(r, dim);
+    s.direct_in = t->dtype == DLP_FLOAT32 && s.in_step == 4;
+    s.direct_out = dtype == DLP_FLOAT32 && s.out_step == 4;
+    dlp_each_line(2, ops, dim, softmax_line, &s);
+  }
+  lua_pushvalue(L, r_idx);
+  return 1;
+}
+
+static int l_softmax(lua_State *L) { return softmax(L, 0, "dlpack.softmax"); }
+static int l_log_softmax(lua_State *L) { return softmax(L, 1, "dlpack.log_softmax"); }
+
+void dlp_scan_register(lua_State *L, int module, int methods, int meta) {
+  static const luaL_Reg functions[] = {
+      {"cumsum", l_cumsum}, {"cumprod", l_cumprod}, {"softmax", l_softmax}, {"log_softmax", l_log_softmax},
+      {NULL, NULL},
+  };
+  (void)meta;
+  dlp_register(L, module, functions);
+  dlp_register(L, methods, functions);
+}

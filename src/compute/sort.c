@@ -1,0 +1,808 @@
+/* Sorting: sort argsort topk median quantile, over one dimension of any strided layout.
+ *
+ * Each line along the dimension becomes a row of unsigned keys whose order is the elements' order
+ * (NumPy's: NaN after everything, -0.0 equal to 0.0; descending flips every key, so NaN comes
+ * first, as torch), and a least-significant-digit radix sort moves the keys with their positions:
+ * stable, so equal elements keep their order (NumPy's kind='stable'), whatever is asked. Digits
+ * that are the same in every key are skipped (a pass only moves keys that differ there). Short
+ * lines go through an insertion sort. Sorted values are decoded from the keys when the mapping
+ * is exact for the line (no NaN, no -0.0), else gathered from the input by position.
+ *
+ * Complex tensors raise: complex numbers have no order (NumPy's lexicographic order is not
+ * followed, as in min/max/argmin/argmax). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+enum { K_BOOL, K_UINT, K_INT, K_FLOAT, K_COMPLEX }; /* dlp_dtype_kind */
+
+#define SHORT_LINE 32 /* lines up to this length: insertion sort */
+
+/* ---- keys ---- */
+
+static int wide_keys(int dtype) { return dlp_dtypes[dtype].itemsize == 8; }
+
+static uint32_t ld32(const char *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static uint64_t ld64(const char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static uint16_t ld16(const char *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+
+/* A float's bits b (type T, sign bit `sign`, NaN above `inf`) as an ordered key, without branches
+ * (the loops vectorise); `special` counts NaN and -0.0, whose keys do not give their bits back. */
+#define FLOAT_KEY(T, b, sign, inf, special)                                        \
+  do {                                                                             \
+    T neg = (T)0 - (T)((b & sign) != 0), key = (T)(b ^ (neg | sign));              \
+    int nan = (T)(b & ~sign) > (T)(inf), negzero = b == sign;                      \
+    special |= nan | negzero;                                                      \
+    key = nan ? (T)~(T)0 : key;                                                    \
+    b = negzero ? sign : key;                                                      \
+  } while (0)
+
+/* Keys of n elements from p (step bytes apart) into k, flipped by `flip`; returns whether some
+ * element's key does not give it back. */
+static int keys32(int dtype, const char *p, int64_t step, int64_t n, uint32_t flip, uint32_t *k) {
+  int special = 0;
+  switch (dtype) {
+    case DLP_BOOL:
+      for (int64_t i = 0; i < n; i++) k[i] = (uint32_t)(p[i * step] != 0) ^ flip;
+      return 1; /* bools other than 0 and 1 */
+    case DLP_UINT8: for (int64_t i = 0; i < n; i++) k[i] = (uint8_t)p[i * step] ^ flip; break;
+    case DLP_INT8: for (int64_t i = 0; i < n; i++) k[i] = ((uint8_t)p[i * step] ^ 0x80u) ^ flip; break;
+    case DLP_UINT16: for (int64_t i = 0; i < n; i++) k[i] = ld16(p + i * step) ^ flip; break;
+    case DLP_INT16: for (int64_t i = 0; i < n; i++) k[i] = (ld16(p + i * step) ^ 0x8000u) ^ flip; break;
+    case DLP_UINT32: for (int64_t i = 0; i < n; i++) k[i] = ld32(p + i * step) ^ flip; break;
+    case DLP_INT32: for (int64_t i = 0; i < n; i++) k[i] = (ld32(p + i * step) ^ 0x80000000u) ^ flip; break;
+    case DLP_FLOAT16:
+      for (int64_t i = 0; i < n; i++) {
+        uint16_t b = ld16(p + i * step);
+        FLOAT_KEY(uint16_t, b, (uint16_t)0x8000u, 0x7c00u, special);
+        k[i] = b ^ flip;
+      }
+      break;
+    case DLP_BFLOAT16:
+      for (int64_t i = 0; i < n; i++) {
+        uint16_t b = ld16(p + i * step);
+        FLOAT_KEY(uint16_t, b, (uint16_t)0x8000u, 0x7f80u, special);
+        k[i] = b ^ flip;
+      }
+      break;
+    default: /* float32 */
+      for (int64_t i = 0; i < n; i++) {
+        uint32_t b = ld32(p + i * step);
+        FLOAT_KEY(uint32_t, b, 0x80000000u, 0x7f800000u, special);
+        k[i] = b ^ flip;
+      }
+  }
+  return special;
+}
+
+static int keys64(int dtype, const char *p, int64_t step, int64_t n, uint64_t flip, uint64_t *k) {
+  int special = 0;
+  const uint64_t sign = (uint64_t)1 << 63;
+  switch (dtype) {
+    case DLP_UINT64: for (int64_t i = 0; i < n; i++) k[i] = ld64(p + i * step) ^ flip; break;
+    case DLP_INT64: for (int64_t i = 0; i < n; i++) k[i] = (ld64(p + i * step) ^ sign) ^ flip; break;
+    default: /* float64 */
+      for (int64_t i = 0; i < n; i++) {
+        uint64_t b = ld64(p + i * step);
+        FLOAT_KEY(uint64_t, b, sign, (uint64_t)0x7ff0000000000000u, special);
+        k[i] = b ^ flip;
+      }
+  }
+  return special;
+}
+
+/* The elements of n keys (flipped back by `flip`; no NaN, no -0.0: keys that give their bits
+ * back) into d, step bytes apart. */
+#define UNKEY_LOOP(T, expr)                 \
+  for (int64_t i = 0; i < n; i++) {         \
+    K key = k[i] ^ flip;                    \
+    T b = (T)(expr);                        \
+    memcpy(d + i * step, &b, sizeof b);     \
+  }                                         \
+  break
+
+#define K uint32_t
+static void unkeys32(int dtype, const uint32_t *k, int64_t n, uint32_t flip, char *d, int64_t step) {
+  switch (dtype) {
+    case DLP_UINT8: UNKEY_LOOP(uint8_t, key);
+    case DLP_INT8: UNKEY_LOOP(uint8_t, key ^ 0x80u);
+    case DLP_UINT16: UNKEY_LOOP(uint16_t, key);
+    case DLP_INT16: UNKEY_LOOP(uint16_t, key ^ 0x8000u);
+    case DLP_UINT32: UNKEY_LOOP(uint32_t, key);
+    case DLP_INT32: UNKEY_LOOP(uint32_t, key ^ 0x80000000u);
+    case DLP_FLOAT16: case DLP_BFLOAT16: UNKEY_LOOP(uint16_t, key & 0x8000u ? key ^ 0x8000u : ~key);
+    default: UNKEY_LOOP(uint32_t, key & 0x80000000u ? key ^ 0x80000000u : ~key);
+  }
+}
+#undef K
+#define K uint64_t
+static void unkeys64(int dtype, const uint64_t *k, int64_t n, uint64_t flip, char *d, int64_t step) {
+  const uint64_t sign = (uint64_t)1 << 63;
+  switch (dtype) {
+    case DLP_UINT64: UNKEY_LOOP(uint64_t, key);
+    case DLP_INT64: UNKEY_LOOP(uint64_t, key ^ sign);
+    default: UNKEY_LOOP(uint64_t, key & sign ? key ^ sign : ~key);
+  }
+}
+#undef K
+#undef UNKEY_LOOP
+
+/* ---- the radix sort of keys with their positions (stable) ---- */
+
+/* LSD: sort n keys k (positions ix alongside, unless NULL) by their low `bits` bits in 8-bit
+ * digits, using k2/ix2 (n each) and count (256 per digit); the result is left in k/ix or k2/ix2:
+ * returns 1 for the second. Short runs go through an insertion sort.
+ * MSD for long runs: one pass scatters the keys by their top varying 8 bits (of the low `bits`),
+ * then each bucket is sorted by the bits below, the same way until it is small enough to stay in
+ * the cache (LSD then); the result is left
+ * in k2/ix2 (returns 1), or in k/ix when every key is the same (returns 0). */
+#define DEFINE_RADIX(lsd, msd, K)                                                                   \
+  static int lsd(K *k, int64_t *ix, K *k2, int64_t *ix2, int64_t n, int bits, int64_t *count) {   \
+    if (n <= SHORT_LINE) {                                                                         \
+      for (int64_t i = 1; i < n; i++) {                                                            \
+        K key = k[i];                                                                              \
+        int64_t pos = ix ? ix[i] : 0, j = i;                                                       \
+        for (; j > 0 && k[j - 1] > key; j--) {                                                     \
+          k[j] = k[j - 1];                                                                         \
+          if (ix) ix[j] = ix[j - 1];                                                               \
+        }                                                                                          \
+        k[j] = key;                                                                                \
+        if (ix) ix[j] = pos;                                                                       \
+      }                                                                                            \
+      return 0;                                                                                    \
+    }                                                                                              \
+    int passes = (bits + 7) / 8, flipped = 0;                                                      \
+    memset(count, 0, sizeof(int64_t) * 256 * (size_t)passes);                                      \
+    for (int64_t i = 0; i < n; i++)                                                                \
+      for (int d = 0; d < passes; d++) count[d * 256 + (int64_t)((k[i] >> (d * 8)) & 255)]++;       \
+    for (int d = 0; d < passes; d++) {                                                             \
+      int64_t *c = count + d * 256, sum = 0;                                                       \
+      if (c[(int64_t)((k[0] >> (d * 8)) & 255)] == n) continue; /* one digit: no move */            \
+      for (int v = 0; v < 256; v++) {                                                              \
+        int64_t here = c[v];                                                                       \
+        c[v] = sum;                                                                                \
+        sum += here;                                                                               \
+      }                                                                                            \
+      if (ix) {                                                                                    \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+          int64_t to = c[(int64_t)((k[i] >> (d * 8)) & 255)]++;                                    \
+          k2[to] = k[i];                                                                           \
+          ix2[to] = ix[i];                                                                         \
+        }                                                                                          \
+        int64_t *it = ix;                                                                          \
+        ix = ix2, ix2 = it;                                                                        \
+      } else {                                                                                     \
+        for (int64_t i = 0; i < n; i++) k2[c[(int64_t)((k[i] >> (d * 8)) & 255)]++] = k[i];          \
+      }                                                                                            \
+      K *kt = k;                                                                                   \
+      k = k2, k2 = kt;                                                                             \
+      flipped = !flipped;                                                                          \
+    }                                                                                              \
+    return flipped;                                                                                \
+  }                                                                                                \
+  static int msd(K *k, int64_t *ix, K *k2, int64_t *ix2, int64_t n, int bits, int64_t *count) {   \
+    if (n < 65536) return lsd(k, ix, k2, ix2, n, bits, count);                                     \
+    K diff = 0, low = bits >= (int)sizeof(K) * 8 ? (K)~(K)0 : (K)(((K)1 << bits) - 1);             \
+    for (int64_t i = 0; i < n; i++) diff |= k[i] ^ k[0];                                           \
+    diff &= low;                                                                                   \
+    if (diff == 0) return 0;                                                                       \
+    int top = bits - 1;                                                                            \
+    while (!((diff >> top) & 1)) top--;                                                            \
+    int shift = top + 1 > 8 ? top + 1 - 8 : 0;                                                     \
+    int64_t *c = count + 256 * 8, start[257];                                                      \
+    memset(c, 0, sizeof(int64_t) * 256);                                                           \
+    for (int64_t i = 0; i < n; i++) c[(int64_t)((k[i] >> shift) & 255)]++;                         \
+    int64_t sum = 0;                                                                               \
+    for (int v = 0; v < 256; v++) {                                                                \
+      start[v] = sum;                                                                              \
+      sum += c[v];                                                                                 \
+      c[v] = start[v];                                                                             \
+    }                                                                                              \
+    start[256] = n;                                                                                \
+    for (int64_t i = 0; i < n; i++) {                                                              \
+      int64_t to = c[(int64_t)((k[i] >> shift) & 255)]++;                                          \
+      k2[to] = k[i];                                                                               \
+      if (ix) ix2[to] = ix[i];                                                                     \
+    }                                                                                              \
+    for (int v = 0; v < 256 && shift > 0; v++) {                                                   \
+      int64_t a = start[v], m = start[v + 1] - a;                                                  \
+      if (m < 2) continue;                                                                         \
+      if (msd(k2 + a, ix ? ix2 + a : NULL, k + a, ix ? ix + a : NULL, m, shift, count)) {          \
+        memcpy(k2 + a, k + a, sizeof(K) * (size_t)m);                                              \
+        if (ix) memcpy(ix2 + a, ix + a, sizeof(int64_t) * (size_t)m);                              \
+      }                                                                                            \
+    }                                                                                              \
+    return 1;                                                                                      \
+  }
+DEFINE_RADIX(lsd32, radix32, uint32_t)
+DEFINE_RADIX(lsd64, radix64, uint64_t)
+#undef DEFINE_RADIX
+
+/* ---- one line ---- */
+
+typedef struct SortLine {
+  int dtype, itemsize, wide, descending;
+  int values, indices;         /* which results are written (operands 1 and 2, or 1) */
+  int64_t n, k;                /* the line's length, and how many of its sorted elements are written */
+  int64_t in_step, val_step, idx_step;
+  char *keys, *keys2;          /* n keys each, 4 or 8 bytes */
+  int64_t *ix, *ix2, *count;
+  int allocated, failed;       /* ix and ix2 were malloc'd (values only); that failed */
+  int keys_in_values;          /* the values (a new contiguous line as wide as a key) hold the keys */
+} SortLine;
+
+/* Sort the line at p: the positions in order, the keys alongside (*keys); *special as keysNN. */
+static const int64_t *sort_line_keys(SortLine *s, const char *p, char *kbuf, const char **keys, int *special) {
+  int64_t n = s->n, *ix = NULL;
+  int second;
+  if (s->wide)
+    *special = keys64(s->dtype, p, s->in_step, n, s->descending ? ~(uint64_t)0 : 0, (uint64_t *)(void *)kbuf);
+  else
+    *special = keys32(s->dtype, p, s->in_step, n, s->descending ? ~(uint32_t)0 : 0, (uint32_t *)(void *)kbuf);
+  if (s->indices || *special) { /* the positions are wanted, or the values gathered by them */
+    if (!s->ix) { /* values only: the positions' room is taken when a line first needs it */
+      s->ix = malloc(sizeof(int64_t) * 2 * (size_t)(n > 0 ? n : 1));
+      if (!s->ix) {
+        s->failed = 1;
+        return NULL;
+      }
+      s->ix2 = s->ix + n;
+      s->allocated = 1;
+    }
+    ix = s->ix;
+    for (int64_t i = 0; i < n; i++) ix[i] = i;
+  }
+  if (s->wide)
+    second = radix64((uint64_t *)(void *)kbuf, ix, (uint64_t *)(void *)s->keys2, s->ix2, n, 64, s->count);
+  else
+    second = radix32((uint32_t *)(void *)kbuf, ix, (uint32_t *)(void *)s->keys2, s->ix2, n, 32, s->count);
+  *keys = second ? s->keys2 : kbuf;
+  return second ? s->ix2 : s->ix;
+}
+
+static void gather(char *d, int64_t dstep, const char *src, int64_t sstep, const int64_t *ix, int64_t n, int size) {
+  switch (size) {
+    case 1: for (int64_t i = 0; i < n; i++) d[i * dstep] = src[ix[i] * sstep]; break;
+    case 2: for (int64_t i = 0; i < n; i++) memcpy(d + i * dstep, src + ix[i] * sstep, 2); break;
+    case 4: for (int64_t i = 0; i < n; i++) memcpy(d + i * dstep, src + ix[i] * sstep, 4); break;
+    case 8: for (int64_t i = 0; i < n; i++) memcpy(d + i * dstep, src + ix[i] * sstep, 8); break;
+    default: for (int64_t i = 0; i < n; i++) memcpy(d + i * dstep, src + ix[i] * sstep, (size_t)size);
+  }
+}
+
+static void sort_line(void *ctx, char *const *p) {
+  SortLine *s = ctx;
+  const char *keys;
+  int special, op = 1;
+  /* the values' own memory holds the keys when it can (contiguous, as wide as the keys) */
+  char *kbuf = s->keys_in_values ? p[1] : s->keys;
+  const int64_t *ix = sort_line_keys(s, p[0], kbuf, &keys, &special);
+  if (s->failed) return;
+  if (s->values) {
+    char *d = p[op++];
+    if (special) {
+      gather(d, s->val_step, p[0], s->in_step, ix, s->k, s->itemsize);
+    } else if (s->wide) {
+      unkeys64(s->dtype, (const uint64_t *)(const void *)keys, s->k, s->descending ? ~(uint64_t)0 : 0, d, s->val_step);
+    } else {
+      unkeys32(s->dtype, (const uint32_t *)(const void *)keys, s->k, s->descending ? ~(uint32_t)0 : 0, d, s->val_step);
+    }
+  }
+  if (s->indices) {
+    char *d = p[op];
+    for (int64_t i = 0; i < s->k; i++) {
+      int64_t v = ix[i] + 1;
+      memcpy(d + i * s->idx_step, &v, 8);
+    }
+  }
+}
+
+/* ---- arguments ---- */
+
+/* Every key of the options table at arg must be one of names (a raw walk: no Lua code runs). */
+static void check_keys(lua_State *L, int arg, const char *const *names, const char *what) {
+  lua_pushnil(L);
+  while (lua_next(L, arg)) {
+    lua_pop(L, 1);
+    if (lua_type(L, -1) != LUA_TSTRING)
+      luaL_error(L, "%s: option names are strings, got a %s key", what, luaL_typename(L, -1));
+    size_t len;
+    const char *key = lua_tolstring(L, -1, &len);
+    int known = 0;
+    for (int i = 0; names[i] && !known; i++) known = strlen(names[i]) == len && memcmp(key, names[i], len) == 0;
+    if (!known) luaL_error(L, "%s: unknown option %s", what, dlp_push_quoted(L, key, len));
+  }
+}
+
+/* A boolean option (absent: def). */
+static int flag(lua_State *L, int arg, const char *name, int def) {
+  int type = lua_getfield(L, arg, name), v = def;
+  if (type == LUA_TBOOLEAN) v = lua_toboolean(L, -1);
+  else if (type != LUA_TNIL)
+    luaL_argerror(L, arg, lua_pushfstring(L, "%s must be true, false or nil, got %s", name, luaL_typename(L, -1)));
+  lua_pop(L, 1);
+  return v;
+}
+
+/* The options table at arg (none or nil: an empty one is read), checked against names. */
+static int options(lua_State *L, int arg, const char *const *names, const char *what) {
+  if (lua_isnoneornil(L, arg)) return 0;
+  if (!lua_istable(L, arg))
+    luaL_argerror(L, arg, lua_pushfstring(L, "an options table expected, got %s", luaL_typename(L, arg)));
+  check_keys(L, arg, names, what);
+  return arg;
+}
+
+/* The dimension at arg (nil: the last), 0-based; a 0-d tensor is one line of one element. */
+static int line_dim(lua_State *L, int arg, const dlp_Tensor *t) {
+  int ndim = t->dl.ndim;
+  if (lua_isnoneornil(L, arg)) return ndim - 1;
+  if (ndim == 0) {
+    lua_Integer d = luaL_checkinteger(L, arg);
+    if (d != 1 && d != -1)
+      luaL_argerror(L, arg, lua_pushfstring(L, "dimension %I out of range (tensor has 0)", d));
+    return -1;
+  }
+  return dlp_check_dim(L, arg, ndim, 0);
+}
+
+static void check_sortable(lua_State *L, const dlp_Tensor *t, const char *what) {
+  if (t->dl.device.device_type == kDLCUDA)
+    luaL_error(L, "%s: does not run on CUDA devices yet (copy to the host with t:to(\"cpu\"))", what);
+  dlp_check_host(L, t, what);
+  dlp_check_computes(L, t->dtype, what);
+  if (dlp_dtype_kind(t->dtype) == K_COMPLEX)
+    luaL_error(L, "%s: %s tensors are not supported (complex numbers have no order)", what, dlp_dtypes[t->dtype].name);
+}
+
+/* The scratch of lines of n elements, in a userdata pushed (freed by the collector): the keys,
+ * and the positions when indices are wanted. */
+static void scratch(lua_State *L, SortLine *s, int64_t n, const char *what) {
+  int64_t ksize = s->wide ? 8 : 4, counts = 256 * 9;
+  int64_t each = (s->keys_in_values ? 1 : 2) * ksize + (s->indices ? 16 : 0);
+  if (n > (INT64_MAX / 2 - counts * 8) / 32 || (uint64_t)n > SIZE_MAX / 64)
+    luaL_error(L, "%s: a line of %I elements is too long to sort here", what, (lua_Integer)n);
+  int64_t m = n > 0 ? n : 1;
+  char *base = lua_newuserdatauv(L, (size_t)(counts * 8 + m * each), 0);
+  s->count = (int64_t *)(void *)base;
+  s->keys = s->keys_in_values ? NULL : base + counts * 8;
+  s->keys2 = base + counts * 8 + (s->keys_in_values ? 0 : m * ksize);
+  s->ix = s->ix2 = NULL;
+  if (s->indices) {
+    s->ix = (int64_t *)(void *)(s->keys2 + m * ksize);
+    s->ix2 = s->ix + m;
+  }
+}
+
+/* Sort t along dim into the results (values and/or indices, each NULL when not wanted), whose
+ * size along dim is k (the first k of each sorted line). */
+static void run_sort(lua_State *L, dlp_Tensor *t, int dim, int descending, int64_t k, dlp_Tensor *values,
+                     dlp_Tensor *indices, const char *what) {
+  SortLine s;
+  memset(&s, 0, sizeof s);
+  s.dtype = t->dtype;
+  s.itemsize = dlp_dtypes[t->dtype].itemsize;
+  s.wide = wide_keys(t->dtype);
+  s.descending = descending;
+  s.n = dim < 0 ? 1 : t->dl.shape[dim];
+  s.k = k;
+  s.values = values != NULL;
+  s.indices = indices != NULL;
+  if (dim >= 0 && values) {
+    s.val_step = dlp_walk_stride(values, dim);
+    s.keys_in_values = k == s.n && s.val_step == s.itemsize && s.itemsize == (s.wide ? 8 : 4);
+  }
+  scratch(L, &s, dlp_numel(t) == 0 ? 0 : s.n, what); /* an empty tensor's line may be huge */
+  dlp_live(L, t, what);
+  const dlp_Tensor *ops[3] = {t, NULL, NULL};
+  int nops = 1;
+  if (values) ops[nops++] = values;
+  if (indices) ops[nops++] = indices;
+  if (dim < 0) { /* a 0-d tensor */
+    char *p[3];
+    for (int i = 0; i < nops; i++) p[i] = dlp_first_element(ops[i]);
+    sort_line(&s, p);
+  } else {
+    s.in_step = dlp_walk_stride(t, dim);
+    if (values) s.val_step = dlp_walk_stride(values, dim);
+    if (indices) s.idx_step = dlp_walk_stride(indices, dim);
+    dlp_each_line(nops, ops, dim, sort_line, &s);
+  }
+  if (s.allocated) free(s.ix);
+  if (s.failed) luaL_error(L, "%s: not enough memory", what);
+  lua_pop(L, 1);
+}
+
+static dlp_Tensor *result_like(lua_State *L, const dlp_Tensor *t, int dtype, int dim, int64_t size, const char *what) {
+  int64_t shape[DLP_MAX_NDIM];
+  DLDevice cpu = {kDLCPU, 0};
+  for (int i = 0; i < t->dl.ndim; i++) shape[i] = i == dim ? size : t->dl.shape[i];
+  return dlp_tensor_new(L, dtype, 0, cpu, t->dl.ndim, shape, 0, what);
+}
+
+/* sort(t [, dim [, opts]]) and argsort: opts may also come second (t:sort{descending = true}),
+ * and a boolean there or third is `descending` (torch7's t:sort(dim, true)). */
+static int sort_common(lua_State *L, int want_values, const char *what) {
+  static const char *const sort_names[] = {"descending", "stable", "indices", NULL};
+  static const char *const argsort_names[] = {"descending", "stable", NULL};
+  dlp_Tensor *t = dlp_tensor_check(L, 1);
+  if ((lua_istable(L, 2) || lua_isboolean(L, 2)) && lua_isnoneornil(L, 3)) {
+    lua_settop(L, 2);
+    lua_pushnil(L);
+    lua_insert(L, 2);
+  }
+  int descending = 0, want_indices = 1;
+  if (lua_isboolean(L, 3)) {
+    descending = lua_toboolean(L, 3);
+  } else {
+    int arg = options(L, 3, want_values ? sort_names : argsort_names, what);
+    if (arg) {
+      descending = flag(L, arg, "descending", 0);
+      (void)flag(L, arg, "stable", 1); /* checked: every sort here is stable */
+      if (want_values) want_indices = flag(L, arg, "indices", 1);
+    }
+  }
+  dlp_check_no_more(L, 4, what, "(t [, dim [, opts]])");
+  lua_settop(L, 3);
+  int dim = line_dim(L, 2, t);
+  check_sortable(L, t, what);
+  int64_t n = dim < 0 ? 1 : t->dl.shape[dim];
+  dlp_Tensor *values = want_values ? result_like(L, t, t->dtype, dim, n, what) : NULL;
+  dlp_Tensor *indices = want_indices ? result_like(L, t, DLP_INT64, dim, n, what) : NULL;
+  run_sort(L, t, dim, descending, n, values, indices, what);
+  return want_values && want_indices ? 2 : 1;
+}
+
+static int l_sort(lua_State *L) { return sort_common(L, 1, "dlpack.sort"); }
+static int l_argsort(lua_State *L) { return sort_common(L, 0, "dlpack.argsort"); }
+
+/* topk(t, k [, dim [, opts{largest, sorted}]]): the k largest (or smallest) along dim, in order
+ * (sorted = false is accepted: they come sorted anyway), with their 1-based positions. */
+static int l_topk(lua_State *L) {
+  static const char *const names[] = {"largest", "sorted", NULL};
+  const char *what = "dlpack.topk";
+  dlp_Tensor *t = dlp_tensor_check(L, 1);
+  lua_Integer k = luaL_checkinteger(L, 2);
+  if (lua_istable(L, 3) && lua_isnoneornil(L, 4)) {
+    lua_settop(L, 3);
+    lua_pushnil(L);
+    lua_insert(L, 3);
+  }
+  int largest = 1;
+  int arg = options(L, 4, names, what);
+  if (arg) {
+    largest = flag(L, arg, "largest", 1);
+    (void)flag(L, arg, "sorted", 1);
+  }
+  dlp_check_no_more(L, 5, what, "(t, k [, dim [, opts]])");
+  lua_settop(L, 4);
+  int dim = line_dim(L, 3, t);
+  check_sortable(L, t, what);
+  int64_t n = dim < 0 ? 1 : t->dl.shape[dim];
+  if (k < 0 || k > n)
+    luaL_argerror(L, 2, lua_pushfstring(L, "k = %I out of range (the dimension has %I elements)", k, (lua_Integer)n));
+  dlp_Tensor *values = result_like(L, t, t->dtype, dim, k, what);
+  dlp_Tensor *indices = result_like(L, t, DLP_INT64, dim, k, what);
+  run_sort(L, t, dim, largest, k, values, indices, what);
+  return 2;
+}
+
+/* ---- median and quantile: the sorted lines, then NumPy's arithmetic on their elements ---- */
+
+/* x rounded to dtype (a float dtype) and back: NumPy's operations on float32, float16 and bfloat16
+ * round each result once, which an operation in float64 followed by this gives exactly. */
+static double rnd(int dtype, double x) {
+  switch (dtype) {
+    case DLP_FLOAT32: return (float)x;
+    case DLP_FLOAT16: return dlp_half_to_float(dlp_half_from_double(x));
+    case DLP_BFLOAT16: return dlp_bfloat_to_float(dlp_bfloat_from_double(x));
+    default: return x;
+  }
+}
+
+static double element(int dtype, const char *p) {
+  dlp_Scalar v;
+  dlp_load(dtype, p, &v);
+  return v.kind == DLP_S_INT ? (double)v.i : v.kind == DLP_S_UINT ? (double)v.u : v.re;
+}
+
+/* b - a in their own dtype, as NumPy's _lerp takes it: floats rounded to it, integers wrapping */
+static double difference(int dtype, const char *pa, const char *pb) {
+  dlp_Scalar a, b;
+  dlp_load(dtype, pa, &a);
+  dlp_load(dtype, pb, &b);
+  if (a.kind == DLP_S_FLOAT) return rnd(dtype, b.re - a.re);
+  if (dlp_dtype_kind(dtype) == K_UINT) return element(dtype, pb) - element(dtype, pa); /* sorted: b >= a */
+  uint64_t w = (uint64_t)b.i - (uint64_t)a.i;
+  switch (dlp_dtypes[dtype].itemsize) {
+    case 1: return (double)(int8_t)(uint8_t)w;
+    case 2: return (double)(int16_t)(uint16_t)w;
+    case 4: return (double)(int32_t)(uint32_t)w;
+    default: return (double)(int64_t)w;
+  }
+}
+
+typedef struct StatLine {
+  int in_dtype, out_dtype, median, weak; /* weak: q a number (its gamma rounded to the dtype, NumPy's weak scalars) */
+  int64_t n, in_step, out_step, nq;
+  const double *q;
+} StatLine;
+
+static void stat_line(void *ctx, char *const *p) {
+  const StatLine *s = ctx;
+  int64_t n = s->n;
+  int d = s->out_dtype;
+  dlp_Scalar out = {DLP_S_FLOAT, 0, 0, 0, 0};
+  for (int64_t j = 0; j < s->nq; j++) {
+    double r;
+    if (n == 0) {
+      r = NAN;
+    } else if (element(s->in_dtype, p[0] + (n - 1) * s->in_step) != element(s->in_dtype, p[0] + (n - 1) * s->in_step)) {
+      r = NAN; /* NaN sorts last: the line has one */
+    } else if (s->median) {
+      double a = element(s->in_dtype, p[0] + ((n - 1) / 2) * s->in_step);
+      double b = element(s->in_dtype, p[0] + (n / 2) * s->in_step);
+      /* np.mean of the middle one or two: float16 and bfloat16 summed in float32 */
+      int acc = d == DLP_FLOAT16 || d == DLP_BFLOAT16 ? DLP_FLOAT32 : d;
+      r = n % 2 ? a : rnd(d, rnd(acc, rnd(acc, a + b) / 2));
+    } else {
+      double v = s->q[j] * (double)(n - 1), prev = floor(v);
+      int64_t i = v >= (double)(n - 1) ? n - 1 : (int64_t)prev, k = v >= (double)(n - 1) ? n - 1 : i + 1;
+      double a = element(s->in_dtype, p[0] + i * s->in_step), b = element(s->in_dtype, p[0] + k * s->in_step);
+      double gamma = v - prev, t = s->weak ? rnd(d, gamma) : gamma;
+      double diff = difference(s->in_dtype, p[0] + i * s->in_step, p[0] + k * s->in_step);
+      /* NumPy's _lerp: from the nearer end */
+      r = gamma >= 0.5 ? rnd(d, b - rnd(d, diff * rnd(d, 1 - t))) : rnd(d, a + rnd(d, diff * t));
+    }
+    out.re = r;
+    dlp_store(d, p[1] + j * s->out_step, &out);
+  }
+}
+
+/* The sorted values of t along dim (-1: all its elements, in one line) pushed; *line_dim set to
+ * the dimension the lines run along in it. */
+static dlp_Tensor *sorted_lines(lua_State *L, dlp_Tensor *t, int dim, int *line, const char *what) {
+  DLDevice cpu = {kDLCPU, 0};
+  if (dim < 0) { /* one line of every element, in row-major order */
+    int64_t n = dlp_numel(t);
+    dlp_Tensor *flat = dlp_tensor_new(L, t->dtype, 0, cpu, 1, &n, 0, what);
+    dlp_Tensor *v = dlp_tensor_new(L, t->dtype, 0, cpu, 1, &n, 0, what);
+    dlp_live(L, t, what);
+    dlp_gather(dlp_first_element(flat), t);
+    run_sort(L, flat, 0, 0, n, v, NULL, what);
+    lua_remove(L, -2);
+    *line = 0;
+    return v;
+  }
+  dlp_Tensor *v = result_like(L, t, t->dtype, dim, t->dl.shape[dim], what);
+  run_sort(L, t, dim, 0, t->dl.shape[dim], v, NULL, what);
+  *line = dim;
+  return v;
+}
+
+/* median and quantile: t, the dimension (nil: all), keepdim; nq quantiles q (median: nq = 1, q
+ * unused); number: q was a number (the result has no quantile dimension). */
+static int statistic(lua_State *L, dlp_Tensor *t, int dim_arg, int keepdim, const double *q, int64_t nq, int number,
+                     int q_dtype, const char *what) {
+  int median = q == NULL, dim = -1, line;
+  if (!lua_isnoneornil(L, dim_arg)) {
+    if (t->dl.ndim == 0) {
+      lua_Integer d = luaL_checkinteger(L, dim_arg);
+      if (d != 1 && d != -1) luaL_argerror(L, dim_arg, lua_pushfstring(L, "dimension %I out of range (tensor has 0)", d));
+    } else {
+      dim = dlp_check_dim(L, dim_arg, t->dl.ndim, 0);
+    }
+  }
+  int full = dim < 0 && lua_isnoneornil(L, dim_arg);
+  check_sortable(L, t, what);
+  if (!median && nq > 0 && (dim < 0 ? dlp_numel(t) : t->dl.shape[dim]) == 0)
+    luaL_error(L, "%s: the quantiles of an empty tensor or dimension are not defined", what);
+  int kind = dlp_dtype_kind(t->dtype), out_dtype = kind == K_FLOAT ? t->dtype : DLP_FLOAT64;
+  if (!number && q_dtype >= 0) out_dtype = dlp_promote(out_dtype, q_dtype);
+  dlp_Tensor *v = sorted_lines(L, t, dim, &line, what);
+  int v_idx = lua_gettop(L);
+  /* the result: the quantiles' dimension where the line was (moved to the front below) */
+  int64_t shape[DLP_MAX_NDIM];
+  int ndim = v->dl.ndim;
+  for (int i = 0; i < ndim; i++) shape[i] = i == line ? nq : v->dl.shape[i];
+  DLDevice cpu = {kDLCPU, 0};
+  dlp_Tensor *r = dlp_tensor_new(L, out_dtype, 0, cpu, ndim, shape, 0, what);
+  int r_idx = lua_gettop(L);
+  dlp_live(L, v, what);
+  StatLine s = {v->dtype, out_dtype, median, number, v->dl.shape[line], dlp_walk_stride(v, line),
+                dlp_walk_stride(r, line), nq, q};
+  const dlp_Tensor *ops[2] = {v, r};
+  dlp_each_line(2, ops, line, stat_line, &s);
+  if (full && number && !keepdim) { /* a Lua value */
+    dlp_push_element(L, out_dtype, dlp_first_element(r));
+    return 1;
+  }
+  /* the shape: the line's dimension dropped (kept as 1 with keepdim, the whole shape's when
+   * full), the quantiles' dimension in front unless q was a number */
+  int64_t final[DLP_MAX_NDIM + 1];
+  int fn = 0;
+  if (!number) final[fn++] = nq;
+  if (full) {
+    for (int i = 0; keepdim && i < t->dl.ndim; i++) final[fn++] = 1;
+  } else {
+    for (int i = 0; i < t->dl.ndim; i++)
+      if (i != dim) final[fn++] = t->dl.shape[i];
+      else if (keepdim) final[fn++] = 1;
+  }
+  if (fn > DLP_MAX_NDIM) luaL_error(L, "%s: the result would have more than %d dimensions", what, DLP_MAX_NDIM);
+  dlp_Tensor *res = dlp_tensor_new(L, out_dtype, 0, cpu, fn, final, 0, what);
+  /* r holds, for each quantile j and each kept position, its value at index j along `line`:
+   * move that dimension to the front by a copy into res's order */
+  int64_t numel = dlp_numel(res);
+  if (numel > 0) {
+    int64_t inner = 1, size = dlp_dtypes[out_dtype].itemsize;
+    for (int i = line + 1; i < ndim; i++) inner *= r->dl.shape[i];
+    int64_t outer = numel / (nq * inner);
+    const char *src = dlp_first_element(r);
+    char *dst = dlp_first_element(res);
+    for (int64_t o = 0; o < outer; o++)
+      for (int64_t j = 0; j < nq; j++)
+        memcpy(dst + (j * outer + o) * inner * size, src + (o * nq + j) * inner * size, (size_t)(inner * size));
+  }
+  (void)v_idx, (void)r_idx;
+  return 1;
+}
+
+/* median(t [, dim [, opts{keepdim}]]): NumPy's (the mean of the two middle elements of an even
+ * line; NaN when the line has one); over all elements a Lua number. */
+static int l_median(lua_State *L) {
+  static const char *const names[] = {"keepdim", NULL};
+  const char *what = "dlpack.median";
+  dlp_Tensor *t = dlp_tensor_check(L, 1);
+  if (lua_istable(L, 2) && lua_isnoneornil(L, 3)) {
+    lua_settop(L, 2);
+    lua_pushnil(L);
+    lua_insert(L, 2);
+  }
+  int arg = options(L, 3, names, what), keepdim = arg ? flag(L, arg, "keepdim", 0) : 0;
+  dlp_check_no_more(L, 4, what, "(t [, dim [, opts]])");
+  lua_settop(L, 3);
+  return statistic(L, t, 2, keepdim, NULL, 1, 1, -1, what);
+}
+
+/* quantile(t, q [, dim [, opts{keepdim, method = "linear"}]]): q a number, a list of numbers or
+ * a 0-d or 1-d float tensor, each in [0, 1]; NumPy's linear method. */
+static int l_quantile(lua_State *L) {
+  static const char *const names[] = {"keepdim", "method", NULL};
+  const char *what = "dlpack.quantile";
+  dlp_Tensor *t = dlp_tensor_check(L, 1);
+  if (lua_istable(L, 3) && lua_isnoneornil(L, 4)) {
+    lua_settop(L, 3);
+    lua_pushnil(L);
+    lua_insert(L, 3);
+  }
+  int arg = options(L, 4, names, what), keepdim = 0;
+  if (arg) {
+    keepdim = flag(L, arg, "keepdim", 0);
+    if (lua_getfield(L, arg, "method") != LUA_TNIL) {
+      size_t len;
+      const char *m = lua_tolstring(L, -1, &len);
+      if (!lua_isstring(L, -1) || lua_type(L, -1) != LUA_TSTRING || len != 6 || memcmp(m, "linear", 6) != 0)
+        luaL_argerror(L, arg, "method: only \"linear\" is supported");
+    }
+    lua_pop(L, 1);
+  }
+  dlp_check_no_more(L, 5, what, "(t, q [, dim [, opts]])");
+  lua_settop(L, 4);
+  if (t->dtype == DLP_BOOL) /* NumPy's lerp subtracts booleans, which it refuses */
+    luaL_error(L, "%s: bool tensors are not supported (convert them first)", what);
+  int64_t nq = 1;
+  int number = 0, q_dtype = -1;
+  double *q;
+  if (lua_type(L, 2) == LUA_TNUMBER) {
+    number = 1;
+    q = lua_newuserdatauv(L, sizeof(double), 0);
+    q[0] = lua_tonumber(L, 2);
+  } else if (lua_type(L, 2) == LUA_TTABLE) { /* read raw: no metamethod runs */
+    nq = (int64_t)lua_rawlen(L, 2);
+    if (nq > (int64_t)1 << 40) luaL_argerror(L, 2, "too many quantiles");
+    q = lua_newuserdatauv(L, sizeof(double) * (size_t)(nq > 0 ? nq : 1), 0);
+    for (int64_t j = 0; j < nq; j++) {
+      lua_rawgeti(L, 2, (lua_Integer)(j + 1));
+      if (lua_type(L, -1) != LUA_TNUMBER) luaL_argerror(L, 2, "q must be a list of numbers");
+      q[j] = lua_tonumber(L, -1);
+      lua_pop(L, 1);
+    }
+    q_dtype = DLP_FLOAT64;
+  } else {
+    dlp_Tensor *qt = dlp_tensor_test(L, 2);
+    if (!qt) return luaL_argerror(L, 2, lua_pushfstring(L, "q must be a number, a list or a tensor, got %s", luaL_typename(L, 2)));
+    qt = dlp_tensor_check(L, 2);
+    dlp_check_host(L, qt, what);
+    if (qt->dl.ndim > 1 || dlp_dtype_kind(qt->dtype) != K_FLOAT)
+      luaL_argerror(L, 2, "q must be a 0-d or 1-d float tensor");
+    nq = dlp_numel(qt);
+    number = qt->dl.ndim == 0;
+    q = lua_newuserdatauv(L, sizeof(double) * (size_t)(nq > 0 ? nq : 1), 0);
+    dlp_live(L, qt, what);
+    for (int64_t j = 0; j < nq; j++) q[j] = element(qt->dtype, dlp_first_element(qt) + j * (qt->dl.ndim ? dlp_walk_stride(qt, 0) : 0));
+    q_dtype = qt->dtype;
+  }
+  for (int64_t j = 0; j < nq; j++)
+    if (!(q[j] >= 0 && q[j] <= 1)) luaL_argerror(L, 2, "quantiles must be in the range [0, 1]");
+  return statistic(L, t, 3, keepdim, q, nq, number, number && q_dtype == DLP_FLOAT64 ? -1 : q_dtype, what);
+}
+
+/* ---- unique ---- */
+
+/* Equal as NumPy's unique compares (equal_nan: every NaN is one value; -0.0 equals 0.0). */
+static int same_element(int dtype, const char *pa, const char *pb) {
+  dlp_Scalar a, b;
+  dlp_load(dtype, pa, &a);
+  dlp_load(dtype, pb, &b);
+  if (a.kind == DLP_S_FLOAT) return a.re == b.re || (a.re != a.re && b.re != b.re);
+  return a.kind == DLP_S_UINT ? a.u == b.u : a.i == b.i;
+}
+
+/* unique(t [, opts{return_inverse, return_counts}]): NumPy's over every element: the distinct
+ * values in order (1-D), then the 1-based position in them of each element of t (t's shape) and
+ * how many times each occurs, when asked for, in that order. */
+static int l_unique(lua_State *L) {
+  static const char *const names[] = {"return_inverse", "return_counts", "dim", NULL};
+  const char *what = "dlpack.unique";
+  dlp_Tensor *t = dlp_tensor_check(L, 1);
+  int arg = options(L, 2, names, what), inverse = 0, counts = 0;
+  if (arg) {
+    inverse = flag(L, arg, "return_inverse", 0);
+    counts = flag(L, arg, "return_counts", 0);
+    if (lua_getfield(L, arg, "dim") != LUA_TNIL)
+      luaL_argerror(L, arg, "dim: unique along a dimension is not supported yet (nil: every element)");
+    lua_pop(L, 1);
+  }
+  dlp_check_no_more(L, 3, what, "(t [, opts])");
+  lua_settop(L, 2);
+  check_sortable(L, t, what);
+  DLDevice cpu = {kDLCPU, 0};
+  int64_t n = dlp_numel(t), size = dlp_dtypes[t->dtype].itemsize;
+  dlp_Tensor *flat = dlp_tensor_new(L, t->dtype, 0, cpu, 1, &n, 0, what);
+  dlp_Tensor *sorted = dlp_tensor_new(L, t->dtype, 0, cpu, 1, &n, 0, what);
+  dlp_Tensor *pos = dlp_tensor_new(L, DLP_INT64, 0, cpu, 1, &n, 0, what);
+  dlp_Tensor *inv = inverse ? dlp_tensor_new(L, DLP_INT64, 0, cpu, t->dl.ndim, t->dl.shape, 0, what) : NULL;
+  int inv_idx = lua_gettop(L);
+  dlp_live(L, t, what);
+  dlp_gather(dlp_first_element(flat), t);
+  run_sort(L, flat, 0, 0, n, sorted, pos, what);
+  /* from here on only the module's own tensors are read: allocations may run finalizers */
+  const char *v = dlp_first_element(sorted);
+  int64_t m = 0;
+  for (int64_t i = 0; i < n; i++) m += i == 0 || !same_element(flat->dtype, v + (i - 1) * size, v + i * size);
+  dlp_Tensor *values = dlp_tensor_new(L, flat->dtype, 0, cpu, 1, &m, 0, what);
+  int values_idx = lua_gettop(L);
+  dlp_Tensor *count = counts ? dlp_tensor_new(L, DLP_INT64, 0, cpu, 1, &m, 0, what) : NULL;
+  int count_idx = lua_gettop(L);
+  char *out = dlp_first_element(values);
+  int64_t *c = count ? (int64_t *)(void *)dlp_first_element(count) : NULL;
+  int64_t *where = inv ? (int64_t *)(void *)dlp_first_element(inv) : NULL;
+  const int64_t *p = (const int64_t *)(const void *)dlp_first_element(pos);
+  int64_t g = -1;
+  for (int64_t i = 0; i < n; i++) {
+    if (i == 0 || !same_element(flat->dtype, v + (i - 1) * size, v + i * size)) {
+      g++;
+      memcpy(out + g * size, v + i * size, (size_t)size);
+      if (c) c[g] = 0;
+    }
+    if (c) c[g]++;
+    if (where) where[p[i] - 1] = g + 1; /* the positions are 1-based, row-major in t */
+  }
+  lua_pushvalue(L, values_idx);
+  if (inv) lua_pushvalue(L, inv_idx);
+  if (count) lua_pushvalue(L, count_idx);
+  return 1 + (inv != NULL) + (count != NULL);
+}
+
+void dlp_sort_register(lua_State *L, int module, int methods, int meta) {
+  static const luaL_Reg functions[] = {
+      {"sort", l_sort}, {"argsort", l_argsort}, {"topk", l_topk}, {"median", l_median}, {"quantile", l_quantile},
+      {"unique", l_unique}, {NULL, NULL},
+  };
+  (void)meta;
+  dlp_register(L, module, functions);
+  dlp_register(L, methods, functions);
+}
