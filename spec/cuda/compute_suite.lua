@@ -40,7 +40,7 @@ local VALUES = {
 local MATH = {sqrt = true, exp = true, log = true, log1p = true, expm1 = true, sin = true, cos = true, tan = true,
               tanh = true, sigmoid = true, pow = true, div = true, log2 = true, log10 = true, asin = true, acos = true,
               atan = true, sinh = true, cosh = true, erf = true, rsqrt = true, reciprocal = true, atan2 = true,
-              hypot = true}
+              hypot = true, norm = true}
 
 local function host(t)
   return t:to("cpu")
@@ -1547,6 +1547,19 @@ describe("more functions on CUDA tensors", function()
     agrees("reciprocal int32", dlpack.reciprocal, dlpack.tensor({1, -1, 2, 7}, "int32"))
     agrees("square uint8", dlpack.square, dlpack.tensor({0, 3, 16, 255}, "uint8"))
     agrees("atan2 int8 uint8", dlpack.atan2, dlpack.tensor({1, -2, 3}, "int8"), dlpack.tensor({4, 5, 0}, "uint8"))
+  end)
+
+  it("norm runs on the device: the CPU's values, a Lua number over every element", function()
+    local t = dlpack.tensor({{3, -4, 0}, {1, 2, -2}}, "float32")
+    for _, ord in ipairs({false, 1, 2, math.huge, -math.huge, 0, 3}) do
+      agrees("norm ord " .. tostring(ord), function(x) return dlpack.norm(x, ord or nil, 2) end, t)
+    end
+    agrees("norm fro", function(x) return dlpack.norm(x, "fro", {1, 2}, true) end, t)
+    for _, ord in ipairs({2, 1}) do -- a sum in another order on a GPU: within float32's rounding
+      local want, got = dlpack.norm(t, ord == 1 and 1 or nil), dlpack.norm(t:to("cuda:0"), ord == 1 and 1 or nil)
+      assert.are.equal("number", type(got))
+      assert.is_true(math.abs(got - want) <= 1e-6 * want, tostring(got) .. " vs " .. tostring(want))
+    end
   end)
 
   it("isclose gives the CPU's bool tensor, with equal_nan", function()

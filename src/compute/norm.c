@@ -72,7 +72,7 @@ static const char norm_chunk[] =
     "              ' is not supported (fro, 1, -1, inf, -inf)') end\n"
     "  end\n"
     "  if keepdim then return r end\n"
-    "  if dim == nil and ord == nil or (dim == nil and #dims == nd) then return r:item() end\n"
+    "  if dim == nil and ord == nil or (dim == nil and #dims == nd) then return r:to('cpu'):item() end\n"
     "  local shape, drop = {}, {}\n"
     "  for k = 1, #dims do drop[dims[k]] = true end\n"
     "  for k = 1, nd do if not drop[k] then shape[#shape + 1] = t.shape[k] end end\n"
