@@ -337,8 +337,7 @@ describe("computing on CUDA tensors", function()
     local s = dlpack.tensor({3, 1, 2}, "float32"):to("cuda:0") -- sorting, scans and statistics: the host only
     for _, call in ipairs({function() return s:sort() end, function() return s:argsort() end,
                            function() return s:topk(1) end, function() return s:cumsum(1) end,
-                           function() return s:cumprod() end, function() return s:softmax(1) end,
-                           function() return s:log_softmax(1) end, function() return s:median() end,
+                           function() return s:cumprod() end, function() return s:median() end,
                            function() return s:quantile(0.5) end, function() return s:unique() end,
                            function() return s:shuffle() end}) do
       raises(call, 'does not run on CUDA devices yet (copy to the host with t:to("cpu"))')
@@ -1547,6 +1546,27 @@ describe("more functions on CUDA tensors", function()
     agrees("reciprocal int32", dlpack.reciprocal, dlpack.tensor({1, -1, 2, 7}, "int32"))
     agrees("square uint8", dlpack.square, dlpack.tensor({0, 3, 16, 255}, "uint8"))
     agrees("atan2 int8 uint8", dlpack.atan2, dlpack.tensor({1, -2, 3}, "int8"), dlpack.tensor({4, 5, 0}, "uint8"))
+  end)
+
+  it("softmax and log_softmax run on the device: the CPU's values within float rounding", function()
+    local t = dlpack.tensor({{1, 2, 3, -1}, {0 / 0, 5, -1, 0}, {-math.huge, 0, 1, 2}}, "float32")
+    for _, case in ipairs({{"float32", 2}, {"float32", 1}, {"float64", -1}, {"float16", 2}, {"int32", 2}}) do
+      local x = case[1] == "int32" and dlpack.tensor({{1, 2}, {3, 4}}, "int32") or t:to(case[1])
+      for _, name in ipairs({"softmax", "log_softmax"}) do
+        local want = dlpack[name](x, case[2])
+        local got = dlpack[name](x:to("cuda:0"), case[2])
+        local what = name .. " " .. case[1] .. " dim " .. case[2]
+        assert.are.equal("cuda:0", got.device, what)
+        assert.are.equal(want.dtype, got.dtype, what)
+        local tol = case[1] == "float16" and 1e-3 or 1e-5
+        assert.is_true(dlpack.isclose(got:to("cpu"):to("float64"), want:to("float64"), tol, tol, true):all(), what)
+      end
+    end
+    assert.are.same({0, 3}, dlpack.softmax(dlpack.empty({0, 3}, "float32", "cuda:0"), 2).shape)
+    local one = dlpack.softmax(dlpack.tensor(3.0):to("cuda:0"), 1, {dtype = "float16"})
+    assert.are.equal("float16", one.dtype)
+    raises(function() return dlpack.softmax(dlpack.zeros({2}, "complex64", "cuda:0"), 1) end,
+           "the result is a real float")
   end)
 
   it("norm runs on the device: the CPU's values, a Lua number over every element", function()

@@ -352,6 +352,62 @@ static void softmax_line(void *ctx, char *const *p) {
   }
 }
 
+/* softmax on a CUDA device, composed of the computing functions that run there (the tensors'
+ * methods): x in the compute dtype, m its max along dim, e = exp(x - m), s = sum(e) along dim;
+ * softmax e / s, log_softmax (x - m) - log(s); then the result's dtype. The stack holds the
+ * steps' tensors until the call returns. */
+static int call_method(lua_State *L, int self, const char *name, int nargs) {
+  int base = lua_gettop(L) - nargs; /* the arguments are on top */
+  lua_getfield(L, self, name);
+  lua_pushvalue(L, self);
+  for (int i = 1; i <= nargs; i++) lua_pushvalue(L, base + i);
+  lua_call(L, nargs + 1, 1);
+  if (nargs > 0) lua_replace(L, base + 1); /* the result where the arguments began */
+  lua_settop(L, base + 1);
+  return base + 1;
+}
+
+static int softmax_on_device(lua_State *L, int log, int dim, int dtype, int cdtype) {
+  dlp_Tensor *t = dlp_tensor_check(L, 1);
+  int x = 1;
+  if (t->dtype != dtype && dtype != cdtype) { /* float16/bfloat16 from another dtype: rounded to it first */
+    lua_pushstring(L, dlp_dtypes[dtype].name);
+    x = call_method(L, x, "to", 1);
+  }
+  lua_pushstring(L, dlp_dtypes[cdtype].name);
+  x = call_method(L, x, "to", 1);
+  int m = x, e, sum, r;
+  if (dim >= 0 && dlp_numel(t) > 0) {
+    lua_pushinteger(L, dim + 1);
+    lua_createtable(L, 0, 1);
+    lua_pushboolean(L, 1);
+    lua_setfield(L, -2, "keepdim");
+    m = call_method(L, x, "max", 2);
+  }
+  lua_pushvalue(L, m);
+  int d = call_method(L, x, "sub", 1);
+  e = call_method(L, d, "exp", 0);
+  sum = e;
+  if (dim >= 0) {
+    lua_pushinteger(L, dim + 1);
+    lua_createtable(L, 0, 1);
+    lua_pushboolean(L, 1);
+    lua_setfield(L, -2, "keepdim");
+    sum = call_method(L, e, "sum", 2);
+  }
+  if (log) {
+    int ls = call_method(L, sum, "log", 0);
+    lua_pushvalue(L, ls);
+    r = call_method(L, d, "sub", 1);
+  } else {
+    lua_pushvalue(L, sum);
+    r = call_method(L, e, "div", 1);
+  }
+  lua_pushstring(L, dlp_dtypes[dtype].name);
+  call_method(L, r, "to", 1);
+  return 1;
+}
+
 /* softmax(t, dim [, opts{dtype}]) and log_softmax: dtype converts the input first (torch's);
  * without it floats keep their dtype and integers and bools give float32. float16 and bfloat16
  * compute in float32, rounded once. */
@@ -363,7 +419,6 @@ static int softmax(lua_State *L, int log, const char *what) {
   dlp_check_no_more(L, 4, what, "(t, dim [, opts])");
   lua_settop(L, 3);
   int dim = line_dim(L, 2, t);
-  check_cpu(L, t, what);
   int dtype = o.dtype >= 0 ? o.dtype : dlp_dtype_kind(t->dtype) == K_FLOAT ? t->dtype : DLP_FLOAT32;
   if (dlp_dtype_kind(dtype) != K_FLOAT || dlp_dtype_kind(t->dtype) == K_COMPLEX)
     luaL_error(L, "%s: the result is a real float (float16, bfloat16, float32, float64), not %s", what,
@@ -372,6 +427,11 @@ static int softmax(lua_State *L, int log, const char *what) {
   s.log = log;
   s.wide = dtype == DLP_FLOAT64;
   int cdtype = s.wide ? DLP_FLOAT64 : DLP_FLOAT32;
+  if (t->dl.device.device_type == kDLCUDA) {
+    dlp_check_computes(L, t->dtype, what);
+    return softmax_on_device(L, log, dim, dtype, cdtype);
+  }
+  check_cpu(L, t, what);
   /* the input reaches the compute dtype through the result's dtype (torch converts first) */
   dlp_Tensor *r = new_result(L, t, 0, dtype, what);
   int r_idx = lua_gettop(L);
