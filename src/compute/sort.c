@@ -357,15 +357,16 @@ static void check_sortable(lua_State *L, const dlp_Tensor *t, const char *what) 
     luaL_error(L, "%s: %s tensors are not supported (complex numbers have no order)", what, dlp_dtypes[t->dtype].name);
 }
 
-/* The scratch of lines of n elements, in a userdata pushed (freed by the collector): the keys,
- * and the positions when indices are wanted. */
-static void scratch(lua_State *L, SortLine *s, int64_t n, const char *what) {
+/* The scratch of lines of n elements, malloc'd (freed at the end of the call, not left to the
+ * collector: sorts of long lines would otherwise hold their scratch until a collection): the
+ * keys, and the positions when indices are wanted. Returns the block, NULL when malloc fails. */
+static char *scratch(SortLine *s, int64_t n) {
   int64_t ksize = s->wide ? 8 : 4, counts = 256 * 9;
   int64_t each = (s->keys_in_values ? 1 : 2) * ksize + (s->indices ? 16 : 0);
-  if (n > (INT64_MAX / 2 - counts * 8) / 32 || (uint64_t)n > SIZE_MAX / 64)
-    luaL_error(L, "%s: a line of %I elements is too long to sort here", what, (lua_Integer)n);
   int64_t m = n > 0 ? n : 1;
-  char *base = lua_newuserdatauv(L, (size_t)(counts * 8 + m * each), 0);
+  if ((uint64_t)m > (SIZE_MAX - (size_t)counts * 8) / 64) return NULL;
+  char *base = malloc((size_t)(counts * 8 + m * each));
+  if (!base) return NULL;
   s->count = (int64_t *)(void *)base;
   s->keys = s->keys_in_values ? NULL : base + counts * 8;
   s->keys2 = base + counts * 8 + (s->keys_in_values ? 0 : m * ksize);
@@ -374,6 +375,7 @@ static void scratch(lua_State *L, SortLine *s, int64_t n, const char *what) {
     s->ix = (int64_t *)(void *)(s->keys2 + m * ksize);
     s->ix2 = s->ix + m;
   }
+  return base;
 }
 
 /* Sort t along dim into the results (values and/or indices, each NULL when not wanted), whose
@@ -394,8 +396,9 @@ static void run_sort(lua_State *L, dlp_Tensor *t, int dim, int descending, int64
     s.val_step = dlp_walk_stride(values, dim);
     s.keys_in_values = k == s.n && s.val_step == s.itemsize && s.itemsize == (s.wide ? 8 : 4);
   }
-  scratch(L, &s, dlp_numel(t) == 0 ? 0 : s.n, what); /* an empty tensor's line may be huge */
-  dlp_live(L, t, what);
+  dlp_live(L, t, what); /* then no Lua code runs until the scratch is freed */
+  char *base = scratch(&s, dlp_numel(t) == 0 ? 0 : s.n); /* an empty tensor's line may be huge */
+  if (!base) luaL_error(L, "%s: not enough memory for the scratch of lines of %I elements", what, (lua_Integer)s.n);
   const dlp_Tensor *ops[3] = {t, NULL, NULL};
   int nops = 1;
   if (values) ops[nops++] = values;
@@ -411,8 +414,8 @@ static void run_sort(lua_State *L, dlp_Tensor *t, int dim, int descending, int64
     dlp_each_line(nops, ops, dim, sort_line, &s);
   }
   if (s.allocated) free(s.ix);
+  free(base);
   if (s.failed) luaL_error(L, "%s: not enough memory", what);
-  lua_pop(L, 1);
 }
 
 static dlp_Tensor *result_like(lua_State *L, const dlp_Tensor *t, int dtype, int dim, int64_t size, const char *what) {
