@@ -367,14 +367,17 @@ static char *scratch(SortLine *s, int64_t n) {
   if ((uint64_t)m > (SIZE_MAX - (size_t)counts * 8) / 64) return NULL;
   char *base = malloc((size_t)(counts * 8 + m * each));
   if (!base) return NULL;
+  /* the 8-byte parts first (counts, positions), so that 4-byte keys of an odd count misalign nothing */
+  char *next = base + counts * 8;
   s->count = (int64_t *)(void *)base;
-  s->keys = s->keys_in_values ? NULL : base + counts * 8;
-  s->keys2 = base + counts * 8 + (s->keys_in_values ? 0 : m * ksize);
   s->ix = s->ix2 = NULL;
   if (s->indices) {
-    s->ix = (int64_t *)(void *)(s->keys2 + m * ksize);
+    s->ix = (int64_t *)(void *)next;
     s->ix2 = s->ix + m;
+    next += m * 16;
   }
+  s->keys = s->keys_in_values ? NULL : next;
+  s->keys2 = next + (s->keys_in_values ? 0 : m * ksize);
   return base;
 }
 

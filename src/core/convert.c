@@ -82,6 +82,7 @@ static const dlp_RowFn converters[DLP_COMPLEX128 + 1][DLP_COMPLEX128 + 1] = {
 
 #define DEFINE_MOVE(size)                                                                        \
   static void move_##size(char *d, int64_t ds, const char *s, int64_t ss, int64_t n) {          \
+    if (n <= 0) return; /* an empty tensor's data may be NULL, which memcpy may not take */      \
     if (ds == size && ss == size) memcpy(d, s, (size_t)(n * size));                             \
     else for (int64_t i = 0; i < n; i++) memcpy(d + i * ds, s + i * ss, size);                  \
   }
