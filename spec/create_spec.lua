@@ -63,6 +63,15 @@ describe("empty", function()
     assert.are.equal("cpu", dlpack.empty({1}, "int8", "cpu").device)
   end)
 
+  it("gives memory aligned to 256 bytes, for small tensors (kept with their owner) and large ones", function()
+    for _, n in ipairs({1, 3, 63, 64, 65, 300, 100000}) do
+      local t = dlpack.zeros({n}, "float32")
+      local address = tonumber(tostring(t:data_ptr()):match("(%x+)$"), 16)
+      assert.are.equal(0, address % 256, n .. " elements")
+      assert.are.equal(0, t[n]) -- the last element is inside the block (ASan and valgrind check it)
+    end
+  end)
+
   it("creates 0-d and zero-size tensors", function()
     local s = dlpack.empty({})
     assert.are.equal(0, s.ndim)

@@ -226,6 +226,7 @@ struct dlp_Owner {
   int versioned;
   size_t nbytes;  /* memory held */
   unsigned char mapped; /* memory came from mmap (cpu) */
+  unsigned char inline_memory; /* memory lies in this owner's own allocation (a small cpu block) */
   /* memory a Lua value owns (dlpack.unsafe.wrap): nothing to free, every tensor on it keeps that
    * value alive (dlp_keep), and it never leaves its lua_State (exports copy it) */
   unsigned char lua_owned;
