@@ -286,8 +286,10 @@ local function index_op(S, env)
     local extra = value
     if fn == "nonzero" and opts and opts.as_tuple then extra = "tuple" end
     local p = predict(fn == "scatter_" and "scatter" or fn, kt, index or {}, dim and math.tointeger(dim), extra)
-    if (fn == "scatter" or fn == "scatter_") and (kt.dtype == "bool" or (CM.kind(kt.dtype) == "u" and kt.dtype ~= "uint64" and value < 0)) then
-      p = { err = true } -- the value does not convert strictly (a negative uint64 is the same bits, as fill)
+    -- the value does not convert strictly (a negative Lua integer is a uint64's bits, as in fill)
+    local unsigned = CM.kind(kt.dtype) == "u" and kt.dtype ~= "uint64"
+    if (fn == "scatter" or fn == "scatter_") and (kt.dtype == "bool" or (unsigned and value < 0)) then
+      p = { err = true }
     end
     if p.err then
       if ok then S:fail(desc .. ": the model says this raises, it returned " .. tostring(res)) end
