@@ -115,6 +115,11 @@ describe("dlpack.blas()", function()
     f = child({DLPACK_LUA_BLAS_CORETYPE = "Nehalem"})
     assert.are.equal("Nehalem", f.coretype, f.output)
     assert.are.equal("DLPACK_LUA_BLAS_CORETYPE", f.coretype_by, f.output)
+    -- a name OpenBLAS does not know: it detects the processor, and says so
+    f = child({DLPACK_LUA_BLAS_CORETYPE = "NoSuchCore"})
+    assert.are.equal("NoSuchCore", f.coretype_set, f.output)
+    assert.are.equal("OpenBLAS", f.coretype_by, f.output)
+    assert.are_not.equal("NoSuchCore", f.coretype, f.output)
   end)
 
   -- OpenBLAS's generic kernels (what it falls back to on a processor newer than the release) are

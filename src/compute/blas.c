@@ -19,6 +19,7 @@
 #ifndef _WIN32
 #define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
 #endif
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +91,11 @@ static void choose_coretype(void) {
 #endif
 }
 
+static int same_name(const char *a, const char *b) {
+  for (; *a && tolower((unsigned char)*a) == tolower((unsigned char)*b); a++, b++) continue;
+  return *a == *b;
+}
+
 /* After: the environment as it was, and what OpenBLAS says it runs. */
 static void read_coretype(void) {
 #ifndef _WIN32
@@ -102,6 +108,8 @@ static void read_coretype(void) {
   if (corename) {
     memcpy(&get, &corename, sizeof get);
     snprintf(details.corename, sizeof details.corename, "%s", get());
+    /* an OpenBLAS the process had loaded already, or a name it does not know: its own pick */
+    if (details.chosen[0] && !same_name(details.chosen, details.corename)) details.chosen_by = "OpenBLAS";
   }
   if (config) {
     memcpy(&get, &config, sizeof get);
