@@ -12,6 +12,9 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#ifndef _WIN32
+#include <dlfcn.h>
+#endif
 
 #include "compat.h"
 
@@ -392,6 +395,40 @@ static int b_bytes_in_out(lua_State *L) {
   return 0;
 }
 
+#ifndef _WIN32
+/* gemm(library, c, a, b, n): C = A . B through the CBLAS of library (float32 or float64, square,
+ * contiguous), on one thread where it is OpenBLAS: the product the module's own kernel is
+ * measured against. The library stays loaded. */
+static int b_gemm(lua_State *L) {
+  typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *, int, float,
+                           float *, int);
+  typedef void (*dgemm_fn)(int, int, int, int, int, int, double, const double *, int, const double *, int, double,
+                           double *, int);
+  const dlpack_lua_api *api = dlpack_lua_get_api(L);
+  void *lib = dlopen(luaL_checkstring(L, 1), RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return luaL_error(L, "%s", dlerror());
+  const DLTensor *ct = api->check_tensor(L, 2, NULL);
+  char *c = data_of(L, 2, NULL), *a = data_of(L, 3, NULL), *b = data_of(L, 4, NULL);
+  int n = (int)ct->shape[0], f32 = ct->dtype.bits == 32;
+  void *threads = dlsym(lib, "openblas_set_num_threads"), *fn = dlsym(lib, f32 ? "cblas_sgemm" : "cblas_dgemm");
+  if (!fn) return luaL_error(L, "no CBLAS in %s", luaL_checkstring(L, 1));
+  if (threads) {
+    void (*set)(int);
+    memcpy(&set, &threads, sizeof set);
+    set(1);
+  }
+  sgemm_fn s;
+  dgemm_fn d;
+  memcpy(&s, &fn, sizeof s);
+  memcpy(&d, &fn, sizeof d);
+  for (lua_Integer k = luaL_checkinteger(L, 5); k > 0; k--) {
+    if (f32) s(101, 111, 111, n, n, n, 1.0f, (float *)a, n, (float *)b, n, 0.0f, (float *)c, n);
+    else d(101, 111, 111, n, n, n, 1.0, (double *)a, n, (double *)b, n, 0.0, (double *)c, n);
+  }
+  return 0;
+}
+#endif
+
 /* now(): a monotonic clock in seconds, finer than os.clock */
 static int b_now(lua_State *L) {
   struct timespec ts;
@@ -408,6 +445,9 @@ int luaopen_bench_baselines(lua_State *L) {
     {"f32_to_bf16", b_f32_to_bf16}, {"transpose", b_transpose}, {"permute3", b_permute3}, {"now", b_now},
     {"add_f32", b_add_f32}, {"sum_f32", b_sum_f32}, {"normalize_frame", b_normalize_frame},
     {"bytes_out_in", b_bytes_out_in}, {"bytes_in_out", b_bytes_in_out},
+#ifndef _WIN32
+    {"gemm", b_gemm},
+#endif
     {NULL, NULL},
   };
   luaL_newlib(L, plain);

@@ -10,6 +10,21 @@ local dlpack = require "dlpack"
 local base = require "bench.baselines"
 
 local now = base.now
+-- DLPACK_BENCH_CHILD: a child the bench started for rows that need another environment (it runs
+-- only those, without NumPy and CUDA)
+local CHILD = os.getenv("DLPACK_BENCH_CHILD") ~= nil
+
+-- The processor's name (Linux), for the rows whose ratio depends on it.
+local function cpu_name()
+  local f = io.open("/proc/cpuinfo")
+  local text = f and f:read("*a") or ""
+  if f then f:close() end
+  local name = text:match("model name%s*:%s*([^\n]+)") or "processor unknown"
+  for _, feature in ipairs({"avx512f", "avx2", "fma"}) do
+    if text:find(" " .. feature .. "%f[%s]") then name = name .. " " .. feature end
+  end
+  return name
+end
 local ROUNDS = tonumber(os.getenv("DLPACK_BENCH_ROUNDS")) or 15
 -- DLPACK_BENCH_ONLY=pattern[,pattern...]: only the rows whose key matches one of the Lua patterns
 -- (e.g. "add,sum"); the others are left out.
@@ -62,7 +77,8 @@ do
   -- On some processors the environment sets OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE (older
   -- OpenBLAS builds compute wrong results there); they slow a current NumPy, so the process that
   -- times NumPy runs without them. Nothing else changes.
-  local pipe = io.popen("env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE " .. python .. " bench/peers.py 2>/dev/null")
+  local pipe = not CHILD and io.popen("env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE " .. python ..
+                                      " bench/peers.py 2>/dev/null")
   if pipe then
     for line in pipe:lines() do
       local key, who, t = line:match("^(%S+) (%S+) (%S+)$")
@@ -402,8 +418,41 @@ if why then
 else
   local ma = dlpack.frombytes(string.rep(pattern, 512 * 512 / 64), "float32", {512, 512})
   local mb = dlpack.full({512, 512}, 0.5, "float32")
-  peer_row("matmul_f32", "dlpack.matmul(a, b) float32 512x512", 1.3,
+  local blas, info = dlpack.blas()
+  if not CHILD and wanted("matmul") then
+    local detail = type(info) == "table" and info.coretype
+      and string.format(" (core type %s, chosen by %s; %s)", info.coretype, info.coretype_by, info.config) or ""
+    print(string.format("matmul: %s; BLAS %s%s", cpu_name(), tostring(blas or info), detail))
+  end
+  peer_row("matmul_f32", "dlpack.matmul(a, b) float32 512x512", 1.2,
            function(n) for _ = 1, n do local _ = dlpack.matmul(ma, mb) end end, "numpy", "a @ b")
+  -- The module's own kernel (the one without BLAS) against OpenBLAS on one thread, with the core
+  -- type the module picks: in a child process, where DLPACK_LUA_BLAS=none leaves the module
+  -- without BLAS and the baseline calls the library itself.
+  if CHILD then
+    local library = os.getenv("DLPACK_BENCH_BLAS")
+    for _, dt in ipairs({"float32", "float64"}) do
+      local x, y, z = ma:to(dt), mb:to(dt), dlpack.empty({512, 512}, dt)
+      row("matmul_own_" .. dt, "  own kernel " .. dt .. " 512x512 (no BLAS)", 2.0,
+          function(n) for _ = 1, n do local _ = dlpack.matmul(x, y) end end,
+          function(n) base.gemm(library, z, x, y, n) end, "OpenBLAS, one thread")
+    end
+  elseif type(info) == "table" and info.coretype and wanted("matmul_own") and base.gemm then
+    local command = string.format("env DLPACK_BENCH_CHILD=1 DLPACK_LUA_BLAS=none DLPACK_BENCH_ONLY=matmul_own " ..
+                                  "DLPACK_BENCH_BLAS=%s OPENBLAS_CORETYPE=%s OPENBLAS_NUM_THREADS=1 %s bench/run.lua",
+                                  blas, info.coretype, arg[-1] or "lua")
+    local pipe = assert(io.popen(command))
+    for line in pipe:lines() do
+      if line:match("^  own kernel") then
+        print(line)
+        rows[#rows + 1] = "matmul_own"
+        if line:match(" met  ") then met = met + 1 end
+      end
+    end
+    pipe:close()
+  elseif wanted("matmul_own") then
+    skip_row("  own kernel vs OpenBLAS", "no OpenBLAS found")
+  end
 end
 
 why = lacks("add")
@@ -565,6 +614,7 @@ if rawget(_G, "jit") then
 end
 
 print(string.format("%d of %d rows met their goal", met, #rows))
+if CHILD then return end
 
 -- CUDA (bench/cuda.c, built as build/bench_cuda by `make bench`): copy bandwidth from pinned
 -- memory as a ratio to cuMemcpy*Async and the cost of an exchange with a stream wait; it

@@ -7,11 +7,12 @@
  * undefined behaviour on signed overflow; bool is "any product nonzero", the count of true
  * products being nonzero (in 64 bits it cannot wrap to 0). float32 and float64 go through
  * the system's CBLAS when blas.c found one, the rest and every size CBLAS cannot take (its
- * integers are 32-bit) through the cache-blocked kernel below.
+ * integers are 32-bit) through the module's own kernel (gemm.c).
  *
- * An operand that is already a matrix of the compute type with a layout the kernel (unit
- * stride along its rows) or CBLAS (unit stride along either dimension, the other one at least
- * as large as the size: transposed views go as CblasTrans) can read is read in place; any
+ * An operand that is already a matrix of the compute type with a layout the kernel (floats:
+ * any nonzero strides that are whole elements; integers: unit stride along its rows) or CBLAS (unit
+ * stride along either dimension, the other one at least as large as the size: transposed views
+ * go as CblasTrans) can read is read in place; any
  * other (converted dtypes, negative or zero strides) is packed into a contiguous temporary,
  * once per distinct matrix of a batch. The result is fresh contiguous memory, so it never
  * overlaps an operand. Operands are read, the result and the temporaries allocated, and only
@@ -23,97 +24,8 @@
 #include <string.h>
 
 #include "compute/cuda/args.h"
+#include "compute/gemm.h"
 #include "internal.h"
-
-/* ---- the module's kernel: C (M x N) = A (M x K) . B (K x N), rows of A and B contiguous ----
- * Blocked as the classic GotoBLAS loops without the packing: NC columns of B by KC rows stay
- * in cache while every MR x NR tile of C accumulates in registers (the fixed-size inner loops
- * are unrolled and vectorised by the compiler). lda, ldb, ldc are element strides between
- * rows, of any sign. */
-
-#define KC 256
-#define NC 512
-
-#define DEFINE_GEMM(name, T, MR, NR, ATTR)                                                                 \
-  ATTR static void name(int64_t M, int64_t N, int64_t K, const T *A, int64_t lda, const T *B, int64_t ldb, T *C, \
-                   int64_t ldc) {                                                                          \
-    for (int64_t j0 = 0; j0 < N; j0 += NC) {                                                               \
-      int64_t jn = N - j0 < NC ? N - j0 : NC;                                                              \
-      for (int64_t k0 = 0; k0 < K; k0 += KC) {                                                             \
-        int64_t kc = K - k0 < KC ? K - k0 : KC;                                                            \
-        for (int64_t i = 0; i < M; i += MR) {                                                              \
-          int64_t mr = M - i < MR ? M - i : MR;                                                            \
-          const T *a = A + i * lda + k0;                                                                   \
-          for (int64_t j = j0; j < j0 + jn; j += NR) {                                                     \
-            int64_t nr = j0 + jn - j < NR ? j0 + jn - j : NR;                                              \
-            const T *b = B + k0 * ldb + j;                                                                 \
-            T acc[MR][NR];                                                                                 \
-            memset(acc, 0, sizeof acc);                                                                    \
-            if (mr == MR && nr == NR) {                                                                    \
-              for (int64_t k = 0; k < kc; k++) {                                                           \
-                const T *row = b + k * ldb;                                                                \
-                for (int r = 0; r < MR; r++) {                                                             \
-                  T av = a[r * lda + k];                                                                   \
-                  for (int v = 0; v < NR; v++) acc[r][v] += av * row[v];                                   \
-                }                                                                                          \
-              }                                                                                            \
-            } else {                                                                                       \
-              for (int64_t k = 0; k < kc; k++) {                                                           \
-                const T *row = b + k * ldb;                                                                \
-                for (int r = 0; r < mr; r++) {                                                             \
-                  T av = a[r * lda + k];                                                                   \
-                  for (int v = 0; v < nr; v++) acc[r][v] += av * row[v];                                   \
-                }                                                                                          \
-              }                                                                                            \
-            }                                                                                              \
-            for (int r = 0; r < mr; r++) {                                                                 \
-              T *c = C + (i + r) * ldc + j;                                                                \
-              if (k0 == 0)                                                                                 \
-                for (int v = 0; v < nr; v++) c[v] = acc[r][v];                                             \
-              else                                                                                         \
-                for (int v = 0; v < nr; v++) c[v] += acc[r][v];                                            \
-            }                                                                                              \
-          }                                                                                                \
-        }                                                                                                  \
-      }                                                                                                    \
-    }                                                                                                      \
-  }
-
-DEFINE_GEMM(gemm_f32, float, 4, 8, )
-DEFINE_GEMM(gemm_f64, double, 4, 4, )
-DEFINE_GEMM(gemm_u32, uint32_t, 4, 8, )
-DEFINE_GEMM(gemm_u64, uint64_t, 4, 4, )
-
-/* The same loops for AVX2, chosen at run time where the CPU has it: twice the lanes (and
- * vpmulld for 32-bit integers). Every element is summed in the same order as above, so the
- * two give the same bits. */
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-#define HAVE_AVX2_KERNELS 1
-#define AVX2 __attribute__((target("avx2")))
-DEFINE_GEMM(gemm_f32_avx2, float, 4, 16, AVX2)
-DEFINE_GEMM(gemm_f64_avx2, double, 4, 8, AVX2)
-DEFINE_GEMM(gemm_u32_avx2, uint32_t, 4, 16, AVX2)
-DEFINE_GEMM(gemm_u64_avx2, uint64_t, 4, 8, AVX2)
-#undef AVX2
-#endif
-#undef DEFINE_GEMM
-
-static void gemm(int cd, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda, const void *B, int64_t ldb,
-                 void *C) {
-#ifdef HAVE_AVX2_KERNELS
-  if (dlp_cpu_has_avx2()) {
-    if (cd == DLP_FLOAT32) gemm_f32_avx2(M, N, K, A, lda, B, ldb, C, N);
-    else if (cd == DLP_FLOAT64) gemm_f64_avx2(M, N, K, A, lda, B, ldb, C, N);
-    else if (cd == DLP_UINT32) gemm_u32_avx2(M, N, K, A, lda, B, ldb, C, N);
-    else gemm_u64_avx2(M, N, K, A, lda, B, ldb, C, N);
-    return;
-  }
-#endif
-  if (cd == DLP_FLOAT32) gemm_f32(M, N, K, A, lda, B, ldb, C, N);
-  else if (cd == DLP_FLOAT64) gemm_f64(M, N, K, A, lda, B, ldb, C, N);
-  else if (cd == DLP_UINT32) gemm_u32(M, N, K, A, lda, B, ldb, C, N);
-  else gemm_u64(M, N, K, A, lda, B, ldb, C, N);
-}
 
 /* ---- the plan of one call ---- */
 
@@ -127,6 +39,7 @@ typedef struct Side {
   int direct;          /* read in place (else packed) */
   int trans;           /* CBLAS: CBLAS_NO_TRANS or CBLAS_TRANS */
   int64_t ld;          /* element stride between rows (of the transposed matrix when trans) */
+  int64_t cstep;       /* the module's kernel: element stride between columns */
   int64_t bs[DLP_MAX_NDIM]; /* byte strides along the batch dimensions (0: broadcast) */
 } Side;
 
@@ -172,11 +85,14 @@ static int blas_layout(Side *s, size_t isz) {
   return s->ld <= INT_MAX;
 }
 
-/* Decide whether s is read in place, for the kernel (rows contiguous, any row stride) or CBLAS. */
+/* Decide whether s is read in place, for the kernel (floats: strides of whole elements, not 0;
+ * integers: rows contiguous, any row stride) or CBLAS. */
 static void choose_layout(const Plan *p, Side *s) {
+  int64_t isz = (int64_t)p->isz;
   s->direct = 0;
   s->trans = CBLAS_NO_TRANS;
   s->ld = s->cols;
+  s->cstep = 1;
   /* elements may sit at any address (producers need not align them): typed reads need it */
   if (!same_bits(s->t->dtype, p->cd) || (uintptr_t)dlp_first_element(s->t) % p->isz != 0) return;
   if (p->blas) {
@@ -185,9 +101,16 @@ static void choose_layout(const Plan *p, Side *s) {
       s->trans = CBLAS_NO_TRANS;
       s->ld = s->cols;
     }
-  } else if (s->cols == 1 || s->cs == (int64_t)p->isz) {
+  } else if ((p->cd == DLP_FLOAT32 || p->cd == DLP_FLOAT64) && s->rs % isz == 0 && s->cs % isz == 0 &&
+             (s->rows == 1 || s->rs != 0) && (s->cols == 1 || s->cs != 0)) {
+    /* not an expanded (stride 0) one: its copy's size is checked (dlpack.zeros({1}):expand({2^62})
+     * raises, as with CBLAS, rather than computing for years) */
     s->direct = 1;
-    s->ld = s->rs / (int64_t)p->isz;
+    s->ld = s->rs / isz;
+    s->cstep = s->cs / isz;
+  } else if (s->cols == 1 || s->cs == isz) {
+    s->direct = 1;
+    s->ld = s->rs / isz;
   }
 }
 
@@ -206,21 +129,23 @@ static void pack(char *dst, int cd, size_t isz, const char *src, int dtype, int6
 }
 
 /* One product: a and b point at the first elements of this batch's matrices, c at the result's
- * M x N elements (contiguous); pa, pb, cb the temporaries the plan needs. */
-static void product(const Plan *p, const char *a, const char *b, char *c, char *pa, char *pb, char *cb,
+ * M x N elements (contiguous); pa, pb, cb the temporaries the plan needs, gs the kernel's. */
+static void product(const Plan *p, const char *a, const char *b, char *c, char *pa, char *pb, char *cb, char *gs,
                     int pack_a, int pack_b) {
   const Side *sa = &p->a, *sb = &p->b;
   const char *A = a, *B = b;
-  int64_t lda = sa->ld, ldb = sb->ld;
+  int64_t lda = sa->ld, ldb = sb->ld, csa = sa->cstep, csb = sb->cstep;
   if (!sa->direct) {
     if (pack_a) pack(pa, p->cd, p->isz, a, sa->t->dtype, p->M, p->K, sa->rs, sa->cs);
     A = pa;
     lda = p->K;
+    csa = 1;
   }
   if (!sb->direct) {
     if (pack_b) pack(pb, p->cd, p->isz, b, sb->t->dtype, p->K, p->N, sb->rs, sb->cs);
     B = pb;
     ldb = p->N;
+    csb = 1;
   }
   char *C = p->cbuf ? cb : c;
   if (p->blas) {
@@ -232,7 +157,8 @@ static void product(const Plan *p, const char *a, const char *b, char *c, char *
       p->blas->dgemm(CBLAS_ROW_MAJOR, ta, tb, (int)p->M, (int)p->N, (int)p->K, 1.0, (const double *)A, (int)lda,
                      (const double *)B, (int)ldb, 0.0, (double *)C, (int)p->N);
   } else {
-    gemm(p->cd, p->M, p->N, p->K, A, lda, B, ldb, C);
+    dlp_Gemm g = {p->cd, p->M, p->N, p->K, A, B, lda, csa, ldb, csb, C, gs};
+    dlp_gemm(&g);
   }
   if (p->cbuf) {
     int64_t n = p->M * p->N;
@@ -321,30 +247,34 @@ static int plan_of(lua_State *L, Plan *p, int64_t *shape, const char *what) {
   return ndim;
 }
 
-/* A userdata for the temporaries, pushed (an allocation: before any memory is taken); raises
- * when their size does not fit. */
-static char *scratch(lua_State *L, const Plan *p, char **pa, char **pb, char **cb, const char *what) {
+/* A userdata for the temporaries (the packed operands, the compute-type result, the kernel's
+ * blocks), pushed (an allocation: before any memory is taken); raises when their size does not
+ * fit. */
+static char *scratch(lua_State *L, const Plan *p, char *t[4], const char *what) {
   int64_t na = 0, nb = 0, nc = 0, total;
+  size_t ng = p->blas ? 0 : dlp_gemm_scratch(p->cd, p->M, p->N, p->K); /* bounded by the blocks */
   int ok = (p->a.direct || dlp_mul(p->M, p->K, &na)) && (p->b.direct || dlp_mul(p->K, p->N, &nb)) &&
            (!p->cbuf || dlp_mul(p->M, p->N, &nc)) && dlp_add(na, nb, &total) && dlp_add(total, nc, &total) &&
-           dlp_mul(total, (int64_t)p->isz, &total) && (uint64_t)total <= PTRDIFF_MAX / 2;
+           dlp_mul(total, (int64_t)p->isz, &total) && dlp_add(total, (int64_t)ng, &total) &&
+           (uint64_t)total <= PTRDIFF_MAX / 2;
   if (!ok) luaL_error(L, "%s: the temporaries of this product would take more bytes than fit", what);
   char *base = lua_newuserdatauv(L, (size_t)total, 0);
-  *pa = base;
-  *pb = base + na * (int64_t)p->isz;
-  *cb = base + (na + nb) * (int64_t)p->isz;
+  t[0] = base;
+  t[1] = base + na * (int64_t)p->isz;
+  t[2] = base + (na + nb) * (int64_t)p->isz;
+  t[3] = base + (na + nb + nc) * (int64_t)p->isz;
   return base;
 }
 
 /* Every batch of the product into out (the result's M x N matrices, contiguous). */
-static void run_plan(const Plan *p, char *out, char *pa, char *pb, char *cb) {
+static void run_plan(const Plan *p, char *out, char *const t[4]) {
   int64_t idx[DLP_MAX_NDIM] = {0};
   const char *a = dlp_first_element(p->a.t), *b = dlp_first_element(p->b.t);
   const char *last_a = NULL, *last_b = NULL;
   int64_t step = p->M * p->N * (int64_t)dlp_dtypes[p->dtype].itemsize;
   for (;;) {
     /* a broadcast operand's matrix is packed once */
-    product(p, a, b, out, pa, pb, cb, a != last_a, b != last_b);
+    product(p, a, b, out, t[0], t[1], t[2], t[3], a != last_a, b != last_b);
     last_a = a;
     last_b = b;
     out += step;
@@ -530,7 +460,7 @@ static int cuda_product(lua_State *L, const Plan *p, int ndim, const int64_t *sh
 static int matmul(lua_State *L, int dot, const char *what) {
   Plan p;
   int64_t shape[DLP_MAX_NDIM];
-  char *pa, *pb, *cb;
+  char *temps[4];
   dlp_check_no_more(L, 3, what, "two tensors");
   if (dot) {
     for (int arg = 1; arg <= 2; arg++) {
@@ -557,10 +487,10 @@ static int matmul(lua_State *L, int dot, const char *what) {
     out = dlp_first_element(r);
   }
   if (computes) {
-    scratch(L, &p, &pa, &pb, &cb, what);
+    scratch(L, &p, temps, what);
     dlp_live(L, p.a.t, what);
     dlp_live(L, p.b.t, what);
-    run_plan(&p, out, pa, pb, cb);
+    run_plan(&p, out, temps);
     lua_pop(L, 1); /* the temporaries */
   }
   if (scalar) dlp_push_element(L, p.dtype, value); /* k = 0: the zero of the dtype */
