@@ -5,7 +5,9 @@
  *
  * A line is converted into the result's memory (or a scratch line) in the dtype the scan runs
  * in, and scanned there in place. out= gets the result through a copy, so that it may alias the
- * input. */
+ * input. On a CUDA device the scans run the same way: the input converted into the result by the
+ * copy kernels, then each line scanned in place by one thread, in the CPU's order (kernels.cu,
+ * family 46), so that floats give the CPU's bits. */
 #include <math.h>
 #include <string.h>
 
@@ -128,12 +130,12 @@ static int line_dim(lua_State *L, int arg, const dlp_Tensor *t) {
   return dlp_check_dim(L, arg, t->dl.ndim, 0);
 }
 
-/* The result tensor: a new contiguous one of t's shape, or shape {n} (cumsum without dim). */
+/* The result tensor: a new contiguous one of t's shape, or shape {n} (cumsum without dim), on
+ * t's device. */
 static dlp_Tensor *new_result(lua_State *L, const dlp_Tensor *t, int flat, int dtype, const char *what) {
-  DLDevice cpu = {kDLCPU, 0};
   int64_t n = dlp_numel(t);
-  if (flat) return dlp_tensor_new(L, dtype, 0, cpu, 1, &n, 0, what);
-  return dlp_tensor_new(L, dtype, 0, cpu, t->dl.ndim, t->dl.shape, 0, what);
+  if (flat) return dlp_tensor_new(L, dtype, 0, t->dl.device, 1, &n, 0, what);
+  return dlp_tensor_new(L, dtype, 0, t->dl.device, t->dl.ndim, t->dl.shape, 0, what);
 }
 
 /* Raise unless out has the result's shape; copy r into it (converting, overlap-safe). */
@@ -146,7 +148,6 @@ static void into_out(lua_State *L, int out_idx, int r_idx, const char *what) {
     luaL_error(L, "%s: out has shape %s, the result has shape %s", what,
                dlp_push_shape(L, out->dl.ndim, out->dl.shape), want);
   }
-  dlp_check_host(L, out, what);
   dlp_check_writable(L, out, what);
   if (!dlp_can_cast_same_kind(r->dtype, out->dtype))
     luaL_error(L, "%s: cannot write the %s result into out of dtype %s", what, dlp_dtypes[r->dtype].name,
@@ -160,6 +161,69 @@ static void check_cpu(lua_State *L, const dlp_Tensor *t, const char *what) {
     luaL_error(L, "%s: does not run on CUDA devices yet (copy to the host with t:to(\"cpu\"))", what);
   dlp_check_host(L, t, what);
   dlp_check_computes(L, t->dtype, what);
+}
+
+/* ---- scans on a CUDA device (kernels.cu, family 46) ---- */
+
+static const char *scan_kernel(int dtype, int prod) {
+  static const char *const kernels[2][DLP_COMPLEX128 + 1] = {
+#define SCAN_NAMES(k)                                                                                      \
+  {[DLP_BOOL] = "dlp_" k "_b8", [DLP_INT8] = "dlp_" k "_u8", [DLP_UINT8] = "dlp_" k "_u8",                  \
+   [DLP_INT16] = "dlp_" k "_u16", [DLP_UINT16] = "dlp_" k "_u16", [DLP_INT32] = "dlp_" k "_u32",            \
+   [DLP_UINT32] = "dlp_" k "_u32", [DLP_INT64] = "dlp_" k "_u64", [DLP_UINT64] = "dlp_" k "_u64",           \
+   [DLP_FLOAT16] = "dlp_" k "_f16", [DLP_BFLOAT16] = "dlp_" k "_bf16", [DLP_FLOAT32] = "dlp_" k "_f32",     \
+   [DLP_FLOAT64] = "dlp_" k "_f64", [DLP_COMPLEX64] = "dlp_" k "_c64", [DLP_COMPLEX128] = "dlp_" k "_c128"}
+      SCAN_NAMES("cumsum"), SCAN_NAMES("cumprod")};
+#undef SCAN_NAMES
+  return dtype >= 0 && dtype <= DLP_COMPLEX128 ? kernels[prod][dtype] : NULL;
+}
+
+/* r (new, contiguous, on t's device) = the scan of t: t converted into r (flat: walked in
+ * row-major order into r's one dimension), then each line of r scanned in place. */
+static void scan_on_device(lua_State *L, dlp_Tensor *t, dlp_Tensor *r, int flat, int dim, int prod, const char *what) {
+  int64_t strides[2][DLP_MAX_NDIM] = {{0}}, shape[DLP_MAX_NDIM], n = 1, step = dlp_dtypes[r->dtype].itemsize;
+  const char *kernel = scan_kernel(r->dtype, prod);
+  if (!kernel) luaL_error(L, "%s: %s is not scanned on CUDA devices", what, dlp_dtypes[r->dtype].name);
+  if (dlp_numel(t) == 0) return;
+  if (flat && t->dl.ndim != 1) { /* the conversion writes r's elements in t's row-major order */
+    int family, sizes[2] = {(int)step, (int)dlp_dtypes[t->dtype].itemsize};
+    const char *convert = dlp_cuda_copy_kernel(L, r->dtype, t->dtype, &family, what);
+    char *data[2] = {dlp_first_element(r), dlp_first_element(t)};
+    dlp_Tensor *tensors[2] = {r, t};
+    int64_t at = step;
+    for (int i = t->dl.ndim - 1; i >= 0; i--) {
+      strides[0][i] = at;
+      at *= t->dl.shape[i];
+    }
+    dlp_broadcast_strides(t, t->dl.ndim, t->dl.shape, strides[1]);
+    dlp_run_on_cuda(L, what, NULL, 2, t->dl.ndim, t->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, tensors,
+                    NULL, sizes, convert, family);
+  } else {
+    dlp_copy_on_cuda(L, r, t, NULL, what);
+  }
+  int ndim = 1;
+  shape[0] = 1;
+  strides[0][0] = 0;
+  if (flat) {
+    n = dlp_numel(t);
+  } else if (dim >= 0) { /* a launch over the lines: r's shape with dim made 1 */
+    ndim = r->dl.ndim;
+    for (int i = 0; i < ndim; i++) {
+      shape[i] = i == dim ? 1 : r->dl.shape[i];
+      strides[0][i] = dlp_walk_stride(r, i);
+    }
+    n = r->dl.shape[dim];
+    step = dlp_walk_stride(r, dim);
+  }
+  if (n < 2) return;
+  int64_t params[2] = {n, step};
+  int sizes[2] = {(int)dlp_dtypes[r->dtype].itemsize, 16};
+  char *data[2] = {dlp_first_element(r), NULL};
+  dlp_Tensor *tensors[2] = {r, NULL};
+  const void *values[2] = {NULL, params};
+  for (int i = 0; i < ndim; i++) strides[1][i] = 0;
+  dlp_run_on_cuda(L, what, NULL, 2, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, tensors, values, sizes,
+                  kernel, 46);
 }
 
 /* cumsum(t [, dim [, opts{dtype, out}]]) and cumprod: dim nil scans the elements in row-major
@@ -178,7 +242,9 @@ static int scan(lua_State *L, int prod, const char *what) {
   int out_idx = o.out;
   int flat = lua_isnoneornil(L, 2);
   int dim = flat ? 0 : line_dim(L, 2, t);
-  check_cpu(L, t, what);
+  dlp_Tensor *operands[2] = {t, out_idx ? dlp_tensor_check(L, out_idx) : NULL};
+  int gpu = dlp_compute_device(L, operands, 2, what) >= 0;
+  dlp_check_computes(L, t->dtype, what);
   int dtype = o.dtype;
   if (dtype < 0) {
     int kind = dlp_dtype_kind(t->dtype);
@@ -186,6 +252,13 @@ static int scan(lua_State *L, int prod, const char *what) {
   }
   if (!dlp_row_function(dtype, t->dtype))
     luaL_error(L, "%s: %s does not convert to %s", what, dlp_dtypes[t->dtype].name, dlp_dtypes[dtype].name);
+  if (gpu) {
+    dlp_Tensor *r = new_result(L, t, flat, dtype, what);
+    int r_idx = lua_gettop(L);
+    scan_on_device(L, t, r, flat, dim, prod, what);
+    if (out_idx) into_out(L, out_idx, r_idx, what);
+    return 1;
+  }
   if (flat && t->dl.ndim != 1) { /* row-major order: a contiguous copy, scanned as one line */
     dlp_clone(L, 1, t->dtype, t->dl.device, NULL, what);
     lua_replace(L, 1);

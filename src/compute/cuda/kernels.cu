@@ -5,7 +5,8 @@
  * size (and fills), 13-25 the conversions from each real dtype, 26 random tensors and ranges, 27
  * the matrix products, 28-31 the reductions (see "reductions" below), 32-33 the complex
  * operations (complex64, complex128), 34-35 the conversions from and to the complex dtypes, 42
- * indexing with tensors ("indexing with tensors" below). Compiled twice from this one source:
+ * indexing with tensors ("indexing with tensors" below), 46 the scans (cumsum, cumprod).
+ * Compiled twice from this one source:
  *   - as CUDA, to PTX, one file per family (DLP_FAMILY: a compute type, or the mixed integer
  *     comparisons), by `make ptx` with the toolkit; the PTX is kept in the repository under
  *     ptx/, embedded in the module and loaded by the driver a family at a time on first use
@@ -893,6 +894,36 @@ KERNEL(dlp_unravel) {
 }
 #endif
 
+/* ---- scans (family 46; src/compute/scan.c) ----
+ * dlp_cumsum_<s>, dlp_cumprod_<s>: each element of the launch is one line of the result (operand
+ * 0, at the line's first element), which already holds the input converted to the result's
+ * dtype s; one thread scans it in place in order, P(0) elements P(1) bytes apart, each step
+ * rounded to s as the CPU's loop rounds it (float16 and bfloat16 through float32), so the same
+ * bits as the CPU. Integers wrap (the low bits of a 64-bit product), bool is or / and. */
+#define SCAN_INTS(K) K(u8, uint8_t) K(u16, uint16_t) K(u32, uint32_t) K(u64, uint64_t)
+#define SCAN_INT_STEPS(s, T)                                                                             RFN T scan_sum_##s(T a, T b) { return (T)(a + b); }                                                    RFN T scan_prod_##s(T a, T b) { return (T)((uint64_t)a * b); }
+#define SCAN_HALF_STEPS(s, TO_FLOAT, FROM_DOUBLE)                                                        RFN uint16_t scan_sum_##s(uint16_t a, uint16_t b) { return FROM_DOUBLE((double)(TO_FLOAT(a) + TO_FLOAT(b))); }   RFN uint16_t scan_prod_##s(uint16_t a, uint16_t b) { return FROM_DOUBLE((double)(TO_FLOAT(a) * TO_FLOAT(b))); }
+#define KSCAN(name, T, STEP)                                                                             KERNEL(dlp_##name) {                                                                                     EACH_ELEMENT(1, uint64_t p_ = A.data[0] + (uint64_t)off[0];                                                         T acc_ = *(const T *)BYTES(p_, (int64_t)sizeof(T), 0);                                                 ROLLED for (int64_t j_ = 1; j_ < P(0); j_++) {                                                           uint64_t q_ = p_ + (uint64_t)(j_ * P(1));                                                              acc_ = STEP(acc_, *(const T *)BYTES(q_, (int64_t)sizeof(T), 0));                                       *(T *)BYTES(q_, (int64_t)sizeof(T), 1) = acc_;                                                       })                                                                                      }
+#define KSCANS(s, T) KSCAN(cumsum_##s, T, scan_sum_##s) KSCAN(cumprod_##s, T, scan_prod_##s)
+#define SCAN_TYPES(K) K(b8, uint8_t) SCAN_INTS(K) K(f16, uint16_t) K(bf16, uint16_t) K(f32, float) K(f64, double) \
+  K(c64, r_c64) K(c128, r_c128)
+#if FAMILY(46)
+RFN uint8_t scan_sum_b8(uint8_t a, uint8_t b) { return a || b; }
+RFN uint8_t scan_prod_b8(uint8_t a, uint8_t b) { return a && b; }
+SCAN_INTS(SCAN_INT_STEPS)
+SCAN_HALF_STEPS(f16, dlp_rule_half_to_float, dlp_rule_half_from_double)
+SCAN_HALF_STEPS(bf16, dlp_rule_bfloat_to_float, dlp_rule_bfloat_from_double)
+#define scan_sum_f32 r_add_f32
+#define scan_prod_f32 r_mul_f32
+#define scan_sum_f64 r_add_f64
+#define scan_prod_f64 r_mul_f64
+#define scan_sum_c64 r_add_c64
+#define scan_prod_c64 r_mul_c64
+#define scan_sum_c128 r_add_c128
+#define scan_prod_c128 r_mul_c128
+SCAN_TYPES(KSCANS)
+#endif
+
 #ifndef __CUDACC__
 /* The fake driver's table of the kernels by name. */
 #include "compute/cuda/fake_kernels.h"
@@ -917,6 +948,7 @@ KERNEL(dlp_unravel) {
 #define COMPLEX_ENTRIES(s, T, R) DLP_COMPLEX_OPS(ENTRY, ENTRY, ENTRY, s, T, R)
 #define FROM_COMPLEX_ENTRY(C, c, CT, unused, D, d, DT, dc) ENTRY(convert_##c##_##d)
 #define TO_COMPLEX_ENTRIES(S, s, ST, sc) ENTRY(convert_##s##_complex64) ENTRY(convert_##s##_complex128)
+#define SCAN_ENTRIES(s, T) ENTRY(cumsum_##s) ENTRY(cumprod_##s)
 const dlp_FakeKernel dlp_fake_kernels[] = {
   DLP_BOOL_OPS(ENTRY, ENTRY, ENTRY, ENTRY) DLP_INTS(INT_ENTRIES) DLP_FLOATS(FLOAT_ENTRIES) DLP_MIXED_OPS(ENTRY) COPIES(ENTRY)
   DLP_REAL_DTYPES(CONVERSION_ENTRIES) {"dlp_isclose_f64", dlp_isclose_f64},
@@ -930,6 +962,7 @@ const dlp_FakeKernel dlp_fake_kernels[] = {
   DLP_REAL_DESTINATIONS(FROM_COMPLEX_ENTRY, COMPLEX128, complex128, -, -)
   ENTRY(convert_complex64_complex128) ENTRY(convert_complex128_complex64)
   ENTRY(sum_along) ENTRY(scan_sums) ENTRY(scan_apply) ENTRY(compact) ENTRY(unravel)
+  SCAN_TYPES(SCAN_ENTRIES)
   {NULL, NULL},
 };
 #endif
