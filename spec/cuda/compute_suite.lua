@@ -1961,9 +1961,80 @@ describe("scans and shuffle on CUDA tensors", function()
     scans_alike("float16 ones", function(t) return t:cumsum(1) end, h)
     assert.are.equal(2048, host(h:to("cuda:0"):cumsum(1)):totable()[3000])
     scans_alike("bfloat16 long", function(t) return t:cumsum(1) end, sample("bfloat16", {2, 2500}, 3):view({5000}))
-    scans_alike("float32 long", function(t) return t:cumsum(1) end, dlpack.rand({4000}, "float32"))
+    scans_alike("float32 lines", function(t) return t:cumsum(1) end, dlpack.rand({2047, 3}, "float32"))
     scans_alike("float64 rows", function(t) return t:cumprod(2) end, dlpack.rand({300, 7}, "float64") + 0.5)
     scans_alike("one element lines", function(t) return t:cumsum(2) end, sample("int32", {6, 1}))
+  end)
+
+  -- launches of the calls fn makes (the fake's count), nil on a GPU
+  local function launches(fn)
+    if not fake then return nil, fn() end
+    fake.sync_all()
+    local before = fake.live().launches
+    local r = fn()
+    fake.sync_all() -- the fake counts a kernel when it runs
+    return fake.live().launches - before, r
+  end
+
+  it("few long lines are scanned in chunks: integers and bool the CPU's bits, floats within the bound", function()
+    -- a line of 2048 elements or more, in fewer than 16384 lines: chunks of 1024, their totals, the join
+    for _, dtype in ipairs({"int8", "int64", "uint16", "uint64", "bool"}) do
+      local x = sample(dtype, {2, 2500}, 9)
+      for _, fn in ipairs({"cumsum", "cumprod"}) do
+        scans_alike(fn .. " " .. dtype .. " chunked rows", function(t) return dlpack[fn](t, 2) end, x)
+        scans_alike(fn .. " " .. dtype .. " chunked columns", function(t) return dlpack[fn](t, 1) end, x:t())
+        scans_alike(fn .. " " .. dtype .. " chunked flat", function(t) return dlpack[fn](t) end, x:flip(2))
+        scans_alike(fn .. " " .. dtype .. " chunked, dtype", function(t) return dlpack[fn](t, 2, {dtype = "int32"}) end,
+                    x)
+      end
+    end
+    local ones, ones_short, halves = dlpack.ones({3000}, "int64", "cuda:0"), dlpack.ones({2047}, "int64", "cuda:0"),
+                                     dlpack.ones({3000}, "float16", "cuda:0")
+    local n, r = launches(function() return dlpack.cumsum(ones, 1) end)
+    if n then assert.are.equal(4, n) end -- the chunks, their totals, the join (and the copy)
+    assert.are.equal(3000, host(r):totable()[3000])
+    n = launches(function() return dlpack.cumsum(ones_short, 1) end)
+    if n then assert.are.equal(2, n) end -- one thread for the line
+    n = launches(function() return dlpack.cumsum(halves, 1) end)
+    if n then assert.are.equal(2, n) end -- float16 and bfloat16: always whole lines
+    -- a line of 2^21 + 5: the totals themselves chunked (two levels)
+    local big = dlpack.arange(2 ^ 21 + 5, "int64"):to("uint8")
+    local on_device = big:to("cuda:0")
+    n, r = launches(function() return on_device:cumsum() end)
+    if n then assert.are.equal(6, n) end
+    assert.are.equal(big:cumsum():tobytes(), host(r):tobytes())
+    -- floats: element i of a line (1-based) within 2 i u sum(|x_j|, j <= i) of the CPU's sum, and
+    -- within 2 i u |p_i| of its product p_i (complex: 2 i 3u |p_i|), u the dtype's unit roundoff
+    local U = {float32 = 2 ^ -24, float64 = 2 ^ -53, complex64 = 2 ^ -24, complex128 = 2 ^ -53}
+    local function within(what, want, got, bound)
+      local w, g, b = want:to("complex128"):tobytes(), got:to("cpu"):to("complex128"):tobytes(), bound:tobytes()
+      local i, count = 0, #w // 16
+      for k = 1, count do
+        local wr, wi = string.unpack("dd", w, (k - 1) * 16 + 1)
+        local gr, gi = string.unpack("dd", g, (k - 1) * 16 + 1)
+        local lim = string.unpack("d", b, (k - 1) * 8 + 1)
+        local d = math.sqrt((wr - gr) ^ 2 + (wi - gi) ^ 2)
+        assert.is_true(d <= lim, what .. " at " .. k .. ": " .. d .. " > " .. lim)
+        if d > 0 then i = i + 1 end
+      end
+      return i
+    end
+    for _, dtype in ipairs({"float32", "float64", "complex64", "complex128"}) do
+      local u = U[dtype]
+      dlpack.manual_seed(5)
+      local x = (dlpack.rand({3, 3000}, "float64") - 0.3):to(dtype)
+      if dtype:match("^complex") then x = x + sample(dtype, {3, 3000}, 4) * 0.01 end
+      local pos = dlpack.arange(1, 3001, "float64"):view({1, 3000})
+      local abs = dlpack.abs(x):to("float64")
+      local want, got = x:cumsum(2), x:to("cuda:0"):cumsum(2)
+      local differ = within("cumsum " .. dtype, want, got, abs:cumsum(2) * pos * (2 * u))
+      assert.is_true(dtype:match("^complex") ~= nil or differ > 0) -- the bound is exercised
+      local f = (dlpack.rand({3, 3000}, "float64") * 0.02 + 0.99):to(dtype)
+      local prods = f:cumprod(2)
+      local k = dtype:match("^complex") and 3 or 1
+      within("cumprod " .. dtype, prods, f:to("cuda:0"):cumprod(2),
+             dlpack.abs(prods):to("float64") * pos * (2 * k * u) + 1e-300)
+    end
   end)
 
   it("dtype= and out= as on the CPU: conversions, same_kind casting, strided and aliasing out", function()
