@@ -2110,6 +2110,13 @@ describe("scans and shuffle on CUDA tensors", function()
     end
     assert.are.same({2 ^ 62, 0}, dlpack.empty({2 ^ 62, 0}, "int8", "cuda:0"):shuffle().shape)
     raises(function() return dlpack.shuffle(dlpack.zeros({}, "float32", "cuda:0")) end, "0-d tensor")
+    local fp8 = dlpack.frombytes("\1\2\3\4\5\6\7\8", "float8_e4m3fn", {4, 2}) -- one byte each: moved as bytes
+    dlpack.manual_seed(9)
+    local want = fp8:shuffle()
+    dlpack.manual_seed(9)
+    assert.are.equal(want:tobytes(), host(fp8:to("cuda:0"):shuffle()):tobytes())
+    raises(function() return dlpack.zeros({4, 2}, "float4_e2m1fn"):to("cuda:0"):shuffle() end,
+           'dlpack.shuffle: float4_e2m1fn is not shuffled on CUDA devices (copy to the host with t:to("cpu"))')
     local r = dlpack.zeros({3}, "float32", "cuda:0")
     r:release()
     raises(function() return dlpack.shuffle(r) end, "released")
