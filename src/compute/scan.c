@@ -7,7 +7,8 @@
  * in, and scanned there in place. out= gets the result through a copy, so that it may alias the
  * input. On a CUDA device the scans run the same way: the input converted into the result by the
  * copy kernels, then each line scanned in place by one thread, in the CPU's order (kernels.cu,
- * family 46), so that floats give the CPU's bits. */
+ * family 46), so that floats give the CPU's bits; only few long lines are scanned in chunks,
+ * which floats round differently (scan_lines). */
 #include <math.h>
 #include <string.h>
 
