@@ -1573,10 +1573,12 @@ op("index", 6, function(st, injected)
   local list = {}
   for i = 1, n do
     local v = len > 0 and (values[i] - 1) % len + 1 or 1
-    if idt:sub(1, 1) == "i" and values[i] % 3 == 0 then v = v - len - 1 end
+    if idt:sub(1, 1) == "i" and values[i] % 3 == 0 and (idt ~= "int8" or len <= 128) then v = v - len - 1 end
     list[i] = v
   end
-  if bad and n > 0 then list[1] = values[8] % 2 == 0 and 0 or len + 1 end
+  if bad and n > 0 then -- 0 or one past the end (0 where that does not fit an int8 index)
+    list[1] = (values[8] % 2 == 0 or (idt == "int8" and len >= 127)) and 0 or len + 1
+  end
   local hosts = st:host_roots({ a, b })
   local okx, index = pcall(dlpack.tensor, list, idt)
   if not okx then st:fail("making an index raised: " .. tostring(index)) return end
