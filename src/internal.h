@@ -649,6 +649,9 @@ void dlp_join_register(lua_State *L, int module, int methods, int meta);
 
 /* ---- index.c: nonzero, argwhere, count_nonzero, masked_select, index_select, gather, scatter, take ---- */
 void dlp_index_register(lua_State *L, int module, int methods, int meta);
+/* r = the slices of t along dim 1 in the order of perm (1-D int64 of 1-based indices, each in range),
+ * r, t and perm CUDA tensors of one device, r of t's dtype and shape: index_select's launch, unchecked */
+void dlp_select_slices_on_cuda(lua_State *L, dlp_Tensor *r, dlp_Tensor *t, dlp_Tensor *perm, const char *what);
 
 /* ---- ipc.c: dlpack.ipc, tensors shared between processes (docs/ipc.md) ---- */
 int dlp_is_shareable(const dlp_Tensor *t);      /* t.shareable: its memory is a memfd's */

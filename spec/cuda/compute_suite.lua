@@ -334,12 +334,10 @@ describe("computing on CUDA tensors", function()
     raises(function() return dlpack.add(d, d, {out = h}) end, "operands on different devices: cuda:0 and cpu")
     raises(function() return dlpack.lt(dlpack.zeros({2}, "complex64", "cuda:0"), 1) end,
            "lt: complex64 is not supported (complex numbers have no order)")
-    local s = dlpack.tensor({3, 1, 2}, "float32"):to("cuda:0") -- sorting, scans and statistics: the host only
+    local s = dlpack.tensor({3, 1, 2}, "float32"):to("cuda:0") -- sorting and statistics: the host only
     for _, call in ipairs({function() return s:sort() end, function() return s:argsort() end,
-                           function() return s:topk(1) end, function() return s:cumsum(1) end,
-                           function() return s:cumprod() end, function() return s:median() end,
-                           function() return s:quantile(0.5) end, function() return s:unique() end,
-                           function() return s:shuffle() end}) do
+                           function() return s:topk(1) end, function() return s:median() end,
+                           function() return s:quantile(0.5) end, function() return s:unique() end}) do
       raises(call, 'does not run on CUDA devices yet (copy to the host with t:to("cpu"))')
     end
     local perm = dlpack.randperm(3, "int64", "cuda:0") -- drawn on the host, copied to the device
@@ -1863,4 +1861,317 @@ describe("complex dtypes on CUDA tensors", function()
       assert.is_false(dlpack.equal(d(n), d(n)))
     end
   end)
+end)
+
+
+-- ---------------------------------------------------------------------------------------------
+-- cumsum and cumprod (src/compute/scan.c, kernels.cu family 46) and shuffle (src/compute/random.c)
+-- on CUDA tensors: the CPU's bits (each line scanned in the CPU's order), the CPU's permutation
+-- ---------------------------------------------------------------------------------------------
+describe("scans and shuffle on CUDA tensors", function()
+  local SCAN_DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
+                       "bfloat16", "float32", "float64", "complex64", "complex128"}
+  -- values of each dtype for a shape: small integers with signs (products wrap in the narrow
+  -- dtypes, sums round in float16), some zeros; complex ones with both parts set
+  local function sample(dtype, shape, seed)
+    dlpack.manual_seed(seed or 7)
+    local x = dlpack.randint(-4, 5, shape, "int64"):to("float64") * 0.75
+    if dtype == "bool" then return dlpack.gt(x, 0) end
+    if dtype:match("^complex") then
+      local real = dtype == "complex64" and "float32" or "float64"
+      local re, im = x:to(real), (x:flip(1) * 0.5):to(real)
+      return dlpack.frombytes(dlpack.stack({re, im}, x.ndim + 1):tobytes(), dtype, shape)
+    end
+    if dtype:match("int") then return (x * 4):to(dtype) end
+    return x:to(dtype)
+  end
+  -- fn on the CPU tensor and on its CUDA copy (made by to_device from the copy), the same bits
+  local function scans_alike(what, fn, x, to_device)
+    local d = x:to("cuda:0")
+    if to_device then x, d = to_device(x), to_device(d) end
+    local ok_w, want = pcall(fn, x)
+    local ok_g, got = pcall(fn, d)
+    assert.are.equal(ok_w, ok_g, what .. ": " .. tostring(ok_w and got or want))
+    if not ok_w then
+      assert.are.equal(want, got, what)
+      return
+    end
+    assert.are.equal("cuda:0", tostring(got.device), what)
+    assert.are.equal(want.dtype, got.dtype, what)
+    assert.are.same(want.shape, got.shape, what)
+    assert.are.equal(want:tobytes(), host(got):tobytes(), what)
+  end
+
+  it("cumsum and cumprod give the CPU's bits for every dtype and dim, and without dim", function()
+    for _, dtype in ipairs(SCAN_DTYPES) do
+      local x = sample(dtype, {3, 4, 5})
+      for _, fn in ipairs({"cumsum", "cumprod"}) do
+        for _, dim in ipairs({1, 2, 3, -1, -2, -3}) do
+          scans_alike(fn .. " " .. dtype .. " dim " .. dim, function(t) return dlpack[fn](t, dim) end, x)
+          scans_alike(fn .. " method " .. dtype .. " dim " .. dim, function(t) return t[fn](t, dim) end, x)
+        end
+        scans_alike(fn .. " " .. dtype .. " flat", function(t) return dlpack[fn](t) end, x)
+        scans_alike(fn .. " " .. dtype .. " 1-d", function(t) return dlpack[fn](t) end, x:view({60}))
+        local one = x:view({60}):narrow(1, 5, 1):view({})
+        assert.are.equal(0, one.ndim)
+        scans_alike(fn .. " " .. dtype .. " 0-d", function(t) return dlpack[fn](t, 1) end, one)
+        scans_alike(fn .. " " .. dtype .. " 0-d flat", function(t) return dlpack[fn](t) end, one)
+      end
+    end
+  end)
+
+  it("strided, flipped, expanded, narrowed and misaligned-looking views scan as the CPU scans them", function()
+    local views = {
+      function(t) return t:transpose(1, 3) end,
+      function(t) return t:flip(2) end,
+      function(t) return t:narrow(3, 2, 3):transpose(1, 2) end,
+      function(t) return t:narrow(1, 2, 1):expand({4, 4, 5}) end,
+      function(t) return t:permute({2, 3, 1}):flip(1) end,
+      function(t) return t:view({60}):narrow(1, 3, 40):view({8, 5}) end,
+    }
+    for _, dtype in ipairs({"float32", "float16", "bfloat16", "int8", "uint64", "complex128", "bool"}) do
+      local x = sample(dtype, {3, 4, 5}, 11)
+      for v, view in ipairs(views) do
+        for _, fn in ipairs({"cumsum", "cumprod"}) do
+          scans_alike(fn .. " " .. dtype .. " view " .. v .. " flat", function(t) return dlpack[fn](t) end, x, view)
+          for dim = 1, view(x).ndim do
+            local what = fn .. " " .. dtype .. " view " .. v .. " dim " .. dim
+            scans_alike(what, function(t) return dlpack[fn](t, dim) end, x, view)
+          end
+        end
+      end
+    end
+  end)
+
+  it("empty tensors, long lines (float16 saturating as on the CPU) and lines of one element", function()
+    for _, shape in ipairs({{0}, {0, 3}, {3, 0}, {2, 0, 4}}) do
+      for _, dtype in ipairs({"float32", "int8", "bool", "complex64"}) do
+        local e = dlpack.zeros(shape, dtype)
+        for dim = 1, #shape do
+          scans_alike("cumsum empty dim " .. dim, function(t) return t:cumsum(dim) end, e)
+          scans_alike("cumprod empty dim " .. dim, function(t) return t:cumprod(dim) end, e)
+        end
+        scans_alike("cumsum empty flat", function(t) return t:cumsum() end, e)
+      end
+    end
+    local huge = dlpack.empty({0, 2 ^ 62}, "float32", "cuda:0")
+    assert.are.same({0}, huge:cumsum().shape)
+    assert.are.same({0, 2 ^ 62}, huge:cumprod(2).shape)
+    local h = dlpack.full({3000}, 1, "float16")
+    scans_alike("float16 ones", function(t) return t:cumsum(1) end, h)
+    assert.are.equal(2048, host(h:to("cuda:0"):cumsum(1)):totable()[3000])
+    scans_alike("bfloat16 long", function(t) return t:cumsum(1) end, sample("bfloat16", {2, 2500}, 3):view({5000}))
+    scans_alike("float32 lines", function(t) return t:cumsum(1) end, dlpack.rand({2047, 3}, "float32"))
+    scans_alike("float64 rows", function(t) return t:cumprod(2) end, dlpack.rand({300, 7}, "float64") + 0.5)
+    scans_alike("one element lines", function(t) return t:cumsum(2) end, sample("int32", {6, 1}))
+  end)
+
+  -- launches of the calls fn makes (the fake's count), nil on a GPU
+  local function launches(fn)
+    if not fake then return nil, fn() end
+    fake.sync_all()
+    local before = fake.live().launches
+    local r = fn()
+    fake.sync_all() -- the fake counts a kernel when it runs
+    return fake.live().launches - before, r
+  end
+
+  it("few long lines are scanned in chunks: integers and bool the CPU's bits, floats within the bound", function()
+    -- a line of 2048 elements or more, in fewer than 16384 lines: chunks of 1024, their totals, the join
+    for _, dtype in ipairs({"int8", "int64", "uint16", "uint64", "bool"}) do
+      local x = sample(dtype, {2, 2500}, 9)
+      for _, fn in ipairs({"cumsum", "cumprod"}) do
+        scans_alike(fn .. " " .. dtype .. " chunked rows", function(t) return dlpack[fn](t, 2) end, x)
+        scans_alike(fn .. " " .. dtype .. " chunked columns", function(t) return dlpack[fn](t, 1) end, x:t())
+        scans_alike(fn .. " " .. dtype .. " chunked flat", function(t) return dlpack[fn](t) end, x:flip(2))
+        scans_alike(fn .. " " .. dtype .. " chunked, dtype", function(t) return dlpack[fn](t, 2, {dtype = "int32"}) end,
+                    x)
+      end
+    end
+    local ones, ones_short, halves = dlpack.ones({3000}, "int64", "cuda:0"), dlpack.ones({2047}, "int64", "cuda:0"),
+                                     dlpack.ones({3000}, "float16", "cuda:0")
+    local n, r = launches(function() return dlpack.cumsum(ones, 1) end)
+    if n then assert.are.equal(4, n) end -- the chunks, their totals, the join (and the copy)
+    assert.are.equal(3000, host(r):totable()[3000])
+    n = launches(function() return dlpack.cumsum(ones_short, 1) end)
+    if n then assert.are.equal(2, n) end -- one thread for the line
+    n = launches(function() return dlpack.cumsum(halves, 1) end)
+    if n then assert.are.equal(2, n) end -- float16 and bfloat16: always whole lines
+    -- a line of 2^21 + 5: the totals themselves chunked (two levels)
+    local big = dlpack.arange(2 ^ 21 + 5, "int64"):to("uint8")
+    local on_device = big:to("cuda:0")
+    n, r = launches(function() return on_device:cumsum() end)
+    if n then assert.are.equal(6, n) end
+    assert.are.equal(big:cumsum():tobytes(), host(r):tobytes())
+    -- floats: element i of a line (1-based) within 2 i u sum(|x_j|, j <= i) of the CPU's sum, and
+    -- within 2 i u |p_i| of its product p_i (complex: 2 i 3u |p_i|), u the dtype's unit roundoff
+    local U = {float32 = 2 ^ -24, float64 = 2 ^ -53, complex64 = 2 ^ -24, complex128 = 2 ^ -53}
+    local function within(what, want, got, bound)
+      local w, g, b = want:to("complex128"):tobytes(), got:to("cpu"):to("complex128"):tobytes(), bound:tobytes()
+      local i, count = 0, #w // 16
+      for k = 1, count do
+        local wr, wi = string.unpack("dd", w, (k - 1) * 16 + 1)
+        local gr, gi = string.unpack("dd", g, (k - 1) * 16 + 1)
+        local lim = string.unpack("d", b, (k - 1) * 8 + 1)
+        local d = math.sqrt((wr - gr) ^ 2 + (wi - gi) ^ 2)
+        assert.is_true(d <= lim, what .. " at " .. k .. ": " .. d .. " > " .. lim)
+        if d > 0 then i = i + 1 end
+      end
+      return i
+    end
+    for _, dtype in ipairs({"float32", "float64", "complex64", "complex128"}) do
+      local u = U[dtype]
+      dlpack.manual_seed(5)
+      local x = (dlpack.rand({3, 3000}, "float64") - 0.3):to(dtype)
+      if dtype:match("^complex") then x = x + sample(dtype, {3, 3000}, 4) * 0.01 end
+      local pos = dlpack.arange(1, 3001, "float64"):view({1, 3000})
+      local abs = dlpack.abs(x):to("float64")
+      local want, got = x:cumsum(2), x:to("cuda:0"):cumsum(2)
+      local differ = within("cumsum " .. dtype, want, got, abs:cumsum(2) * pos * (2 * u))
+      assert.is_true(dtype:match("^complex") ~= nil or differ > 0) -- the bound is exercised
+      local f = (dlpack.rand({3, 3000}, "float64") * 0.02 + 0.99):to(dtype)
+      local prods = f:cumprod(2)
+      local k = dtype:match("^complex") and 3 or 1
+      within("cumprod " .. dtype, prods, f:to("cuda:0"):cumprod(2),
+             dlpack.abs(prods):to("float64") * pos * (2 * k * u) + 1e-300)
+    end
+  end)
+
+  it("dtype= and out= as on the CPU: conversions, same_kind casting, strided and aliasing out", function()
+    local x = sample("int16", {4, 5})
+    for _, dtype in ipairs({"int8", "uint8", "int32", "float16", "bfloat16", "float32", "float64", "complex64",
+                            "bool", "uint64"}) do
+      scans_alike("cumsum dtype " .. dtype, function(t) return t:cumsum(2, {dtype = dtype}) end, x)
+      scans_alike("cumprod dtype " .. dtype, function(t) return dlpack.cumprod(t, 1, {dtype = dtype}) end, x)
+      scans_alike("cumsum flat dtype " .. dtype, function(t) return t:cumsum(nil, {dtype = dtype}) end, x:t())
+      scans_alike("cumsum opts only " .. dtype, function(t) return t:cumsum({dtype = dtype}) end, x)
+    end
+    scans_alike("complex to float", function(t) return t:cumsum(1, {dtype = "float32"}) end, sample("complex64", {3}))
+    local outs = {
+      function(t) local o = dlpack.zeros({4, 5}, "float64", t.device); t:cumsum(2, {out = o}); return o end,
+      function(t) local o = dlpack.zeros({5, 4}, "float32", t.device):t(); t:cumprod(1, {out = o}); return o end,
+      function(t) local o = dlpack.zeros({20}, "int64", t.device); t:cumsum(nil, {out = o}); return o end,
+      function(t) local f = t:to("float32"); return f:cumsum(2, {out = f}) end, -- out is the input
+      function(t) local f = t:to("int32"); dlpack.cumsum(f:flip(1), 1, {out = f}); return f end,
+      function(t) local f = t:to("int64"); local r = f:cumprod(1, {out = f:t():t()}); return r end,
+      function(t) local o = dlpack.zeros({4, 5}, "float16", t.device); t:cumsum(1, {dtype = "float32", out = o})
+        return o end,
+    }
+    for i, case in ipairs(outs) do scans_alike("out case " .. i, case, x) end
+    local d = x:to("cuda:0")
+    local o = dlpack.zeros({4, 5}, "int64", "cuda:0")
+    assert.are.equal(o, d:cumsum(1, {out = o}))
+    raises(function() return d:cumsum(1, {out = dlpack.zeros({5, 4}, "int64", "cuda:0")}) end,
+           "dlpack.cumsum: out has shape {5, 4}, the result has shape {4, 5}")
+    raises(function() return d:cumsum(1, {out = dlpack.zeros({4, 5}, "int64")}) end,
+           "dlpack.cumsum: operands on different devices: cuda:0 and cpu")
+    raises(function() return x:cumprod(1, {out = dlpack.zeros({4, 5}, "int64", "cuda:0")}) end,
+           "dlpack.cumprod: operands on different devices: cuda:0 and cpu")
+    raises(function() return d:to("float32"):cumsum(1, {out = dlpack.zeros({4, 5}, "int32", "cuda:0")}) end,
+           "cannot write the float32 result into out of dtype int32")
+    raises(function() return d:cumsum(1, {keepdim = true}) end, "unknown option 'keepdim'")
+    raises(function() return d:cumsum(3) end, "dimension 3 out of range")
+    if cuda.device_count() > 1 then
+      raises(function() return d:cumsum(1, {out = dlpack.zeros({4, 5}, "int64", "cuda:1")}) end,
+             "operands on different devices: cuda:0 and cuda:1")
+    end
+  end)
+
+  it("shuffle draws the CPU's permutation and gathers the slices on the device", function()
+    local cases = {
+      {"int64", {6}}, {"float32", {5, 3}}, {"complex128", {4, 2, 3}}, {"bool", {7, 2}}, {"float16", {3, 4}},
+      {"uint8", {9}}, {"bfloat16", {1, 5}},
+    }
+    for _, case in ipairs(cases) do
+      local x = sample(case[1], case[2], 5)
+      for v, view in ipairs({function(t) return t end, function(t) return t:flip(1) end,
+                             function(t) return x.ndim > 1 and t:transpose(1, x.ndim) or t:narrow(1, 2, 3) end}) do
+        dlpack.manual_seed(42 + v)
+        local want = dlpack.shuffle(view(x))
+        local after_want = dlpack.rand({3}):tobytes()
+        dlpack.manual_seed(42 + v)
+        local got = view(x:to("cuda:0")):shuffle()
+        local after_got = dlpack.rand({3}):tobytes() -- the generator moved as far
+        assert.are.equal("cuda:0", tostring(got.device))
+        assert.are.equal(want.dtype, got.dtype)
+        assert.are.same(want.shape, got.shape)
+        assert.is_true(got:is_contiguous())
+        assert.are.equal(want:tobytes(), host(got):tobytes(), case[1] .. " view " .. v)
+        assert.are.equal(after_want, after_got)
+      end
+    end
+    for _, shape in ipairs({{0}, {0, 5}, {3, 0}}) do
+      local e = dlpack.zeros(shape, "float32", "cuda:0")
+      dlpack.manual_seed(1)
+      local before = dlpack.rand({2}):tobytes()
+      dlpack.manual_seed(1)
+      assert.are.same(shape, e:shuffle().shape)
+      assert.are.equal(before, dlpack.rand({2}):tobytes()) -- nothing drawn
+    end
+    assert.are.same({2 ^ 62, 0}, dlpack.empty({2 ^ 62, 0}, "int8", "cuda:0"):shuffle().shape)
+    raises(function() return dlpack.shuffle(dlpack.zeros({}, "float32", "cuda:0")) end, "0-d tensor")
+    local fp8 = dlpack.frombytes("\1\2\3\4\5\6\7\8", "float8_e4m3fn", {4, 2}) -- one byte each: moved as bytes
+    dlpack.manual_seed(9)
+    local want = fp8:shuffle()
+    dlpack.manual_seed(9)
+    assert.are.equal(want:tobytes(), host(fp8:to("cuda:0"):shuffle()):tobytes())
+    raises(function() return dlpack.zeros({4, 2}, "float4_e2m1fn"):to("cuda:0"):shuffle() end,
+           'dlpack.shuffle: float4_e2m1fn is not shuffled on CUDA devices (copy to the host with t:to("cpu"))')
+    local r = dlpack.zeros({3}, "float32", "cuda:0")
+    r:release()
+    raises(function() return dlpack.shuffle(r) end, "released")
+  end)
+
+  local function settle()
+    gc()
+    if fake then fake.sync_all() end
+    cuda.legacy_stream:synchronize()
+    gc()
+    if fake then fake.sync_all() end
+  end
+
+  it("finalizers that release the input or out while the result is allocated: an error or the CPU's result",
+    function()
+      if not fake then return pending("needs the fake driver's counters") end
+      settle()
+      local live = fake.live().device
+      local incremental = pcall(collectgarbage, "incremental", 1, 100) -- a collection step at every allocation
+      if not incremental then collectgarbage("setpause", 1) end
+      local base = dlpack.arange(12, "float32"):view({3, 4})
+      local dtypes = {"int8", "float16", "float32", "int64", "bool", "complex64"}
+      local ok_count, released = 0, 0
+      for round = 1, 120 do
+        local pool, cpu = {}, {}
+        for i = 1, 3 do
+          cpu[i] = base:to(dtypes[(round * i) % #dtypes + 1])
+          pool[i] = cpu[i]:to("cuda:0")
+          if (round + i) % 3 == 0 then pool[i], cpu[i] = pool[i]:flip(1), cpu[i]:flip(1) end
+        end
+        pool[4], cpu[4] = dlpack.zeros({3, 4}, "float64", "cuda:0"), dlpack.zeros({3, 4}, "float64")
+        local victim = pool[round % 4 + 1]
+        setmetatable({}, {__gc = function() victim:release() end})
+        victim = nil -- luacheck: ignore 311
+        local seed = round
+        local ops = {
+          function(t) return dlpack.cumsum(t[1], 2) end,
+          function(t) return dlpack.cumprod(t[2]) end,
+          function(t) return dlpack.cumsum(t[3], 1, {out = t[4]}) end,
+          function(t) return dlpack.cumprod(t[1]:t(), 1, {dtype = "float32"}) end,
+          function(t) dlpack.manual_seed(seed); return t[2]:shuffle() end,
+        }
+        local op = ops[round % #ops + 1]
+        local ok, r = pcall(op, pool)
+        if ok then
+          ok_count = ok_count + 1
+          assert.are.equal(op(cpu):tobytes(), r:to("cpu"):tobytes(), "round " .. round)
+        else
+          assert.is_truthy(tostring(r):find("released", 1, true), tostring(r))
+          released = released + 1
+        end
+      end
+      if incremental then collectgarbage("incremental", 200, 100) else collectgarbage("setpause", 200) end
+      assert.is_true(ok_count > 0)
+      settle()
+      assert.are.equal(live, fake.live().device)
+    end)
 end)

@@ -280,6 +280,15 @@ static void gather_on_device(lua_State *L, dlp_Tensor *r, dlp_Tensor *index, dlp
   launch_index(L, size_kernel(gather_kernels, itemsize), 3, ndim, shape, data, strides, tensors, sizes, params, what);
 }
 
+void dlp_select_slices_on_cuda(lua_State *L, dlp_Tensor *r, dlp_Tensor *t, dlp_Tensor *perm, const char *what) {
+  int64_t strides[3][DLP_MAX_NDIM];
+  walk_strides(r, -1, strides[0]);
+  for (int i = 0; i < t->dl.ndim; i++) strides[1][i] = i == 0 ? dlp_walk_stride(perm, 0) : 0;
+  walk_strides(t, 0, strides[2]);
+  gather_on_device(L, r, perm, t, t->dl.ndim, r->dl.shape, (const int64_t(*)[DLP_MAX_NDIM])strides,
+                   dlp_walk_stride(t, 0), t->dl.shape[0], what);
+}
+
 /* ---- results with out= ---- */
 
 typedef struct Result {

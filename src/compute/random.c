@@ -292,6 +292,32 @@ static int l_randperm(lua_State *L) {
   return 1;
 }
 
+/* shuffle of the CUDA tensor t: the permutation drawn on the host as for a host tensor, copied to
+ * t's device, and the slices gathered there (index_select's kernel). */
+static int shuffle_on_device(lua_State *L, dlp_Tensor *t, const char *what) {
+  DLDevice cpu = {kDLCPU, 0};
+  int64_t n = t->dl.shape[0], numel = dlp_numel(t), m = numel == 0 ? 0 : n;
+  if (dlp_dtypes[t->dtype].bits < 8) /* the host's result packs them, two or more to a byte */
+    return luaL_error(L, "%s: %s is not shuffled on CUDA devices (copy to the host with t:to(\"cpu\"))", what,
+                      dlp_dtypes[t->dtype].name);
+  dlp_compute_device(L, &t, 1, what);
+  Generator *g = generator(L);
+  dlp_Tensor *perm = dlp_tensor_new(L, DLP_INT64, 0, cpu, 1, &m, 0, what);
+  dlp_Tensor *on_device = dlp_tensor_new(L, DLP_INT64, 0, t->dl.device, 1, &m, 0, what);
+  dlp_Tensor *r = dlp_tensor_new(L, t->dtype, 0, t->dl.device, t->dl.ndim, t->dl.shape, 0, what);
+  int r_idx = lua_gettop(L);
+  dlp_live(L, t, what);
+  if (numel > 0) {
+    int64_t *p = (int64_t *)(void *)dlp_first_element(perm);
+    permutation(g, p, n);
+    for (int64_t k = 0; k < n; k++) p[k] += 1;
+    dlp_copy(L, on_device, perm, NULL, what);
+    dlp_select_slices_on_cuda(L, r, t, on_device, what);
+  }
+  lua_pushvalue(L, r_idx);
+  return 1;
+}
+
 /* dlpack.shuffle(t) and t:shuffle(): a new contiguous tensor holding t's slices along dim 1 in
  * the order of a random permutation drawn as randperm's (NumPy's random.permutation; t is left
  * as it is). */
@@ -300,8 +326,7 @@ static int l_shuffle(lua_State *L) {
   dlp_Tensor *t = dlp_tensor_check(L, 1);
   dlp_check_no_more(L, 2, what, "a tensor");
   if (t->dl.ndim == 0) return luaL_argerror(L, 1, "a 0-d tensor has no dimension to shuffle");
-  if (t->dl.device.device_type == kDLCUDA)
-    return luaL_error(L, "%s: does not run on CUDA devices yet (copy to the host with t:to(\"cpu\"))", what);
+  if (t->dl.device.device_type == kDLCUDA) return shuffle_on_device(L, t, what);
   dlp_check_host(L, t, what);
   DLDevice cpu = {kDLCPU, 0};
   int64_t n = t->dl.shape[0], numel = dlp_numel(t), m = numel == 0 ? 0 : n;

@@ -5,10 +5,14 @@
  *
  * A line is converted into the result's memory (or a scratch line) in the dtype the scan runs
  * in, and scanned there in place. out= gets the result through a copy, so that it may alias the
- * input. */
+ * input. On a CUDA device the scans run the same way: the input converted into the result by the
+ * copy kernels, then each line scanned in place by one thread, in the CPU's order (kernels.cu,
+ * family 46), so that floats give the CPU's bits; only few long lines are scanned in chunks,
+ * which floats round differently (scan_lines). */
 #include <math.h>
 #include <string.h>
 
+#include "compute/cuda/args.h"
 #include "compute/ops.h"
 #include "internal.h"
 
@@ -128,12 +132,12 @@ static int line_dim(lua_State *L, int arg, const dlp_Tensor *t) {
   return dlp_check_dim(L, arg, t->dl.ndim, 0);
 }
 
-/* The result tensor: a new contiguous one of t's shape, or shape {n} (cumsum without dim). */
+/* The result tensor: a new contiguous one of t's shape, or shape {n} (cumsum without dim), on
+ * t's device. */
 static dlp_Tensor *new_result(lua_State *L, const dlp_Tensor *t, int flat, int dtype, const char *what) {
-  DLDevice cpu = {kDLCPU, 0};
   int64_t n = dlp_numel(t);
-  if (flat) return dlp_tensor_new(L, dtype, 0, cpu, 1, &n, 0, what);
-  return dlp_tensor_new(L, dtype, 0, cpu, t->dl.ndim, t->dl.shape, 0, what);
+  if (flat) return dlp_tensor_new(L, dtype, 0, t->dl.device, 1, &n, 0, what);
+  return dlp_tensor_new(L, dtype, 0, t->dl.device, t->dl.ndim, t->dl.shape, 0, what);
 }
 
 /* Raise unless out has the result's shape; copy r into it (converting, overlap-safe). */
@@ -146,7 +150,6 @@ static void into_out(lua_State *L, int out_idx, int r_idx, const char *what) {
     luaL_error(L, "%s: out has shape %s, the result has shape %s", what,
                dlp_push_shape(L, out->dl.ndim, out->dl.shape), want);
   }
-  dlp_check_host(L, out, what);
   dlp_check_writable(L, out, what);
   if (!dlp_can_cast_same_kind(r->dtype, out->dtype))
     luaL_error(L, "%s: cannot write the %s result into out of dtype %s", what, dlp_dtypes[r->dtype].name,
@@ -160,6 +163,114 @@ static void check_cpu(lua_State *L, const dlp_Tensor *t, const char *what) {
     luaL_error(L, "%s: does not run on CUDA devices yet (copy to the host with t:to(\"cpu\"))", what);
   dlp_check_host(L, t, what);
   dlp_check_computes(L, t->dtype, what);
+}
+
+/* ---- scans on a CUDA device (kernels.cu, family 46) ---- */
+
+/* The kernel of pass `pass` (0 a whole line, 1 the chunks, 2 the join) of a scan of dtype: a
+ * name that stays (the launcher keeps loaded kernels by their name's address). NULL: none. */
+#define SCAN_NAME(k, s, pass) "dlp_" k "_" s pass
+#define SCAN_NAMES(k, pass)                                                                              \
+  {[DLP_BOOL] = SCAN_NAME(k, "b8", pass), [DLP_INT8] = SCAN_NAME(k, "u8", pass),                          \
+   [DLP_UINT8] = SCAN_NAME(k, "u8", pass), [DLP_INT16] = SCAN_NAME(k, "u16", pass),                       \
+   [DLP_UINT16] = SCAN_NAME(k, "u16", pass), [DLP_INT32] = SCAN_NAME(k, "u32", pass),                     \
+   [DLP_UINT32] = SCAN_NAME(k, "u32", pass), [DLP_INT64] = SCAN_NAME(k, "u64", pass),                     \
+   [DLP_UINT64] = SCAN_NAME(k, "u64", pass), [DLP_FLOAT16] = SCAN_NAME(k, "f16", ""),                     \
+   [DLP_BFLOAT16] = SCAN_NAME(k, "bf16", ""), [DLP_FLOAT32] = SCAN_NAME(k, "f32", pass),                  \
+   [DLP_FLOAT64] = SCAN_NAME(k, "f64", pass), [DLP_COMPLEX64] = SCAN_NAME(k, "c64", pass),                \
+   [DLP_COMPLEX128] = SCAN_NAME(k, "c128", pass)}
+static const char *scan_kernel(int dtype, int prod, int pass) {
+  static const char *const kernels[3][2][DLP_COMPLEX128 + 1] = {
+    {SCAN_NAMES("cumsum", ""), SCAN_NAMES("cumprod", "")},
+    {SCAN_NAMES("cumsum", "_chunks"), SCAN_NAMES("cumprod", "_chunks")},
+    {SCAN_NAMES("cumsum", "_apply"), SCAN_NAMES("cumprod", "_apply")},
+  };
+  return dtype >= 0 && dtype <= DLP_COMPLEX128 ? kernels[pass][prod][dtype] : NULL;
+}
+#undef SCAN_NAMES
+#undef SCAN_NAME
+
+/* Few lines this long or longer are scanned in chunks (a thread per chunk, not per line). */
+#define FEW_LINES 16384
+
+/* One launch of a scan kernel over `shape`: operand 0 x (byte strides xs), operand 1 the chunks'
+ * totals (NULL: none), the parameters args.h names. */
+static void launch_scan(lua_State *L, const char *kernel, int ndim, const int64_t *shape, dlp_Tensor *x,
+                        const int64_t *xs, dlp_Tensor *totals, const int64_t *ts, const int64_t *params,
+                        const char *what) {
+  static const int64_t none[2] = {0, 0};
+  int64_t strides[4][DLP_MAX_NDIM];
+  int size = (int)dlp_dtypes[x->dtype].itemsize, sizes[4] = {size, totals ? size : 16, 16, 16};
+  char *data[4] = {dlp_first_element(x), totals ? dlp_first_element(totals) : NULL, NULL, NULL};
+  dlp_Tensor *tensors[4] = {x, totals, NULL, NULL};
+  const void *values[4] = {NULL, none, params, params + 2};
+  for (int i = 0; i < ndim; i++) {
+    strides[0][i] = xs[i];
+    strides[1][i] = totals ? ts[i] : 0;
+    strides[2][i] = strides[3][i] = 0;
+  }
+  dlp_run_on_cuda(L, what, NULL, 4, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, tensors, values, sizes,
+                  kernel, DLP_SCAN_FAMILY);
+}
+
+/* Each line along dim of the CUDA tensor at idx (contiguous, not empty) scanned in place: one
+ * thread per line; or, for few long lines (not float16 or bfloat16), each chunk of
+ * DLP_SCAN_CHUNK elements scanned by a thread, the chunks' totals scanned the same way (a
+ * tensor of them), then each chunk joined with the total before it. */
+static void scan_lines(lua_State *L, int idx, int dim, int prod, const char *what) {
+  dlp_Tensor *x = lua_touserdata(L, idx);
+  int ndim = x->dl.ndim, top = lua_gettop(L);
+  int64_t shape[DLP_MAX_NDIM], xs[DLP_MAX_NDIM], ts[DLP_MAX_NDIM];
+  int64_t n = x->dl.shape[dim], lines = dlp_numel(x) / n, step = dlp_walk_stride(x, dim);
+  if (n < 2) return;
+  for (int i = 0; i < ndim; i++) {
+    shape[i] = i == dim ? 1 : x->dl.shape[i];
+    xs[i] = dlp_walk_stride(x, i);
+  }
+  int half = x->dtype == DLP_FLOAT16 || x->dtype == DLP_BFLOAT16;
+  if (half || n < 2 * DLP_SCAN_CHUNK || lines >= FEW_LINES) {
+    int64_t params[4] = {n, step, 0, 0};
+    launch_scan(L, scan_kernel(x->dtype, prod, 0), ndim, shape, x, xs, NULL, NULL, params, what);
+    return;
+  }
+  int64_t chunks = (n + DLP_SCAN_CHUNK - 1) / DLP_SCAN_CHUNK;
+  shape[dim] = chunks;
+  dlp_Tensor *totals = dlp_tensor_new(L, x->dtype, 0, x->dl.device, ndim, shape, 0, what);
+  for (int i = 0; i < ndim; i++) ts[i] = dlp_walk_stride(totals, i);
+  xs[dim] = step * DLP_SCAN_CHUNK;
+  int64_t params[4] = {n, step, chunks, ts[dim]};
+  launch_scan(L, scan_kernel(x->dtype, prod, 1), ndim, shape, x, xs, totals, ts, params, what);
+  scan_lines(L, top + 1, dim, prod, what);
+  launch_scan(L, scan_kernel(x->dtype, prod, 2), ndim, shape, x, xs, totals, ts, params, what);
+  dlp_tensor_release(totals); /* held until the kernels ran */
+  lua_settop(L, top);
+}
+
+/* r (new, contiguous, on t's device, at stack index r_idx) = the scan of t: t converted into r
+ * (flat: walked in row-major order into r's one dimension), then each line of r scanned. */
+static void scan_on_device(lua_State *L, dlp_Tensor *t, int r_idx, int flat, int dim, int prod, const char *what) {
+  dlp_Tensor *r = lua_touserdata(L, r_idx);
+  int64_t strides[2][DLP_MAX_NDIM], step = dlp_dtypes[r->dtype].itemsize;
+  if (!scan_kernel(r->dtype, prod, 0))
+    luaL_error(L, "%s: %s is not scanned on CUDA devices", what, dlp_dtypes[r->dtype].name);
+  if (dlp_numel(t) == 0) return;
+  if (flat && t->dl.ndim != 1) { /* the conversion writes r's elements in t's row-major order */
+    int family, sizes[2] = {(int)step, (int)dlp_dtypes[t->dtype].itemsize};
+    const char *convert = dlp_cuda_copy_kernel(L, r->dtype, t->dtype, &family, what);
+    char *data[2] = {dlp_first_element(r), dlp_first_element(t)};
+    dlp_Tensor *tensors[2] = {r, t};
+    int64_t at = step;
+    for (int i = t->dl.ndim - 1; i >= 0; i--) {
+      strides[0][i] = at;
+      at *= t->dl.shape[i];
+    }
+    dlp_broadcast_strides(t, t->dl.ndim, t->dl.shape, strides[1]);
+    dlp_run_on_cuda(L, what, NULL, 2, t->dl.ndim, t->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, tensors,
+                    NULL, sizes, convert, family);
+  } else {
+    dlp_copy_on_cuda(L, r, t, NULL, what);
+  }
+  if (flat || dim >= 0) scan_lines(L, r_idx, flat ? 0 : dim, prod, what);
 }
 
 /* cumsum(t [, dim [, opts{dtype, out}]]) and cumprod: dim nil scans the elements in row-major
@@ -178,7 +289,9 @@ static int scan(lua_State *L, int prod, const char *what) {
   int out_idx = o.out;
   int flat = lua_isnoneornil(L, 2);
   int dim = flat ? 0 : line_dim(L, 2, t);
-  check_cpu(L, t, what);
+  dlp_Tensor *operands[2] = {t, out_idx ? dlp_tensor_check(L, out_idx) : NULL};
+  int gpu = dlp_compute_device(L, operands, 2, what) >= 0;
+  dlp_check_computes(L, t->dtype, what);
   int dtype = o.dtype;
   if (dtype < 0) {
     int kind = dlp_dtype_kind(t->dtype);
@@ -186,6 +299,13 @@ static int scan(lua_State *L, int prod, const char *what) {
   }
   if (!dlp_row_function(dtype, t->dtype))
     luaL_error(L, "%s: %s does not convert to %s", what, dlp_dtypes[t->dtype].name, dlp_dtypes[dtype].name);
+  if (gpu) {
+    new_result(L, t, flat, dtype, what);
+    int r_idx = lua_gettop(L);
+    scan_on_device(L, t, r_idx, flat, dim, prod, what);
+    if (out_idx) into_out(L, out_idx, r_idx, what);
+    return 1;
+  }
   if (flat && t->dl.ndim != 1) { /* row-major order: a contiguous copy, scanned as one line */
     dlp_clone(L, 1, t->dtype, t->dl.device, NULL, what);
     lua_replace(L, 1);

@@ -85,6 +85,15 @@ typedef struct dlp_ElementwiseArgs {
 #define DLP_MATMUL_STEP(args, k) ((int64_t)(args).value[k][0])
 #define DLP_MATMUL_DTYPE(args, k) ((int)(args).value[k][1])
 
+/* A scan (the kernels dlp_cumsum_<s> and dlp_cumprod_<s>, and their passes _chunks and _apply;
+ * family DLP_SCAN_FAMILY; src/compute/scan.c): operand 0 the result, operand 1 the chunks'
+ * totals (or a scalar no kernel reads); value[2] and value[3] hold DLP_SCAN_PARAM(0 .. 3): a
+ * line's length, the bytes between its elements, its number of chunks (of DLP_SCAN_CHUNK
+ * elements, the last one shorter), and the bytes between one chunk's total and the next. */
+#define DLP_SCAN_FAMILY 46
+#define DLP_SCAN_CHUNK 1024
+#define DLP_SCAN_PARAM(args, n) ((int64_t)(args).value[2 + (n) / 2][(n) % 2])
+
 /* Element types as the kernels name them: the numbers of the module's own dtypes (dlp_Dtype in
  * internal.h, which matmul.c checks against these), for the ones that compute. */
 enum {

@@ -5,7 +5,8 @@
  * size (and fills), 13-25 the conversions from each real dtype, 26 random tensors and ranges, 27
  * the matrix products, 28-31 the reductions (see "reductions" below), 32-33 the complex
  * operations (complex64, complex128), 34-35 the conversions from and to the complex dtypes, 42
- * indexing with tensors ("indexing with tensors" below). Compiled twice from this one source:
+ * indexing with tensors ("indexing with tensors" below), 46 the scans (cumsum, cumprod).
+ * Compiled twice from this one source:
  *   - as CUDA, to PTX, one file per family (DLP_FAMILY: a compute type, or the mixed integer
  *     comparisons), by `make ptx` with the toolkit; the PTX is kept in the repository under
  *     ptx/, embedded in the module and loaded by the driver a family at a time on first use
@@ -893,6 +894,81 @@ KERNEL(dlp_unravel) {
 }
 #endif
 
+/* ---- scans (family 46; src/compute/scan.c, args.h) ----
+ * Operand 0 holds the input already converted to the result's dtype s, scanned in place; each
+ * step rounded to s as the CPU's loop rounds it (float16 and bfloat16 through float32).
+ * Integers wrap (the low bits of a 64-bit product), bool is or / and.
+ *   dlp_cumsum_<s>, dlp_cumprod_<s>: each element of the launch is one line (operand 0 at its
+ *     first element), scanned in order by one thread: the CPU's bits.
+ *   ..._chunks: each element of the launch is one chunk of a line (operand 0 at its first
+ *     element, operand 1 at its total): the chunk scanned in order, its total written. Once the
+ *     totals are scanned along each line (the kernel above), ..._apply joins each chunk but the
+ *     first with the total of the chunks before it (the previous chunk's scanned total), x =
+ *     total + x (total * x). Integers and bool give the CPU's bits; floats differ by rounding. */
+#define SP(n) DLP_SCAN_PARAM(A, n)
+#define SCAN_INTS(K) K(u8, uint8_t) K(u16, uint16_t) K(u32, uint32_t) K(u64, uint64_t)
+#define SCAN_INT_STEPS(s, T)                                                                           \
+  RFN T scan_sum_##s(T a, T b) { return (T)(a + b); }                                                  \
+  RFN T scan_prod_##s(T a, T b) { return (T)((uint64_t)a * b); }
+#define SCAN_HALF_STEPS(s, TO_FLOAT, FROM_DOUBLE)                                                      \
+  RFN uint16_t scan_sum_##s(uint16_t a, uint16_t b) { return FROM_DOUBLE((double)(TO_FLOAT(a) + TO_FLOAT(b))); } \
+  RFN uint16_t scan_prod_##s(uint16_t a, uint16_t b) { return FROM_DOUBLE((double)(TO_FLOAT(a) * TO_FLOAT(b))); }
+#define SCAN_AT(T, address) (*(T *)BYTES((address), (int64_t)sizeof(T), 0))
+#define SCAN_SET(T, address, v) (*(T *)BYTES((address), (int64_t)sizeof(T), 1) = (v))
+/* elements 1 .. count - 1 from p_ (element 0 is acc_) made their running results */
+#define SCAN_RUN(T, STEP, count)                                                                       \
+  ROLLED for (int64_t j_ = 1; j_ < (count); j_++) {                                                    \
+    uint64_t q_ = p_ + (uint64_t)(j_ * SP(1));                                                         \
+    acc_ = STEP(acc_, SCAN_AT(T, q_));                                                                 \
+    SCAN_SET(T, q_, acc_);                                                                             \
+  }
+/* the chunk of this element of the launch, and its length */
+#define SCAN_CHUNK_OF                                                                                  \
+  int64_t k_ = off[1] / SP(3) % SP(2);                                                                 \
+  int64_t count_ = SP(0) - k_ * DLP_SCAN_CHUNK < DLP_SCAN_CHUNK ? SP(0) - k_ * DLP_SCAN_CHUNK : DLP_SCAN_CHUNK;
+#define KSCAN(name, T, STEP)                                                                           \
+  KERNEL(dlp_##name) {                                                                                 \
+    EACH_ELEMENT(1, uint64_t p_ = A.data[0] + (uint64_t)off[0]; T acc_ = SCAN_AT(T, p_);                \
+                 SCAN_RUN(T, STEP, SP(0)))                                                             \
+  }
+#define KSCAN_CHUNKS(name, T, STEP)                                                                    \
+  KERNEL(dlp_##name##_chunks) {                                                                        \
+    EACH_ELEMENT(2, SCAN_CHUNK_OF uint64_t p_ = A.data[0] + (uint64_t)off[0]; T acc_ = SCAN_AT(T, p_); \
+                 SCAN_RUN(T, STEP, count_) SCAN_SET(T, A.data[1] + (uint64_t)off[1], acc_);)          \
+  }                                                                                                    \
+  KERNEL(dlp_##name##_apply) {                                                                         \
+    EACH_ELEMENT(2, SCAN_CHUNK_OF if (k_ > 0) {                                                        \
+      T before_ = SCAN_AT(T, A.data[1] + (uint64_t)(off[1] - SP(3)));                                  \
+      ROLLED for (int64_t j_ = 0; j_ < count_; j_++) {                                                 \
+        uint64_t q_ = A.data[0] + (uint64_t)(off[0] + j_ * SP(1));                                     \
+        SCAN_SET(T, q_, STEP(before_, SCAN_AT(T, q_)));                                                \
+      }                                                                                                \
+    })                                                                                                 \
+  }
+#define KSCANS(s, T) KSCAN(cumsum_##s, T, scan_sum_##s) KSCAN(cumprod_##s, T, scan_prod_##s)
+#define KSCANS_CHUNKED(s, T) KSCANS(s, T) \
+  KSCAN_CHUNKS(cumsum_##s, T, scan_sum_##s) KSCAN_CHUNKS(cumprod_##s, T, scan_prod_##s)
+/* float16 and bfloat16 lines are always scanned whole: chunks would round differently */
+#define SCAN_HALF_TYPES(K) K(f16, uint16_t) K(bf16, uint16_t)
+#define SCAN_CHUNKED_TYPES(K) K(b8, uint8_t) SCAN_INTS(K) K(f32, float) K(f64, double) K(c64, r_c64) K(c128, r_c128)
+#if FAMILY(46)
+RFN uint8_t scan_sum_b8(uint8_t a, uint8_t b) { return a || b; }
+RFN uint8_t scan_prod_b8(uint8_t a, uint8_t b) { return a && b; }
+SCAN_INTS(SCAN_INT_STEPS)
+SCAN_HALF_STEPS(f16, dlp_rule_half_to_float, dlp_rule_half_from_double)
+SCAN_HALF_STEPS(bf16, dlp_rule_bfloat_to_float, dlp_rule_bfloat_from_double)
+#define scan_sum_f32 r_add_f32
+#define scan_prod_f32 r_mul_f32
+#define scan_sum_f64 r_add_f64
+#define scan_prod_f64 r_mul_f64
+#define scan_sum_c64 r_add_c64
+#define scan_prod_c64 r_mul_c64
+#define scan_sum_c128 r_add_c128
+#define scan_prod_c128 r_mul_c128
+SCAN_HALF_TYPES(KSCANS)
+SCAN_CHUNKED_TYPES(KSCANS_CHUNKED)
+#endif
+
 #ifndef __CUDACC__
 /* The fake driver's table of the kernels by name. */
 #include "compute/cuda/fake_kernels.h"
@@ -917,6 +993,9 @@ KERNEL(dlp_unravel) {
 #define COMPLEX_ENTRIES(s, T, R) DLP_COMPLEX_OPS(ENTRY, ENTRY, ENTRY, s, T, R)
 #define FROM_COMPLEX_ENTRY(C, c, CT, unused, D, d, DT, dc) ENTRY(convert_##c##_##d)
 #define TO_COMPLEX_ENTRIES(S, s, ST, sc) ENTRY(convert_##s##_complex64) ENTRY(convert_##s##_complex128)
+#define SCAN_ENTRIES(s, T) ENTRY(cumsum_##s) ENTRY(cumprod_##s)
+#define SCAN_CHUNK_ENTRY(name) ENTRY(name) ENTRY(name##_chunks) ENTRY(name##_apply)
+#define SCAN_CHUNKED_ENTRIES(s, T) SCAN_CHUNK_ENTRY(cumsum_##s) SCAN_CHUNK_ENTRY(cumprod_##s)
 const dlp_FakeKernel dlp_fake_kernels[] = {
   DLP_BOOL_OPS(ENTRY, ENTRY, ENTRY, ENTRY) DLP_INTS(INT_ENTRIES) DLP_FLOATS(FLOAT_ENTRIES) DLP_MIXED_OPS(ENTRY) COPIES(ENTRY)
   DLP_REAL_DTYPES(CONVERSION_ENTRIES) {"dlp_isclose_f64", dlp_isclose_f64},
@@ -930,6 +1009,7 @@ const dlp_FakeKernel dlp_fake_kernels[] = {
   DLP_REAL_DESTINATIONS(FROM_COMPLEX_ENTRY, COMPLEX128, complex128, -, -)
   ENTRY(convert_complex64_complex128) ENTRY(convert_complex128_complex64)
   ENTRY(sum_along) ENTRY(scan_sums) ENTRY(scan_apply) ENTRY(compact) ENTRY(unravel)
+  SCAN_HALF_TYPES(SCAN_ENTRIES) SCAN_CHUNKED_TYPES(SCAN_CHUNKED_ENTRIES)
   {NULL, NULL},
 };
 #endif
