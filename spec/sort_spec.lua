@@ -311,6 +311,21 @@ describe("softmax and log_softmax", function()
     assert.are.same({0, 1}, values(z))
   end)
 
+  it("find the maximum and a NaN of long float32 lines wherever they are (each lane, the tail)", function()
+    for _, n in ipairs({8, 13, 1000}) do
+      local places = {n - 1, n}
+      for k = 1, math.min(n, 16) do places[#places + 1] = k end
+      for _, k in ipairs(places) do
+        local t = dlpack.rand({2, n}, "float32")
+        t[1][k] = 90 -- exp(90 - m) overflows unless m is 90
+        t[2][k] = 0 / 0
+        local s = values(t:softmax(2))
+        assert.is_true(math.abs(s[1][k] - 1) < 1e-6, n .. " " .. k)
+        for _, v in ipairs(s[2]) do assert.is_true(is_nan(v), n .. " " .. k) end
+      end
+    end
+  end)
+
   it("work along strided dimensions, on long and empty lines", function()
     local t = dlpack.rand({300, 7}, "float32")
     local a, b = t:softmax(1), t:transpose(1, 2):contiguous():softmax(2):transpose(1, 2)
