@@ -8,7 +8,14 @@ import subprocess
 import sys
 import time
 
-TORCH_ONLY = sys.argv[1:] == ["torch"]
+# Arguments: "torch" (the PyTorch process), "--only=key,key" (time only those rows: bench/run.lua
+# asks for one row at a time when DLPACK_BENCH_PEER_ROUNDS interleaves its rounds with NumPy's).
+ARGS = sys.argv[1:]
+TORCH_ONLY = "torch" in ARGS
+ONLY = None
+for arg in ARGS:
+    if arg.startswith("--only="):
+        ONLY = set(arg[len("--only="):].split(","))
 if not TORCH_ONLY:
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "build", "pydeps"))
 
@@ -36,6 +43,8 @@ def per_op(fn):
 
 
 def report(key, who, fn):
+    if ONLY is not None and key not in ONLY:
+        return
     try:
         print(f"{key} {who} {per_op(fn):.9g}", flush=True)
     except Exception as e:  # an operation a library lacks: leave it out
@@ -116,7 +125,7 @@ if TORCH_ONLY:
 else:
     sys.stdout.flush()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    subprocess.run([sys.executable, os.path.abspath(__file__), "torch"], env=env, check=False)
+    subprocess.run([sys.executable, os.path.abspath(__file__), "torch"] + ARGS, env=env, check=False)
 
 if torch is not None:
     torch.set_num_threads(1)  # the module's loops are single-threaded
