@@ -1,11 +1,23 @@
 """NumPy and PyTorch times for the operations of bench/run.lua (make bench), in a process of
 their own. Prints one line per measurement: "<row key> numpy|torch <seconds per operation>".
-Whatever is not installed is left out; run.lua shows these times next to its rows."""
+Whatever is not installed is left out; run.lua shows these times next to its rows.
+PyTorch is timed by a second process (this script with the argument "torch") that does not see
+build/pydeps: a PyTorch built against NumPy 1 (Debian's 1.13) cannot use the NumPy 2 there."""
 import os
+import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "build", "pydeps"))
+# Arguments: "torch" (the PyTorch process), "--only=key,key" (time only those rows: bench/run.lua
+# asks for one row at a time when DLPACK_BENCH_PEER_ROUNDS interleaves its rounds with NumPy's).
+ARGS = sys.argv[1:]
+TORCH_ONLY = "torch" in ARGS
+ONLY = None
+for arg in ARGS:
+    if arg.startswith("--only="):
+        ONLY = set(arg[len("--only="):].split(","))
+if not TORCH_ONLY:
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "build", "pydeps"))
 
 ROUNDS = 9
 
@@ -31,6 +43,8 @@ def per_op(fn):
 
 
 def report(key, who, fn):
+    if ONLY is not None and key not in ONLY:
+        return
     try:
         print(f"{key} {who} {per_op(fn):.9g}", flush=True)
     except Exception as e:  # an operation a library lacks: leave it out
@@ -40,10 +54,12 @@ def report(key, who, fn):
 MIB16 = 16 * 1024 * 1024
 M = 2 * 1024 * 1024
 
-try:
-    import numpy as np
-except ImportError:
-    np = None
+np = None
+if not TORCH_ONLY:
+    try:
+        import numpy as np
+    except ImportError:
+        pass
 
 if np is not None:
     f32 = np.empty(MIB16 // 4, np.float32)
@@ -100,10 +116,16 @@ if np is not None:
     s1, s2 = np.array([1, 2, 3], np.float32), np.array([4, 5, 6], np.float32)
     report("add_small", "numpy", lambda: np.add(s1, s2))
 
-try:
-    import torch
-except ImportError:
-    torch = None
+torch = None
+if TORCH_ONLY:
+    try:
+        import torch
+    except ImportError as e:
+        print(f"# torch: {e}", file=sys.stderr)
+else:
+    sys.stdout.flush()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run([sys.executable, os.path.abspath(__file__), "torch"] + ARGS, env=env, check=False)
 
 if torch is not None:
     torch.set_num_threads(1)  # the module's loops are single-threaded
@@ -128,6 +150,7 @@ if torch is not None:
     report("permute_clone", "torch", lambda: cube.permute(2, 0, 1).contiguous())
     report("clone", "torch", lambda: f32.clone())
     report("make_drop", "torch", lambda: torch.zeros(262144))
-    tlogits = torch.from_numpy(np.tile((np.arange(64, dtype=np.float32) / 16 - 2), 4 * 1024 * 1024 // 64)[:4096 * 1000]
-                               .reshape(4096, 1000).copy())
+    # the logits bench/run.lua makes (64 values in [-2, 2) repeated), without NumPy
+    tlogits = (torch.arange(64, dtype=torch.float32) / 16 - 2).repeat(4 * 1024 * 1024 // 64)[:4096 * 1000]
+    tlogits = tlogits.reshape(4096, 1000).contiguous()
     report("softmax_f32", "torch", lambda: torch.softmax(tlogits, 1))

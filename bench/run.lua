@@ -5,7 +5,8 @@
 -- rounds, their spread (lowest and highest), and its goal. Ratios, not times, are the figures
 -- to compare across machines.
 -- NumPy and PyTorch times for the same operations come from a separate process
--- (bench/peers.py), shown alongside where they are installed.
+-- (bench/peers.py), shown alongside where they are installed; rows whose baseline they are use
+-- one run of it, or new runs interleaved with the module's rounds (DLPACK_BENCH_PEER_ROUNDS).
 local dlpack = require "dlpack"
 local base = require "bench.baselines"
 
@@ -70,26 +71,34 @@ local function fmt_time(t)
   return string.format("%8.1f ns", t * 1e9)
 end
 
--- Timings of the same operations in NumPy and PyTorch (another process), by row key.
-local peers = {}
-do
+-- Timings of the same operations in NumPy and PyTorch (another process, bench/peers.py with
+-- `args`), by row key.
+local function peer_times(args)
+  local times = {}
   local python = os.getenv("PYTHON") or "/usr/bin/python3"
   -- On some processors the environment sets OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE (older
   -- OpenBLAS builds compute wrong results there); they slow a current NumPy, so the process that
   -- times NumPy runs without them. Nothing else changes.
   local pipe = not CHILD and io.popen("env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE " .. python ..
-                                      " bench/peers.py 2>/dev/null")
+                                      " bench/peers.py " .. args .. " 2>/dev/null")
   if pipe then
     for line in pipe:lines() do
       local key, who, t = line:match("^(%S+) (%S+) (%S+)$")
       if key then
-        peers[key] = peers[key] or {}
-        peers[key][who] = tonumber(t)
+        times[key] = times[key] or {}
+        times[key][who] = tonumber(t)
       end
     end
     pipe:close()
   end
+  return times
 end
+local peers = peer_times("")
+-- DLPACK_BENCH_PEER_ROUNDS=n: a row against NumPy or PyTorch takes n rounds, each timing the
+-- module and then a new bench/peers.py process for that row alone (which goes first
+-- alternates), and prints the median of the rounds' ratios: slower, but a loaded machine then
+-- slows both sides of a ratio alike.
+local PEER_ROUNDS = tonumber(os.getenv("DLPACK_BENCH_PEER_ROUNDS"))
 
 local rows = {}
 local met = 0
@@ -139,12 +148,26 @@ local function peer_row(key, name, goal, fn, who, baseline_name)
   end
   collectgarbage()
   local n = batch(fn)
-  local ours, lo, hi = {}, math.huge, 0
-  for r = 1, ROUNDS do
-    ours[r] = per_op(fn, n)
-    lo, hi = math.min(lo, ours[r] / theirs), math.max(hi, ours[r] / theirs)
+  local ours, ratios, lo, hi = {}, {}, math.huge, 0
+  local ratio
+  if PEER_ROUNDS then
+    local others = {}
+    for r = 1, PEER_ROUNDS do
+      if r % 2 == 1 then ours[r] = per_op(fn, n) end
+      local again = peer_times("--only=" .. key)
+      others[r] = again[key] and again[key][who] or theirs
+      if r % 2 == 0 then ours[r] = per_op(fn, n) end
+      ratios[r] = ours[r] / others[r]
+      lo, hi = math.min(lo, ratios[r]), math.max(hi, ratios[r])
+    end
+    ratio, theirs = median(ratios), median(others)
+  else
+    for r = 1, ROUNDS do
+      ours[r] = per_op(fn, n)
+      lo, hi = math.min(lo, ours[r] / theirs), math.max(hi, ours[r] / theirs)
+    end
+    ratio = median(ours) / theirs
   end
-  local ratio = median(ours) / theirs
   local ok = ratio <= goal
   if ok then met = met + 1 end
   rows[#rows + 1] = key .. "/" .. who

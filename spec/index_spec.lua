@@ -174,6 +174,31 @@ describe("index_select, gather and take", function()
     raises(function() dlpack.empty({0}):take(i64({1})) end, "out of range %(0 elements")
   end)
 
+  it("gathers long lines the same into contiguous and strided results, whatever the index dtype", function()
+    -- contiguous results of 4- and 8-byte elements from contiguous indices take their own loop
+    local n = 5000
+    local src = dlpack.arange(1, 3 * n + 1, "float64")
+    local base = dlpack.arange(0, n, "int64") * 7919 % (3 * n) + 1
+    for _, dtype in ipairs({"float32", "int64", "int16"}) do
+      local from = src:to(dtype)
+      for _, idtype in ipairs({"int64", "int32", "uint32", "uint16"}) do
+        local index = (idtype:sub(1, 1) == "u" and base or base - (base % 2) * (3 * n + 1)):to(idtype)
+        local got = dlpack.take(from, index)
+        local strided = dlpack.zeros({n, 2}, dtype):select(2, 1)
+        dlpack.take(from, index, {out = strided})
+        assert.is_true(dlpack.equal(got, strided), dtype .. " " .. idtype)
+        assert.is_true(dlpack.equal(got, from:gather(1, index)), dtype .. " " .. idtype)
+        assert.are.equal(from[base[n]], got[n])
+      end
+      local bad = base:clone()
+      bad[n] = 3 * n + 1
+      raises_plain(function() dlpack.take(from, bad) end, "index " .. (3 * n + 1) .. " out of range")
+      local kept = dlpack.full({n}, 9, dtype)
+      raises(function() dlpack.take(from, bad, {out = kept}) end, "out of range")
+      assert.are.equal(9, kept[1])
+    end
+  end)
+
   it("write out= (any layout, a same_kind dtype), and never when an index is out of range", function()
     local out = dlpack.zeros({3, 2}):transpose(1, 2)
     assert.are.equal(out, t:index_select(2, i64({3, 2, 1}), {out = out}))

@@ -87,6 +87,32 @@ describe("sort", function()
     assert.is_true(is_nan(only[n]))
   end)
 
+  it("sorts long lines of 32-bit values alone as it sorts them with their positions", function()
+    -- from 65536 elements, values alone go the three-pass way (src/compute/sort.c, sort_long32)
+    local n = 70000
+    local wide = dlpack.arange(0, n, "int64") * 2654435761
+    local lines = {
+      {(dlpack.rand({n}, "float64") * 4e9 - 2e9):to("int32"), 1},
+      {(dlpack.rand({n}, "float64") * 4e9):to("uint32"), 1},
+      {dlpack.rand({n}, "float32") - 0.5, 1},
+      {(wide % 4294967296):to("float32") / 4294967296 - 0.5, 1}, -- make bench's input
+      {dlpack.full({n}, 3.5, "float32"), 1},                     -- one key: no pass
+      {(wide % 7):to("int32") - 3, 1},                           -- one digit varies
+      {(wide % 4194304):to("uint32"), 1},                        -- two digits vary
+      {(dlpack.rand({n, 2}, "float32") - 0.5):transpose(1, 2), 2}, -- strided lines
+    }
+    for k, case in ipairs(lines) do
+      local t, dim = case[1], case[2]
+      for _, descending in ipairs({false, true}) do
+        local v = t:sort(dim, {descending = descending})
+        local alone = t:sort(dim, {descending = descending, indices = false})
+        if v:tobytes() ~= alone:tobytes() then error("line " .. k .. (descending and " descending" or "")) end
+      end
+    end
+    local t = lines[4][1]
+    check_sorted(t, t:sort())
+  end)
+
   it("sorts along any dimension of strided layouts", function()
     local m = dlpack.tensor({{3, 1, 2}, {9, 8, 7}, {5, 6, 4}}, "int32")
     local v, i = m:sort(1)
@@ -283,6 +309,21 @@ describe("softmax and log_softmax", function()
     for _, v in ipairs(values(s)[2]) do assert.is_true(is_nan(v)) end
     local z = dlpack.tensor({-math.huge, 0}, "float32"):softmax(1)
     assert.are.same({0, 1}, values(z))
+  end)
+
+  it("find the maximum and a NaN of long float32 lines wherever they are (each lane, the tail)", function()
+    for _, n in ipairs({8, 13, 1000}) do
+      local places = {n - 1, n}
+      for k = 1, math.min(n, 16) do places[#places + 1] = k end
+      for _, k in ipairs(places) do
+        local t = dlpack.rand({2, n}, "float32")
+        t[1][k] = 90 -- exp(90 - m) overflows unless m is 90
+        t[2][k] = 0 / 0
+        local s = values(t:softmax(2))
+        assert.is_true(math.abs(s[1][k] - 1) < 1e-6, n .. " " .. k)
+        for _, v in ipairs(s[2]) do assert.is_true(is_nan(v), n .. " " .. k) end
+      end
+    end
   end)
 
   it("work along strided dimensions, on long and empty lines", function()

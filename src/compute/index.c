@@ -73,7 +73,50 @@ static inline void copy_element(char *d, const char *s, int itemsize) {
   }
 }
 
-/* One loop per index dtype: k is the 0-based index, checked against size. */
+/* The 0-based index k of the index value v (type T), checked against size: out of range, the
+ * pass stops with the value kept for the error. */
+#define PICK_INDEX(T, IS_UNSIGNED, v, k)                                                           \
+  if (IS_UNSIGNED) {                                                                               \
+    if ((uint64_t)v - 1 >= (uint64_t)size) { /* 0 wraps to the largest */                         \
+      p->failed = 1;                                                                               \
+      p->bad_is_unsigned = 1;                                                                      \
+      p->bad_unsigned = (uint64_t)v;                                                               \
+      return;                                                                                      \
+    }                                                                                              \
+    k = (int64_t)v - 1;                                                                            \
+  } else {                                                                                         \
+    int64_t w = (int64_t)v;                                                                        \
+    k = w < 0 ? w + size : w - 1; /* no overflow: size >= 0 */                                     \
+    if ((uint64_t)k >= (uint64_t)size) {                                                           \
+      p->failed = 1;                                                                               \
+      p->bad = w;                                                                                  \
+      return;                                                                                      \
+    }                                                                                              \
+  }
+
+/* How many indices ahead a gather asks for its source element: random reads of a large source
+ * wait on memory, and the hardware cannot guess the next address. */
+#define GATHER_AHEAD 16
+
+/* A gather into a contiguous destination from contiguous indices, elements of SIZE bytes. The
+ * prefetch's address is only a hint (a bad index is caught when its turn comes; a prefetch
+ * never faults), made in unsigned arithmetic. */
+#define GATHER_CONTIGUOUS(T, IS_UNSIGNED, SIZE)                                                    \
+  for (int64_t i = 0; i < n; i++, s += steps[2]) {                                                \
+    T v;                                                                                           \
+    int64_t k;                                                                                     \
+    memcpy(&v, x + i * (int64_t)sizeof v, sizeof v);                                               \
+    if (i + GATHER_AHEAD < n) {                                                                    \
+      T ahead;                                                                                     \
+      memcpy(&ahead, x + (i + GATHER_AHEAD) * (int64_t)sizeof ahead, sizeof ahead);                \
+      __builtin_prefetch((const void *)((uintptr_t)s + (uintptr_t)steps[2] * GATHER_AHEAD +         \
+                                        ((uint64_t)(int64_t)ahead - 1) * (uint64_t)step));         \
+    }                                                                                              \
+    PICK_INDEX(T, IS_UNSIGNED, v, k)                                                               \
+    memcpy(d + i * SIZE, dlp_offset(s, k * step), SIZE);                                           \
+  }
+
+/* One loop per index dtype. */
 #define PICK_LOOP(NAME, T, IS_UNSIGNED)                                                             \
   static void NAME(void *ctx, char *const *data, const int64_t *steps, int64_t n) {               \
     Pick *p = ctx;                                                                                \
@@ -82,29 +125,23 @@ static inline void copy_element(char *d, const char *s, int itemsize) {
     const char *x = data[1], *s = data[2];                                                        \
     int64_t size = p->size, step = p->step;                                                       \
     int itemsize = p->itemsize, write = p->write, scatter = p->scatter;                           \
+    if (write && !scatter && steps[0] == itemsize && steps[1] == (int64_t)sizeof(T)) {           \
+      if (itemsize == 4) {                                                                        \
+        GATHER_CONTIGUOUS(T, IS_UNSIGNED, 4)                                                      \
+        return;                                                                                   \
+      }                                                                                           \
+      if (itemsize == 8) {                                                                        \
+        GATHER_CONTIGUOUS(T, IS_UNSIGNED, 8)                                                      \
+        return;                                                                                   \
+      }                                                                                           \
+    }                                                                                             \
     for (int64_t i = 0; i < n; i++, d += steps[0], x += steps[1], s += steps[2]) {                \
       T v;                                                                                        \
       int64_t k;                                                                                  \
       memcpy(&v, x, sizeof v);                                                                    \
-      if (IS_UNSIGNED) {                                                                          \
-        if ((uint64_t)v - 1 >= (uint64_t)size) { /* 0 wraps to the largest */                    \
-          p->failed = 1;                                                                          \
-          p->bad_is_unsigned = 1;                                                                 \
-          p->bad_unsigned = (uint64_t)v;                                                          \
-          return;                                                                                 \
-        }                                                                                         \
-        k = (int64_t)v - 1;                                                                       \
-      } else {                                                                                    \
-        int64_t w = (int64_t)v;                                                                   \
-        k = w < 0 ? w + size : w - 1; /* no overflow: size >= 0 */                               \
-        if ((uint64_t)k >= (uint64_t)size) {                                                      \
-          p->failed = 1;                                                                          \
-          p->bad = w;                                                                             \
-          return;                                                                                 \
-        }                                                                                         \
-      }                                                                                           \
+      PICK_INDEX(T, IS_UNSIGNED, v, k)                                                            \
       if (!write) continue;                                                                       \
-      if (scatter) copy_element(dlp_offset(d, k * step), s, itemsize);                         \
+      if (scatter) copy_element(dlp_offset(d, k * step), s, itemsize);                            \
       else copy_element(d, dlp_offset(s, k * step), itemsize);                                    \
     }                                                                                             \
   }

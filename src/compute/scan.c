@@ -403,7 +403,30 @@ static inline float exp_f32(float x) {
   }
 DEFINE_LINE_LOOPS(exp_sum_plain, max_plain, )
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-DEFINE_LINE_LOOPS(exp_sum_avx2, max_avx2, __attribute__((target("avx2"))))
+DEFINE_LINE_LOOPS(exp_sum_avx2, max_lanes_avx2, __attribute__((target("avx2"))))
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+/* max_lanes_avx2 in vectors of 8 lanes, lane for lane the same (GCC does not vectorise its
+ * selects at -O2, and the first pass over a line waits on memory the most). */
+__attribute__((target("avx2"))) static float max_avx2(const float *x, int64_t n, int *nan) {
+  if (n < 8) return max_lanes_avx2(x, n, nan);
+  v8f lane = {x[0], x[0], x[0], x[0], x[0], x[0], x[0], x[0]};
+  v8i bad = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    v8f v;
+    memcpy(&v, x + i, sizeof v);
+    v8i greater = v > lane;
+    lane = (v8f)((greater & (v8i)v) | (~greater & (v8i)lane));
+    bad |= v != v;
+  }
+  float m = lane[0];
+  int b = bad[0] != 0;
+  for (int j = 1; j < 8; j++) m = lane[j] > m ? lane[j] : m, b |= bad[j] != 0;
+  for (; i < n; i++) m = x[i] > m ? x[i] : m, b |= x[i] != x[i];
+  *nan = b;
+  return m;
+}
 static float exp_sum_f32(float *y, const float *x, int64_t n, float m) {
   return dlp_cpu_has_avx2() ? exp_sum_avx2(y, x, n, m) : exp_sum_plain(y, x, n, m);
 }
