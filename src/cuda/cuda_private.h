@@ -87,7 +87,7 @@ void dlp_cuda_run(lua_State *L, const dlp_CudaWork *work);
 int dlp_cuda_l_blas(lua_State *L);
 
 /* The PTX of the kernel families (generated from src/compute/cuda/ptx/ into the build). */
-#define DLP_KERNEL_FAMILIES 43
+#define DLP_KERNEL_FAMILIES 45
 extern const char *const dlp_kernel_ptx[DLP_KERNEL_FAMILIES];
 
 #endif
