@@ -334,9 +334,8 @@ describe("computing on CUDA tensors", function()
     raises(function() return dlpack.add(d, d, {out = h}) end, "operands on different devices: cuda:0 and cpu")
     raises(function() return dlpack.lt(dlpack.zeros({2}, "complex64", "cuda:0"), 1) end,
            "lt: complex64 is not supported (complex numbers have no order)")
-    local s = dlpack.tensor({3, 1, 2}, "float32"):to("cuda:0") -- scans and unique: the host only
-    for _, call in ipairs({function() return s:cumsum(1) end,
-                           function() return s:cumprod() end, function() return s:unique() end,
+    local s = dlpack.tensor({3, 1, 2}, "float32"):to("cuda:0") -- scans: the host only
+    for _, call in ipairs({function() return s:cumsum(1) end, function() return s:cumprod() end,
                            function() return s:shuffle() end}) do
       raises(call, 'does not run on CUDA devices yet (copy to the host with t:to("cpu"))')
     end
@@ -546,6 +545,7 @@ describe("compute attacks", function()
           function(t) return select(2, t[4]:flip(2):topk(2, 1, {largest = false})) end,
           function(t) return t[2]:median(1) end,
           function(t) return t[3].dtype == "bool" and t[3]:median(2) or t[3]:quantile({0.5, 0.25}) end,
+          function(t) return select(2, t[5]:unique({return_inverse = true, return_counts = true})) end,
           function(t) return dlpack.add(t[1], t[2]) end,
           function(t) return dlpack.where(t[5], t[1], t[2]) end,
           function(t) return dlpack.mul(t[3], t[3]:flip(2)) end,
@@ -610,6 +610,7 @@ describe("compute attacks", function()
       function(_, b) return dlpack.equal(b, b:flip(1)) and b or b:flip(1) end,
       function(_, b) return (b:flip(1):sort(1, true)) end,
       function(a) return a:quantile(0.5, 1, {keepdim = true}) end,
+      function(_, b) return select(3, b:flip(1):unique({return_inverse = true, return_counts = true})) end,
     }
     local s = cuda.Stream()
     local hits = 0
@@ -1987,6 +1988,25 @@ describe("sorting on CUDA tensors", function()
     raises(function() return dlpack.zeros({0}, "float32", "cuda:0"):quantile(0.5) end, "are not defined")
     raises(function() return dlpack.zeros({2}, "bool", "cuda:0"):quantile(0.5) end, "bool tensors are not supported")
     raises(function() return dlpack.zeros({2}, "complex64", "cuda:0"):median() end, "complex numbers have no order")
+  end)
+
+  it("unique agrees with the CPU: every dtype, inverse and counts, strided inputs, empty and 0-d tensors", function()
+    local combos = {{}, {return_inverse = true}, {return_counts = true}, {return_inverse = true, return_counts = true}}
+    for dtype in pairs(VALUES) do
+      for _, n in ipairs({1, 2, 9, 40}) do
+        local m = data(dtype, 2 * n, n * 7 + #dtype):view({2, n})
+        for c, opts in ipairs(combos) do
+          same("unique " .. dtype .. " " .. n .. " " .. c, function(t) return t:unique(opts) end, m)
+          same("unique transposed " .. dtype .. " " .. c, function(t) return dlpack.unique(t.T, opts) end, m)
+        end
+      end
+    end
+    for c, opts in ipairs(combos) do
+      same("unique empty " .. c, function(t) return t:unique(opts) end, dlpack.zeros({0, 2 ^ 40}, "int8"))
+      same("unique 0-d " .. c, function(t) return t:unique(opts) end, dlpack.tensor(0 / 0, "float16"))
+      same("unique all equal " .. c, function(t) return t:unique(opts) end, dlpack.ones({3, 300}, "uint64"))
+    end
+    raises(function() return dlpack.zeros({2}, "complex128", "cuda:0"):unique() end, "complex numbers have no order")
   end)
 
   it("sort runs on the operand's stream and its results are on the operand's device", function()

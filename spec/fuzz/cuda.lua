@@ -1595,9 +1595,9 @@ op("index", 6, function(st, injected)
   pcall(T.release, dindex)
 end)
 
--- sorting and the statistics on the sorted lines: every result against the CPU path's, a
+-- sorting, the statistics on the sorted lines and unique: every result against the CPU path's, a
 -- tensor's bytes or a Lua number (packed fp4 raises alike on both)
-local SORTS = { "sort", "argsort", "topk", "median", "quantile" }
+local SORTS = { "sort", "argsort", "topk", "median", "quantile", "unique" }
 local QS = { 0.5, 0, 1, { 0.25, 0.75, 0.1 }, 0.9 }
 op("sort", 5, function(st, injected)
   local on = R(2) == 1 and "cuda:0" or "cuda:1"
@@ -1619,6 +1619,9 @@ op("sort", 5, function(st, injected)
     shown = shown .. ", " .. tostring(dim)
   elseif name == "median" then
     extra, shown = { dim }, tostring(dim)
+  elseif name == "unique" then
+    extra = { { return_inverse = desc, return_counts = kk % 2 == 0 } }
+    shown = string.format("{return_inverse = %s, return_counts = %s}", tostring(desc), tostring(kk % 2 == 0))
   else
     extra, shown = { 1, { descending = desc } }, string.format("1, {descending = %s}", tostring(desc))
   end

@@ -323,9 +323,10 @@ static const char *values_kernel(int itemsize) {
   }
 }
 
-/* As run_sort, for a CUDA tensor t (the results on its device). */
+/* As run_sort, for a CUDA tensor t (the results on its device); with keys_out, the sorted keys
+ * (a uint64 tensor, lines side by side) are left pushed and set there. */
 static void sort_on_device(lua_State *L, dlp_Tensor *t, int dim, int descending, int64_t k, dlp_Tensor *values,
-                           dlp_Tensor *indices, const char *what) {
+                           dlp_Tensor *indices, dlp_Tensor **keys_out, const char *what) {
   int64_t n = dim < 0 ? 1 : t->dl.shape[dim], total = dlp_numel(t);
   int64_t shape[DLP_MAX_NDIM], strides[3][DLP_MAX_NDIM], line[DLP_MAX_NDIM], params[6] = {n, 0, 0, 0, 0, 0};
   int w = 0, itemsize = dlp_dtypes[t->dtype].itemsize;
@@ -390,7 +391,8 @@ static void sort_on_device(lua_State *L, dlp_Tensor *t, int dim, int descending,
     dlp_launch_with_params(L, what, "dlp_sort_indices", SORT_FAMILY, 2, w, shape, data,
                            (const int64_t(*)[DLP_MAX_NDIM])strides, tensors, sizes, params);
   }
-  lua_settop(L, top);
+  if (keys_out) *keys_out = keys;
+  lua_settop(L, keys_out ? top + 1 : top);
 }
 
 /* ---- arguments ---- */
@@ -480,7 +482,7 @@ static void run_sort(lua_State *L, dlp_Tensor *t, int dim, int descending, int64
   dlp_live(L, t, what);
   if (dlp_numel(t) == 0) return; /* the results are empty too (lines of none, or none of them) */
   if (t->dl.device.device_type == kDLCUDA) {
-    sort_on_device(L, t, dim, descending, k, values, indices, what);
+    sort_on_device(L, t, dim, descending, k, values, indices, NULL, what);
     return;
   }
   SortLine s;
@@ -646,27 +648,34 @@ static void stat_line(void *ctx, char *const *p) {
   }
 }
 
+/* A new 1-D contiguous copy of t's elements in row-major order, on t's device, pushed. */
+static dlp_Tensor *flat_copy(lua_State *L, dlp_Tensor *t, const char *what) {
+  int64_t n = dlp_numel(t);
+  DLDevice cpu = {kDLCPU, 0};
+  int cuda = t->dl.device.device_type == kDLCUDA;
+  dlp_Tensor *flat = dlp_tensor_new(L, t->dtype, 0, cuda ? t->dl.device : cpu, 1, &n, 0, what);
+  if (!cuda) {
+    dlp_live(L, t, what);
+    dlp_gather(dlp_first_element(flat), t);
+    return flat;
+  }
+  dlp_Tensor *shaped = dlp_view_new(L, -1, t->dl.ndim, what); /* flat seen with t's shape */
+  for (int i = 0; i < t->dl.ndim; i++) shaped->dl.shape[i] = t->dl.shape[i];
+  dlp_contiguous_strides(t->dl.ndim, t->dl.shape, shaped->dl.strides);
+  dlp_tensor_seal(L, shaped, what);
+  dlp_live(L, t, what);
+  dlp_copy_on_cuda(L, shaped, t, NULL, what);
+  lua_pop(L, 1);
+  return flat;
+}
+
 /* The sorted values of t along dim (-1: all its elements, in one line) pushed; *line_dim set to
  * the dimension the lines run along in it. */
 static dlp_Tensor *sorted_lines(lua_State *L, dlp_Tensor *t, int dim, int *line, const char *what) {
-  DLDevice cpu = {kDLCPU, 0};
   if (dim < 0) { /* one line of every element, in row-major order */
     int64_t n = dlp_numel(t);
-    int cuda = t->dl.device.device_type == kDLCUDA;
-    dlp_Tensor *flat = dlp_tensor_new(L, t->dtype, 0, cuda ? t->dl.device : cpu, 1, &n, 0, what);
-    dlp_Tensor *v = dlp_tensor_new(L, t->dtype, 0, cuda ? t->dl.device : cpu, 1, &n, 0, what);
-    if (cuda) { /* t copied into a view of flat with its shape */
-      dlp_Tensor *shaped = dlp_view_new(L, -2, t->dl.ndim, what);
-      for (int i = 0; i < t->dl.ndim; i++) shaped->dl.shape[i] = t->dl.shape[i];
-      dlp_contiguous_strides(t->dl.ndim, t->dl.shape, shaped->dl.strides);
-      dlp_tensor_seal(L, shaped, what);
-      dlp_live(L, t, what);
-      dlp_copy_on_cuda(L, shaped, t, NULL, what);
-      lua_pop(L, 1);
-    } else {
-      dlp_live(L, t, what);
-      dlp_gather(dlp_first_element(flat), t);
-    }
+    dlp_Tensor *flat = flat_copy(L, t, what);
+    dlp_Tensor *v = dlp_tensor_new(L, t->dtype, 0, flat->dl.device, 1, &n, 0, what);
     run_sort(L, flat, 0, 0, n, v, NULL, what);
     lua_remove(L, -2);
     *line = 0;
@@ -904,6 +913,68 @@ static int same_element(int dtype, const char *pa, const char *pb) {
   return a.kind == DLP_S_UINT ? a.u == b.u : a.i == b.i;
 }
 
+/* unique of a CUDA tensor (kernels.cu's "unique"): every element sorted with its place (the
+ * keys kept: equal keys are equal elements, NaN with NaN and -0.0 with 0.0), each first of a run
+ * of equal keys flagged, the flags' running sums giving each element its value's number; then
+ * each value's first element and start taken, the counts from the starts, the inverse from the
+ * places. Results as l_unique's. */
+static int unique_on_device(lua_State *L, dlp_Tensor *t, int inverse, int counts, const char *what) {
+  int64_t n = dlp_numel(t), m = 0, size = dlp_dtypes[t->dtype].itemsize, eights[4][DLP_MAX_NDIM];
+  int sizes[4] = {(int)size, 8, (int)size, 8};
+  int64_t params[6] = {n, 0, 0, 0, 0, 0}, eight_strides[3][DLP_MAX_NDIM] = {{8}, {8}, {8}};
+  int eight[3] = {8, 8, 8};
+  DLDevice device = t->dl.device;
+  dlp_Tensor *flat = flat_copy(L, t, what);
+  dlp_Tensor *sorted = dlp_tensor_new(L, t->dtype, 0, device, 1, &n, 0, what);
+  dlp_Tensor *pos = dlp_tensor_new(L, DLP_INT64, 0, device, 1, &n, 0, what);
+  dlp_Tensor *groups = dlp_tensor_new(L, DLP_INT64, 0, device, 1, &n, 0, what);
+  int groups_idx = lua_gettop(L);
+  dlp_Tensor *inv = inverse ? dlp_tensor_new(L, DLP_INT64, 0, device, t->dl.ndim, t->dl.shape, 0, what) : NULL;
+  int inv_idx = lua_gettop(L);
+  /* from here on only the module's own tensors are read */
+  for (int k = 0; k < 4; k++) eights[k][0] = sizes[k];
+  if (n > 0) {
+    dlp_Tensor *keys;
+    sort_on_device(L, flat, 0, 0, n, sorted, pos, &keys, what);
+    char *data[2] = {dlp_first_element(groups), dlp_first_element(keys)};
+    dlp_Tensor *tensors[2] = {groups, keys};
+    dlp_launch_with_params(L, what, "dlp_unique_flags", SORT_FAMILY, 2, 1, &n, data,
+                           (const int64_t(*)[DLP_MAX_NDIM])eight_strides, tensors, eight, params);
+    dlp_scan_on_device(L, groups_idx, what);
+    m = dlp_last_on_device(L, groups_idx, what);
+  }
+  dlp_Tensor *values = dlp_tensor_new(L, t->dtype, 0, device, 1, &m, 0, what);
+  int values_idx = lua_gettop(L);
+  dlp_Tensor *starts = dlp_tensor_new(L, DLP_INT64, 0, device, 1, &m, 0, what);
+  dlp_Tensor *count = counts ? dlp_tensor_new(L, DLP_INT64, 0, device, 1, &m, 0, what) : NULL;
+  int count_idx = lua_gettop(L);
+  if (n > 0) {
+    static const char *const takes[] = {"dlp_unique_take_1", "dlp_unique_take_2", NULL, "dlp_unique_take_4", NULL,
+                                        NULL, NULL, "dlp_unique_take_8"};
+    char *data[4] = {dlp_first_element(values), dlp_first_element(groups), dlp_first_element(sorted),
+                     dlp_first_element(starts)};
+    dlp_Tensor *tensors[4] = {values, groups, sorted, starts};
+    dlp_launch_with_params(L, what, takes[size - 1], SORT_FAMILY, 4, 1, &n, data,
+                           (const int64_t(*)[DLP_MAX_NDIM])eights, tensors, sizes, params);
+    if (count) {
+      char *cdata[2] = {dlp_first_element(count), dlp_first_element(starts)};
+      dlp_Tensor *ctensors[2] = {count, starts};
+      dlp_launch_with_params(L, what, "dlp_unique_counts", SORT_FAMILY, 2, 1, &m, cdata,
+                             (const int64_t(*)[DLP_MAX_NDIM])eight_strides, ctensors, eight, params);
+    }
+    if (inv) {
+      char *idata[3] = {dlp_first_element(inv), dlp_first_element(groups), dlp_first_element(pos)};
+      dlp_Tensor *itensors[3] = {inv, groups, pos};
+      dlp_launch_with_params(L, what, "dlp_unique_inverse", SORT_FAMILY, 3, 1, &n, idata,
+                             (const int64_t(*)[DLP_MAX_NDIM])eight_strides, itensors, eight, params);
+    }
+  }
+  lua_pushvalue(L, values_idx);
+  if (inv) lua_pushvalue(L, inv_idx);
+  if (count) lua_pushvalue(L, count_idx);
+  return 1 + (inv != NULL) + (count != NULL);
+}
+
 /* unique(t [, opts{return_inverse, return_counts}]): NumPy's over every element: the distinct
  * values in order (1-D), then the 1-based position in them of each element of t (t's shape) and
  * how many times each occurs, when asked for, in that order. */
@@ -922,8 +993,7 @@ static int l_unique(lua_State *L) {
   dlp_check_no_more(L, 3, what, "(t [, opts])");
   lua_settop(L, 2);
   check_sortable(L, t, what);
-  if (t->dl.device.device_type == kDLCUDA)
-    luaL_error(L, "%s: does not run on CUDA devices yet (copy to the host with t:to(\"cpu\"))", what);
+  if (t->dl.device.device_type == kDLCUDA) return unique_on_device(L, t, inverse, counts, what);
   DLDevice cpu = {kDLCPU, 0};
   int64_t n = dlp_numel(t), size = dlp_dtypes[t->dtype].itemsize;
   dlp_Tensor *flat = dlp_tensor_new(L, t->dtype, 0, cpu, 1, &n, 0, what);

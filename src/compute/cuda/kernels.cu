@@ -912,7 +912,17 @@ KERNEL(dlp_unravel) {
  *   dlp_sort_indices: operand 0 the 1-based positions of operand 1.
  *   dlp_quantile_<s>: operand 0 the float64 results, 1 the sorted line's first element (lines of
  *     P(0), P(1) bytes apart), 2 the float64 quantile (unless a median: P(3) = 1); P(2) the
- *     result's dtype (its rounding), P(4) 1 when q was a weak scalar (sort_rules.h's arithmetic). */
+ *     result's dtype (its rounding), P(4) 1 when q was a weak scalar (sort_rules.h's arithmetic).
+ * unique (one item per sorted element, or per distinct value; every operand contiguous):
+ *   dlp_unique_flags: operand 0 an int64 per sorted element, 1 where its key (operand 1) differs
+ *     from the one before (always for the first): equal keys are equal elements.
+ *   dlp_unique_take_<size>: with operand 1 the running sums of those flags (each element's value,
+ *     1-based), the first element of each value (operand 2, the sorted elements) goes to slot
+ *     value - 1 of operand 0, and its place to the same slot of operand 3 (the int64 starts).
+ *   dlp_unique_counts: operand 0 the count of each value, from its start (operand 1) to the next
+ *     one's (the last's: P(0), the element count).
+ *   dlp_unique_inverse: each sorted element's value (operand 1) written to operand 0 at its
+ *     1-based place in the input (operand 2) less 1: the places are a permutation. */
 #define KSORTKEY(s, T, KEY)                                                                            \
   KERNEL(dlp_sort_keys_##s) {                                                                          \
     EACH_ELEMENT(3, T x = *(const T *)BYTES(A.data[1] + (uint64_t)off[1], (int64_t)sizeof(T), 0);      \
@@ -962,7 +972,31 @@ KERNEL(dlp_unravel) {
   K(f16, uint16_t, HALF_DOUBLE, dlp_round_to(DLP_KD_FLOAT16, HALF_DOUBLE(b_) - HALF_DOUBLE(a_)))                  \
   K(bf16, uint16_t, BFLOAT_DOUBLE, dlp_round_to(DLP_KD_BFLOAT16, BFLOAT_DOUBLE(b_) - BFLOAT_DOUBLE(a_)))          \
   K(f32, float, AS_DOUBLE, dlp_round_to(DLP_KD_FLOAT32, (double)b_ - (double)a_)) K(f64, double, AS_DOUBLE, b_ - a_)
+#define AT64(k, i) I64(A.data[k] + (uint64_t)(i) * 8)
+#define KUNIQUETAKE(n, T)                                                                              \
+  KERNEL(dlp_unique_take_##n) {                                                                        \
+    for (int64_t i = THREAD, threads_ = THREADS; i < A.numel; i += threads_) {                         \
+      int64_t g_ = AT64(1, i), before_ = i > 0 ? AT64(1, i - 1) : 0;                                   \
+      if (g_ == before_) continue;                                                                     \
+      *(T *)BYTES(A.data[0] + (uint64_t)(g_ - 1) * sizeof(T), (int64_t)sizeof(T), 1) =                 \
+        *(const T *)BYTES(A.data[2] + (uint64_t)i * sizeof(T), (int64_t)sizeof(T), 0);                 \
+      SET_I64(A.data[3] + (uint64_t)(g_ - 1) * 8, i);                                                  \
+    }                                                                                                  \
+  }
 #if FAMILY(44)
+SORT_SIZES(KUNIQUETAKE)
+KERNEL(dlp_unique_flags) {
+  for (int64_t i = THREAD, threads_ = THREADS; i < A.numel; i += threads_)
+    SET_I64(A.data[0] + (uint64_t)i * 8, i == 0 || AT64(1, i) != AT64(1, i - 1));
+}
+KERNEL(dlp_unique_counts) {
+  for (int64_t j = THREAD, threads_ = THREADS; j < A.numel; j += threads_)
+    SET_I64(A.data[0] + (uint64_t)j * 8, (j + 1 < A.numel ? AT64(1, j + 1) : P(0)) - AT64(1, j));
+}
+KERNEL(dlp_unique_inverse) {
+  for (int64_t i = THREAD, threads_ = THREADS; i < A.numel; i += threads_)
+    SET_I64(A.data[0] + (uint64_t)(AT64(2, i) - 1) * 8, AT64(1, i));
+}
 SORT_KEYS(KSORTKEY)
 SORT_SIZES(KSORTVALUES)
 QUANTILES(KQUANTILE)
@@ -1011,6 +1045,7 @@ KERNEL(dlp_sort_indices) {
 #define SORT_KEY_ENTRY(s, T, KEY) ENTRY(sort_keys_##s)
 #define SORT_VALUES_ENTRY(n, T) ENTRY(sort_values_##n)
 #define QUANTILE_ENTRY(s, T, ELEMENT, DIFFERENCE) ENTRY(quantile_##s)
+#define UNIQUE_TAKE_ENTRY(n, T) ENTRY(unique_take_##n)
 #define COMPLEX_ENTRIES(s, T, R) DLP_COMPLEX_OPS(ENTRY, ENTRY, ENTRY, s, T, R)
 #define FROM_COMPLEX_ENTRY(C, c, CT, unused, D, d, DT, dc) ENTRY(convert_##c##_##d)
 #define TO_COMPLEX_ENTRIES(S, s, ST, sc) ENTRY(convert_##s##_complex64) ENTRY(convert_##s##_complex128)
@@ -1028,7 +1063,7 @@ const dlp_FakeKernel dlp_fake_kernels[] = {
   ENTRY(convert_complex64_complex128) ENTRY(convert_complex128_complex64)
   ENTRY(sum_along) ENTRY(scan_sums) ENTRY(scan_apply) ENTRY(compact) ENTRY(unravel)
   SORT_KEYS(SORT_KEY_ENTRY) SORT_SIZES(SORT_VALUES_ENTRY) ENTRY(sort_step) ENTRY(sort_indices)
-  QUANTILES(QUANTILE_ENTRY)
+  QUANTILES(QUANTILE_ENTRY) SORT_SIZES(UNIQUE_TAKE_ENTRY) ENTRY(unique_flags) ENTRY(unique_counts) ENTRY(unique_inverse)
   {NULL, NULL},
 };
 #endif
