@@ -148,7 +148,7 @@ $(KERNEL_GROUPS): src/compute/kernels.c $(HEADERS)
 # family, kept in the repository so that the module builds without the CUDA toolkit; `make ptx`
 # regenerates them with nvcc (and CI checks that they match their source). The module embeds them
 # as strings, at their numbers (src/cuda/cuda_private.h's DLP_KERNEL_FAMILIES exceeds the largest).
-KERNEL_FAMILIES = $(shell seq 0 35) 42 46
+KERNEL_FAMILIES = $(shell seq 0 35) 42 44 46
 PTX_DIR     = src/compute/cuda/ptx
 PTX_FILES   = $(KERNEL_FAMILIES:%=$(PTX_DIR)/family%.ptx)
 PTX_ARCH    = compute_80

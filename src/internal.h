@@ -468,6 +468,16 @@ void dlp_run_on_cuda(lua_State *L, const char *what, dlp_CudaStream *stream, int
                      char *const *data, const int64_t (*strides)[DLP_MAX_NDIM], dlp_Tensor *const *tensors,
                      const void *const *values, const int *sizes, const char *kernel, int family);
 void dlp_copy_on_cuda(lua_State *L, dlp_Tensor *dst, dlp_Tensor *src, dlp_CudaStream *stream, const char *what);
+/* dlp_launch_with_params: likewise for kernels whose operands are all tensors (sizes[k] bytes an
+ * element, checked aligned), on the operands' stream, with 6 int64 parameters in the launch's
+ * value slots 1 to 3 (kernels.cu's P(0) .. P(5)). */
+void dlp_launch_with_params(lua_State *L, const char *what, const char *kernel, int family, int nops, int ndim,
+                            const int64_t *shape, char *const *data, const int64_t (*strides)[DLP_MAX_NDIM],
+                            dlp_Tensor *const *tensors, const int *sizes, const int64_t *params);
+/* index.c: the int64s of the contiguous CUDA tensor at idx made their running sums, in place
+ * (kernels); the last int64 of the CUDA tensor at idx (not empty), read back (a synchronisation) */
+void dlp_scan_on_device(lua_State *L, int idx, const char *what);
+int64_t dlp_last_on_device(lua_State *L, int idx, const char *what);
 /* t (a new contiguous CUDA tensor) filled with a range: kind 0 arange of int64 start and step, 1
  * arange of double start and step, 2 linspace (params: 48 bytes, as kernels.cu reads them); and
  * the diagonal of a new zeroed n x m CUDA tensor set to element (eye) */

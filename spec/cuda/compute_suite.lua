@@ -334,12 +334,6 @@ describe("computing on CUDA tensors", function()
     raises(function() return dlpack.add(d, d, {out = h}) end, "operands on different devices: cuda:0 and cpu")
     raises(function() return dlpack.lt(dlpack.zeros({2}, "complex64", "cuda:0"), 1) end,
            "lt: complex64 is not supported (complex numbers have no order)")
-    local s = dlpack.tensor({3, 1, 2}, "float32"):to("cuda:0") -- sorting and statistics: the host only
-    for _, call in ipairs({function() return s:sort() end, function() return s:argsort() end,
-                           function() return s:topk(1) end, function() return s:median() end,
-                           function() return s:quantile(0.5) end, function() return s:unique() end}) do
-      raises(call, 'does not run on CUDA devices yet (copy to the host with t:to("cpu"))')
-    end
     local perm = dlpack.randperm(3, "int64", "cuda:0") -- drawn on the host, copied to the device
     assert.are.equal("cuda:0", tostring(perm.device))
     assert.are.same({1, 2, 3}, (host(perm):sort()):totable())
@@ -542,6 +536,11 @@ describe("compute attacks", function()
         setmetatable({}, {__gc = function() victim:release() end})
         victim = nil -- luacheck: ignore 311
         local ops = {
+          function(t) return (t[1]:sort(2, true)) end,
+          function(t) return select(2, t[4]:flip(2):topk(2, 1, {largest = false})) end,
+          function(t) return t[2]:median(1) end,
+          function(t) return t[3].dtype == "bool" and t[3]:median(2) or t[3]:quantile({0.5, 0.25}) end,
+          function(t) return select(2, t[5]:unique({return_inverse = true, return_counts = true})) end,
           function(t) return dlpack.add(t[1], t[2]) end,
           function(t) return dlpack.where(t[5], t[1], t[2]) end,
           function(t) return dlpack.mul(t[3], t[3]:flip(2)) end,
@@ -604,6 +603,8 @@ describe("compute attacks", function()
       function(a) local t = a:clone(); t:add_(t:flip(1)); return t end,
       function(_, b, _, o) return o:copy(b:flip(1)) end,
       function(_, b) return dlpack.equal(b, b:flip(1)) and b or b:flip(1) end,
+      function(_, b) return (b:flip(1):sort(1, true)) end,
+      function(a) return a:quantile(0.5, 1, {keepdim = true}) end,
     }
     local s = cuda.Stream()
     local hits = 0
@@ -2174,4 +2175,156 @@ describe("scans and shuffle on CUDA tensors", function()
       settle()
       assert.are.equal(live, fake.live().device)
     end)
+end)
+
+describe("sorting on CUDA tensors", function()
+  -- values with repeats (stability), NaN, -0.0 and 0.0, infinities, in every sortable dtype
+  local function data(dtype, n, seed)
+    local pool = {}
+    for _, v in ipairs(VALUES[dtype]) do pool[#pool + 1] = v end
+    if dtype:match("^b?float") then
+      local nan, negzero = 0 / 0, -(0.0 * 1)
+      pool[#pool + 1], pool[#pool + 2], pool[#pool + 3], pool[#pool + 4] = nan, negzero, math.huge, -math.huge
+    end
+    local list, x = {}, seed
+    for i = 1, n do
+      x = (x * 1103515245 + 12345) % 2147483648
+      list[i] = pool[x % #pool + 1]
+    end
+    return dlpack.tensor(list, dtype)
+  end
+
+  -- every result of fn on the device, against fn on the host: same dtype, shape and bytes
+  local function same(what, fn, t)
+    local want = {fn(t)}
+    local got = {fn(t:to("cuda:0"))}
+    assert.are.equal(#want, #got, what)
+    for i = 1, #want do
+      assert.are.equal("cuda:0", tostring(got[i].device), what)
+      assert.are.equal(want[i].dtype, got[i].dtype, what)
+      assert.are.same(want[i].shape, got[i].shape, what)
+      assert.are.equal(want[i]:tobytes(), got[i]:to("cpu"):tobytes(), what .. " (result " .. i .. ")")
+    end
+  end
+
+  it("sort, argsort and topk agree with the CPU in every sortable dtype, both orders, along each dim", function()
+    for dtype in pairs(VALUES) do
+      local m = data(dtype, 3 * 37, #dtype):view({3, 37})
+      for _, dim in ipairs({1, 2, -1}) do
+        local n = m.shape[dim < 0 and 2 or dim]
+        for _, desc in ipairs({false, true}) do
+          local what = string.format("%s dim %d descending %s", dtype, dim, tostring(desc))
+          same("sort " .. what, function(t) return t:sort(dim, {descending = desc}) end, m)
+          same("argsort " .. what, function(t) return t:argsort(dim, {descending = desc}) end, m)
+          same("sort of a transposed view " .. what, function(t) return t.T:sort(dim, desc) end, m)
+          same("topk " .. what, function(t) return t:topk(math.min(5, n), dim, {largest = not desc}) end, m)
+        end
+      end
+      same("sort values only " .. dtype, function(t) return t:sort(2, {indices = false}) end, m)
+      same("topk of all " .. dtype, function(t) return t:topk(37, 2) end, m)
+      same("topk 0 " .. dtype, function(t) return t:topk(0, 2) end, m)
+    end
+  end)
+
+  it("lines of every length up to past a power of two, strided and flipped inputs, 0-d and empty tensors", function()
+    for _, n in ipairs({1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 31, 33, 64, 100, 257}) do
+      for _, dtype in ipairs({"float32", "int8", "float16", "uint64"}) do
+        local t = data(dtype, 2 * n, n)
+        same("sort " .. n .. " " .. dtype, function(x) return x:sort() end, t)
+        same("lines of " .. n .. " " .. dtype, function(x) return x:view({2, n}):sort(2, true) end, t)
+        same("steps of 2 " .. n .. " " .. dtype, function(x) return x:slice(1, 1, 2 * n, 2):topk(1) end, t)
+        same("flipped " .. n .. " " .. dtype, function(x) return x:flip(1):argsort() end, t)
+      end
+    end
+    local b = data("bfloat16", 4 * 5 * 6, 7):view({4, 5, 6})
+    for dim = 1, 3 do
+      same("3-d, dim " .. dim, function(x) return x:permute({3, 1, 2}):sort(dim) end, b)
+      same("3-d topk, dim " .. dim, function(x) return x:permute({2, 3, 1}):topk(2, dim, {largest = false}) end, b)
+    end
+    same("0-d", function(x) return x:sort() end, dlpack.tensor(2.5, "float32"))
+    same("0-d topk", function(x) return x:topk(1, 1) end, dlpack.tensor(-3, "int16"))
+    same("0-d argsort", function(x) return x:argsort(-1, {descending = true}) end, dlpack.tensor(0 / 0, "float64"))
+    for _, shape in ipairs({{0}, {0, 5}, {5, 0}, {0, 2 ^ 40}, {2 ^ 40, 0, 3}}) do
+      local e = dlpack.zeros(shape, "float32")
+      same("empty " .. #shape, function(x) return x:sort() end, e)
+      same("empty along 1 " .. #shape, function(x) return x:sort(1, {descending = true}) end, e)
+      same("empty topk " .. #shape, function(x) return x:topk(0, 1) end, e)
+    end
+  end)
+
+  it("equal elements keep their order, whatever the order asked", function()
+    local t = dlpack.tensor({2, 1, 2, 1, 2, 0 / 0, 1, 0 / 0, -0.0, 0.0, -0.0, 2, 1, 0.0}, "float64")
+    for _, desc in ipairs({false, true}) do
+      local _, i = t:to("cuda:0"):sort(1, desc)
+      local _, want = t:sort(1, desc)
+      assert.are.same(want:totable(), i:to("cpu"):totable())
+    end
+    local _, i = t:to("cuda:0"):sort()
+    assert.are.same({9, 10, 11, 14, 2, 4, 7, 13, 1, 3, 5, 12, 6, 8}, i:to("cpu"):totable())
+    local ones = dlpack.ones({1000}, "int32"):to("cuda:0")
+    assert.are.same(dlpack.arange(1, 1001, 1, "int64"):totable(), ones:argsort(1, true):to("cpu"):totable())
+  end)
+
+  it("median and quantile agree with the CPU: every dtype, dims, keepdim, q lists and tensors, NaN lines", function()
+    for dtype in pairs(VALUES) do
+      for _, n in ipairs({1, 2, 7, 12}) do
+        local m = data(dtype, 3 * n, n + #dtype):view({3, n})
+        same("median " .. dtype .. " " .. n, function(t) return t:median(2) end, m)
+        same("median dim 1 keepdim " .. dtype, function(t) return t:median(1, {keepdim = true}) end, m)
+        same("median of all " .. dtype, function(t) return t:median(nil, {keepdim = true}) end, m)
+        assert.are.equal(tostring(m:median()), tostring(m:to("cuda:0"):median()), "median value " .. dtype)
+        if dtype ~= "bool" then
+          same("quantile list " .. dtype, function(t) return t:quantile({0, 0.25, 0.5, 0.9, 1}, 2) end, m)
+          same("quantile transposed " .. dtype, function(t) return t.T:quantile(0.3, 2, {keepdim = true}) end, m)
+          same("quantile of all " .. dtype, function(t) return t:quantile({0.75}) end, m)
+          same("quantile float16 tensor " .. dtype, function(t)
+            return t:quantile(dlpack.tensor({0.1, 0.6}, "float16"), 1)
+          end, m)
+          same("quantile 0-d float32 tensor " .. dtype, function(t)
+            return t:quantile(dlpack.tensor(0.7, "float32"), 2)
+          end, m)
+          assert.are.equal(tostring(m:quantile(0.4)), tostring(m:to("cuda:0"):quantile(0.4)), "quantile " .. dtype)
+        end
+      end
+    end
+    same("median of empty lines", function(t) return t:median(2) end, dlpack.zeros({3, 0}, "float32"))
+    same("median of an empty tensor", function(t) return t:median(2) end, dlpack.zeros({0, 2 ^ 40}, "float64"))
+    same("no quantiles", function(t) return t:quantile({}, 1) end, dlpack.ones({4, 2}, "int16"))
+    local three = dlpack.tensor(3, "int8")
+    assert.are.equal(tostring(three:median()), tostring(three:to("cuda:0"):median()))
+    raises(function() return dlpack.zeros({0}, "float32", "cuda:0"):quantile(0.5) end, "are not defined")
+    raises(function() return dlpack.zeros({2}, "bool", "cuda:0"):quantile(0.5) end, "bool tensors are not supported")
+    raises(function() return dlpack.zeros({2}, "complex64", "cuda:0"):median() end, "complex numbers have no order")
+  end)
+
+  it("unique agrees with the CPU: every dtype, inverse and counts, strided inputs, empty and 0-d tensors", function()
+    local combos = {{}, {return_inverse = true}, {return_counts = true}, {return_inverse = true, return_counts = true}}
+    for dtype in pairs(VALUES) do
+      for _, n in ipairs({1, 2, 9, 40}) do
+        local m = data(dtype, 2 * n, n * 7 + #dtype):view({2, n})
+        for c, opts in ipairs(combos) do
+          same("unique " .. dtype .. " " .. n .. " " .. c, function(t) return t:unique(opts) end, m)
+          same("unique transposed " .. dtype .. " " .. c, function(t) return dlpack.unique(t.T, opts) end, m)
+        end
+      end
+    end
+    for c, opts in ipairs(combos) do
+      same("unique empty " .. c, function(t) return t:unique(opts) end, dlpack.zeros({0, 2 ^ 40}, "int8"))
+      same("unique 0-d " .. c, function(t) return t:unique(opts) end, dlpack.tensor(0 / 0, "float16"))
+      same("unique all equal " .. c, function(t) return t:unique(opts) end, dlpack.ones({3, 300}, "uint64"))
+    end
+    raises(function() return dlpack.zeros({2}, "complex128", "cuda:0"):unique() end, "complex numbers have no order")
+  end)
+
+  it("sort runs on the operand's stream and its results are on the operand's device", function()
+    local s = cuda.Stream()
+    local t = data("int32", 50, 3):to({device = "cuda:0", stream = s})
+    local v, i = t:sort()
+    assert.are.equal("cuda:0", tostring(v.device))
+    assert.are.equal("cuda:0", tostring(i.device))
+    local hv, hi = data("int32", 50, 3):sort()
+    assert.are.equal(hv:tobytes(), v:to("cpu"):tobytes())
+    assert.are.equal(hi:tobytes(), i:to("cpu"):tobytes())
+    s:close()
+  end)
 end)

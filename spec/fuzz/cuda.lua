@@ -19,7 +19,8 @@ synchronisations, closed and replaced streams, and failures of the driver
 injected into the next step (fake.fail_next on cuStreamSynchronize,
 cuEventQuery, cuEventRecord, cuStreamWaitEvent, cuMemcpyAsync, cuMemAlloc_v2,
 ...), computing on CUDA tensors (elementwise functions, reductions, matrix products,
-Lua's operators, joins, equal/allclose, cumsum/cumprod/shuffle) checked against the module's CPU path on
+Lua's operators, joins, equal/allclose, indexing, sorting and quantiles, cumsum/cumprod/shuffle) checked
+against the module's CPU path on
 the same values, operands on two devices and streams of another device (which
 must raise naming both), and the device argument of the creating functions
 (valid, lying and hostile). A value model follows every tensor: after fake.sync_all() (the GPU
@@ -1626,6 +1627,69 @@ op("index", 6, function(st, injected)
     pcall(T.release, rd)
   end
   pcall(T.release, dindex)
+end)
+
+-- sorting, the statistics on the sorted lines and unique: every result against the CPU path's, a
+-- tensor's bytes or a Lua number (packed fp4 raises alike on both)
+local SORTS = { "sort", "argsort", "topk", "median", "quantile", "unique" }
+local QS = { 0.5, 0, 1, { 0.25, 0.75, 0.1 }, 0.9 }
+op("sort", 5, function(st, injected)
+  local on = R(2) == 1 and "cuda:0" or "cuda:1"
+  local fi, s1, desc, kk, qi, whole = R(#SORTS), R(NSLOT), R(2) == 1, R(0, 8), R(#QS), R(3) == 1
+  local pool = st:on_device(on)
+  if #pool == 0 then return end
+  local a = pool[(s1 - 1) % #pool + 1]
+  local name = SORTS[fi]
+  local hosts = st:host_roots({ a })
+  local ha = same_view(hosts[a.root], a)
+  local dim = not whole and 1 or nil
+  local extra, shown
+  if name == "topk" then
+    local k = math.min(kk, a.len)
+    extra, shown = { k, 1, { largest = desc } }, string.format("%d, 1, {largest = %s}", k, tostring(desc))
+  elseif name == "quantile" then
+    extra = { QS[qi], dim }
+    shown = type(QS[qi]) == "table" and "{" .. table.concat(QS[qi], ", ") .. "}" or tostring(QS[qi])
+    shown = shown .. ", " .. tostring(dim)
+  elseif name == "median" then
+    extra, shown = { dim }, tostring(dim)
+  elseif name == "unique" then
+    extra = { { return_inverse = desc, return_counts = kk % 2 == 0 } }
+    shown = string.format("{return_inverse = %s, return_counts = %s}", tostring(desc), tostring(kk % 2 == 0))
+  else
+    extra, shown = { 1, { descending = desc } }, string.format("1, {descending = %s}", tostring(desc))
+  end
+  local text = string.format("R = %s:%s(%s)", a.name, name, shown)
+  local fn = dlpack[name]
+  local dres = table.pack(st:call(text, fn, a.t, table.unpack(extra, 1, 3)))
+  st:disarm(injected)
+  local hres = table.pack(pcall(fn, ha, table.unpack(extra, 1, 3)))
+  local okd, okh = dres[1], hres[1]
+  if not okd and injected then return end
+  if okd ~= okh then
+    st:fail(string.format("%s: the CPU path %s (%s), the device %s (%s)", text, okh and "succeeded" or "raised",
+      tostring(hres[2]), okd and "succeeded" or "raised", tostring(dres[2])))
+  elseif not okd then
+    if dres[2] ~= hres[2] then
+      st:fail(string.format("%s: the device raised %q, the CPU path %q", text, tostring(dres[2]), tostring(hres[2])))
+    end
+  else
+    for i = 2, hres.n do
+      local rd, rh = dres[i], hres[i]
+      if type(rh) ~= "userdata" then
+        if tostring(rd) ~= tostring(rh) then
+          st:fail(string.format("%s: the device answered %s, the CPU path %s", text, tostring(rd), tostring(rh)))
+        end
+      else
+        local okr, got = pcall(function() return rd:to("cpu"):tobytes() end)
+        if not okr then st:fail(text .. ": reading the result raised: " .. tostring(got))
+        elseif rd.device ~= on or rd.dtype ~= rh.dtype or not same_bytes(rh.dtype, got, rh:tobytes()) then
+          st:fail(string.format("%s: result %d differs from the CPU's (%s)", text, i - 1, tostring(rh)))
+        end
+        pcall(T.release, rd)
+      end
+    end
+  end
 end)
 
 op("check", 2, function(st) st:check() end)

@@ -213,34 +213,7 @@ static void pick(lua_State *L, Pick *p, int index_dtype, int ndim, const int64_t
 static void launch_index(lua_State *L, const char *kernel, int nops, int ndim, const int64_t *shape, char *const *data,
                          const int64_t (*strides)[DLP_MAX_NDIM], dlp_Tensor *const *tensors, const int *sizes,
                          const int64_t *params, const char *what) {
-  dlp_ElementwiseArgs args;
-  dlp_Iter it;
-  dlp_CudaLaunch launch;
-  memset(&args, 0, sizeof args);
-  memset(&launch, 0, sizeof launch);
-  dlp_iter_init(&it, nops, ndim, shape, data, strides, 1);
-  args.numel = it.numel;
-  args.ndim = it.ndim;
-  for (int i = 0; i < it.ndim; i++) args.shape[i] = it.shape[i];
-  for (int k = 0; k < nops; k++) dlp_live(L, tensors[k], what); /* a finalizer may have released one since */
-  for (int k = 0; k < nops; k++) {
-    int misaligned = (uintptr_t)it.data[k] % (uintptr_t)sizes[k] != 0;
-    for (int i = 0; i < it.ndim; i++) {
-      args.strides[k][i] = it.strides[k][i];
-      misaligned |= it.strides[k][i] % sizes[k] != 0;
-    }
-    if (misaligned && it.numel > 0)
-      luaL_error(L, "%s: a CUDA operand's elements are not aligned to their size (%d bytes)", what, sizes[k]);
-    args.data[k] = (uint64_t)(uintptr_t)it.data[k];
-    launch.operands[launch.noperands++] = tensors[k];
-  }
-  for (int n = 0; n < 6; n++) args.value[1 + n / 2][n % 2] = (uint64_t)params[n];
-  launch.what = what;
-  launch.kernel = kernel;
-  launch.family = INDEX_FAMILY;
-  launch.args = &args;
-  launch.stream = dlp_cuda_compute_stream(launch.operands, launch.noperands, NULL);
-  dlp_cuda_launch(L, &launch); /* takes the stream */
+  dlp_launch_with_params(L, what, kernel, INDEX_FAMILY, nops, ndim, shape, data, strides, tensors, sizes, params);
 }
 
 static const char *size_kernel(const char *const *names, int itemsize) {
@@ -749,7 +722,7 @@ static dlp_Tensor *truth_on_device(lua_State *L, dlp_Tensor *src, int ndim, cons
 
 /* The int64s of the contiguous CUDA tensor at idx made their running sums, in place: the sums of
  * blocks, scanned the same way, then each block from the sum of those before it. */
-static void scan_on_device(lua_State *L, int idx, const char *what) {
+void dlp_scan_on_device(lua_State *L, int idx, const char *what) {
   dlp_Tensor *x = lua_touserdata(L, idx);
   int64_t n = dlp_numel(x), blocks = (n + SCAN_BLOCK - 1) / SCAN_BLOCK;
   int64_t strides[2][DLP_MAX_NDIM] = {{8}, {8}}, params[6] = {n, SCAN_BLOCK, 0, 0, 0, 0};
@@ -760,7 +733,7 @@ static void scan_on_device(lua_State *L, int idx, const char *what) {
   dlp_Tensor *tensors[2] = {sums, x};
   launch_index(L, "dlp_scan_sums", 2, 1, &blocks, data, (const int64_t(*)[DLP_MAX_NDIM])strides, tensors, sizes,
                params, what);
-  if (blocks > 1) scan_on_device(L, top + 1, what);
+  if (blocks > 1) dlp_scan_on_device(L, top + 1, what);
   char *back[2] = {data[1], data[0]};
   dlp_Tensor *order[2] = {x, sums};
   launch_index(L, "dlp_scan_apply", 2, 1, &blocks, back, (const int64_t(*)[DLP_MAX_NDIM])strides, order, sizes,
@@ -769,7 +742,7 @@ static void scan_on_device(lua_State *L, int idx, const char *what) {
 }
 
 /* The last int64 of the CUDA tensor at idx (not empty), read back (a synchronisation). */
-static int64_t last_on_device(lua_State *L, int idx, const char *what) {
+int64_t dlp_last_on_device(lua_State *L, int idx, const char *what) {
   dlp_Tensor *x = lua_touserdata(L, idx);
   int top = lua_gettop(L);
   int64_t v;
@@ -794,8 +767,8 @@ static int nonzero_on_device(lua_State *L, int as_tuple, const char *what) {
   walk_strides(t, -1, strides[1]);
   truth_on_device(L, t, ndim, t->dl.shape, strides[1], what); /* 2 */
   if (numel > 0) {
-    scan_on_device(L, 2, what);
-    n = last_on_device(L, 2, what);
+    dlp_scan_on_device(L, 2, what);
+    n = dlp_last_on_device(L, 2, what);
   }
   dlp_Tensor *flat = dlp_tensor_new(L, DLP_INT64, 0, t->dl.device, 1, &n, 0, what); /* 3 */
   dlp_Tensor *columns[DLP_MAX_NDIM];
@@ -853,7 +826,7 @@ static int count_on_device(lua_State *L, dlp_Tensor *t, const char *counted, int
     cur = sum;
   }
   if (all && !keepdim) {
-    lua_pushinteger(L, (lua_Integer)last_on_device(L, lua_gettop(L), what));
+    lua_pushinteger(L, (lua_Integer)dlp_last_on_device(L, lua_gettop(L), what));
     return 1;
   }
   if (keepdim) return 1;
@@ -1035,8 +1008,8 @@ static int l_masked_select(lua_State *L) {
     dlp_broadcast_strides(mask, ndim, shape, strides[0]);
     dlp_Tensor *flags = truth_on_device(L, mask, ndim, shape, strides[0], what); /* 3 */
     if (numel > 0) {
-      scan_on_device(L, 3, what);
-      n = last_on_device(L, 3, what);
+      dlp_scan_on_device(L, 3, what);
+      n = dlp_last_on_device(L, 3, what);
     }
     dlp_Tensor *r = dlp_tensor_new(L, t->dtype, 0, t->dl.device, 1, &n, 0, what);
     if (n == 0) return 1;

@@ -159,8 +159,6 @@ static void into_out(lua_State *L, int out_idx, int r_idx, const char *what) {
 }
 
 static void check_cpu(lua_State *L, const dlp_Tensor *t, const char *what) {
-  if (t->dl.device.device_type == kDLCUDA)
-    luaL_error(L, "%s: does not run on CUDA devices yet (copy to the host with t:to(\"cpu\"))", what);
   dlp_check_host(L, t, what);
   dlp_check_computes(L, t->dtype, what);
 }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compute/sort_rules.h"
 #include "internal.h"
 
 enum { K_BOOL, K_UINT, K_INT, K_FLOAT, K_COMPLEX }; /* dlp_dtype_kind */
@@ -27,17 +28,6 @@ static int wide_keys(int dtype) { return dlp_dtypes[dtype].itemsize == 8; }
 static uint32_t ld32(const char *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 static uint64_t ld64(const char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 static uint16_t ld16(const char *p) { uint16_t v; memcpy(&v, p, 2); return v; }
-
-/* A float's bits b (type T, sign bit `sign`, NaN above `inf`) as an ordered key, without branches
- * (the loops vectorise); `special` counts NaN and -0.0, whose keys do not give their bits back. */
-#define FLOAT_KEY(T, b, sign, inf, special)                                        \
-  do {                                                                             \
-    T neg = (T)0 - (T)((b & sign) != 0), key = (T)(b ^ (neg | sign));              \
-    int nan = (T)(b & ~sign) > (T)(inf), negzero = b == sign;                      \
-    special |= nan | negzero;                                                      \
-    key = nan ? (T)~(T)0 : key;                                                    \
-    b = negzero ? sign : key;                                                      \
-  } while (0)
 
 /* Keys of n elements from p (step bytes apart) into k, flipped by `flip`; returns whether some
  * element's key does not give it back. */
@@ -56,21 +46,21 @@ static int keys32(int dtype, const char *p, int64_t step, int64_t n, uint32_t fl
     case DLP_FLOAT16:
       for (int64_t i = 0; i < n; i++) {
         uint16_t b = ld16(p + i * step);
-        FLOAT_KEY(uint16_t, b, (uint16_t)0x8000u, 0x7c00u, special);
+        DLP_FLOAT_KEY(uint16_t, b, DLP_SIGN16, DLP_HALF_INF, special);
         k[i] = b ^ flip;
       }
       break;
     case DLP_BFLOAT16:
       for (int64_t i = 0; i < n; i++) {
         uint16_t b = ld16(p + i * step);
-        FLOAT_KEY(uint16_t, b, (uint16_t)0x8000u, 0x7f80u, special);
+        DLP_FLOAT_KEY(uint16_t, b, DLP_SIGN16, DLP_BFLOAT_INF, special);
         k[i] = b ^ flip;
       }
       break;
     default: /* float32 */
       for (int64_t i = 0; i < n; i++) {
         uint32_t b = ld32(p + i * step);
-        FLOAT_KEY(uint32_t, b, 0x80000000u, 0x7f800000u, special);
+        DLP_FLOAT_KEY(uint32_t, b, DLP_SIGN32, DLP_FLOAT_INF, special);
         k[i] = b ^ flip;
       }
   }
@@ -86,7 +76,7 @@ static int keys64(int dtype, const char *p, int64_t step, int64_t n, uint64_t fl
     default: /* float64 */
       for (int64_t i = 0; i < n; i++) {
         uint64_t b = ld64(p + i * step);
-        FLOAT_KEY(uint64_t, b, sign, (uint64_t)0x7ff0000000000000u, special);
+        DLP_FLOAT_KEY(uint64_t, b, sign, DLP_DOUBLE_INF, special);
         k[i] = b ^ flip;
       }
   }
@@ -400,6 +390,112 @@ static void sort_line(void *ctx, char *const *p) {
   }
 }
 
+/* ---- on CUDA devices (kernels.cu, family 44) ----
+ * The lines' keys and positions go to two device temporaries, lines of n side by side; a bitonic
+ * network sorts each line as (key, position) pairs, so equal keys keep their order as on the
+ * CPU; the values are then gathered from the input by position. */
+
+#define SORT_FAMILY 44
+
+static const char *key_kernel(int dtype) {
+  switch (dtype) {
+    case DLP_BOOL: return "dlp_sort_keys_bool";
+    case DLP_UINT8: return "dlp_sort_keys_u8";
+    case DLP_INT8: return "dlp_sort_keys_i8";
+    case DLP_UINT16: return "dlp_sort_keys_u16";
+    case DLP_INT16: return "dlp_sort_keys_i16";
+    case DLP_UINT32: return "dlp_sort_keys_u32";
+    case DLP_INT32: return "dlp_sort_keys_i32";
+    case DLP_UINT64: return "dlp_sort_keys_u64";
+    case DLP_INT64: return "dlp_sort_keys_i64";
+    case DLP_FLOAT16: return "dlp_sort_keys_f16";
+    case DLP_BFLOAT16: return "dlp_sort_keys_bf16";
+    case DLP_FLOAT32: return "dlp_sort_keys_f32";
+    default: return "dlp_sort_keys_f64";
+  }
+}
+
+static const char *values_kernel(int itemsize) {
+  switch (itemsize) {
+    case 1: return "dlp_sort_values_1";
+    case 2: return "dlp_sort_values_2";
+    case 4: return "dlp_sort_values_4";
+    default: return "dlp_sort_values_8";
+  }
+}
+
+/* As run_sort, for a CUDA tensor t (the results on its device); with keys_out, the sorted keys
+ * (a uint64 tensor, lines side by side) are left pushed and set there. */
+static void sort_on_device(lua_State *L, dlp_Tensor *t, int dim, int descending, int64_t k, dlp_Tensor *values,
+                           dlp_Tensor *indices, dlp_Tensor **keys_out, const char *what) {
+  int64_t n = dim < 0 ? 1 : t->dl.shape[dim], total = dlp_numel(t);
+  int64_t shape[DLP_MAX_NDIM], strides[3][DLP_MAX_NDIM], line[DLP_MAX_NDIM], params[6] = {n, 0, 0, 0, 0, 0};
+  int w = 0, itemsize = dlp_dtypes[t->dtype].itemsize;
+  if (k == 0) return;
+  /* the walk: the other dimensions in order, then the line's; line[]: the temporaries' strides */
+  for (int i = 0; i < t->dl.ndim; i++)
+    if (i != dim) shape[w++] = t->dl.shape[i];
+  shape[w++] = n;
+  line[w - 1] = 8;
+  for (int i = w - 2; i >= 0; i--) line[i] = line[i + 1] * shape[i + 1];
+  int top = lua_gettop(L);
+  dlp_Tensor *keys = dlp_tensor_new(L, DLP_UINT64, 0, t->dl.device, 1, &total, 0, what);
+  dlp_Tensor *pos = dlp_tensor_new(L, DLP_INT64, 0, t->dl.device, 1, &total, 0, what);
+  dlp_live(L, t, what); /* then no Lua code runs: the launches allocate nothing the collector sees */
+  for (int i = 0, o = 0; i < t->dl.ndim; i++)
+    if (i != dim) strides[1][o++] = dlp_walk_stride(t, i);
+  strides[1][w - 1] = dim < 0 ? 0 : dlp_walk_stride(t, dim);
+  int64_t step = strides[1][w - 1];
+  for (int i = 0; i < w; i++) strides[0][i] = strides[2][i] = line[i];
+  {
+    char *data[3] = {dlp_first_element(keys), dlp_first_element(t), dlp_first_element(pos)};
+    dlp_Tensor *tensors[3] = {keys, t, pos};
+    int sizes[3] = {8, itemsize, 8};
+    params[1] = descending ? -1 : 0;
+    dlp_launch_with_params(L, what, key_kernel(t->dtype), SORT_FAMILY, 3, w, shape, data,
+                           (const int64_t(*)[DLP_MAX_NDIM])strides, tensors, sizes, params);
+  }
+  int64_t half = 1;
+  while (half * 2 < n) half *= 2; /* the line padded to 2 half elements */
+  int64_t pairs = total / n * half, eight[2][DLP_MAX_NDIM] = {{8}, {8}};
+  for (int64_t size = 2; n > 1 && size <= 2 * half; size *= 2)
+    for (int64_t j = size / 2; j >= 1; j /= 2) {
+      int64_t step_params[6] = {n, half, j, j == size / 2, 0, 0};
+      char *data[2] = {dlp_first_element(keys), dlp_first_element(pos)};
+      dlp_Tensor *tensors[2] = {keys, pos};
+      int sizes[2] = {8, 8};
+      dlp_launch_with_params(L, what, "dlp_sort_step", SORT_FAMILY, 2, 1, &pairs, data,
+                             (const int64_t(*)[DLP_MAX_NDIM])eight, tensors, sizes, step_params);
+    }
+  shape[w - 1] = k; /* the first k of each sorted line */
+  if (values) {
+    char *data[3] = {dlp_first_element(values), dlp_first_element(pos), dlp_first_element(t)};
+    dlp_Tensor *tensors[3] = {values, pos, t};
+    int sizes[3] = {itemsize, 8, itemsize};
+    int64_t value_params[6] = {step, 0, 0, 0, 0, 0};
+    for (int i = 0, o = 0; i < t->dl.ndim; i++)
+      if (i != dim) strides[0][o++] = dlp_walk_stride(values, i);
+    strides[0][w - 1] = dim < 0 ? 0 : dlp_walk_stride(values, dim);
+    for (int i = 0; i < w; i++) strides[2][i] = i == w - 1 ? 0 : strides[1][i];
+    for (int i = 0; i < w; i++) strides[1][i] = line[i];
+    dlp_launch_with_params(L, what, values_kernel(itemsize), SORT_FAMILY, 3, w, shape, data,
+                           (const int64_t(*)[DLP_MAX_NDIM])strides, tensors, sizes, value_params);
+  }
+  if (indices) {
+    char *data[2] = {dlp_first_element(indices), dlp_first_element(pos)};
+    dlp_Tensor *tensors[2] = {indices, pos};
+    int sizes[2] = {8, 8};
+    for (int i = 0, o = 0; i < t->dl.ndim; i++)
+      if (i != dim) strides[0][o++] = dlp_walk_stride(indices, i);
+    strides[0][w - 1] = dim < 0 ? 0 : dlp_walk_stride(indices, dim);
+    for (int i = 0; i < w; i++) strides[1][i] = line[i];
+    dlp_launch_with_params(L, what, "dlp_sort_indices", SORT_FAMILY, 2, w, shape, data,
+                           (const int64_t(*)[DLP_MAX_NDIM])strides, tensors, sizes, params);
+  }
+  if (keys_out) *keys_out = keys;
+  lua_settop(L, keys_out ? top + 1 : top);
+}
+
 /* ---- arguments ---- */
 
 /* Every key of the options table at arg must be one of names (a raw walk: no Lua code runs). */
@@ -450,9 +546,7 @@ static int line_dim(lua_State *L, int arg, const dlp_Tensor *t) {
 }
 
 static void check_sortable(lua_State *L, const dlp_Tensor *t, const char *what) {
-  if (t->dl.device.device_type == kDLCUDA)
-    luaL_error(L, "%s: does not run on CUDA devices yet (copy to the host with t:to(\"cpu\"))", what);
-  dlp_check_host(L, t, what);
+  if (t->dl.device.device_type != kDLCUDA) dlp_check_host(L, t, what);
   dlp_check_computes(L, t->dtype, what);
   if (dlp_dtype_kind(t->dtype) == K_COMPLEX)
     luaL_error(L, "%s: %s tensors are not supported (complex numbers have no order)", what, dlp_dtypes[t->dtype].name);
@@ -490,6 +584,12 @@ static dlp_Owner *scratch(SortLine *s, int64_t n) {
  * size along dim is k (the first k of each sorted line). */
 static void run_sort(lua_State *L, dlp_Tensor *t, int dim, int descending, int64_t k, dlp_Tensor *values,
                      dlp_Tensor *indices, const char *what) {
+  dlp_live(L, t, what);
+  if (dlp_numel(t) == 0) return; /* the results are empty too (lines of none, or none of them) */
+  if (t->dl.device.device_type == kDLCUDA) {
+    sort_on_device(L, t, dim, descending, k, values, indices, NULL, what);
+    return;
+  }
   SortLine s;
   memset(&s, 0, sizeof s);
   s.dtype = t->dtype;
@@ -505,7 +605,7 @@ static void run_sort(lua_State *L, dlp_Tensor *t, int dim, int descending, int64
     s.keys_in_values = k == s.n && s.val_step == s.itemsize && s.itemsize == (s.wide ? 8 : 4);
   }
   dlp_live(L, t, what); /* then no Lua code runs until the scratch is freed */
-  dlp_Owner *block = scratch(&s, dlp_numel(t) == 0 ? 0 : s.n); /* an empty tensor's line may be huge */
+  dlp_Owner *block = scratch(&s, s.n);
   if (!block) luaL_error(L, "%s: not enough memory for the scratch of lines of %I elements", what, (lua_Integer)s.n);
   const dlp_Tensor *ops[3] = {t, NULL, NULL};
   int nops = 1;
@@ -526,11 +626,13 @@ static void run_sort(lua_State *L, dlp_Tensor *t, int dim, int descending, int64
   if (s.failed) luaL_error(L, "%s: not enough memory", what);
 }
 
+/* A new tensor of t's shape but for `size` along dim, on t's device (host memory: the CPU). */
 static dlp_Tensor *result_like(lua_State *L, const dlp_Tensor *t, int dtype, int dim, int64_t size, const char *what) {
   int64_t shape[DLP_MAX_NDIM];
-  DLDevice cpu = {kDLCPU, 0};
+  DLDevice device = {kDLCPU, 0};
+  if (t->dl.device.device_type == kDLCUDA) device = t->dl.device;
   for (int i = 0; i < t->dl.ndim; i++) shape[i] = i == dim ? size : t->dl.shape[i];
-  return dlp_tensor_new(L, dtype, 0, cpu, t->dl.ndim, shape, 0, what);
+  return dlp_tensor_new(L, dtype, 0, device, t->dl.ndim, shape, 0, what);
 }
 
 /* sort(t [, dim [, opts]]) and argsort: opts may also come second (t:sort{descending = true}),
@@ -602,17 +704,6 @@ static int l_topk(lua_State *L) {
 
 /* ---- median and quantile: the sorted lines, then NumPy's arithmetic on their elements ---- */
 
-/* x rounded to dtype (a float dtype) and back: NumPy's operations on float32, float16 and bfloat16
- * round each result once, which an operation in float64 followed by this gives exactly. */
-static double rnd(int dtype, double x) {
-  switch (dtype) {
-    case DLP_FLOAT32: return (float)x;
-    case DLP_FLOAT16: return dlp_half_to_float(dlp_half_from_double(x));
-    case DLP_BFLOAT16: return dlp_bfloat_to_float(dlp_bfloat_from_double(x));
-    default: return x;
-  }
-}
-
 static double element(int dtype, const char *p) {
   dlp_Scalar v;
   dlp_load(dtype, p, &v);
@@ -624,15 +715,9 @@ static double difference(int dtype, const char *pa, const char *pb) {
   dlp_Scalar a, b;
   dlp_load(dtype, pa, &a);
   dlp_load(dtype, pb, &b);
-  if (a.kind == DLP_S_FLOAT) return rnd(dtype, b.re - a.re);
+  if (a.kind == DLP_S_FLOAT) return dlp_round_to(dtype, b.re - a.re);
   if (dlp_dtype_kind(dtype) == K_UINT) return element(dtype, pb) - element(dtype, pa); /* sorted: b >= a */
-  uint64_t w = (uint64_t)b.i - (uint64_t)a.i;
-  switch (dlp_dtypes[dtype].itemsize) {
-    case 1: return (double)(int8_t)(uint8_t)w;
-    case 2: return (double)(int16_t)(uint16_t)w;
-    case 4: return (double)(int32_t)(uint32_t)w;
-    default: return (double)(int64_t)w;
-  }
+  return dlp_wrapped_difference(a.i, b.i, (int)dlp_dtypes[dtype].itemsize);
 }
 
 typedef struct StatLine {
@@ -653,35 +738,49 @@ static void stat_line(void *ctx, char *const *p) {
     } else if (element(s->in_dtype, p[0] + (n - 1) * s->in_step) != element(s->in_dtype, p[0] + (n - 1) * s->in_step)) {
       r = NAN; /* NaN sorts last: the line has one */
     } else if (s->median) {
-      double a = element(s->in_dtype, p[0] + ((n - 1) / 2) * s->in_step);
-      double b = element(s->in_dtype, p[0] + (n / 2) * s->in_step);
-      /* np.mean of the middle one or two: float16 and bfloat16 summed in float32 */
-      int acc = d == DLP_FLOAT16 || d == DLP_BFLOAT16 ? DLP_FLOAT32 : d;
-      r = n % 2 ? a : rnd(d, rnd(acc, rnd(acc, a + b) / 2));
+      r = dlp_median_of(d, n, element(s->in_dtype, p[0] + ((n - 1) / 2) * s->in_step),
+                        element(s->in_dtype, p[0] + (n / 2) * s->in_step));
     } else {
-      double v = s->q[j] * (double)(n - 1), prev = floor(v);
-      int64_t i = v >= (double)(n - 1) ? n - 1 : (int64_t)prev, k = v >= (double)(n - 1) ? n - 1 : i + 1;
-      double a = element(s->in_dtype, p[0] + i * s->in_step), b = element(s->in_dtype, p[0] + k * s->in_step);
-      double gamma = v - prev, t = s->weak ? rnd(d, gamma) : gamma;
-      double diff = difference(s->in_dtype, p[0] + i * s->in_step, p[0] + k * s->in_step);
-      /* NumPy's _lerp: from the nearer end */
-      r = gamma >= 0.5 ? rnd(d, b - rnd(d, diff * rnd(d, 1 - t))) : rnd(d, a + rnd(d, diff * t));
+      int64_t i, k;
+      double gamma;
+      dlp_quantile_place(s->q[j], n, &i, &k, &gamma);
+      const char *pa = p[0] + i * s->in_step, *pb = p[0] + k * s->in_step;
+      r = dlp_lerp(d, gamma, s->weak ? dlp_round_to(d, gamma) : gamma, element(s->in_dtype, pa),
+                   element(s->in_dtype, pb), difference(s->in_dtype, pa, pb));
     }
     out.re = r;
     dlp_store(d, p[1] + j * s->out_step, &out);
   }
 }
 
+/* A new 1-D contiguous copy of t's elements in row-major order, on t's device, pushed. */
+static dlp_Tensor *flat_copy(lua_State *L, dlp_Tensor *t, const char *what) {
+  int64_t n = dlp_numel(t);
+  DLDevice cpu = {kDLCPU, 0};
+  int cuda = t->dl.device.device_type == kDLCUDA;
+  dlp_Tensor *flat = dlp_tensor_new(L, t->dtype, 0, cuda ? t->dl.device : cpu, 1, &n, 0, what);
+  if (!cuda) {
+    dlp_live(L, t, what);
+    dlp_gather(dlp_first_element(flat), t);
+    return flat;
+  }
+  dlp_Tensor *shaped = dlp_view_new(L, -1, t->dl.ndim, what); /* flat seen with t's shape */
+  for (int i = 0; i < t->dl.ndim; i++) shaped->dl.shape[i] = t->dl.shape[i];
+  dlp_contiguous_strides(t->dl.ndim, t->dl.shape, shaped->dl.strides);
+  dlp_tensor_seal(L, shaped, what);
+  dlp_live(L, t, what);
+  dlp_copy_on_cuda(L, shaped, t, NULL, what);
+  lua_pop(L, 1);
+  return flat;
+}
+
 /* The sorted values of t along dim (-1: all its elements, in one line) pushed; *line_dim set to
  * the dimension the lines run along in it. */
 static dlp_Tensor *sorted_lines(lua_State *L, dlp_Tensor *t, int dim, int *line, const char *what) {
-  DLDevice cpu = {kDLCPU, 0};
   if (dim < 0) { /* one line of every element, in row-major order */
     int64_t n = dlp_numel(t);
-    dlp_Tensor *flat = dlp_tensor_new(L, t->dtype, 0, cpu, 1, &n, 0, what);
-    dlp_Tensor *v = dlp_tensor_new(L, t->dtype, 0, cpu, 1, &n, 0, what);
-    dlp_live(L, t, what);
-    dlp_gather(dlp_first_element(flat), t);
+    dlp_Tensor *flat = flat_copy(L, t, what);
+    dlp_Tensor *v = dlp_tensor_new(L, t->dtype, 0, flat->dl.device, 1, &n, 0, what);
     run_sort(L, flat, 0, 0, n, v, NULL, what);
     lua_remove(L, -2);
     *line = 0;
@@ -691,6 +790,74 @@ static dlp_Tensor *sorted_lines(lua_State *L, dlp_Tensor *t, int dim, int *line,
   run_sort(L, t, dim, 0, t->dl.shape[dim], v, NULL, what);
   *line = dim;
   return v;
+}
+
+static const char *quantile_kernel(int dtype) {
+  switch (dtype) {
+    case DLP_BOOL: return "dlp_quantile_bool";
+    case DLP_UINT8: return "dlp_quantile_u8";
+    case DLP_INT8: return "dlp_quantile_i8";
+    case DLP_UINT16: return "dlp_quantile_u16";
+    case DLP_INT16: return "dlp_quantile_i16";
+    case DLP_UINT32: return "dlp_quantile_u32";
+    case DLP_INT32: return "dlp_quantile_i32";
+    case DLP_UINT64: return "dlp_quantile_u64";
+    case DLP_INT64: return "dlp_quantile_i64";
+    case DLP_FLOAT16: return "dlp_quantile_f16";
+    case DLP_BFLOAT16: return "dlp_quantile_bf16";
+    case DLP_FLOAT32: return "dlp_quantile_f32";
+    default: return "dlp_quantile_f64";
+  }
+}
+
+/* The statistic's end on a CUDA device, from the sorted lines v (along `line`; on the stack's top):
+ * a kernel writes each quantile of each line in float64, in the result's order (the quantiles'
+ * dimension first), converted to out_dtype after; the result (final's shape) pushed, or its one
+ * element as a Lua value when `value`. q: nq quantiles (NULL: the median). */
+static int statistic_on_device(lua_State *L, dlp_Tensor *v, int line, const double *q, int64_t nq, int number,
+                               int out_dtype, int fn, const int64_t *final, int value, const char *what) {
+  int64_t shape[DLP_MAX_NDIM], strides[3][DLP_MAX_NDIM];
+  int w = 1;
+  DLDevice cpu = {kDLCPU, 0};
+  dlp_Tensor *tmp = dlp_tensor_new(L, DLP_FLOAT64, 0, v->dl.device, fn, final, 0, what);
+  int res_idx = lua_gettop(L);
+  dlp_Tensor *qd = tmp; /* a median reads no quantile */
+  if (q && nq > 0) {
+    dlp_Tensor *qh = dlp_tensor_new(L, DLP_FLOAT64, 0, cpu, 1, &nq, 0, what);
+    memcpy(dlp_first_element(qh), q, sizeof(double) * (size_t)nq);
+    qd = dlp_clone(L, lua_gettop(L), DLP_FLOAT64, v->dl.device, NULL, what);
+  }
+  dlp_Tensor *res = tmp;
+  if (out_dtype != DLP_FLOAT64) {
+    res = dlp_tensor_new(L, out_dtype, 0, v->dl.device, fn, final, 0, what);
+    res_idx = lua_gettop(L);
+  }
+  /* the walk: the quantiles, then the lines in order */
+  shape[0] = q ? nq : 1;
+  strides[1][0] = 0;
+  strides[2][0] = q ? 8 : 0;
+  for (int i = 0; i < v->dl.ndim; i++)
+    if (i != line) {
+      shape[w] = v->dl.shape[i];
+      strides[1][w] = dlp_walk_stride(v, i);
+      strides[2][w++] = 0;
+    }
+  strides[0][w - 1] = 8;
+  for (int i = w - 2; i >= 0; i--) strides[0][i] = strides[0][i + 1] * shape[i + 1];
+  int64_t params[6] = {v->dl.shape[line], dlp_walk_stride(v, line), out_dtype, q == NULL, number, 0};
+  char *data[3] = {dlp_first_element(tmp), dlp_first_element(v), dlp_first_element(qd)};
+  dlp_Tensor *tensors[3] = {tmp, v, qd};
+  int sizes[3] = {8, (int)dlp_dtypes[v->dtype].itemsize, 8};
+  dlp_launch_with_params(L, what, quantile_kernel(v->dtype), SORT_FAMILY, 3, w, shape, data,
+                         (const int64_t(*)[DLP_MAX_NDIM])strides, tensors, sizes, params);
+  if (res != tmp) dlp_copy_on_cuda(L, res, tmp, NULL, what);
+  if (value) { /* read back */
+    dlp_Tensor *h = dlp_clone(L, res_idx, out_dtype, cpu, NULL, what);
+    dlp_push_element(L, out_dtype, dlp_first_element(h));
+    return 1;
+  }
+  lua_pushvalue(L, res_idx);
+  return 1;
 }
 
 /* median and quantile: t, the dimension (nil: all), keepdim; nq quantiles q (median: nq = 1, q
@@ -713,25 +880,8 @@ static int statistic(lua_State *L, dlp_Tensor *t, int dim_arg, int keepdim, cons
   int kind = dlp_dtype_kind(t->dtype), out_dtype = kind == K_FLOAT ? t->dtype : DLP_FLOAT64;
   if (!number && q_dtype >= 0) out_dtype = dlp_promote(out_dtype, q_dtype);
   dlp_Tensor *v = sorted_lines(L, t, dim, &line, what);
-  int v_idx = lua_gettop(L);
-  /* the result: the quantiles' dimension where the line was (moved to the front below) */
-  int64_t shape[DLP_MAX_NDIM];
-  int ndim = v->dl.ndim;
-  for (int i = 0; i < ndim; i++) shape[i] = i == line ? nq : v->dl.shape[i];
-  DLDevice cpu = {kDLCPU, 0};
-  dlp_Tensor *r = dlp_tensor_new(L, out_dtype, 0, cpu, ndim, shape, 0, what);
-  int r_idx = lua_gettop(L);
-  dlp_live(L, v, what);
-  StatLine s = {v->dtype, out_dtype, median, number, v->dl.shape[line], dlp_walk_stride(v, line),
-                dlp_walk_stride(r, line), nq, q};
-  const dlp_Tensor *ops[2] = {v, r};
-  dlp_each_line(2, ops, line, stat_line, &s);
-  if (full && number && !keepdim) { /* a Lua value */
-    dlp_push_element(L, out_dtype, dlp_first_element(r));
-    return 1;
-  }
-  /* the shape: the line's dimension dropped (kept as 1 with keepdim, the whole shape's when
-   * full), the quantiles' dimension in front unless q was a number */
+  /* the result's shape: the line's dimension dropped (kept as 1 with keepdim, the whole shape's
+   * when full), the quantiles' dimension in front unless q was a number */
   int64_t final[DLP_MAX_NDIM + 1];
   int fn = 0;
   if (!number) final[fn++] = nq;
@@ -743,6 +893,23 @@ static int statistic(lua_State *L, dlp_Tensor *t, int dim_arg, int keepdim, cons
       else if (keepdim) final[fn++] = 1;
   }
   if (fn > DLP_MAX_NDIM) luaL_error(L, "%s: the result would have more than %d dimensions", what, DLP_MAX_NDIM);
+  if (v->dl.device.device_type == kDLCUDA)
+    return statistic_on_device(L, v, line, q, nq, number, out_dtype, fn, final, full && number && !keepdim, what);
+  /* r: the quantiles' dimension where the line was (moved to the front below) */
+  int64_t shape[DLP_MAX_NDIM];
+  int ndim = v->dl.ndim;
+  for (int i = 0; i < ndim; i++) shape[i] = i == line ? nq : v->dl.shape[i];
+  DLDevice cpu = {kDLCPU, 0};
+  dlp_Tensor *r = dlp_tensor_new(L, out_dtype, 0, cpu, ndim, shape, 0, what);
+  dlp_live(L, v, what);
+  StatLine s = {v->dtype, out_dtype, median, number, v->dl.shape[line], dlp_walk_stride(v, line),
+                dlp_walk_stride(r, line), nq, q};
+  const dlp_Tensor *ops[2] = {v, r};
+  dlp_each_line(2, ops, line, stat_line, &s);
+  if (full && number && !keepdim) { /* a Lua value */
+    dlp_push_element(L, out_dtype, dlp_first_element(r));
+    return 1;
+  }
   dlp_Tensor *res = dlp_tensor_new(L, out_dtype, 0, cpu, fn, final, 0, what);
   /* r holds, for each quantile j and each kept position, its value at index j along `line`:
    * move that dimension to the front by a copy into res's order */
@@ -757,7 +924,6 @@ static int statistic(lua_State *L, dlp_Tensor *t, int dim_arg, int keepdim, cons
       for (int64_t j = 0; j < nq; j++)
         memcpy(dst + (j * outer + o) * inner * size, src + (o * nq + j) * inner * size, (size_t)(inner * size));
   }
-  (void)v_idx, (void)r_idx;
   return 1;
 }
 
@@ -852,6 +1018,68 @@ static int same_element(int dtype, const char *pa, const char *pb) {
   return a.kind == DLP_S_UINT ? a.u == b.u : a.i == b.i;
 }
 
+/* unique of a CUDA tensor (kernels.cu's "unique"): every element sorted with its place (the
+ * keys kept: equal keys are equal elements, NaN with NaN and -0.0 with 0.0), each first of a run
+ * of equal keys flagged, the flags' running sums giving each element its value's number; then
+ * each value's first element and start taken, the counts from the starts, the inverse from the
+ * places. Results as l_unique's. */
+static int unique_on_device(lua_State *L, dlp_Tensor *t, int inverse, int counts, const char *what) {
+  int64_t n = dlp_numel(t), m = 0, size = dlp_dtypes[t->dtype].itemsize, eights[4][DLP_MAX_NDIM];
+  int sizes[4] = {(int)size, 8, (int)size, 8};
+  int64_t params[6] = {n, 0, 0, 0, 0, 0}, eight_strides[3][DLP_MAX_NDIM] = {{8}, {8}, {8}};
+  int eight[3] = {8, 8, 8};
+  DLDevice device = t->dl.device;
+  dlp_Tensor *flat = flat_copy(L, t, what);
+  dlp_Tensor *sorted = dlp_tensor_new(L, t->dtype, 0, device, 1, &n, 0, what);
+  dlp_Tensor *pos = dlp_tensor_new(L, DLP_INT64, 0, device, 1, &n, 0, what);
+  dlp_Tensor *groups = dlp_tensor_new(L, DLP_INT64, 0, device, 1, &n, 0, what);
+  int groups_idx = lua_gettop(L);
+  dlp_Tensor *inv = inverse ? dlp_tensor_new(L, DLP_INT64, 0, device, t->dl.ndim, t->dl.shape, 0, what) : NULL;
+  int inv_idx = lua_gettop(L);
+  /* from here on only the module's own tensors are read */
+  for (int k = 0; k < 4; k++) eights[k][0] = sizes[k];
+  if (n > 0) {
+    dlp_Tensor *keys;
+    sort_on_device(L, flat, 0, 0, n, sorted, pos, &keys, what);
+    char *data[2] = {dlp_first_element(groups), dlp_first_element(keys)};
+    dlp_Tensor *tensors[2] = {groups, keys};
+    dlp_launch_with_params(L, what, "dlp_unique_flags", SORT_FAMILY, 2, 1, &n, data,
+                           (const int64_t(*)[DLP_MAX_NDIM])eight_strides, tensors, eight, params);
+    dlp_scan_on_device(L, groups_idx, what);
+    m = dlp_last_on_device(L, groups_idx, what);
+  }
+  dlp_Tensor *values = dlp_tensor_new(L, t->dtype, 0, device, 1, &m, 0, what);
+  int values_idx = lua_gettop(L);
+  dlp_Tensor *starts = dlp_tensor_new(L, DLP_INT64, 0, device, 1, &m, 0, what);
+  dlp_Tensor *count = counts ? dlp_tensor_new(L, DLP_INT64, 0, device, 1, &m, 0, what) : NULL;
+  int count_idx = lua_gettop(L);
+  if (n > 0) {
+    static const char *const takes[] = {"dlp_unique_take_1", "dlp_unique_take_2", NULL, "dlp_unique_take_4", NULL,
+                                        NULL, NULL, "dlp_unique_take_8"};
+    char *data[4] = {dlp_first_element(values), dlp_first_element(groups), dlp_first_element(sorted),
+                     dlp_first_element(starts)};
+    dlp_Tensor *tensors[4] = {values, groups, sorted, starts};
+    dlp_launch_with_params(L, what, takes[size - 1], SORT_FAMILY, 4, 1, &n, data,
+                           (const int64_t(*)[DLP_MAX_NDIM])eights, tensors, sizes, params);
+    if (count) {
+      char *cdata[2] = {dlp_first_element(count), dlp_first_element(starts)};
+      dlp_Tensor *ctensors[2] = {count, starts};
+      dlp_launch_with_params(L, what, "dlp_unique_counts", SORT_FAMILY, 2, 1, &m, cdata,
+                             (const int64_t(*)[DLP_MAX_NDIM])eight_strides, ctensors, eight, params);
+    }
+    if (inv) {
+      char *idata[3] = {dlp_first_element(inv), dlp_first_element(groups), dlp_first_element(pos)};
+      dlp_Tensor *itensors[3] = {inv, groups, pos};
+      dlp_launch_with_params(L, what, "dlp_unique_inverse", SORT_FAMILY, 3, 1, &n, idata,
+                             (const int64_t(*)[DLP_MAX_NDIM])eight_strides, itensors, eight, params);
+    }
+  }
+  lua_pushvalue(L, values_idx);
+  if (inv) lua_pushvalue(L, inv_idx);
+  if (count) lua_pushvalue(L, count_idx);
+  return 1 + (inv != NULL) + (count != NULL);
+}
+
 /* unique(t [, opts{return_inverse, return_counts}]): NumPy's over every element: the distinct
  * values in order (1-D), then the 1-based position in them of each element of t (t's shape) and
  * how many times each occurs, when asked for, in that order. */
@@ -870,6 +1098,7 @@ static int l_unique(lua_State *L) {
   dlp_check_no_more(L, 3, what, "(t [, opts])");
   lua_settop(L, 2);
   check_sortable(L, t, what);
+  if (t->dl.device.device_type == kDLCUDA) return unique_on_device(L, t, inverse, counts, what);
   DLDevice cpu = {kDLCPU, 0};
   int64_t n = dlp_numel(t), size = dlp_dtypes[t->dtype].itemsize;
   dlp_Tensor *flat = dlp_tensor_new(L, t->dtype, 0, cpu, 1, &n, 0, what);

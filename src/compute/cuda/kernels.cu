@@ -5,8 +5,8 @@
  * size (and fills), 13-25 the conversions from each real dtype, 26 random tensors and ranges, 27
  * the matrix products, 28-31 the reductions (see "reductions" below), 32-33 the complex
  * operations (complex64, complex128), 34-35 the conversions from and to the complex dtypes, 42
- * indexing with tensors ("indexing with tensors" below), 46 the scans (cumsum, cumprod).
- * Compiled twice from this one source:
+ * indexing with tensors ("indexing with tensors" below), 44 sorting ("sorting" below), 46 the
+ * scans (cumsum, cumprod). Compiled twice from this one source:
  *   - as CUDA, to PTX, one file per family (DLP_FAMILY: a compute type, or the mixed integer
  *     comparisons), by `make ptx` with the toolkit; the PTX is kept in the repository under
  *     ptx/, embedded in the module and loaded by the driver a family at a time on first use
@@ -20,6 +20,7 @@
 #include "compute/cuda/args.h"
 #include "compute/complex_rules.h" /* and ops.h */
 #include "compute/random_rules.h"
+#include "compute/sort_rules.h"
 #include "core/convert_rules.h"
 
 #ifndef DLP_FAMILY
@@ -969,6 +970,132 @@ SCAN_HALF_TYPES(KSCANS)
 SCAN_CHUNKED_TYPES(KSCANS_CHUNKED)
 #endif
 
+/* ---- sorting (family 44; src/compute/sort.c) ----
+ * Each line is sorted as (key, position) pairs (sort_rules.h's keys; the position breaks ties,
+ * so that equal elements keep their order) by a bitonic network, one launch per step. P(n) as
+ * for indexing.
+ *   dlp_sort_keys_<s>: operand 0 the uint64 keys (contiguous, lines of P(0)), 1 the input, 2 the
+ *     int64 positions (laid out as the keys): each element's key xor P(1), and its position in
+ *     its line (from its slot in operand 0).
+ *   dlp_sort_step: one step over every line (P(0) pairs each, in operands 0 and 1), padded to
+ *     2 P(1) with elements greater than any (which never move): item w is pair w % P(1) of line
+ *     w / P(1), in blocks of 2 P(2); a block's first step (P(3) = 1) pairs each element of its
+ *     lower half with its mirror in the upper half, the others with the element P(2) above.
+ *     Each thread owns its pair: the smaller goes below.
+ *   dlp_sort_values_<size>: operand 0 the values, 1 the sorted positions, 2 the input at its
+ *     line's first element (stride 0 along the line), P(0) bytes per position.
+ *   dlp_sort_indices: operand 0 the 1-based positions of operand 1.
+ *   dlp_quantile_<s>: operand 0 the float64 results, 1 the sorted line's first element (lines of
+ *     P(0), P(1) bytes apart), 2 the float64 quantile (unless a median: P(3) = 1); P(2) the
+ *     result's dtype (its rounding), P(4) 1 when q was a weak scalar (sort_rules.h's arithmetic).
+ * unique (one item per sorted element, or per distinct value; every operand contiguous):
+ *   dlp_unique_flags: operand 0 an int64 per sorted element, 1 where its key (operand 1) differs
+ *     from the one before (always for the first): equal keys are equal elements.
+ *   dlp_unique_take_<size>: with operand 1 the running sums of those flags (each element's value,
+ *     1-based), the first element of each value (operand 2, the sorted elements) goes to slot
+ *     value - 1 of operand 0, and its place to the same slot of operand 3 (the int64 starts).
+ *   dlp_unique_counts: operand 0 the count of each value, from its start (operand 1) to the next
+ *     one's (the last's: P(0), the element count).
+ *   dlp_unique_inverse: each sorted element's value (operand 1) written to operand 0 at its
+ *     1-based place in the input (operand 2) less 1: the places are a permutation. */
+#define KSORTKEY(s, T, KEY)                                                                            \
+  KERNEL(dlp_sort_keys_##s) {                                                                          \
+    EACH_ELEMENT(3, T x = *(const T *)BYTES(A.data[1] + (uint64_t)off[1], (int64_t)sizeof(T), 0);      \
+                 *(uint64_t *)BYTES(A.data[0] + (uint64_t)off[0], 8, 1) = (uint64_t)(KEY) ^ (uint64_t)P(1); \
+                 SET_I64(A.data[2] + (uint64_t)off[2], off[0] / 8 % P(0));)                            \
+  }
+#define SORT_KEYS(K) K(bool, uint8_t, x != 0) K(u8, uint8_t, x) K(i8, uint8_t, x ^ 0x80u) K(u16, uint16_t, x) \
+  K(i16, uint16_t, x ^ 0x8000u) K(u32, uint32_t, x) K(i32, uint32_t, x ^ DLP_SIGN32) K(u64, uint64_t, x)      \
+  K(i64, uint64_t, x ^ DLP_SIGN64) K(f16, uint16_t, dlp_key_float16(x)) K(bf16, uint16_t, dlp_key_bfloat16(x)) \
+  K(f32, uint32_t, dlp_key_float32(x)) K(f64, uint64_t, dlp_key_float64(x))
+#define KSORTVALUES(n, T)                                                                              \
+  KERNEL(dlp_sort_values_##n) {                                                                        \
+    EACH_ELEMENT(3, int64_t at_ = I64(A.data[1] + (uint64_t)off[1]);                                   \
+                 *(T *)BYTES(A.data[0] + (uint64_t)off[0], (int64_t)sizeof(T), 1) =                    \
+                   *(const T *)BYTES(A.data[2] + (uint64_t)(off[2] + at_ * P(0)), (int64_t)sizeof(T), 0);) \
+  }
+#define SORT_SIZES(K) K(1, uint8_t) K(2, uint16_t) K(4, uint32_t) K(8, uint64_t)
+#define SORTED_AT(T, k) (*(const T *)BYTES(A.data[1] + (uint64_t)(off[1] + (k) * P(1)), (int64_t)sizeof(T), 0))
+#define KQUANTILE(s, T, ELEMENT, DIFFERENCE)                                                           \
+  KERNEL(dlp_quantile_##s) {                                                                           \
+    EACH_ELEMENT(3, int64_t n_ = P(0); int d_ = (int)P(2); double r_ = NAN;                            \
+                 if (n_ > 0 && ELEMENT(SORTED_AT(T, n_ - 1)) == ELEMENT(SORTED_AT(T, n_ - 1))) {       \
+                   if (P(3)) {                                                                         \
+                     double a_ = ELEMENT(SORTED_AT(T, (n_ - 1) / 2)), b_ = ELEMENT(SORTED_AT(T, n_ / 2)); \
+                     r_ = dlp_median_of(d_, n_, a_, b_);                                               \
+                   } else {                                                                            \
+                     int64_t i_, k_;                                                                   \
+                     double gamma_, q_ = *(const double *)BYTES(A.data[2] + (uint64_t)off[2], 8, 0);   \
+                     dlp_quantile_place(q_, n_, &i_, &k_, &gamma_);                                    \
+                     T a_ = SORTED_AT(T, i_), b_ = SORTED_AT(T, k_);                                   \
+                     r_ = dlp_lerp(d_, gamma_, P(4) ? dlp_round_to(d_, gamma_) : gamma_, ELEMENT(a_), ELEMENT(b_), \
+                                   DIFFERENCE);                                                        \
+                   }                                                                                   \
+                 }                                                                                     \
+                 *(double *)BYTES(A.data[0] + (uint64_t)off[0], 8, 1) = r_;)                           \
+  }
+#define AS_DOUBLE(x) ((double)(x))
+#define BOOL_DOUBLE(x) ((double)((x) != 0))
+#define HALF_DOUBLE(x) ((double)dlp_rule_half_to_float(x))
+#define BFLOAT_DOUBLE(x) ((double)dlp_rule_bfloat_to_float(x))
+#define QUANTILES(K) K(bool, uint8_t, BOOL_DOUBLE, 0) K(u8, uint8_t, AS_DOUBLE, (double)b_ - (double)a_)              \
+  K(u16, uint16_t, AS_DOUBLE, (double)b_ - (double)a_) K(u32, uint32_t, AS_DOUBLE, (double)b_ - (double)a_)          \
+  K(u64, uint64_t, AS_DOUBLE, (double)b_ - (double)a_) K(i8, int8_t, AS_DOUBLE, dlp_wrapped_difference(a_, b_, 1))  \
+  K(i16, int16_t, AS_DOUBLE, dlp_wrapped_difference(a_, b_, 2))                                                    \
+  K(i32, int32_t, AS_DOUBLE, dlp_wrapped_difference(a_, b_, 4))                                                    \
+  K(i64, int64_t, AS_DOUBLE, dlp_wrapped_difference(a_, b_, 8))                                                    \
+  K(f16, uint16_t, HALF_DOUBLE, dlp_round_to(DLP_KD_FLOAT16, HALF_DOUBLE(b_) - HALF_DOUBLE(a_)))                  \
+  K(bf16, uint16_t, BFLOAT_DOUBLE, dlp_round_to(DLP_KD_BFLOAT16, BFLOAT_DOUBLE(b_) - BFLOAT_DOUBLE(a_)))          \
+  K(f32, float, AS_DOUBLE, dlp_round_to(DLP_KD_FLOAT32, (double)b_ - (double)a_)) K(f64, double, AS_DOUBLE, b_ - a_)
+#define AT64(k, i) I64(A.data[k] + (uint64_t)(i) * 8)
+#define KUNIQUETAKE(n, T)                                                                              \
+  KERNEL(dlp_unique_take_##n) {                                                                        \
+    for (int64_t i = THREAD, threads_ = THREADS; i < A.numel; i += threads_) {                         \
+      int64_t g_ = AT64(1, i), before_ = i > 0 ? AT64(1, i - 1) : 0;                                   \
+      if (g_ == before_) continue;                                                                     \
+      *(T *)BYTES(A.data[0] + (uint64_t)(g_ - 1) * sizeof(T), (int64_t)sizeof(T), 1) =                 \
+        *(const T *)BYTES(A.data[2] + (uint64_t)i * sizeof(T), (int64_t)sizeof(T), 0);                 \
+      SET_I64(A.data[3] + (uint64_t)(g_ - 1) * 8, i);                                                  \
+    }                                                                                                  \
+  }
+#if FAMILY(44)
+SORT_SIZES(KUNIQUETAKE)
+KERNEL(dlp_unique_flags) {
+  for (int64_t i = THREAD, threads_ = THREADS; i < A.numel; i += threads_)
+    SET_I64(A.data[0] + (uint64_t)i * 8, i == 0 || AT64(1, i) != AT64(1, i - 1));
+}
+KERNEL(dlp_unique_counts) {
+  for (int64_t j = THREAD, threads_ = THREADS; j < A.numel; j += threads_)
+    SET_I64(A.data[0] + (uint64_t)j * 8, (j + 1 < A.numel ? AT64(1, j + 1) : P(0)) - AT64(1, j));
+}
+KERNEL(dlp_unique_inverse) {
+  for (int64_t i = THREAD, threads_ = THREADS; i < A.numel; i += threads_)
+    SET_I64(A.data[0] + (uint64_t)(AT64(2, i) - 1) * 8, AT64(1, i));
+}
+SORT_KEYS(KSORTKEY)
+SORT_SIZES(KSORTVALUES)
+QUANTILES(KQUANTILE)
+KERNEL(dlp_sort_step) {
+  for (int64_t w = THREAD, threads_ = THREADS; w < A.numel; w += threads_) {
+    int64_t line = w / P(1), p = w % P(1), j = P(2), low = p / j * 2 * j, i = low + p % j;
+    int64_t partner = P(3) ? low + 2 * j - 1 - p % j : i + j;
+    if (partner >= P(0)) continue; /* a padding element: the greater, already above */
+    uint64_t ka = (uint64_t)(line * P(0) + i) * 8, kb = (uint64_t)(line * P(0) + partner) * 8;
+    uint64_t a = *(const uint64_t *)BYTES(A.data[0] + ka, 8, 0), b = *(const uint64_t *)BYTES(A.data[0] + kb, 8, 0);
+    int64_t pa = I64(A.data[1] + ka), pb = I64(A.data[1] + kb);
+    if (b < a || (b == a && pb < pa)) {
+      *(uint64_t *)BYTES(A.data[0] + ka, 8, 1) = b;
+      *(uint64_t *)BYTES(A.data[0] + kb, 8, 1) = a;
+      SET_I64(A.data[1] + ka, pb);
+      SET_I64(A.data[1] + kb, pa);
+    }
+  }
+}
+KERNEL(dlp_sort_indices) {
+  EACH_ELEMENT(2, SET_I64(A.data[0] + (uint64_t)off[0], I64(A.data[1] + (uint64_t)off[1]) + 1);)
+}
+#endif
+
 #ifndef __CUDACC__
 /* The fake driver's table of the kernels by name. */
 #include "compute/cuda/fake_kernels.h"
@@ -990,6 +1117,10 @@ SCAN_CHUNKED_TYPES(KSCANS_CHUNKED)
 #define INDEX_CHECK_ENTRY(s, T) ENTRY(index_check_##s)
 #define INDEX_PICK_ENTRIES(n, T) ENTRY(gather_##n) ENTRY(scatter_##n) ENTRY(select_##n)
 #define TRUTH_ENTRY(kind, T, TRUE) ENTRY(truth_##kind)
+#define SORT_KEY_ENTRY(s, T, KEY) ENTRY(sort_keys_##s)
+#define SORT_VALUES_ENTRY(n, T) ENTRY(sort_values_##n)
+#define QUANTILE_ENTRY(s, T, ELEMENT, DIFFERENCE) ENTRY(quantile_##s)
+#define UNIQUE_TAKE_ENTRY(n, T) ENTRY(unique_take_##n)
 #define COMPLEX_ENTRIES(s, T, R) DLP_COMPLEX_OPS(ENTRY, ENTRY, ENTRY, s, T, R)
 #define FROM_COMPLEX_ENTRY(C, c, CT, unused, D, d, DT, dc) ENTRY(convert_##c##_##d)
 #define TO_COMPLEX_ENTRIES(S, s, ST, sc) ENTRY(convert_##s##_complex64) ENTRY(convert_##s##_complex128)
@@ -1010,6 +1141,8 @@ const dlp_FakeKernel dlp_fake_kernels[] = {
   ENTRY(convert_complex64_complex128) ENTRY(convert_complex128_complex64)
   ENTRY(sum_along) ENTRY(scan_sums) ENTRY(scan_apply) ENTRY(compact) ENTRY(unravel)
   SCAN_HALF_TYPES(SCAN_ENTRIES) SCAN_CHUNKED_TYPES(SCAN_CHUNKED_ENTRIES)
+  SORT_KEYS(SORT_KEY_ENTRY) SORT_SIZES(SORT_VALUES_ENTRY) ENTRY(sort_step) ENTRY(sort_indices)
+  QUANTILES(QUANTILE_ENTRY) SORT_SIZES(UNIQUE_TAKE_ENTRY) ENTRY(unique_flags) ENTRY(unique_counts) ENTRY(unique_inverse)
   {NULL, NULL},
 };
 #endif
