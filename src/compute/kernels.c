@@ -36,11 +36,15 @@ CPOW_LIBM(c128, dlp_c128, double, , CMPLX)
 /* The file is compiled once per group of compute dtypes, so that a parallel build compiles the
  * groups at the same time (see the Makefile): DLP_KERNELS_GROUP 0 (the default) holds bool, the
  * integers and the mixed comparisons, and, outside the AVX2 copy, the dispatch below; 1 the floats;
- * 2 complex64 and complex128. Each group's object looks up its loops by dlp_kernel_group<N>. */
+ * 2 complex64 and complex128. Each group's object looks up its loops by dlp_kernel_group<N>, its
+ * AVX2 copy (DLP_KERNELS_AVX2) by dlp_kernel_group<N>_avx2, the floats' AVX-512 copy
+ * (DLP_KERNELS_AVX512) by dlp_kernel_group1_avx512. */
 #ifndef DLP_KERNELS_GROUP
 #define DLP_KERNELS_GROUP 0
 #endif
-#ifdef DLP_KERNELS_AVX2
+#if defined(DLP_KERNELS_AVX512)
+#define GROUP_LOOKUP(n) GROUP_LOOKUP_(n, _avx512)
+#elif defined(DLP_KERNELS_AVX2)
 #define GROUP_LOOKUP(n) GROUP_LOOKUP_(n, _avx2)
 #else
 #define GROUP_LOOKUP(n) GROUP_LOOKUP_(n, )
@@ -166,6 +170,53 @@ DLP_MIXED_OPS(DEF_MIXED)
 #elif DLP_KERNELS_GROUP == 1
 #define FLOAT_LOOPS(s, T, F) DLP_FLOAT_OPS(DEF2, DEF1, DEFCLAMP, s, T, F) DLP_COMPARE_OPS(DEF2, DEF1, DEFWHERE, s, T)
 DLP_FLOATS(FLOAT_LOOPS)
+#ifdef DLP_KERNELS_AVX512
+/* float32 exp and sigmoid in the AVX-512 build, 16 lanes at a time: ops.h's vexp_f32 (the same
+ * reduction x = k ln2 + r, |r| <= ln2/2, and Cephes' polynomial) with fused multiply-adds, and
+ * 2^k applied by VSCALEFPS, which rounds once into the subnormals and overflows to infinity by
+ * itself. Within 1 ulp of the correctly rounded result, as vexp_f32 (checked on every float32:
+ * docs/api.md); the bits may differ from the other builds' in the last place. */
+#include <immintrin.h>
+static inline __m512 exp_zmm(__m512 x) {
+  __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(89.0f)); /* NaN: -104 */
+  __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), xc);
+  r = _mm512_fmadd_ps(k, _mm512_set1_ps(2.12194440e-4f), r);
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.9875691500e-4f), r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  y = _mm512_scalef_ps(y, k);
+  __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  return _mm512_mask_blend_ps(nan, y, x);
+}
+static inline __m512 sigmoid_zmm(__m512 x) {
+  __m512 one = _mm512_set1_ps(1.0f);
+  return _mm512_div_ps(one, _mm512_add_ps(one, exp_zmm(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+}
+/* Contiguous operands (any alignment) run through the vector function, the last n % 16 under a
+ * mask (masked lanes are neither read nor written); strided ones through the table's loop. */
+#define DEF_ZMM1(name, VECTOR, SCALAR_LOOP)                                                       \
+  static void name(void *ctx, char *const *data, const int64_t *steps, int64_t n) {              \
+    if (steps[0] != 4 || steps[1] != 4) {                                                        \
+      SCALAR_LOOP(ctx, data, steps, n);                                                          \
+      return;                                                                                    \
+    }                                                                                            \
+    char *o = data[0];                                                                           \
+    const char *a = data[1];                                                                     \
+    int64_t i = 0;                                                                               \
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(o + 4 * i, VECTOR(_mm512_loadu_ps(a + 4 * i))); \
+    if (i < n) {                                                                                 \
+      __mmask16 m = (__mmask16)((1u << (n - i)) - 1);                                            \
+      _mm512_mask_storeu_ps(o + 4 * i, m, VECTOR(_mm512_maskz_loadu_ps(m, a + 4 * i)));          \
+    }                                                                                            \
+  }
+DEF_ZMM1(exp_f32_zmm, exp_zmm, exp_f32)
+DEF_ZMM1(sigmoid_f32_zmm, sigmoid_zmm, sigmoid_f32)
+#endif
 #else
 /* ---- complex: complex_rules.h's lists, as the CUDA kernels ---- */
 
@@ -302,7 +353,16 @@ CPU_ONLY_COMPLEX(c128, dlp_c128, double, , CMPLX)
 #if DLP_KERNELS_GROUP < 2
 static const dlp_IterLoop loops[DLP_OP_COUNT][DLP_NCOMPUTE] =
   OP_TABLE(ROW_ALL, ROW_NUM, ROW_INT_BOOL, ROW_INT, ROW_FLOAT, ROW_ROUNDING, ROW_CLASSIFY);
+#if defined(DLP_KERNELS_AVX512) && DLP_KERNELS_GROUP == 1
+/* the loops written with AVX-512 intrinsics (above) in place of the table's */
+static dlp_IterLoop loop_at(int op, int k) {
+  if (op == DLP_OP_EXP && k == 9) return exp_f32_zmm;
+  if (op == DLP_OP_SIGMOID && k == 9) return sigmoid_f32_zmm;
+  return loops[op][k];
+}
+#else
 static dlp_IterLoop loop_at(int op, int k) { return loops[op][k]; }
+#endif
 #else
 
 #define ROW_COMPLEX(op) {op##_c64, op##_c128}
@@ -397,13 +457,21 @@ dlp_IterLoop dlp_kernel_group1_avx2(int op, int k);
 dlp_IterLoop dlp_kernel_group2_avx2(int op, int k);
 dlp_IterLoop dlp_mixed_kernel_avx2(int op, int x_unsigned);
 #endif
+#if DLP_HAVE_AVX512_KERNELS
+dlp_IterLoop dlp_kernel_group1_avx512(int op, int k);
+#endif
 
-/* The loops are chosen at run time: the AVX2 copy where the processor has AVX2. Results are the
- * same bit for bit (no FMA contraction in ISO C mode, the same operations in the same order). */
+/* The loops are chosen at run time by platform.h's dlp_cpu_level: on AVX-512 processors the
+ * AVX-512 copy of the floats and the AVX2 copy of the others (see the Makefile), on AVX2 ones the
+ * AVX2 copy. Results are the same bit for bit (no FMA contraction, the same operations in the
+ * same order), but for the AVX-512 build's float32 exp and sigmoid, a last place apart at most. */
 dlp_IterLoop dlp_kernel(int op, int compute_dtype) {
   int k = dlp_compute_index(compute_dtype);
   if (op < 0 || op >= DLP_OP_COUNT || k < 0) return NULL;
   int group = k < 9 ? 0 : k < DLP_NCOMPUTE ? 1 : 2; /* bool and the integers, the floats, complex */
+#if DLP_HAVE_AVX512_KERNELS
+  if (group == 1 && dlp_cpu_level() >= DLP_CPU_AVX512) return dlp_kernel_group1_avx512(op, k);
+#endif
 #if DLP_HAVE_AVX2_KERNELS
   if (dlp_cpu_has_avx2()) {
     static dlp_IterLoop (*const groups_avx2[3])(int, int) = {dlp_kernel_group0_avx2, dlp_kernel_group1_avx2,
@@ -421,6 +489,18 @@ dlp_IterLoop dlp_mixed_kernel(int op, int x_unsigned) {
   if (dlp_cpu_has_avx2()) return dlp_mixed_kernel_avx2(op, x_unsigned);
 #endif
   return mixed_loops[op - DLP_OP_EQ][x_unsigned];
+}
+
+/* dlpack.cpu() -> the level whose loops run, the level the processor and system allow */
+static int l_cpu(lua_State *L) {
+  lua_pushstring(L, dlp_cpu_level_name(dlp_cpu_level()));
+  lua_pushstring(L, dlp_cpu_level_name(dlp_cpu_detected_level()));
+  return 2;
+}
+
+void dlp_kernels_register(lua_State *L, int module) {
+  static const luaL_Reg functions[] = {{"cpu", l_cpu}, {NULL, NULL}};
+  dlp_register(L, module, functions);
 }
 #endif
 #endif
