@@ -193,6 +193,81 @@ static inline __m512 exp_zmm(__m512 x) {
   __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
   return _mm512_mask_blend_ps(nan, y, x);
 }
+/* log: x = m 2^e with m in [sqrt(1/2), sqrt(2)) (VGETEXPPS and VGETMANTPS, subnormals included),
+ * log m = f - f^2/2 + f^3 P(f) with f = m - 1 (Cephes' logf polynomial), e ln2 added in two parts. */
+static inline __m512 log_zmm(__m512 x) {
+  __m512 e = _mm512_getexp_ps(x), m = _mm512_getmant_ps(x, _MM_MANT_NORM_1_2, _MM_MANT_SIGN_zero);
+  __mmask16 big = _mm512_cmp_ps_mask(m, _mm512_set1_ps(1.41421356f), _CMP_GT_OQ);
+  m = _mm512_mask_mul_ps(m, big, m, _mm512_set1_ps(0.5f));
+  e = _mm512_mask_add_ps(e, big, e, _mm512_set1_ps(1.0f));
+  __m512 f = _mm512_sub_ps(m, _mm512_set1_ps(1.0f)), z = _mm512_mul_ps(f, f);
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(7.0376836292e-2f), f, _mm512_set1_ps(-1.1514610310e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.1676998740e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-1.2420140846e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.4249322787e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-1.6668057665e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.0000714765e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-2.4999993993e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(3.3333331174e-1f));
+  __m512 y = _mm512_mul_ps(_mm512_mul_ps(p, f), z);
+  y = _mm512_fmadd_ps(e, _mm512_set1_ps(-2.12194440e-4f), y);
+  y = _mm512_fmadd_ps(z, _mm512_set1_ps(-0.5f), y);
+  y = _mm512_add_ps(f, y);
+  y = _mm512_fmadd_ps(e, _mm512_set1_ps(0.693359375f), y);
+  /* log 0 = -inf, log of a negative = NaN, log inf = inf, NaN stays */
+  y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_EQ_OQ), y, _mm512_set1_ps(-INFINITY));
+  y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ), y, _mm512_set1_ps(NAN));
+  __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(INFINITY), _CMP_EQ_OQ) | _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  return _mm512_mask_blend_ps(keep, y, x);
+}
+/* tanh on |x|, the sign put back at the end: Cephes' odd polynomial below 0.625, 1 - 2 / (e^2|x| + 1)
+ * above (1 from 44 on, where e^2|x| overflows) */
+static inline __m512 tanh_zmm(__m512 x) {
+  __m512 sign = _mm512_and_ps(x, _mm512_set1_ps(-0.0f)), a = _mm512_andnot_ps(_mm512_set1_ps(-0.0f), x);
+  __m512 s = _mm512_mul_ps(a, a);
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(-5.70498872745e-3f), s, _mm512_set1_ps(2.06390887954e-2f));
+  p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(-5.37397155531e-2f));
+  p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(1.33314422036e-1f));
+  p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(-3.33332819422e-1f));
+  __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(p, s), a, a);
+  __m512 one = _mm512_set1_ps(1.0f);
+  __m512 large = _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(exp_zmm(_mm512_add_ps(a, a)), one)));
+  __m512 y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(0.625f), _CMP_LT_OQ), large, small);
+  return _mm512_or_ps(y, sign);
+}
+/* sin and cos: j = |x| 4/pi rounded up to even, r = |x| - j pi/4 with pi/4 in three floats (each
+ * product exact inside a fused multiply-add, the first difference exact for |x| below 2^13), and
+ * Cephes' sinf or cosf polynomial on r by j's octant. Lanes of larger |x| (or inf or NaN) go to
+ * the C library (SINCOS_LIBM). */
+#define SINCOS_LIMIT 8192.0f
+static inline __m512 sincos_zmm(__m512 x, int cosine) {
+  __m512 a = _mm512_andnot_ps(_mm512_set1_ps(-0.0f), x);
+  __m512i j = _mm512_cvttps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(1.27323954473516f)));
+  j = _mm512_and_si512(_mm512_add_epi32(j, _mm512_set1_epi32(1)), _mm512_set1_epi32(~1));
+  __m512 y = _mm512_cvtepi32_ps(j);
+  __m512 r = _mm512_fnmadd_ps(y, _mm512_set1_ps(0x1.921fb6p-1f), a); /* exact: a and j pi/4 are close */
+  r = _mm512_fnmadd_ps(y, _mm512_set1_ps(-0x1.777a5cp-26f), r);
+  r = _mm512_fnmadd_ps(y, _mm512_set1_ps(-0x1.ee59dap-51f), r);
+  __m512 z = _mm512_mul_ps(r, r);
+  __m512 ps = _mm512_fmadd_ps(_mm512_set1_ps(-1.9515295891e-4f), z, _mm512_set1_ps(8.3321608736e-3f));
+  ps = _mm512_fmadd_ps(ps, z, _mm512_set1_ps(-1.6666654611e-1f));
+  __m512 sin_r = _mm512_fmadd_ps(_mm512_mul_ps(ps, z), r, r);
+  __m512 pc = _mm512_fmadd_ps(_mm512_set1_ps(2.443315711809948e-5f), z, _mm512_set1_ps(-1.388731625493765e-3f));
+  pc = _mm512_fmadd_ps(pc, z, _mm512_set1_ps(4.166664568298827e-2f));
+  __m512 cos_r = _mm512_fmadd_ps(_mm512_mul_ps(pc, z), z, _mm512_fnmadd_ps(z, _mm512_set1_ps(0.5f), _mm512_set1_ps(1.0f)));
+  /* the octant j (even): sin x = sin r, cos r, -sin r, -cos r for j mod 8 = 0, 2, 4, 6; cos x the
+   * same two octants on (j + 2) */
+  if (cosine) j = _mm512_add_epi32(j, _mm512_set1_epi32(2));
+  __mmask16 swap = _mm512_test_epi32_mask(j, _mm512_set1_epi32(2));
+  __m512i negate = _mm512_slli_epi32(_mm512_and_si512(j, _mm512_set1_epi32(4)), 29);
+  __m512 v = _mm512_mask_blend_ps(swap, sin_r, cos_r);
+  v = _mm512_xor_ps(v, _mm512_castsi512_ps(negate));
+  /* sin(-x) = -sin x */
+  if (!cosine) v = _mm512_xor_ps(v, _mm512_and_ps(x, _mm512_set1_ps(-0.0f)));
+  return v;
+}
+static inline __m512 sin_zmm(__m512 x) { return sincos_zmm(x, 0); }
+static inline __m512 cos_zmm(__m512 x) { return sincos_zmm(x, 1); }
 static inline __m512 sigmoid_zmm(__m512 x) {
   __m512 one = _mm512_set1_ps(1.0f);
   return _mm512_div_ps(one, _mm512_add_ps(one, exp_zmm(_mm512_sub_ps(_mm512_setzero_ps(), x))));
@@ -216,6 +291,28 @@ static inline __m512 sigmoid_zmm(__m512 x) {
   }
 DEF_ZMM1(exp_f32_zmm, exp_zmm, exp_f32)
 DEF_ZMM1(sigmoid_f32_zmm, sigmoid_zmm, sigmoid_f32)
+DEF_ZMM1(log_f32_zmm, log_zmm, log_f32)
+DEF_ZMM1(tanh_f32_zmm, tanh_zmm, tanh_f32)
+/* sin and cos: lanes beyond SINCOS_LIMIT (and inf, NaN) recomputed by the C library's */
+#define SINCOS_LIBM(name, VECTOR, LIBM)                                                         \
+  static inline __m512 name(__m512 x) {                                                        \
+    __m512 v = VECTOR(x);                                                                      \
+    __mmask16 far = _mm512_cmp_ps_mask(_mm512_andnot_ps(_mm512_set1_ps(-0.0f), x),             \
+                                       _mm512_set1_ps(SINCOS_LIMIT), _CMP_NLT_UQ);             \
+    if (far) {                                                                                 \
+      float lanes[16], out[16];                                                                \
+      _mm512_storeu_ps(lanes, x);                                                              \
+      _mm512_storeu_ps(out, v);                                                                \
+      for (int l = 0; l < 16; l++)                                                             \
+        if (far >> l & 1) out[l] = LIBM(lanes[l]);                                             \
+      v = _mm512_loadu_ps(out);                                                                \
+    }                                                                                          \
+    return v;                                                                                  \
+  }
+SINCOS_LIBM(sin_checked_zmm, sin_zmm, sinf)
+SINCOS_LIBM(cos_checked_zmm, cos_zmm, cosf)
+DEF_ZMM1(sin_f32_zmm, sin_checked_zmm, sin_f32)
+DEF_ZMM1(cos_f32_zmm, cos_checked_zmm, cos_f32)
 #endif
 #else
 /* ---- complex: complex_rules.h's lists, as the CUDA kernels ---- */
@@ -356,8 +453,17 @@ static const dlp_IterLoop loops[DLP_OP_COUNT][DLP_NCOMPUTE] =
 #if defined(DLP_KERNELS_AVX512) && DLP_KERNELS_GROUP == 1
 /* the loops written with AVX-512 intrinsics (above) in place of the table's */
 static dlp_IterLoop loop_at(int op, int k) {
-  if (op == DLP_OP_EXP && k == 9) return exp_f32_zmm;
-  if (op == DLP_OP_SIGMOID && k == 9) return sigmoid_f32_zmm;
+  if (k == 9) {
+    switch (op) {
+      case DLP_OP_EXP: return exp_f32_zmm;
+      case DLP_OP_SIGMOID: return sigmoid_f32_zmm;
+      case DLP_OP_LOG: return log_f32_zmm;
+      case DLP_OP_TANH: return tanh_f32_zmm;
+      case DLP_OP_SIN: return sin_f32_zmm;
+      case DLP_OP_COS: return cos_f32_zmm;
+      default: break;
+    }
+  }
   return loops[op][k];
 }
 #else
