@@ -238,7 +238,7 @@ static inline __m512 tanh_zmm(__m512 x) {
 /* sin and cos: j = |x| 4/pi rounded up to even, r = |x| - j pi/4 with pi/4 in three floats (each
  * product exact inside a fused multiply-add, the first difference exact for |x| below 2^13), and
  * Cephes' sinf or cosf polynomial on r by j's octant. Lanes of larger |x| (or inf or NaN) go to
- * the C library (SINCOS_LIBM). */
+ * the C library (DEF_ZMM1_SINCOS). */
 #define SINCOS_LIMIT 8192.0f
 static inline __m512 sincos_zmm(__m512 x, int cosine) {
   __m512 a = _mm512_andnot_ps(_mm512_set1_ps(-0.0f), x);
@@ -293,26 +293,33 @@ DEF_ZMM1(exp_f32_zmm, exp_zmm, exp_f32)
 DEF_ZMM1(sigmoid_f32_zmm, sigmoid_zmm, sigmoid_f32)
 DEF_ZMM1(log_f32_zmm, log_zmm, log_f32)
 DEF_ZMM1(tanh_f32_zmm, tanh_zmm, tanh_f32)
-/* sin and cos: lanes beyond SINCOS_LIMIT (and inf, NaN) recomputed by the C library's */
-#define SINCOS_LIBM(name, VECTOR, LIBM)                                                         \
-  static inline __m512 name(__m512 x) {                                                        \
-    __m512 v = VECTOR(x);                                                                      \
-    __mmask16 far = _mm512_cmp_ps_mask(_mm512_andnot_ps(_mm512_set1_ps(-0.0f), x),             \
-                                       _mm512_set1_ps(SINCOS_LIMIT), _CMP_NLT_UQ);             \
-    if (far) {                                                                                 \
-      float lanes[16], out[16];                                                                \
-      _mm512_storeu_ps(lanes, x);                                                              \
-      _mm512_storeu_ps(out, v);                                                                \
-      for (int l = 0; l < 16; l++)                                                             \
-        if (far >> l & 1) out[l] = LIBM(lanes[l]);                                             \
-      v = _mm512_loadu_ps(out);                                                                \
-    }                                                                                          \
-    return v;                                                                                  \
+/* sin and cos: lanes beyond SINCOS_LIMIT (and inf, NaN) are left unwritten by the vector store
+ * and computed by the C library's from the input, still in place when out= is the input */
+#define DEF_ZMM1_SINCOS(name, VECTOR, LIBM, SCALAR_LOOP)                                          \
+  static void name(void *ctx, char *const *data, const int64_t *steps, int64_t n) {              \
+    if (steps[0] != 4 || steps[1] != 4) {                                                        \
+      SCALAR_LOOP(ctx, data, steps, n);                                                          \
+      return;                                                                                    \
+    }                                                                                            \
+    char *o = data[0];                                                                           \
+    const char *a = data[1];                                                                     \
+    for (int64_t i = 0; i < n; i += 16) {                                                        \
+      __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);         \
+      __m512 x = _mm512_maskz_loadu_ps(m, a + 4 * i);                                            \
+      __mmask16 far = m & _mm512_cmp_ps_mask(_mm512_andnot_ps(_mm512_set1_ps(-0.0f), x),        \
+                                             _mm512_set1_ps(SINCOS_LIMIT), _CMP_NLT_UQ);         \
+      _mm512_mask_storeu_ps(o + 4 * i, m & (__mmask16)~far, VECTOR(x));                          \
+      for (int64_t l = i; far; l++, far >>= 1) {                                                 \
+        if (!(far & 1)) continue;                                                                \
+        float v;                                                                                 \
+        memcpy(&v, a + 4 * l, 4);                                                                \
+        v = LIBM(v);                                                                             \
+        memcpy(o + 4 * l, &v, 4);                                                                \
+      }                                                                                          \
+    }                                                                                            \
   }
-SINCOS_LIBM(sin_checked_zmm, sin_zmm, sinf)
-SINCOS_LIBM(cos_checked_zmm, cos_zmm, cosf)
-DEF_ZMM1(sin_f32_zmm, sin_checked_zmm, sin_f32)
-DEF_ZMM1(cos_f32_zmm, cos_checked_zmm, cos_f32)
+DEF_ZMM1_SINCOS(sin_f32_zmm, sin_zmm, sinf, sin_f32)
+DEF_ZMM1_SINCOS(cos_f32_zmm, cos_zmm, cosf, cos_f32)
 #endif
 #else
 /* ---- complex: complex_rules.h's lists, as the CUDA kernels ---- */
