@@ -454,6 +454,8 @@ dlp_IterLoop dlp_kernel(int op, int compute_dtype); /* NULL when op has no loop 
 /* The loop of a comparison (DLP_OP_EQ .. DLP_OP_GE) of int64 with uint64, exact: x_unsigned
  * says which one comes first (data[1]); NULL for other ops. */
 dlp_IterLoop dlp_mixed_kernel(int op, int x_unsigned);
+/* dlpack.cpu(): which build of the loops runs (platform.h's dlp_cpu_level) */
+void dlp_kernels_register(lua_State *L, int module);
 /* The CUDA kernel of the same loop (kernels.cu), and its family; NULL when there is none. */
 const char *dlp_kernel_name(int op, int compute_dtype, int *family);
 const char *dlp_mixed_kernel_name(int op, int x_unsigned, int *family);

@@ -229,6 +229,7 @@ DLPACK_LUA_API int luaopen_dlpack(lua_State *L) {
   dlp_protocol_register(L, module, methods, meta);
   dlp_cuda_register(L, module);
   dlp_elementwise_register(L, module, methods, meta);
+  dlp_kernels_register(L, module);
   dlp_shape_register(L, module, methods, meta); /* after the functions it calls */
   dlp_norm_register(L, module, methods, meta);
   dlp_hostapi_register(L);

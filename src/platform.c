@@ -1,5 +1,6 @@
 /* The operating system's side of platform.h: libraries opened at run time, memory and mapped
- * files, on POSIX (dlopen, mmap) and on Windows (LoadLibrary, VirtualAlloc, MapViewOfFile). */
+ * files, on POSIX (dlopen, mmap) and on Windows (LoadLibrary, VirtualAlloc, MapViewOfFile); the
+ * processor's level (cpuid and XGETBV, the same on both). */
 #define _GNU_SOURCE /* dladdr, RTLD_NODELETE, RTLD_NOLOAD, RTLD_DEFAULT, MAP_ANONYMOUS */
 #include <errno.h>
 #include <stdint.h>
@@ -180,3 +181,58 @@ void *dlp_file_map_readonly(FILE *f, size_t length, char *why, size_t whylen) {
 
 void dlp_file_unmap(void *p, size_t length) { munmap(p, length); }
 #endif
+
+/* ---- the processor ---- */
+#if defined(__x86_64__) || defined(_M_X64)
+#include <cpuid.h>
+
+static int detect_level(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return DLP_CPU_BASELINE;
+  int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
+  if (!osxsave || !avx) return DLP_CPU_BASELINE;
+  unsigned xcr0_lo, xcr0_hi; /* the state the system saves on a context switch (XCR0) */
+  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  (void)xcr0_hi;
+  if ((xcr0_lo & 0x6) != 0x6) return DLP_CPU_BASELINE; /* SSE and YMM state */
+  if (__get_cpuid_max(0, NULL) < 7) return DLP_CPU_BASELINE;
+  __cpuid_count(7, 0, a, b, c, d);
+  if (!((b >> 5) & 1)) return DLP_CPU_BASELINE; /* AVX2 */
+  unsigned avx512 = (1u << 16) | (1u << 17) | (1u << 30) | (1u << 31); /* F, DQ, BW, VL */
+  /* opmask, the upper halves of ZMM0-15 and ZMM16-31 saved too */
+  if ((b & avx512) == avx512 && fma && f16c && (xcr0_lo & 0xE6) == 0xE6) return DLP_CPU_AVX512;
+  return DLP_CPU_AVX2;
+}
+#else
+static int detect_level(void) { return DLP_CPU_BASELINE; }
+#endif
+
+static const char *const level_names[] = {"baseline", "avx2", "avx512"};
+
+const char *dlp_cpu_level_name(int level) {
+  return level >= DLP_CPU_BASELINE && level <= DLP_CPU_AVX512 ? level_names[level] : "unknown";
+}
+
+/* Both cached after the first call; threads that race compute and store the same value. */
+static int detected_level = -1, chosen_level = -1;
+
+int dlp_cpu_detected_level(void) {
+  int level = __atomic_load_n(&detected_level, __ATOMIC_RELAXED);
+  if (level < 0) {
+    level = detect_level();
+    __atomic_store_n(&detected_level, level, __ATOMIC_RELAXED);
+  }
+  return level;
+}
+
+int dlp_cpu_level(void) {
+  int level = __atomic_load_n(&chosen_level, __ATOMIC_RELAXED);
+  if (level < 0) {
+    level = dlp_cpu_detected_level();
+    const char *forced = getenv("DLPACK_LUA_CPU"); /* an unknown value changes nothing */
+    for (int k = DLP_CPU_BASELINE; forced && k < level; k++)
+      if (strcmp(forced, level_names[k]) == 0) level = k;
+    __atomic_store_n(&chosen_level, level, __ATOMIC_RELAXED);
+  }
+  return level;
+}

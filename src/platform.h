@@ -14,7 +14,8 @@
  *   files                 dlp_file_open, dlp_file_size, dlp_file_map_readonly, dlp_file_unmap
  *                         (platform.c)
  *   the C library         CMPLX, CMPLXF
- *   the processor         dlp_cpu_has_avx2
+ *   the processor         dlp_cpu_level, dlp_cpu_detected_level, dlp_cpu_level_name (platform.c),
+ *                         dlp_cpu_has_avx2
  *
  * Sizes: Windows is LLP64 (long is 32 bits), so the module never uses long for a size or an
  * address; module.c checks the DLPack structures' layout with static assertions on both. */
@@ -141,10 +142,19 @@ void dlp_file_unmap(void *p, size_t length);
 #endif
 
 /* ---- the processor ---- */
-/* Whether the AVX2 copies of the loops may run: the processor has AVX2 and the system saves its
- * registers (GCC's and Clang's check asks both, on every system). */
+/* Which copies of the computing loops may run (kernels.c, reduce.c, scan.c, matmul.c): the
+ * portable build, the AVX2 one (AVX2 and the system saving the YMM registers), or the AVX-512 one
+ * (AVX-512 F, DQ, BW and VL with FMA and F16C, and the system saving the ZMM and mask registers:
+ * cpuid and XGETBV). dlp_cpu_detected_level is what the processor and system allow;
+ * dlp_cpu_level what runs: the environment variable DLPACK_LUA_CPU (baseline, avx2 or avx512, read
+ * once per process) lowers it, never raises it above the detected level. Always baseline off
+ * x86-64. */
+enum { DLP_CPU_BASELINE, DLP_CPU_AVX2, DLP_CPU_AVX512 };
+int dlp_cpu_detected_level(void);
+int dlp_cpu_level(void);
+const char *dlp_cpu_level_name(int level);
 #if defined(__x86_64__) || defined(_M_X64)
-static inline int dlp_cpu_has_avx2(void) { return __builtin_cpu_supports("avx2"); }
+static inline int dlp_cpu_has_avx2(void) { return dlp_cpu_level() >= DLP_CPU_AVX2; }
 #endif
 
 #endif

@@ -2,7 +2,8 @@
 
 Run by spec/stages/40-peers.t with /usr/bin/python3 (lupa and NumPy from build/pydeps), or
 by hand: `PYTHONPATH=build/pydeps python3 spec/peers/oracle.py [name ...]` (only the named
-functions; DLPACK_ORACLE_SEED=n for other cases). Lua 5.4 runs inside this process through
+functions; DLPACK_ORACLE_SEED=n for other cases; DLPACK_LUA_CPU=baseline or avx2 for a lower
+build of the module's loops than the processor allows). Lua 5.4 runs inside this process through
 lupa (examples/dlpack_lupa.py); operands are NumPy arrays handed to Lua without a copy, so
 both sides compute on the very same memory and layout.
 
@@ -63,6 +64,9 @@ RUNTIMES = {"lua54": "build", "lua55": "build/lua5.5", "lua53": "build/lua5.3", 
 RUNTIME = (os.environ.get("DLPACK_ORACLE_LUA", "lua54"),) * 2
 RUNTIME = (RUNTIME[0], RUNTIMES.get(RUNTIME[0], "build"))
 TITLE = "oracle" if RUNTIME[0] == "lua54" else "oracle (%s)" % RUNTIME[0]
+# DLPACK_LUA_CPU forces a lower build of the module's loops (docs/api.md): named in every line
+if os.environ.get("DLPACK_LUA_CPU"):
+    TITLE += " [DLPACK_LUA_CPU=%s]" % os.environ["DLPACK_LUA_CPU"]
 MAX_SHOWN = 5
 
 DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -2416,7 +2420,8 @@ def setup():
     RUNTIME_OBJ = runtime
     global INTEGERS
     INTEGERS = bool(H.integers)
-    tap.comment("NumPy oracle: %s, numpy %s, seed %d" % (runtime.lua_implementation, np.__version__, SEED))
+    tap.comment("NumPy oracle: %s, numpy %s, seed %d, the module's %s loops" % (
+        runtime.lua_implementation, np.__version__, SEED, runtime.eval('(require("dlpack").cpu())')))
     return runtime
 
 

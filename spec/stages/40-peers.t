@@ -31,6 +31,20 @@ if [[ -x $PY ]]; then
   run_tap "python3 spec/peers/ipc_python.py" "$PY" spec/peers/ipc_python.py
   run_tap "python3 spec/peers/npy_numpy.py" "$PY" spec/peers/npy_numpy.py
   run_tap "python3 spec/peers/oracle.py" "$PY" spec/peers/oracle.py
+  # The elementwise functions, conversions and reductions again under each lower build of the
+  # module's loops the processor allows (DLPACK_LUA_CPU; the run above used the best one).
+  detected=$("$LUA" -e 'print((select(2, require("dlpack").cpu())))' 2>/dev/null)
+  subset=(add mul div pow maximum eq lt ge sqrt exp log sin cos tanh sigmoid expm1 log1p floor round atan2
+          clamp where sum mean max argmax var complex attack)
+  for level in avx2 baseline; do
+    case "$level:$detected" in
+      avx2:avx512 | baseline:avx2 | baseline:avx512)
+        DLPACK_LUA_CPU=$level run_tap "python3 spec/peers/oracle.py (DLPACK_LUA_CPU=$level)" \
+          "$PY" spec/peers/oracle.py "${subset[@]}" ;;
+      *) echo "ok - NumPy oracle under DLPACK_LUA_CPU=$level # SKIP the processor's best build is $detected" \
+           "(dlpack.cpu()): the run above" ;;
+    esac
+  done
   # The oracle again under the other Luas lupa embeds, against their builds of the module (made
   # by stages 15-19); a build that is missing or older than the sources is a visible SKIP.
   for runtime in lua5.5:lua55 lua5.3:lua53 lua5.2:lua52 lua5.1:lua51 luajit:luajit21; do

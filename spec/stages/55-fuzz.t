@@ -14,7 +14,8 @@
 # command that reproduces it. Before the seeds, the ipc and npy halves are run against
 # models broken on purpose (--break): it must fail, or its checks test nothing.
 # The whole stage stays under FUZZ_STAGE_BUDGET seconds (default 100): seeds
-# left when it is spent are reported as skipped.
+# left when it is spent are reported as skipped. The CPU half's even seeds run the portable
+# computing loops (DLPACK_LUA_CPU=baseline), its odd seeds the best build the processor allows.
 source "$(dirname "$0")/lib.sh"
 command -v gcc >/dev/null || skip_all "gcc not found"
 LIBASAN=$(gcc -print-file-name=libasan.so)
@@ -118,11 +119,15 @@ fi
 
 # One seed of a half: cpu SEED, cuda SEED, ipc SEED or npy SEED.
 one_seed() {
-  local half=$1 seed=$2 args name replay
+  local half=$1 seed=$2 args name replay cpu=
   if [[ $half == cpu ]]; then
     args=(--seed "$seed" --seeds 1 --steps "$STEPS" --corpus "$CORPUS" --skip-contract)
     name="fuzz seed $seed: $STEPS calls and $CORPUS malformed producers, no report, model and deleter counts hold"
     replay="make fuzz-replay SEED=$seed"
+    # even seeds run the portable loops, odd ones the best build the processor allows (dlpack.cpu())
+    if ((seed % 2 == 0)); then
+      cpu=baseline name+=" (DLPACK_LUA_CPU=baseline)" replay="DLPACK_LUA_CPU=baseline $replay"
+    fi
   elif [[ $half == npy ]]; then
     args=(--npy --seed "$seed" --seeds 1 --steps "$NPY_STEPS")
     name="fuzz (.npy) seed $seed: $NPY_STEPS mutated files loaded, no report, load as the model says, nothing left mapped"
@@ -141,9 +146,9 @@ one_seed() {
     echo "ok - ${name%%:*} # SKIP not run: the stage's ${BUDGET}s were spent (a slow machine; make fuzz runs them all)"
     return
   fi
-  if ! fuzz_line "$name" "${args[@]}"; then
-    if (($(date +%s) - start < BUDGET)); then last_calls "${args[@]}"; fi
-    echo "# reproduce: bash spec/fuzz/asan.sh ${args[*]} --verbose   (or: $replay)"
+  if ! DLPACK_LUA_CPU=$cpu fuzz_line "$name" "${args[@]}"; then
+    if (($(date +%s) - start < BUDGET)); then DLPACK_LUA_CPU=$cpu last_calls "${args[@]}"; fi
+    echo "# reproduce: ${cpu:+DLPACK_LUA_CPU=$cpu }bash spec/fuzz/asan.sh ${args[*]} --verbose   (or: $replay)"
   fi
 }
 

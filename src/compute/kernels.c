@@ -36,11 +36,15 @@ CPOW_LIBM(c128, dlp_c128, double, , CMPLX)
 /* The file is compiled once per group of compute dtypes, so that a parallel build compiles the
  * groups at the same time (see the Makefile): DLP_KERNELS_GROUP 0 (the default) holds bool, the
  * integers and the mixed comparisons, and, outside the AVX2 copy, the dispatch below; 1 the floats;
- * 2 complex64 and complex128. Each group's object looks up its loops by dlp_kernel_group<N>. */
+ * 2 complex64 and complex128. Each group's object looks up its loops by dlp_kernel_group<N>, its
+ * AVX2 copy (DLP_KERNELS_AVX2) by dlp_kernel_group<N>_avx2, the floats' AVX-512 copy
+ * (DLP_KERNELS_AVX512) by dlp_kernel_group1_avx512. */
 #ifndef DLP_KERNELS_GROUP
 #define DLP_KERNELS_GROUP 0
 #endif
-#ifdef DLP_KERNELS_AVX2
+#if defined(DLP_KERNELS_AVX512)
+#define GROUP_LOOKUP(n) GROUP_LOOKUP_(n, _avx512)
+#elif defined(DLP_KERNELS_AVX2)
 #define GROUP_LOOKUP(n) GROUP_LOOKUP_(n, _avx2)
 #else
 #define GROUP_LOOKUP(n) GROUP_LOOKUP_(n, )
@@ -166,6 +170,157 @@ DLP_MIXED_OPS(DEF_MIXED)
 #elif DLP_KERNELS_GROUP == 1
 #define FLOAT_LOOPS(s, T, F) DLP_FLOAT_OPS(DEF2, DEF1, DEFCLAMP, s, T, F) DLP_COMPARE_OPS(DEF2, DEF1, DEFWHERE, s, T)
 DLP_FLOATS(FLOAT_LOOPS)
+#ifdef DLP_KERNELS_AVX512
+/* float32 exp and sigmoid in the AVX-512 build, 16 lanes at a time: ops.h's vexp_f32 (the same
+ * reduction x = k ln2 + r, |r| <= ln2/2, and Cephes' polynomial) with fused multiply-adds, and
+ * 2^k applied by VSCALEFPS, which rounds once into the subnormals and overflows to infinity by
+ * itself. Within 1 ulp of the correctly rounded result, as vexp_f32 (checked on every float32:
+ * docs/api.md); the bits may differ from the other builds' in the last place. */
+#include <immintrin.h>
+static inline __m512 exp_zmm(__m512 x) {
+  __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(89.0f)); /* NaN: -104 */
+  __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), xc);
+  r = _mm512_fmadd_ps(k, _mm512_set1_ps(2.12194440e-4f), r);
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.9875691500e-4f), r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  y = _mm512_scalef_ps(y, k);
+  __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  return _mm512_mask_blend_ps(nan, y, x);
+}
+/* log: x = m 2^e with m in [sqrt(1/2), sqrt(2)) (VGETEXPPS and VGETMANTPS, subnormals included),
+ * log m = f - f^2/2 + f^3 P(f) with f = m - 1 (Cephes' logf polynomial), e ln2 added in two parts. */
+static inline __m512 log_zmm(__m512 x) {
+  __m512 e = _mm512_getexp_ps(x), m = _mm512_getmant_ps(x, _MM_MANT_NORM_1_2, _MM_MANT_SIGN_zero);
+  __mmask16 big = _mm512_cmp_ps_mask(m, _mm512_set1_ps(1.41421356f), _CMP_GT_OQ);
+  m = _mm512_mask_mul_ps(m, big, m, _mm512_set1_ps(0.5f));
+  e = _mm512_mask_add_ps(e, big, e, _mm512_set1_ps(1.0f));
+  __m512 f = _mm512_sub_ps(m, _mm512_set1_ps(1.0f)), z = _mm512_mul_ps(f, f);
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(7.0376836292e-2f), f, _mm512_set1_ps(-1.1514610310e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.1676998740e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-1.2420140846e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.4249322787e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-1.6668057665e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.0000714765e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-2.4999993993e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(3.3333331174e-1f));
+  __m512 y = _mm512_mul_ps(_mm512_mul_ps(p, f), z);
+  y = _mm512_fmadd_ps(e, _mm512_set1_ps(-2.12194440e-4f), y);
+  y = _mm512_fmadd_ps(z, _mm512_set1_ps(-0.5f), y);
+  y = _mm512_add_ps(f, y);
+  y = _mm512_fmadd_ps(e, _mm512_set1_ps(0.693359375f), y);
+  /* log 0 = -inf, log of a negative = NaN, log inf = inf, NaN stays */
+  y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_EQ_OQ), y, _mm512_set1_ps(-INFINITY));
+  y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ), y, _mm512_set1_ps(NAN));
+  __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(INFINITY), _CMP_EQ_OQ) | _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  return _mm512_mask_blend_ps(keep, y, x);
+}
+/* tanh on |x|, the sign put back at the end: Cephes' odd polynomial below 0.625, 1 - 2 / (e^2|x| + 1)
+ * above (1 from 44 on, where e^2|x| overflows) */
+static inline __m512 tanh_zmm(__m512 x) {
+  __m512 sign = _mm512_and_ps(x, _mm512_set1_ps(-0.0f)), a = _mm512_andnot_ps(_mm512_set1_ps(-0.0f), x);
+  __m512 s = _mm512_mul_ps(a, a);
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(-5.70498872745e-3f), s, _mm512_set1_ps(2.06390887954e-2f));
+  p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(-5.37397155531e-2f));
+  p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(1.33314422036e-1f));
+  p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(-3.33332819422e-1f));
+  __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(p, s), a, a);
+  __m512 one = _mm512_set1_ps(1.0f);
+  __m512 large = _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(exp_zmm(_mm512_add_ps(a, a)), one)));
+  __m512 y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(0.625f), _CMP_LT_OQ), large, small);
+  return _mm512_or_ps(y, sign);
+}
+/* sin and cos: j = |x| 4/pi rounded up to even, r = |x| - j pi/4 with pi/4 in three floats (each
+ * product exact inside a fused multiply-add, the first difference exact for |x| below 2^13), and
+ * Cephes' sinf or cosf polynomial on r by j's octant. Lanes of larger |x| (or inf or NaN) go to
+ * the C library (DEF_ZMM1_SINCOS). */
+#define SINCOS_LIMIT 8192.0f
+static inline __m512 sincos_zmm(__m512 x, int cosine) {
+  __m512 a = _mm512_andnot_ps(_mm512_set1_ps(-0.0f), x);
+  __m512i j = _mm512_cvttps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(1.27323954473516f)));
+  j = _mm512_and_si512(_mm512_add_epi32(j, _mm512_set1_epi32(1)), _mm512_set1_epi32(~1));
+  __m512 y = _mm512_cvtepi32_ps(j);
+  __m512 r = _mm512_fnmadd_ps(y, _mm512_set1_ps(0x1.921fb6p-1f), a); /* exact: a and j pi/4 are close */
+  r = _mm512_fnmadd_ps(y, _mm512_set1_ps(-0x1.777a5cp-26f), r);
+  r = _mm512_fnmadd_ps(y, _mm512_set1_ps(-0x1.ee59dap-51f), r);
+  __m512 z = _mm512_mul_ps(r, r);
+  __m512 ps = _mm512_fmadd_ps(_mm512_set1_ps(-1.9515295891e-4f), z, _mm512_set1_ps(8.3321608736e-3f));
+  ps = _mm512_fmadd_ps(ps, z, _mm512_set1_ps(-1.6666654611e-1f));
+  __m512 sin_r = _mm512_fmadd_ps(_mm512_mul_ps(ps, z), r, r);
+  __m512 pc = _mm512_fmadd_ps(_mm512_set1_ps(2.443315711809948e-5f), z, _mm512_set1_ps(-1.388731625493765e-3f));
+  pc = _mm512_fmadd_ps(pc, z, _mm512_set1_ps(4.166664568298827e-2f));
+  __m512 cos_r = _mm512_fmadd_ps(_mm512_mul_ps(pc, z), z, _mm512_fnmadd_ps(z, _mm512_set1_ps(0.5f), _mm512_set1_ps(1.0f)));
+  /* the octant j (even): sin x = sin r, cos r, -sin r, -cos r for j mod 8 = 0, 2, 4, 6; cos x the
+   * same two octants on (j + 2) */
+  if (cosine) j = _mm512_add_epi32(j, _mm512_set1_epi32(2));
+  __mmask16 swap = _mm512_test_epi32_mask(j, _mm512_set1_epi32(2));
+  __m512i negate = _mm512_slli_epi32(_mm512_and_si512(j, _mm512_set1_epi32(4)), 29);
+  __m512 v = _mm512_mask_blend_ps(swap, sin_r, cos_r);
+  v = _mm512_xor_ps(v, _mm512_castsi512_ps(negate));
+  /* sin(-x) = -sin x */
+  if (!cosine) v = _mm512_xor_ps(v, _mm512_and_ps(x, _mm512_set1_ps(-0.0f)));
+  return v;
+}
+static inline __m512 sin_zmm(__m512 x) { return sincos_zmm(x, 0); }
+static inline __m512 cos_zmm(__m512 x) { return sincos_zmm(x, 1); }
+static inline __m512 sigmoid_zmm(__m512 x) {
+  __m512 one = _mm512_set1_ps(1.0f);
+  return _mm512_div_ps(one, _mm512_add_ps(one, exp_zmm(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+}
+/* Contiguous operands (any alignment) run through the vector function, the last n % 16 under a
+ * mask (masked lanes are neither read nor written); strided ones through the table's loop. */
+#define DEF_ZMM1(name, VECTOR, SCALAR_LOOP)                                                       \
+  static void name(void *ctx, char *const *data, const int64_t *steps, int64_t n) {              \
+    if (steps[0] != 4 || steps[1] != 4) {                                                        \
+      SCALAR_LOOP(ctx, data, steps, n);                                                          \
+      return;                                                                                    \
+    }                                                                                            \
+    char *o = data[0];                                                                           \
+    const char *a = data[1];                                                                     \
+    int64_t i = 0;                                                                               \
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(o + 4 * i, VECTOR(_mm512_loadu_ps(a + 4 * i))); \
+    if (i < n) {                                                                                 \
+      __mmask16 m = (__mmask16)((1u << (n - i)) - 1);                                            \
+      _mm512_mask_storeu_ps(o + 4 * i, m, VECTOR(_mm512_maskz_loadu_ps(m, a + 4 * i)));          \
+    }                                                                                            \
+  }
+DEF_ZMM1(exp_f32_zmm, exp_zmm, exp_f32)
+DEF_ZMM1(sigmoid_f32_zmm, sigmoid_zmm, sigmoid_f32)
+DEF_ZMM1(log_f32_zmm, log_zmm, log_f32)
+DEF_ZMM1(tanh_f32_zmm, tanh_zmm, tanh_f32)
+/* sin and cos: lanes beyond SINCOS_LIMIT (and inf, NaN) are left unwritten by the vector store
+ * and computed by the C library's from the input, still in place when out= is the input */
+#define DEF_ZMM1_SINCOS(name, VECTOR, LIBM, SCALAR_LOOP)                                          \
+  static void name(void *ctx, char *const *data, const int64_t *steps, int64_t n) {              \
+    if (steps[0] != 4 || steps[1] != 4) {                                                        \
+      SCALAR_LOOP(ctx, data, steps, n);                                                          \
+      return;                                                                                    \
+    }                                                                                            \
+    char *o = data[0];                                                                           \
+    const char *a = data[1];                                                                     \
+    for (int64_t i = 0; i < n; i += 16) {                                                        \
+      __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);         \
+      __m512 x = _mm512_maskz_loadu_ps(m, a + 4 * i);                                            \
+      __mmask16 far = m & _mm512_cmp_ps_mask(_mm512_andnot_ps(_mm512_set1_ps(-0.0f), x),        \
+                                             _mm512_set1_ps(SINCOS_LIMIT), _CMP_NLT_UQ);         \
+      _mm512_mask_storeu_ps(o + 4 * i, m & (__mmask16)~far, VECTOR(x));                          \
+      for (int64_t l = i; far; l++, far >>= 1) {                                                 \
+        if (!(far & 1)) continue;                                                                \
+        float v;                                                                                 \
+        memcpy(&v, a + 4 * l, 4);                                                                \
+        v = LIBM(v);                                                                             \
+        memcpy(o + 4 * l, &v, 4);                                                                \
+      }                                                                                          \
+    }                                                                                            \
+  }
+DEF_ZMM1_SINCOS(sin_f32_zmm, sin_zmm, sinf, sin_f32)
+DEF_ZMM1_SINCOS(cos_f32_zmm, cos_zmm, cosf, cos_f32)
+#endif
 #else
 /* ---- complex: complex_rules.h's lists, as the CUDA kernels ---- */
 
@@ -302,7 +457,25 @@ CPU_ONLY_COMPLEX(c128, dlp_c128, double, , CMPLX)
 #if DLP_KERNELS_GROUP < 2
 static const dlp_IterLoop loops[DLP_OP_COUNT][DLP_NCOMPUTE] =
   OP_TABLE(ROW_ALL, ROW_NUM, ROW_INT_BOOL, ROW_INT, ROW_FLOAT, ROW_ROUNDING, ROW_CLASSIFY);
+#if defined(DLP_KERNELS_AVX512) && DLP_KERNELS_GROUP == 1
+/* the loops written with AVX-512 intrinsics (above) in place of the table's */
+static dlp_IterLoop loop_at(int op, int k) {
+  if (k == 9) {
+    switch (op) {
+      case DLP_OP_EXP: return exp_f32_zmm;
+      case DLP_OP_SIGMOID: return sigmoid_f32_zmm;
+      case DLP_OP_LOG: return log_f32_zmm;
+      case DLP_OP_TANH: return tanh_f32_zmm;
+      case DLP_OP_SIN: return sin_f32_zmm;
+      case DLP_OP_COS: return cos_f32_zmm;
+      default: break;
+    }
+  }
+  return loops[op][k];
+}
+#else
 static dlp_IterLoop loop_at(int op, int k) { return loops[op][k]; }
+#endif
 #else
 
 #define ROW_COMPLEX(op) {op##_c64, op##_c128}
@@ -397,13 +570,21 @@ dlp_IterLoop dlp_kernel_group1_avx2(int op, int k);
 dlp_IterLoop dlp_kernel_group2_avx2(int op, int k);
 dlp_IterLoop dlp_mixed_kernel_avx2(int op, int x_unsigned);
 #endif
+#if DLP_HAVE_AVX512_KERNELS
+dlp_IterLoop dlp_kernel_group1_avx512(int op, int k);
+#endif
 
-/* The loops are chosen at run time: the AVX2 copy where the processor has AVX2. Results are the
- * same bit for bit (no FMA contraction in ISO C mode, the same operations in the same order). */
+/* The loops are chosen at run time by platform.h's dlp_cpu_level: on AVX-512 processors the
+ * AVX-512 copy of the floats and the AVX2 copy of the others (see the Makefile), on AVX2 ones the
+ * AVX2 copy. Results are the same bit for bit (no FMA contraction, the same operations in the
+ * same order), but for the AVX-512 build's float32 exp and sigmoid, a last place apart at most. */
 dlp_IterLoop dlp_kernel(int op, int compute_dtype) {
   int k = dlp_compute_index(compute_dtype);
   if (op < 0 || op >= DLP_OP_COUNT || k < 0) return NULL;
   int group = k < 9 ? 0 : k < DLP_NCOMPUTE ? 1 : 2; /* bool and the integers, the floats, complex */
+#if DLP_HAVE_AVX512_KERNELS
+  if (group == 1 && dlp_cpu_level() >= DLP_CPU_AVX512) return dlp_kernel_group1_avx512(op, k);
+#endif
 #if DLP_HAVE_AVX2_KERNELS
   if (dlp_cpu_has_avx2()) {
     static dlp_IterLoop (*const groups_avx2[3])(int, int) = {dlp_kernel_group0_avx2, dlp_kernel_group1_avx2,
@@ -421,6 +602,18 @@ dlp_IterLoop dlp_mixed_kernel(int op, int x_unsigned) {
   if (dlp_cpu_has_avx2()) return dlp_mixed_kernel_avx2(op, x_unsigned);
 #endif
   return mixed_loops[op - DLP_OP_EQ][x_unsigned];
+}
+
+/* dlpack.cpu() -> the level whose loops run, the level the processor and system allow */
+static int l_cpu(lua_State *L) {
+  lua_pushstring(L, dlp_cpu_level_name(dlp_cpu_level()));
+  lua_pushstring(L, dlp_cpu_level_name(dlp_cpu_detected_level()));
+  return 2;
+}
+
+void dlp_kernels_register(lua_State *L, int module) {
+  static const luaL_Reg functions[] = {{"cpu", l_cpu}, {NULL, NULL}};
+  dlp_register(L, module, functions);
 }
 #endif
 #endif

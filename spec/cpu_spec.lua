@@ -1,0 +1,123 @@
+-- The builds of the computing loops (portable, AVX2, AVX-512) chosen at run time, and
+-- DLPACK_LUA_CPU, which forces a lower one: every level the processor has computes the same
+-- results, but for float32 exp, sigmoid, log, tanh, sin and cos (the AVX-512 build has loops of
+-- its own for them), which keep their bounds (VECTOR_MATH).
+local dlpack = require "dlpack"
+local support = require "support"
+
+local LEVELS = {"baseline", "avx2", "avx512"}
+local RANK = {baseline = 1, avx2 = 2, avx512 = 3}
+-- the float32 functions with a loop of their own in the AVX-512 build, and their bounds in units in
+-- the last place of the correctly rounded result
+local VECTOR_MATH = {exp = 1, sigmoid = 2, log = 1, tanh = 2, sin = 2, cos = 2}
+
+-- A chunk run in a new process under each level: every line "name hex-of-bytes".
+local BATTERY = [[
+local dlpack = require "dlpack"
+print("level " .. dlpack.cpu())
+local function hex(t)
+  return (t:contiguous():tobytes():gsub(".", function(c) return string.format("%02x", c:byte()) end))
+end
+local special = {0 / 0, 1 / 0, -1 / 0, 0, -0.0, 1e-40, -1e-40, 88.72, 88.73, -103.9, -104.5, 1e30, -1e30}
+local values = {}
+for i = 1, 203 do values[i] = ((i * 7919) % 2001 - 1000) / 37 end -- [-27, 27]
+for i, v in ipairs(special) do values[203 + i] = v end
+for _, dt in ipairs({"float32", "float64"}) do
+  local x = dlpack.tensor(values, dt)
+  local y = dlpack.tensor(values, dt):flip({1})
+  local strided = dlpack.tensor(values, dt):slice(1, 1, -1, 3)
+  for _, f in ipairs({"exp", "log", "sin", "cos", "tanh", "sigmoid", "sqrt", "abs", "floor", "expm1", "log1p"}) do
+    for n = 1, 40, 13 do print(f .. "_" .. dt .. "_" .. n, hex(dlpack[f](x:slice(1, 1, n)))) end
+    print(f .. "_" .. dt, hex(dlpack[f](x)))
+    print(f .. "_" .. dt .. "_strided", hex(dlpack[f](strided)))
+  end
+  for _, f in ipairs({"add", "mul", "div", "pow", "maximum", "eq", "lt", "ge", "atan2"}) do
+    print(f .. "_" .. dt, hex(dlpack[f](x, y)))
+    print(f .. "_" .. dt .. "_scalar", hex(dlpack[f](x, 0.75)))
+  end
+  for _, to in ipairs({"float16", "bfloat16", "int32", "uint8", "float32", "float64"}) do
+    print("to_" .. to .. "_" .. dt, hex(x:to(to)))
+  end
+  print("sum_" .. dt, hex(dlpack.tensor({x:slice(1, 1, 203):sum()}, "float64")))
+  print("max_" .. dt, hex(dlpack.tensor({x:slice(1, 1, 203):max(), x:slice(1, 1, 203):argmax()}, "float64")))
+end
+-- float32 math against float64 rounded once (the correctly rounded result but for
+-- rare ties), in units in the last place: the distance of the bit patterns (all results >= 0)
+local function bits(t) return dlpack.frombytes(t:tobytes(), "int32"):to("int64") end
+local dense = dlpack.linspace(-88.7, 89, 200001, "float64"):to("float32")
+for _, f in ipairs({"exp", "sigmoid", "log", "tanh", "sin", "cos"}) do
+  local x = f == "log" and dlpack.abs(dense) or dense
+  local got, want = dlpack[f](x), dlpack[f](x:to("float64")):to("float32")
+  -- bit patterns as sign and magnitude, so that the distance counts across zero too
+  local function signed(b) return dlpack.where(dlpack.lt(b, 0), -2147483648 - b, b) end
+  print("ulps_" .. f, string.format("%d", dlpack.abs(signed(bits(got)) - signed(bits(want))):max()))
+end
+local i = dlpack.arange(-300, 300, "int32")
+print("int_add", hex(dlpack.add(i, i:flip({1}))), hex(dlpack.lt(i, 7)), hex(i:to("float32")))
+local z = dlpack.tensor({1, 2, 3, 4, -1.5, 0.25}, "float64"):to("complex128")
+print("complex_div", hex(dlpack.div(z, z:flip({1}))), hex(dlpack.exp(z)))
+]]
+
+local function run(level)
+  local out = support.run_lua(BATTERY, {DLPACK_LUA_CPU = level})
+  local lines = {}
+  local got = out:match("^level (%w+)")
+  assert(got, out)
+  for name, bytes in out:gmatch("\n(%S+)\t([^\n]*)") do lines[name] = bytes end
+  return got, lines
+end
+
+describe("the builds of the loops chosen at run time", function()
+  local level, detected = dlpack.cpu()
+
+  it("dlpack.cpu() names the level in use and the one the processor allows", function()
+    assert.is_truthy(RANK[level], level)
+    assert.is_truthy(RANK[detected], detected)
+    assert.is_true(RANK[level] <= RANK[detected])
+  end)
+
+  it("DLPACK_LUA_CPU lowers the level, never raises it; an unknown value changes nothing", function()
+    if support.WINDOWS then return pending(support.NOT_WINDOWS) end
+    for _, want in ipairs(LEVELS) do
+      local out = support.run_lua('print(require("dlpack").cpu())', {DLPACK_LUA_CPU = want})
+      local expect = RANK[want] <= RANK[detected] and want or detected
+      assert.equal(expect .. "\t" .. detected, out:match("^[^\n]*"))
+    end
+    local out = support.run_lua('print(require("dlpack").cpu())', {DLPACK_LUA_CPU = "sse9"})
+    assert.equal(detected .. "\t" .. detected, out:match("^[^\n]*"))
+  end)
+
+  local reference
+  for _, want in ipairs(LEVELS) do
+    local name = "computes what the portable build computes under DLPACK_LUA_CPU=" .. want
+    if RANK[want] > RANK[detected] then
+      pending(name .. ": this processor allows " .. detected .. " at most")
+    elseif support.WINDOWS then
+      pending(name .. ": " .. support.NOT_WINDOWS)
+    else
+      it(name, function()
+        if not reference then
+          local got
+          got, reference = run("baseline")
+          assert.equal("baseline", got)
+        end
+        local got, lines = run(want)
+        assert.equal(want, got)
+        local count = 0
+        for key, bytes in pairs(reference) do
+          count = count + 1
+          assert(lines[key], key .. " missing")
+          -- only float32 exp, sigmoid, log, tanh, sin and cos may differ (in their last places:
+          -- the bounds are checked below)
+          local f = key:match("^(%a+)_float32") or key:match("^ulps_(%a+)$")
+          if lines[key] ~= bytes and not VECTOR_MATH[f] then error(key .. " differs") end
+        end
+        assert.is_true(count > 150)
+        -- the bounds docs/api.md gives, on 200001 points of [-88.7, 89] (log: of their magnitudes)
+        for f, bound in pairs(VECTOR_MATH) do
+          assert.is_true(tonumber(lines["ulps_" .. f]) <= bound, f .. ": " .. lines["ulps_" .. f])
+        end
+      end)
+    end
+  end
+end)
