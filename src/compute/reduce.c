@@ -232,6 +232,38 @@ static double pw_sum(int kind, const char *p, int64_t step, int64_t n, double m)
   return kind == PW_F32 || kind == PW_SQ_F32 ? (double)pw_join_f32(&t, n, 0, &leaf) : pw_join_f64(&t, n, 0, &leaf);
 }
 
+/* The wrapping sum of n 64-bit integers at x, in parts on several threads when it is long (any
+ * split gives the same sum). */
+typedef struct WrapTasks {
+  const char *x;
+  int64_t step, n, part_len;
+  uint64_t part[64];
+} WrapTasks;
+
+static uint64_t wrapping_run(const char *x, int64_t step, int64_t n) {
+  uint64_t s = 0;
+  for (int64_t i = 0; i < n; i++) s += ld_u64(x + i * step);
+  return s;
+}
+
+static void wrap_task(void *ctx, int64_t i) {
+  WrapTasks *t = ctx;
+  int64_t lo = i * t->part_len, len = t->n - lo < t->part_len ? t->n - lo : t->part_len;
+  t->part[i] = wrapping_run(t->x + lo * t->step, t->step, len);
+}
+
+static uint64_t wrapping_sum(const char *x, int64_t step, int64_t n) {
+  if (n < 2 * DLP_TASK_ELEMENTS || !dlp_parallel_enabled()) return wrapping_run(x, step, n);
+  WrapTasks t = {x, step, n, 0, {0}};
+  int64_t parts = n / DLP_TASK_ELEMENTS < 64 ? n / DLP_TASK_ELEMENTS : 64;
+  t.part_len = (n + parts - 1) / parts;
+  parts = (n + t.part_len - 1) / t.part_len;
+  dlp_parallel_for(parts, wrap_task, &t);
+  uint64_t s = 0;
+  for (int64_t i = 0; i < parts; i++) s += t.part[i];
+  return s;
+}
+
 /* ---- sum, prod, any, all, var's squared deviations: fold n elements of x (the accumulator's
  * dtype) into acc; astep 0: all into one accumulator, else elementwise into a row ---- */
 
@@ -297,9 +329,7 @@ static void fold_sum(int acc_dtype, char *a, int64_t as, const char *x, int64_t 
       break;
     default: /* int64 and uint64: wrapping, as unsigned arithmetic */
       if (as == 0) {
-        uint64_t s = 0;
-        for (int64_t i = 0; i < n; i++) s += ld_u64(x + i * xs);
-        AT(uint64_t, a, 0, 0) += s;
+        AT(uint64_t, a, 0, 0) += wrapping_sum(x, xs, n);
       } else {
         for (int64_t i = 0; i < n; i++) AT(uint64_t, a, i, as) += ld_u64(x + i * xs);
       }
