@@ -91,6 +91,7 @@ FAKECUDA_OLD = $(BUILD)/old-driver/fakecuda.$(SO)
 HOST        = $(BUILD)/host$(EXE)
 HOST_CPP    = $(BUILD)/host-cpp
 HOST_IPC    = $(BUILD)/host-ipc
+HOST_THREADS = $(BUILD)/host-threads
 CXX        ?= c++
 PEERS       = $(BUILD)/peers
 
@@ -234,6 +235,11 @@ $(HOST): examples/host.c $(STATIC)
 
 $(HOST_IPC): examples/host_ipc.c $(STATIC)
 	$(say) LD '$@'
+	$(Q)$(CC) $(ALL_CFLAGS) -fvisibility=default -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)
+
+# Test-only: a host that hands the module its own job system (dlpack_lua_set_parallel_for).
+$(HOST_THREADS): spec/c/host_threads.c $(STATIC)
+	$(say) LD '$@ (test)'
 	$(Q)$(CC) $(ALL_CFLAGS) -fvisibility=default -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)
 
 # The same C API from C++ (examples/host.cpp): dlpack_lua.h gives Lua's functions C linkage.

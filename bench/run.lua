@@ -412,6 +412,30 @@ else
   peer_row("sum_f32", "  the same vs NumPy", 1.0, sum, "numpy", "np.sum(a)")
 end
 
+why = lacks("add", "sum", "set_num_threads")
+if why then
+  skip_row("add and sum float32 16M on 2 threads", why)
+elseif wanted("add_f32_2threads") or wanted("sum_f32_2threads") then
+  -- the same operation on 2 threads of the module's pool against 1 (docs/api.md, "Threads"): the
+  -- ratio says what the second core brings (a machine busy with other work brings less)
+  local M16 = 16 * 1024 * 1024
+  local x16, y16, z16 = dlpack.rand({M16}, "float32"), dlpack.rand({M16}, "float32"), dlpack.empty({M16}, "float32")
+  local into_z16 = {out = z16}
+  local function on(threads, fn)
+    return function(n)
+      dlpack.set_num_threads(threads)
+      fn(n)
+      dlpack.set_num_threads(0)
+    end
+  end
+  local function add16(n) for _ = 1, n do dlpack.add(x16, y16, into_z16) end end
+  local function sum16(n) for _ = 1, n do local _ = dlpack.sum(x16) end end
+  row("add_f32_2threads", "add(a, b, {out = c}) float32 16M, 2 threads", 0.6, on(2, add16), on(1, add16),
+      "the same on 1 thread")
+  row("sum_f32_2threads", "dlpack.sum(a) float32 16M, 2 threads", 0.6, on(2, sum16), on(1, sum16),
+      "the same on 1 thread")
+end
+
 why = lacks("argmax")
 if why then
   skip_row("dlpack.argmax(a) float32 4M", why)

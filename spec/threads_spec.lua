@@ -198,6 +198,27 @@ describe("threads and states", function()
     assert.are.equal(1, deletes(function() fab.delete_on_thread(ptr, name) end))
   end)
 
+  it("runs large operations in several lua_States on several threads at once, on the pool", function()
+    -- each state's sums and products split into tasks on the module's pool (3 threads), while the
+    -- other states compute too (one job at a time uses the pool; the others run their tasks inline)
+    local before = dlpack.get_num_threads()
+    dlpack.set_num_threads(3)
+    local r = fab.run_threads([[
+      local dlpack = require "dlpack"
+      dlpack.manual_seed(9)
+      local a = dlpack.randn({300007}, "float32")
+      wait_all()
+      local parts = {}
+      for k = 1, 3 do
+        parts[k] = string.format("%.17g", dlpack.sum(dlpack.mul(a, k)))
+      end
+      return table.concat(parts, " ") .. dlpack.sum(a:reshape({300007, 1}):expand({300007, 2}), 1):tobytes()
+    ]], 4)
+    dlpack.set_num_threads(before)
+    all_ok(r)
+    for i = 2, #r do assert.are.equal(r[1].value, r[i].value) end
+  end)
+
   it("keeps an exported tensor valid after its lua_State is closed", function()
     local ok, values = fab.export_and_close("versioned")
     assert.is_true(ok)

@@ -110,6 +110,20 @@ DLPACK_LUA_API void dlpack_lua_push_shared(lua_State *L, int fd, const DLTensor 
  * and in *offset the file offset of its first element. -1 for anything else. */
 DLPACK_LUA_API int dlpack_lua_shared_fd(lua_State *L, int idx, uint64_t *offset);
 
+/* A host's job system for the module's large CPU operations (docs/api.md, "Threads"), so that the module
+ * never starts threads of its own to compete with the host's. Once set, an operation that splits its work
+ * calls parallel_for(job_ctx, n_tasks, task, task_ctx) instead of using the module's pool: it must call
+ * task(task_ctx, i) exactly once for every i in [0, n_tasks), on any threads (the calling one too), in any
+ * order, at the same time or not, and return only when every call has returned. Tasks run C loops only:
+ * they never touch a lua_State, never raise and never call parallel_for again (a split inside a task runs
+ * inline). parallel_for may be called from several threads at once (one per lua_State computing).
+ * Process-wide, for every lua_State; NULL goes back to the module's own pool (dlpack.set_num_threads).
+ * Set it before scripts compute, or while no operation runs: job_ctx must stay valid until it is replaced
+ * and every call in flight has returned. */
+typedef void (*dlpack_lua_task)(void *task_ctx, int64_t i);
+typedef void (*dlpack_lua_parallel_for)(void *job_ctx, int64_t n_tasks, dlpack_lua_task task, void *task_ctx);
+DLPACK_LUA_API void dlpack_lua_set_parallel_for(dlpack_lua_parallel_for parallel_for, void *job_ctx);
+
 /* The registry key of the function table below (a light userdata to a static struct). */
 #define DLPACK_LUA_API_KEY "dlpack.api"
 /* Version of the function table; new fields are only ever appended (2 added the stream functions,

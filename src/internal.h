@@ -401,6 +401,20 @@ int dlp_check_option(lua_State *L, int arg, const char *const names[], const cha
 /* Raises unless the arguments from first on are all nil (what: the function, how: what it takes). */
 void dlp_check_no_more(lua_State *L, int first, const char *what, const char *how);
 
+/* ---- compute/threads.c: large CPU operations on several threads ----
+ * dlp_parallel_for runs task(ctx, i) for every i in [0, n_tasks), on the host's job system, the
+ * module's pool or the calling thread, in any order and at the same time, and returns when all
+ * have returned. Call it after every Lua-side step of the operation: tasks run C loops only (no
+ * lua_State, no Lua allocation, no error), each writing memory no other task writes. The split
+ * into tasks depends on the operation's sizes only (DLP_TASK_ELEMENTS), never on the number of
+ * threads, so that results are the same on any. dlp_parallel_enabled: whether splitting can pay
+ * (more than one thread, or a host's job system, and not already inside a task). */
+#define DLP_TASK_ELEMENTS ((int64_t)1 << 16) /* the least work worth a task of its own */
+typedef void (*dlp_TaskFn)(void *ctx, int64_t i);
+void dlp_parallel_for(int64_t n_tasks, dlp_TaskFn task, void *ctx);
+int dlp_parallel_enabled(void);
+void dlp_threads_register(lua_State *L, int module); /* dlpack.set_num_threads, get_num_threads */
+
 /* ---- iter.c: one walk over the elements of several operands (the computing functions') ----
  * The operands (the output first, by convention) share one shape; each has its own byte strides,
  * 0 along dimensions it is broadcast over. dlp_iter_init drops size-1 dimensions, orders the
@@ -419,6 +433,13 @@ typedef void (*dlp_IterLoop)(void *ctx, char *const *data, const int64_t *steps,
 void dlp_iter_init(dlp_Iter *it, int nops, int ndim, const int64_t *shape, char *const *data,
                    const int64_t (*strides)[DLP_MAX_NDIM], int reorder);
 void dlp_iter_run(const dlp_Iter *it, dlp_IterLoop loop, void *ctx);
+/* dlp_iter_run split into tasks of consecutive elements (dlp_parallel_for) when the walk is large,
+ * the threads are there and the output (operand 0, elements of out_itemsize bytes) writes no byte
+ * twice; each task starts at a multiple of `align` elements along the innermost row. The loop must
+ * keep nothing of its own between calls (ctx is shared by the tasks). */
+void dlp_iter_run_parallel(const dlp_Iter *it, dlp_IterLoop loop, void *ctx, int64_t out_itemsize, int64_t align);
+/* dlp_iter_run over indices [lo, hi) of dimension dim only (the others whole). */
+void dlp_iter_run_slice(const dlp_Iter *it, int dim, int64_t lo, int64_t hi, dlp_IterLoop loop, void *ctx);
 /* Call fn once per line along dimension dim (0-based) of the nops tensors (the same shape but
  * along dim, where each may have its own size): p[k] is where operand k's line starts (host memory). */
 typedef void (*dlp_LineFn)(void *ctx, char *const *p);

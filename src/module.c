@@ -223,6 +223,7 @@ DLPACK_LUA_API int luaopen_dlpack(lua_State *L) {
   dlp_copy_register(L, methods);
   dlp_format_register(L, module, methods, meta);
   dlp_reduce_register(L, module, methods, meta);
+  dlp_threads_register(L, module);
   dlp_sort_register(L, module, methods, meta);
   dlp_scan_register(L, module, methods, meta);
   dlp_capsule_register(L, module);

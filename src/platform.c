@@ -1,7 +1,7 @@
 /* The operating system's side of platform.h: libraries opened at run time, memory and mapped
- * files, on POSIX (dlopen, mmap) and on Windows (LoadLibrary, VirtualAlloc, MapViewOfFile); the
- * processor's level (cpuid and XGETBV, the same on both). */
-#define _GNU_SOURCE /* dladdr, RTLD_NODELETE, RTLD_NOLOAD, RTLD_DEFAULT, MAP_ANONYMOUS */
+ * files, threads, on POSIX (dlopen, mmap, pthreads) and on Windows (LoadLibrary, VirtualAlloc,
+ * MapViewOfFile, CreateThread); the processor's level (cpuid and XGETBV, the same on both). */
+#define _GNU_SOURCE /* dladdr, RTLD_NODELETE, RTLD_NOLOAD, RTLD_DEFAULT, MAP_ANONYMOUS, sched_getaffinity */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -93,6 +93,41 @@ void dlp_file_unmap(void *p, size_t length) {
   UnmapViewOfFile(p);
 }
 
+typedef struct ThreadStart {
+  void (*fn)(void *);
+  void *arg;
+} ThreadStart;
+
+static DWORD WINAPI thread_main(LPVOID p) {
+  ThreadStart start = *(ThreadStart *)p;
+  free(p);
+  start.fn(start.arg);
+  return 0;
+}
+
+int dlp_thread_start(dlp_thread *t, void (*fn)(void *), void *arg) {
+  ThreadStart *start = malloc(sizeof *start);
+  if (!start) return 0;
+  start->fn = fn;
+  start->arg = arg;
+  *t = CreateThread(NULL, 0, thread_main, start, 0, NULL);
+  if (!*t) free(start);
+  return *t != NULL;
+}
+
+void dlp_thread_join(dlp_thread t) {
+  WaitForSingleObject(t, INFINITE);
+  CloseHandle(t);
+}
+
+int dlp_cpu_count(void) {
+  DWORD_PTR process, system;
+  int n = 0;
+  if (GetProcessAffinityMask(GetCurrentProcess(), &process, &system))
+    for (; process; process &= process - 1) n++;
+  return n > 0 ? n : 1;
+}
+
 #else
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -180,6 +215,40 @@ void *dlp_file_map_readonly(FILE *f, size_t length, char *why, size_t whylen) {
 }
 
 void dlp_file_unmap(void *p, size_t length) { munmap(p, length); }
+
+typedef struct ThreadStart {
+  void (*fn)(void *);
+  void *arg;
+} ThreadStart;
+
+static void *thread_main(void *p) {
+  ThreadStart start = *(ThreadStart *)p;
+  free(p);
+  start.fn(start.arg);
+  return NULL;
+}
+
+int dlp_thread_start(dlp_thread *t, void (*fn)(void *), void *arg) {
+  ThreadStart *start = malloc(sizeof *start);
+  if (!start) return 0;
+  start->fn = fn;
+  start->arg = arg;
+  if (pthread_create(t, NULL, thread_main, start) == 0) return 1;
+  free(start);
+  return 0;
+}
+
+void dlp_thread_join(dlp_thread t) { pthread_join(t, NULL); }
+
+int dlp_cpu_count(void) {
+  long n = 0;
+#ifdef CPU_COUNT
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
+#endif
+  if (n <= 0) n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (n < 4096 ? (int)n : 4096) : 1;
+}
 #endif
 
 /* ---- the processor ---- */

@@ -6,7 +6,8 @@
  *   once-initialisation   dlp_once_flag, DLP_ONCE_INIT, dlp_call_once
  *   locks                 dlp_mutex, DLP_MUTEX_INIT, dlp_mutex_init, dlp_mutex_lock, dlp_mutex_unlock
  *   threads               dlp_thread_id, dlp_thread_self, dlp_thread_equal, dlp_thread_yield,
- *                         dlp_thread_key (a per-thread pointer)
+ *                         dlp_thread_key (a per-thread pointer), dlp_thread_start, dlp_thread_join,
+ *                         dlp_cond (condition variables with dlp_mutex), dlp_cpu_count (platform.c)
  *   libraries             dlp_library_open, dlp_library_symbol, dlp_library_close,
  *                         dlp_library_pin_self, dlp_library_export_at (platform.c), DLP_CALLER
  *   memory                dlp_aligned_alloc, dlp_aligned_free, dlp_pages_map, dlp_pages_unmap,
@@ -92,6 +93,30 @@ static inline int dlp_thread_key_create(dlp_thread_key *k) { return pthread_key_
 static inline void *dlp_thread_key_get(dlp_thread_key k) { return pthread_getspecific(k); }
 static inline void dlp_thread_key_set(dlp_thread_key k, void *v) { pthread_setspecific(k, v); }
 #endif
+
+/* ---- threads the module starts (compute/threads.c's pool): platform.c ----
+ * dlp_thread_start: 1 when fn(arg) runs on a new thread, 0 when none could be started.
+ * dlp_cond_wait releases m while it waits and holds it again when it returns (it may return
+ * spuriously: callers wait in a loop). dlp_cpu_count: the processors this process may run on (its
+ * affinity mask where the system has one), at least 1. */
+#ifdef _WIN32
+typedef HANDLE dlp_thread;
+typedef CONDITION_VARIABLE dlp_cond;
+static inline void dlp_cond_init(dlp_cond *c) { InitializeConditionVariable(c); }
+static inline void dlp_cond_wait(dlp_cond *c, dlp_mutex *m) { SleepConditionVariableSRW(c, m, INFINITE, 0); }
+static inline void dlp_cond_signal(dlp_cond *c) { WakeConditionVariable(c); }
+static inline void dlp_cond_broadcast(dlp_cond *c) { WakeAllConditionVariable(c); }
+#else
+typedef pthread_t dlp_thread;
+typedef pthread_cond_t dlp_cond;
+static inline void dlp_cond_init(dlp_cond *c) { pthread_cond_init(c, NULL); }
+static inline void dlp_cond_wait(dlp_cond *c, dlp_mutex *m) { pthread_cond_wait(c, m); }
+static inline void dlp_cond_signal(dlp_cond *c) { pthread_cond_signal(c); }
+static inline void dlp_cond_broadcast(dlp_cond *c) { pthread_cond_broadcast(c); }
+#endif
+int dlp_thread_start(dlp_thread *t, void (*fn)(void *), void *arg);
+void dlp_thread_join(dlp_thread t);
+int dlp_cpu_count(void);
 
 /* ---- libraries opened at run time (the CUDA driver, a BLAS): platform.c ----
  * dlp_library_open: a handle, or NULL with why filled in. `name` is a file name the system

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The thread specs (capsules consumed, tensors exported and deleters run across lua_States and
-# threads) against the module built with ThreadSanitizer (`make tsan-build` -> build/tsan); any
+# threads; large operations split among the pool's threads: spec/parallel_spec.lua) against the module built with ThreadSanitizer (`make tsan-build` -> build/tsan); any
 # data race report fails the run. The interpreter itself is not instrumented: the runtime is
 # preloaded, and it watches every access the module and the test module make.
 source "$(dirname "$0")/lib.sh"
@@ -12,4 +12,4 @@ build_or_exit tsan-build
 
 export TSAN_OPTIONS="halt_on_error=1:exitcode=89:second_deadlock_stack=1"
 export LUA_CPATH="$ROOT/build/tsan/?.so;;"
-LD_PRELOAD="$LIBTSAN" run_tap tsan "$LUA" "$BUSTED" -o TAP --cpath="$ROOT/build/tsan/?.so" spec/threads_spec.lua
+LD_PRELOAD="$LIBTSAN" run_tap tsan "$LUA" "$BUSTED" -o TAP --cpath="$ROOT/build/tsan/?.so" spec/threads_spec.lua spec/parallel_spec.lua

@@ -672,7 +672,10 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
     dlp_Iter it;
     dlp_iter_init(&it, n + 1, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1);
     fold_periodic(&it, &run);
-    dlp_iter_run(&it, run_rows, &run);
+    int64_t period = 1; /* a task starts a tile's period from its first element */
+    for (int k = 1; k < run.nops; k++)
+      if (run.period[k]) period = run.period[k];
+    dlp_iter_run_parallel(&it, run_rows, &run, dlp_dtypes[out->dtype].itemsize, period);
   }
   for (int k = 0; k < n; k++)
     if (source[k] && source[k] != in[k].t) dlp_tensor_release(source[k]);

@@ -132,6 +132,93 @@ void dlp_iter_run(const dlp_Iter *it, dlp_IterLoop loop, void *ctx) {
   }
 }
 
+/* Elements [start, end) of the walk in row-major order of its dimensions: the odometer started at
+ * start's index, the first and last rows cut short. */
+static void run_range(const dlp_Iter *it, int64_t start, int64_t end, dlp_IterLoop loop, void *ctx) {
+  char *row[DLP_ITER_MAX_OPS], *ptr[DLP_ITER_MAX_OPS];
+  int64_t index[DLP_MAX_NDIM], steps[DLP_ITER_MAX_OPS];
+  int nops = it->nops, inner = it->ndim - 1;
+  int64_t rest = start;
+  for (int i = inner; i >= 0; i--) {
+    index[i] = rest % it->shape[i];
+    rest /= it->shape[i];
+  }
+  for (int op = 0; op < nops; op++) {
+    row[op] = it->data[op];
+    for (int i = 0; i < inner; i++) row[op] = dlp_offset(row[op], index[i] * it->strides[op][i]);
+    steps[op] = it->strides[op][inner];
+  }
+  int64_t col = index[inner], at = start;
+  for (;;) {
+    int64_t n = it->shape[inner] - col < end - at ? it->shape[inner] - col : end - at;
+    for (int op = 0; op < nops; op++) ptr[op] = dlp_offset(row[op], col * steps[op]);
+    loop(ctx, ptr, steps, n);
+    at += n;
+    if (at >= end) return;
+    col = 0;
+    for (int i = inner - 1; i >= 0; i--) { /* the odometer, as dlp_iter_run's */
+      for (int op = 0; op < nops; op++) row[op] = dlp_offset(row[op], it->strides[op][i]);
+      if (++index[i] < it->shape[i]) break;
+      for (int op = 0; op < nops; op++) row[op] = dlp_offset(row[op], -it->strides[op][i] * it->shape[i]);
+      index[i] = 0;
+    }
+  }
+}
+
+/* Whether operand 0 writes no byte twice: its dimensions, by stride, each step past all the
+ * elements of the ones inside it (a sufficient test; a stride of 0 fails it). */
+static int writes_each_byte_once(const dlp_Iter *it, int64_t itemsize) {
+  int64_t stride[DLP_MAX_NDIM], size[DLP_MAX_NDIM], extent = itemsize;
+  int n = it->ndim;
+  for (int i = 0; i < n; i++) { /* insertion sort by stride, smallest first */
+    int64_t s = magnitude(it->strides[0][i]), z = it->shape[i];
+    int j = i;
+    for (; j > 0 && stride[j - 1] > s; j--) stride[j] = stride[j - 1], size[j] = size[j - 1];
+    stride[j] = s, size[j] = z;
+  }
+  for (int i = 0; i < n; i++) {
+    int64_t span;
+    if (stride[i] < extent || !dlp_mul(stride[i], size[i] - 1, &span) || span > INT64_MAX - extent) return 0;
+    extent += span;
+  }
+  return 1;
+}
+
+typedef struct RangeTasks {
+  const dlp_Iter *it;
+  dlp_IterLoop loop;
+  void *ctx;
+  int64_t chunk; /* elements per task, the last one's fewer */
+} RangeTasks;
+
+static void range_task(void *ctx, int64_t i) {
+  const RangeTasks *r = ctx;
+  int64_t start = i * r->chunk, end = r->it->numel - start < r->chunk ? r->it->numel : start + r->chunk;
+  run_range(r->it, start, end, r->loop, r->ctx);
+}
+
+void dlp_iter_run_parallel(const dlp_Iter *it, dlp_IterLoop loop, void *ctx, int64_t out_itemsize, int64_t align) {
+  if (it->numel < 2 * DLP_TASK_ELEMENTS || it->ndim == 0 || !dlp_parallel_enabled() ||
+      !writes_each_byte_once(it, out_itemsize)) {
+    dlp_iter_run(it, loop, ctx);
+    return;
+  }
+  /* tasks of at least DLP_TASK_ELEMENTS, at most 256 of them, a multiple of align long (which
+   * divides the innermost size, so each task starts at one) */
+  int64_t chunk = it->numel / 256 > DLP_TASK_ELEMENTS ? it->numel / 256 : DLP_TASK_ELEMENTS;
+  chunk = (chunk + align - 1) / align * align;
+  RangeTasks r = {it, loop, ctx, chunk};
+  dlp_parallel_for((it->numel + chunk - 1) / chunk, range_task, &r);
+}
+
+void dlp_iter_run_slice(const dlp_Iter *it, int dim, int64_t lo, int64_t hi, dlp_IterLoop loop, void *ctx) {
+  dlp_Iter part = *it;
+  part.shape[dim] = hi - lo;
+  part.numel = it->numel / it->shape[dim] * (hi - lo);
+  for (int op = 0; op < it->nops; op++) part.data[op] = dlp_offset(it->data[op], lo * it->strides[op][dim]);
+  dlp_iter_run(&part, loop, ctx);
+}
+
 /* Lines along one dimension: the engine walks the operands with that dimension's size set to 1,
  * and each element it visits starts a line (line functions: sort, scans, softmax). */
 typedef struct LineWalk {

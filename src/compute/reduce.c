@@ -161,6 +161,109 @@ DEFINE_PAIRWISE(pw_sq_f64, double, ld_f64, SQDEV, leaf_sq_f64)
 #undef DEFINE_PAIRWISE
 #undef PW_LEAF
 
+/* A long pairwise sum split into tasks (threads.c) at the recursion's own halves, the halves' sums
+ * added back as the recursion adds them: the same sum bit for bit as one call, on any number of
+ * threads. The split depends on n only: halves while they are at least DLP_TASK_ELEMENTS long,
+ * at most PW_DEPTH times. */
+#define PW_DEPTH 6
+enum { PW_F32, PW_F64, PW_SQ_F32, PW_SQ_F64 };
+typedef struct PwTasks {
+  int kind;
+  const char *p;
+  int64_t step;
+  double m;                                   /* the mean of the squared deviations */
+  int64_t start[1 << PW_DEPTH], len[1 << PW_DEPTH];
+  float f32[1 << PW_DEPTH];
+  double f64[1 << PW_DEPTH];
+  int count;
+} PwTasks;
+
+static int pw_splits(int64_t n, int depth) { return depth < PW_DEPTH && n >= 2 * DLP_TASK_ELEMENTS; }
+static int64_t pw_half(int64_t n) { return n / 2 - n / 2 % 8; } /* DEFINE_PAIRWISE's */
+
+static void pw_leaves(PwTasks *t, int64_t start, int64_t n, int depth) {
+  if (pw_splits(n, depth)) {
+    pw_leaves(t, start, pw_half(n), depth + 1);
+    pw_leaves(t, start + pw_half(n), n - pw_half(n), depth + 1);
+    return;
+  }
+  t->start[t->count] = start;
+  t->len[t->count++] = n;
+}
+
+static void pw_task(void *ctx, int64_t i) {
+  PwTasks *t = ctx;
+  const char *p = t->p + t->start[i] * t->step;
+  switch (t->kind) {
+    case PW_F32: t->f32[i] = pw_f32(p, t->step, t->len[i], 0); break;
+    case PW_F64: t->f64[i] = pw_f64(p, t->step, t->len[i], 0); break;
+    case PW_SQ_F32: t->f32[i] = pw_sq_f32(p, t->step, t->len[i], (float)t->m); break;
+    default: t->f64[i] = pw_sq_f64(p, t->step, t->len[i], t->m);
+  }
+}
+
+static float pw_join_f32(const PwTasks *t, int64_t n, int depth, int *leaf) {
+  if (!pw_splits(n, depth)) return t->f32[(*leaf)++];
+  float a = pw_join_f32(t, pw_half(n), depth + 1, leaf);
+  return a + pw_join_f32(t, n - pw_half(n), depth + 1, leaf);
+}
+
+static double pw_join_f64(const PwTasks *t, int64_t n, int depth, int *leaf) {
+  if (!pw_splits(n, depth)) return t->f64[(*leaf)++];
+  double a = pw_join_f64(t, pw_half(n), depth + 1, leaf);
+  return a + pw_join_f64(t, n - pw_half(n), depth + 1, leaf);
+}
+
+/* The pairwise sum of kind `kind` over n elements at p: on several threads when it is long. */
+static double pw_sum(int kind, const char *p, int64_t step, int64_t n, double m) {
+  if (!pw_splits(n, 0) || !dlp_parallel_enabled()) {
+    switch (kind) {
+      case PW_F32: return pw_f32(p, step, n, 0);
+      case PW_F64: return pw_f64(p, step, n, 0);
+      case PW_SQ_F32: return pw_sq_f32(p, step, n, (float)m);
+      default: return pw_sq_f64(p, step, n, m);
+    }
+  }
+  PwTasks t;
+  int leaf = 0;
+  t.kind = kind, t.p = p, t.step = step, t.m = m, t.count = 0;
+  pw_leaves(&t, 0, n, 0);
+  dlp_parallel_for(t.count, pw_task, &t);
+  return kind == PW_F32 || kind == PW_SQ_F32 ? (double)pw_join_f32(&t, n, 0, &leaf) : pw_join_f64(&t, n, 0, &leaf);
+}
+
+/* The wrapping sum of n 64-bit integers at x, in parts on several threads when it is long (any
+ * split gives the same sum). */
+typedef struct WrapTasks {
+  const char *x;
+  int64_t step, n, part_len;
+  uint64_t part[64];
+} WrapTasks;
+
+static uint64_t wrapping_run(const char *x, int64_t step, int64_t n) {
+  uint64_t s = 0;
+  for (int64_t i = 0; i < n; i++) s += ld_u64(x + i * step);
+  return s;
+}
+
+static void wrap_task(void *ctx, int64_t i) {
+  WrapTasks *t = ctx;
+  int64_t lo = i * t->part_len, len = t->n - lo < t->part_len ? t->n - lo : t->part_len;
+  t->part[i] = wrapping_run(t->x + lo * t->step, t->step, len);
+}
+
+static uint64_t wrapping_sum(const char *x, int64_t step, int64_t n) {
+  if (n < 2 * DLP_TASK_ELEMENTS || !dlp_parallel_enabled()) return wrapping_run(x, step, n);
+  WrapTasks t = {x, step, n, 0, {0}};
+  int64_t parts = n / DLP_TASK_ELEMENTS < 64 ? n / DLP_TASK_ELEMENTS : 64;
+  t.part_len = (n + parts - 1) / parts;
+  parts = (n + t.part_len - 1) / t.part_len;
+  dlp_parallel_for(parts, wrap_task, &t);
+  uint64_t s = 0;
+  for (int64_t i = 0; i < parts; i++) s += t.part[i];
+  return s;
+}
+
 /* ---- sum, prod, any, all, var's squared deviations: fold n elements of x (the accumulator's
  * dtype) into acc; astep 0: all into one accumulator, else elementwise into a row ---- */
 
@@ -193,19 +296,19 @@ static void add_rows_f64(char *a, const char *x, int64_t n) {
 static void fold_sum(int acc_dtype, char *a, int64_t as, const char *x, int64_t xs, int64_t n) {
   switch (acc_dtype) {
     case DLP_FLOAT32:
-      if (as == 0) AT(float, a, 0, 0) += pw_f32(x, xs, n, 0);
+      if (as == 0) AT(float, a, 0, 0) += (float)pw_sum(PW_F32, x, xs, n, 0);
       else if (as == 4 && xs == 4) add_rows_f32(a, x, n);
       else for (int64_t i = 0; i < n; i++) AT(float, a, i, as) += ld_f32(x + i * xs);
       break;
     case DLP_FLOAT64:
-      if (as == 0) AT(double, a, 0, 0) += pw_f64(x, xs, n, 0);
+      if (as == 0) AT(double, a, 0, 0) += pw_sum(PW_F64, x, xs, n, 0);
       else if (as == 8 && xs == 8) add_rows_f64(a, x, n);
       else for (int64_t i = 0; i < n; i++) AT(double, a, i, as) += ld_f64(x + i * xs);
       break;
     case DLP_COMPLEX64:
       if (as == 0) {
-        AT(float, a, 0, 0) += pw_f32(x, xs, n, 0);
-        AT(float, a + 4, 0, 0) += pw_f32(x + 4, xs, n, 0);
+        AT(float, a, 0, 0) += (float)pw_sum(PW_F32, x, xs, n, 0);
+        AT(float, a + 4, 0, 0) += (float)pw_sum(PW_F32, x + 4, xs, n, 0);
       } else {
         for (int64_t i = 0; i < n; i++) {
           AT(float, a, i, as) += ld_f32(x + i * xs);
@@ -215,8 +318,8 @@ static void fold_sum(int acc_dtype, char *a, int64_t as, const char *x, int64_t 
       break;
     case DLP_COMPLEX128:
       if (as == 0) {
-        AT(double, a, 0, 0) += pw_f64(x, xs, n, 0);
-        AT(double, a + 8, 0, 0) += pw_f64(x + 8, xs, n, 0);
+        AT(double, a, 0, 0) += pw_sum(PW_F64, x, xs, n, 0);
+        AT(double, a + 8, 0, 0) += pw_sum(PW_F64, x + 8, xs, n, 0);
       } else {
         for (int64_t i = 0; i < n; i++) {
           AT(double, a, i, as) += ld_f64(x + i * xs);
@@ -226,9 +329,7 @@ static void fold_sum(int acc_dtype, char *a, int64_t as, const char *x, int64_t 
       break;
     default: /* int64 and uint64: wrapping, as unsigned arithmetic */
       if (as == 0) {
-        uint64_t s = 0;
-        for (int64_t i = 0; i < n; i++) s += ld_u64(x + i * xs);
-        AT(uint64_t, a, 0, 0) += s;
+        AT(uint64_t, a, 0, 0) += wrapping_sum(x, xs, n);
       } else {
         for (int64_t i = 0; i < n; i++) AT(uint64_t, a, i, as) += ld_u64(x + i * xs);
       }
@@ -278,14 +379,14 @@ static void fold_any_all(int all, char *a, int64_t as, const char *x, int64_t xs
 /* sum of (x - mean)^2; the mean buffer is laid out as the accumulator (same steps) */
 static void fold_sqdev(int acc_dtype, char *a, int64_t as, const char *mean, const char *x, int64_t xs, int64_t n) {
   if (acc_dtype == DLP_FLOAT32) {
-    if (as == 0) AT(float, a, 0, 0) += pw_sq_f32(x, xs, n, AT(float, mean, 0, 0));
+    if (as == 0) AT(float, a, 0, 0) += (float)pw_sum(PW_SQ_F32, x, xs, n, AT(float, mean, 0, 0));
     else
       for (int64_t i = 0; i < n; i++) {
         float d = ld_f32(x + i * xs) - AT(float, mean, i, as);
         AT(float, a, i, as) += d * d;
       }
   } else {
-    if (as == 0) AT(double, a, 0, 0) += pw_sq_f64(x, xs, n, AT(double, mean, 0, 0));
+    if (as == 0) AT(double, a, 0, 0) += pw_sum(PW_SQ_F64, x, xs, n, AT(double, mean, 0, 0));
     else
       for (int64_t i = 0; i < n; i++) {
         double d = ld_f64(x + i * xs) - AT(double, mean, i, as);
@@ -515,6 +616,41 @@ static void walk_loop(void *ctx, char *const *data, const int64_t *steps, int64_
       fold(w, d, steps, nops, w->buf1, w->acc_size, cn);
     }
   }
+}
+
+/* The walk of sum, prod, mean, var, std, any and all, split into tasks along a kept dimension (one
+ * the accumulator steps along) when it is large: a task folds whole outputs, each output's
+ * elements in the order one walk folds them, so results are the same bit for bit on any number of
+ * threads. Each task has a copy of the walk (its conversion buffers). min, max and the arg
+ * reductions count positions across the walk: one walk. */
+typedef struct WalkTasks {
+  const dlp_Iter *it;
+  const Walk *w;
+  int dim;
+  int64_t chunk;
+} WalkTasks;
+
+static void walk_task(void *ctx, int64_t i) {
+  const WalkTasks *t = ctx;
+  Walk own = *t->w;
+  int64_t lo = i * t->chunk, size = t->it->shape[t->dim];
+  dlp_iter_run_slice(t->it, t->dim, lo, size - lo < t->chunk ? size : lo + t->chunk, walk_loop, &own);
+}
+
+static void walk(const dlp_Iter *it, Walk *w) {
+  int dim = -1;
+  if (!is_ordered(w->op) && it->numel >= 2 * DLP_TASK_ELEMENTS)
+    for (int i = 0; i < it->ndim; i++)
+      if (it->strides[0][i] != 0 && it->shape[i] > 1 && (dim < 0 || it->shape[i] > it->shape[dim])) dim = i;
+  if (dim < 0 || !dlp_parallel_enabled()) {
+    dlp_iter_run(it, walk_loop, w);
+    return;
+  }
+  int64_t size = it->shape[dim], tasks = it->numel / DLP_TASK_ELEMENTS;
+  if (tasks > 256) tasks = 256;
+  if (tasks > size) tasks = size;
+  WalkTasks t = {it, w, dim, (size + tasks - 1) / tasks};
+  dlp_parallel_for((size + t.chunk - 1) / t.chunk, walk_task, &t);
 }
 
 /* ---- finishing: stride-0 repeats, means, variances ---- */
@@ -1086,21 +1222,21 @@ static int reduce_named(lua_State *L, int op, const char *what) {
       for (int i = 0; i < ndim; i++) st2[0][i] = st[0][i], st2[1][i] = in_st[i];
       w->nops = 2;
       dlp_iter_init(&it, 2, ndim, shape, d, (const int64_t(*)[DLP_MAX_NDIM])st2, 1);
-      dlp_iter_run(&it, walk_loop, w);
+      walk(&it, w);
       divide(acc_dtype, aux, K, 1, (double)w->m, 0);
       d[0] = acc;
       d[1] = aux;
       d[2] = dlp_first_element(t);
       w->nops = 3;
       dlp_iter_init(&it, 3, ndim, shape, d, sp, 1);
-      dlp_iter_run(&it, walk_loop, w);
+      walk(&it, w);
       double divisor = (double)m - o.correction;
       divide(acc_dtype, acc, K, (double)rep, divisor > 0 ? divisor : 0, op == R_STD);
     } else {
       for (int i = 0; i < ndim; i++) st[1][i] = in_st[i];
       data[1] = dlp_first_element(t);
       dlp_iter_init(&it, 2, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])st, 1);
-      dlp_iter_run(&it, walk_loop, w);
+      walk(&it, w);
       if (rep > 1 && (op == R_SUM || op == R_PROD)) repeat(op, acc_dtype, acc, K, rep);
       if (op == R_MEAN) divide(acc_dtype, acc, K, 1, (double)w->m, 0);
     }

@@ -1,0 +1,147 @@
+-- Large CPU operations on several threads (docs/api.md, "Threads"): the same bytes on 1, 2, 3 and
+-- 7 threads for elementwise operations (any layout, broadcasting, conversions, out=) and for
+-- reductions (floating-point sums included: the split depends on the sizes only), and the
+-- settings' argument checks. The host's job system (dlpack_lua_set_parallel_for) is tested by
+-- spec/c/host_threads.c (stage 30), the pool under ThreadSanitizer by spec/threads_spec.lua.
+local dlpack = require "dlpack"
+local support = require "support"
+
+local raises = support.raises
+local COUNTS = {1, 2, 3, 7}
+
+-- fn() -> a list of tensors or numbers, the same on every thread count (compared as bytes).
+local function same_on_all_counts(fn)
+  local before = dlpack.get_num_threads()
+  local reference
+  for _, n in ipairs(COUNTS) do
+    dlpack.set_num_threads(n)
+    local ok, got = pcall(fn)
+    if not ok then
+      dlpack.set_num_threads(before)
+      error(got, 0)
+    end
+    local bytes = {}
+    for i, v in ipairs(got) do -- tensors, or the numbers and booleans of whole reductions
+      bytes[i] = type(v) == "userdata" and v:tobytes() or type(v) .. string.format(" %.17g", v == true and 1 or v or 0)
+    end
+    if not reference then
+      reference = bytes
+    else
+      for i = 1, #reference do
+        assert(reference[i] == bytes[i], "result " .. i .. " differs on " .. n .. " threads from one thread's")
+      end
+    end
+  end
+  dlpack.set_num_threads(before)
+end
+
+describe("threads", function()
+  local default
+  setup(function() default = dlpack.get_num_threads() end)
+  after_each(function() dlpack.set_num_threads(0) end)
+
+  it("get_num_threads is a whole number from 1 to 256; set_num_threads(0) goes back to the default", function()
+    assert.is_true(default >= 1 and default <= 256 and default % 1 == 0)
+    dlpack.set_num_threads(3)
+    assert.are.equal(3, dlpack.get_num_threads())
+    dlpack.set_num_threads(256)
+    assert.are.equal(256, dlpack.get_num_threads())
+    dlpack.set_num_threads(0)
+    assert.are.equal(default, dlpack.get_num_threads())
+    assert.is_nil(dlpack.set_num_threads(2))
+  end)
+
+  it("set_num_threads refuses what is not a whole number from 0 to 256", function()
+    local expected = "dlpack.set_num_threads: a whole number from 0 %(the default%) to 256 expected, got "
+    raises(function() dlpack.set_num_threads(-1) end, expected .. "%-1")
+    raises(function() dlpack.set_num_threads(257) end, expected .. "257")
+    raises(function() dlpack.set_num_threads(1.5) end, expected .. "1.5")
+    raises(function() dlpack.set_num_threads(2 ^ 63) end, expected)
+    raises(function() dlpack.set_num_threads(math.huge) end, expected)
+    raises(function() dlpack.set_num_threads(0 / 0) end, expected)
+    raises(function() dlpack.set_num_threads("2") end, expected .. "string")
+    raises(function() dlpack.set_num_threads() end, expected .. "no value")
+    raises(function() dlpack.set_num_threads(2, 3) end, "dlpack.set_num_threads")
+    assert.are.equal(default, dlpack.get_num_threads())
+  end)
+
+  -- it runs new processes of the interpreter: not under a preloaded sanitizer runtime (stage 52's
+  -- ThreadSanitizer), whose shell children crash
+  local spawn = not os.getenv("LD_PRELOAD") and it or pending
+  spawn("DLPACK_LUA_NUM_THREADS sets the default; a value that is not 1 to 256 is ignored", function()
+    local script = 'package.path = ' .. string.format("%q", package.path) .. '; package.cpath = ' ..
+        string.format("%q", package.cpath) .. '; print(require("dlpack").get_num_threads())'
+    local unset = support.run_lua(script, {DLPACK_LUA_NUM_THREADS = ""}) -- the processors' count
+    assert.is_truthy(unset:match("^%d+\n$"), unset)
+    assert.are.equal("5\n", support.run_lua(script, {DLPACK_LUA_NUM_THREADS = "5"}))
+    for _, ignored in ipairs({"0", "many", "300", "-2", "2.5"}) do
+      assert.are.equal(unset, support.run_lua(script, {DLPACK_LUA_NUM_THREADS = ignored}))
+    end
+  end)
+
+  it("elementwise results are the same on any number of threads: odd shapes, strides, broadcasting", function()
+    dlpack.manual_seed(7)
+    local a = dlpack.randn({517, 1031}, "float32")       -- 533027 elements
+    local b = dlpack.randn({1031}, "float32")            -- broadcast along rows
+    local c = dlpack.randn({1031, 517}, "float64").T     -- transposed: another order of strides
+    local d = dlpack.randn({517 * 3 * 89}, "float32"):reshape({517 * 89, 3})
+    local e = dlpack.randint(-50, 50, {517, 1031}, "int32")
+    local h = dlpack.randn({517, 1031}, "float16")
+    same_on_all_counts(function()
+      local out = dlpack.empty({1031, 517}, "float32").T -- a strided out=
+      dlpack.mul(a, b, {out = out})
+      return {
+        dlpack.add(a, b), dlpack.exp(a), dlpack.mul(a, c), out,
+        dlpack.add(d, dlpack.tensor({1, 2, 3}, "float32")), -- rows of 3 folded into one long row
+        dlpack.add(e, 0.5), dlpack.mul(h, 3), dlpack.sub(a:slice(2, -1, 1, -2), 1), -- negative strides
+        dlpack.where(dlpack.gt(a, 0), a, c),
+      }
+    end)
+  end)
+
+  it("in place and aliasing outputs give one thread's result", function()
+    same_on_all_counts(function()
+      dlpack.manual_seed(3)
+      local a = dlpack.randn({700001}, "float64")
+      a:mul_(2)
+      local b = a:clone()
+      dlpack.add(b:narrow(1, 1, 700000), b:narrow(1, 2, 700000), {out = b:narrow(1, 2, 700000)})
+      return {a, b}
+    end)
+  end)
+
+  it("sums, means, variances and products are the same bit for bit on any number of threads", function()
+    dlpack.manual_seed(11)
+    local x = dlpack.randn({1000003}, "float32")
+    local y = dlpack.randn({1000003}, "float64")
+    local m = dlpack.randn({517, 1031}, "float32")
+    local t = dlpack.randn({1031, 517}, "float64").T
+    local i = dlpack.randint(-1000, 1000, {517, 1031}, "int64")
+    local h = dlpack.randn({300001}, "float16")
+    local z = x:to("complex64")
+    same_on_all_counts(function()
+      return {
+        dlpack.sum(x), dlpack.sum(y), dlpack.mean(x), dlpack.var(y), dlpack.std(x),
+        dlpack.sum(x:slice(1, 1, -1, 2)), dlpack.sum(x:slice(1, -1, 1, -1)),
+        dlpack.sum(m, 1), dlpack.sum(m, 2), dlpack.mean(m, 1), dlpack.var(m, 2), dlpack.std(t, 1),
+        dlpack.sum(t), dlpack.sum(t, 2), dlpack.sum(i), dlpack.prod(i:narrow(2, 1, 3), 2), dlpack.prod(m, 1),
+        dlpack.sum(h), dlpack.mean(h), dlpack.sum(z),
+        dlpack.any(dlpack.gt(m, 4)), dlpack.all(dlpack.lt(m, 4), 2),
+        dlpack.max(m), dlpack.argmin(m, 2),
+      }
+    end)
+  end)
+
+  it("a split sum has the bits of one pairwise pass (what one thread computes, unsplit)", function()
+    -- a long row of values whose sum rounds differently in any other order of additions
+    local n = 2 ^ 21 + 13
+    local x = dlpack.rand({n}, "float32")
+    x:narrow(1, 1, 1):fill(2 ^ 24)
+    dlpack.set_num_threads(1)
+    local one = dlpack.sum(x)
+    for _, k in ipairs({2, 5, 64}) do
+      dlpack.set_num_threads(k)
+      assert.are.equal(one, dlpack.sum(x))
+    end
+  end)
+end)
