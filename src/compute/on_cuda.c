@@ -7,9 +7,13 @@
 #include "core/convert_rules.h"
 #include "internal.h"
 
-void dlp_run_on_cuda(lua_State *L, const char *what, dlp_CudaStream *stream, int nops, int ndim, const int64_t *shape,
-                     char *const *data, const int64_t (*strides)[DLP_MAX_NDIM], dlp_Tensor *const *tensors,
-                     const void *const *values, const int *sizes, const char *kernel, int family) {
+/* One launch of kernel over the operands: tensors (or, where NULL, Lua scalars from values) of
+ * sizes[k] bytes an element, and, when params is not NULL, 6 int64 parameters in the value slots 1
+ * to 3 (its operands are all tensors then). */
+static void launch_kernel(lua_State *L, const char *what, dlp_CudaStream *stream, int nops, int ndim,
+                          const int64_t *shape, char *const *data, const int64_t (*strides)[DLP_MAX_NDIM],
+                          dlp_Tensor *const *tensors, const void *const *values, const int *sizes,
+                          const int64_t *params, const char *kernel, int family) {
   dlp_ElementwiseArgs args;
   dlp_Iter it;
   dlp_CudaLaunch launch;
@@ -38,6 +42,8 @@ void dlp_run_on_cuda(lua_State *L, const char *what, dlp_CudaStream *stream, int
     args.data[k] = (uint64_t)(uintptr_t)it.data[k];
     launch.operands[launch.noperands++] = tensors[k];
   }
+  if (params)
+    for (int n = 0; n < 6; n++) args.value[1 + n / 2][n % 2] = (uint64_t)params[n];
   launch.what = what;
   launch.kernel = kernel;
   launch.family = family;
@@ -46,37 +52,16 @@ void dlp_run_on_cuda(lua_State *L, const char *what, dlp_CudaStream *stream, int
   dlp_cuda_launch(L, &launch); /* takes the stream; raises only after letting go of what it took */
 }
 
+void dlp_run_on_cuda(lua_State *L, const char *what, dlp_CudaStream *stream, int nops, int ndim, const int64_t *shape,
+                     char *const *data, const int64_t (*strides)[DLP_MAX_NDIM], dlp_Tensor *const *tensors,
+                     const void *const *values, const int *sizes, const char *kernel, int family) {
+  launch_kernel(L, what, stream, nops, ndim, shape, data, strides, tensors, values, sizes, NULL, kernel, family);
+}
+
 void dlp_launch_with_params(lua_State *L, const char *what, const char *kernel, int family, int nops, int ndim,
                             const int64_t *shape, char *const *data, const int64_t (*strides)[DLP_MAX_NDIM],
                             dlp_Tensor *const *tensors, const int *sizes, const int64_t *params) {
-  dlp_ElementwiseArgs args;
-  dlp_Iter it;
-  dlp_CudaLaunch launch;
-  memset(&args, 0, sizeof args);
-  memset(&launch, 0, sizeof launch);
-  dlp_iter_init(&it, nops, ndim, shape, data, strides, 1);
-  args.numel = it.numel;
-  args.ndim = it.ndim;
-  for (int i = 0; i < it.ndim; i++) args.shape[i] = it.shape[i];
-  for (int k = 0; k < nops; k++) dlp_live(L, tensors[k], what); /* a finalizer may have released one since */
-  for (int k = 0; k < nops; k++) {
-    int misaligned = (uintptr_t)it.data[k] % (uintptr_t)sizes[k] != 0;
-    for (int i = 0; i < it.ndim; i++) {
-      args.strides[k][i] = it.strides[k][i];
-      misaligned |= it.strides[k][i] % sizes[k] != 0;
-    }
-    if (misaligned && it.numel > 0)
-      luaL_error(L, "%s: a CUDA operand's elements are not aligned to their size (%d bytes)", what, sizes[k]);
-    args.data[k] = (uint64_t)(uintptr_t)it.data[k];
-    launch.operands[launch.noperands++] = tensors[k];
-  }
-  for (int n = 0; n < 6; n++) args.value[1 + n / 2][n % 2] = (uint64_t)params[n];
-  launch.what = what;
-  launch.kernel = kernel;
-  launch.family = family;
-  launch.args = &args;
-  launch.stream = dlp_cuda_compute_stream(launch.operands, launch.noperands, NULL);
-  dlp_cuda_launch(L, &launch); /* takes the stream */
+  launch_kernel(L, what, NULL, nops, ndim, shape, data, strides, tensors, NULL, sizes, params, kernel, family);
 }
 
 /* the kernels that convert between the real dtypes: [source][destination], a family per source
