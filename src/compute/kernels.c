@@ -306,11 +306,11 @@ DEF_ZMM1(tanh_f32_zmm, tanh_zmm, tanh_f32)
     for (int64_t i = 0; i < n; i += 16) {                                                        \
       __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);         \
       __m512 x = _mm512_maskz_loadu_ps(m, a + 4 * i);                                            \
-      __mmask16 far = m & _mm512_cmp_ps_mask(_mm512_andnot_ps(_mm512_set1_ps(-0.0f), x),        \
+      __mmask16 distant = m & _mm512_cmp_ps_mask(_mm512_andnot_ps(_mm512_set1_ps(-0.0f), x),      \
                                              _mm512_set1_ps(SINCOS_LIMIT), _CMP_NLT_UQ);         \
-      _mm512_mask_storeu_ps(o + 4 * i, m & (__mmask16)~far, VECTOR(x));                          \
-      for (int64_t l = i; far; l++, far >>= 1) {                                                 \
-        if (!(far & 1)) continue;                                                                \
+      _mm512_mask_storeu_ps(o + 4 * i, m & (__mmask16)~distant, VECTOR(x));                       \
+      for (int64_t l = i; distant; l++, distant >>= 1) {                                          \
+        if (!(distant & 1)) continue;                                                             \
         float v;                                                                                 \
         memcpy(&v, a + 4 * l, 4);                                                                \
         v = LIBM(v);                                                                             \
