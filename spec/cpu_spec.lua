@@ -78,13 +78,16 @@ describe("the builds of the loops chosen at run time", function()
 
   it("DLPACK_LUA_CPU lowers the level, never raises it; an unknown value changes nothing", function()
     if support.WINDOWS then return pending(support.NOT_WINDOWS) end
-    for _, want in ipairs(LEVELS) do
-      local out = support.run_lua('print(require("dlpack").cpu())', {DLPACK_LUA_CPU = want})
-      local expect = RANK[want] <= RANK[detected] and want or detected
-      assert.equal(expect .. "\t" .. detected, out:match("^[^\n]*"))
-    end
+    -- the child's processor as the child sees it (under valgrind, this process is shown no AVX-512)
     local out = support.run_lua('print(require("dlpack").cpu())', {DLPACK_LUA_CPU = "sse9"})
-    assert.equal(detected .. "\t" .. detected, out:match("^[^\n]*"))
+    local seen = out:match("^(%w+)\t")
+    assert.is_truthy(RANK[seen], out)
+    assert.equal(seen .. "\t" .. seen, out:match("^[^\n]*"))
+    for _, want in ipairs(LEVELS) do
+      out = support.run_lua('print(require("dlpack").cpu())', {DLPACK_LUA_CPU = want})
+      local expect = RANK[want] <= RANK[seen] and want or seen
+      assert.equal(expect .. "\t" .. seen, out:match("^[^\n]*"))
+    end
   end)
 
   local reference
