@@ -336,8 +336,8 @@ local function know(env, o)
     if r.bad then return nil end
     if r.released then return { released = true } end
     local tbl = G.ELEM[r.dtype] and env.values(r.t, env.info(r.t)) or nil
-    return { dtype = r.dtype, shape = r.shape, tbl = tbl, host = true, readonly = r.readonly, expanded = r.expanded,
-      rec = r, computes = CM.COMPUTES[r.dtype] }
+    return { dtype = r.dtype, shape = r.shape, tbl = tbl, host = true, device = "cpu", readonly = r.readonly,
+      expanded = r.expanded, rec = r, computes = CM.COMPUTES[r.dtype] }
   end
   local t = o.pool.t
   if not t then return nil end
@@ -353,8 +353,8 @@ local function know(env, o)
   local tbl = (inf.elem and CM.COMPUTES[inf.dtype]) and env.values(t, inf) or nil
   if inf.elem and CM.COMPUTES[inf.dtype] and inf.numel <= 512 and not tbl then return nil end
   if inf.numel > 512 then tbl = nil end
-  return { dtype = inf.dtype, shape = inf.shape, tbl = tbl, host = inf.host, readonly = inf.readonly,
-    expanded = expanded, computes = CM.COMPUTES[inf.dtype] and not inf.sub, pool = o.pool }
+  return { dtype = inf.dtype, shape = inf.shape, tbl = tbl, host = inf.host, device = inf.device,
+    readonly = inf.readonly, expanded = expanded, computes = CM.COMPUTES[inf.dtype] and not inf.sub, pool = o.pool }
 end
 
 -- The dtype a scalar is read as (the weak kind's own).
@@ -1002,7 +1002,10 @@ local function tests(S, env)
     elseif ka.released or kb.released then
       err = "released"
     elseif which == 1 and not model.same_list(ka.shape, kb.shape) then
-      want = false
+      -- shapes differ: false, unless the devices differ and one is a CUDA device or not the host's
+      -- (then it raises naming both, as for equal shapes)
+      local cuda_or_far = not ka.host or not kb.host or ka.device:find("^cuda:") or kb.device:find("^cuda:")
+      if ka.device ~= kb.device and cuda_or_far then err = "device" else want = false end
     else
       err = elementwise_error({ ka, kb })
       local rs2 = not err and CM.broadcast({ ka.shape, kb.shape })
