@@ -127,8 +127,8 @@ DLPACK_LUA_API void dlpack_lua_set_parallel_for(dlpack_lua_parallel_for parallel
 /* The registry key of the function table below (a light userdata to a static struct). */
 #define DLPACK_LUA_API_KEY "dlpack.api"
 /* Version of the function table; new fields are only ever appended (2 added the stream functions,
- * 3 push_capsule and isolate_capsules, 4 the dlpack.ipc functions). */
-#define DLPACK_LUA_API_VERSION 4
+ * 3 push_capsule and isolate_capsules, 4 the dlpack.ipc functions, 5 set_parallel_for). */
+#define DLPACK_LUA_API_VERSION 5
 
 typedef struct dlpack_lua_api {
   int version; /* DLPACK_LUA_API_VERSION of the module that filled it */
@@ -150,6 +150,8 @@ typedef struct dlpack_lua_api {
   void (*push_channel)(lua_State *L, int fd);
   void (*push_shared)(lua_State *L, int fd, const DLTensor *layout, uint64_t flags);
   int (*shared_fd)(lua_State *L, int idx, uint64_t *offset);
+  /* version >= 5 */
+  void (*set_parallel_for)(dlpack_lua_parallel_for parallel_for, void *job_ctx);
 } dlpack_lua_api;
 
 /* Fetch the table from the registry of L (NULL if dlpack was not opened in L). */

@@ -9,7 +9,8 @@
  *   - every task runs exactly once per call, none calls parallel_for again
  *     (a split inside a task runs inline), and the host's threads ran tasks;
  *   - two lua_States computing at the same time on two threads, through the
- *     host's pool.
+ *     host's pool;
+ *   - the setter reached through the registry's function table (version 5).
  *   make build/host-threads && ./build/host-threads
  */
 #define _POSIX_C_SOURCE 200809L
@@ -302,6 +303,23 @@ int main(void) {
   check(same(got, reference) && atomic_load(&calls) == before,
         "unset (NULL): the module's own pool again, the host's not called");
   free(got);
+
+  /* a C module loaded with require reaches the setter through the registry's function table */
+  lua_State *L = luaL_newstate();
+  luaL_requiref(L, "dlpack", luaopen_dlpack, 0);
+  const dlpack_lua_api *api = dlpack_lua_get_api(L);
+  check(api != NULL && api->version >= 5 && api->set_parallel_for == dlpack_lua_set_parallel_for,
+        "the registry's function table (version 5) holds set_parallel_for");
+  if (api != NULL && api->version >= 5) {
+    reset_counts();
+    api->set_parallel_for(inline_forward, NULL);
+    got = compute(2);
+    check(same(got, reference) && atomic_load(&calls) > 0,
+          "set through the function table: the host's job system is called, the same bytes");
+    free(got);
+    api->set_parallel_for(NULL, NULL);
+  }
+  lua_close(L);
 
   pthread_mutex_lock(&pool.lock);
   pool.stop = 1;

@@ -94,6 +94,7 @@ static const dlpack_lua_api api = {
   dlpack_lua_push_channel,
   dlpack_lua_push_shared,
   dlpack_lua_shared_fd,
+  dlpack_lua_set_parallel_for,
 };
 
 void dlp_hostapi_register(lua_State *L) {
