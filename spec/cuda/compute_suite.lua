@@ -28,6 +28,52 @@ local function gc()
   collectgarbage()
 end
 
+-- everything back where it was: memory freed once the queued work ran
+local function settle()
+  gc()
+  if fake then fake.sync_all() end
+  cuda.legacy_stream:synchronize()
+  gc()
+  if fake then fake.sync_all() end
+end
+
+-- `rounds` rounds with a collection step at every allocation, in each of which a finalizer
+-- releases one CUDA operand (make(round) -> the CUDA operands, their CPU copies, the victim) while
+-- one of ops_of(round) runs on them: it raises naming the release or gives the bytes the same op
+-- gives on the CPU copies; some rounds see each, and nothing stays allocated on the device.
+local function finalizer_rounds(rounds, make, ops_of)
+  settle()
+  local live = fake.live().device
+  -- a cycle at every few allocations: the finalizer runs inside the op in some rounds
+  local incremental = pcall(collectgarbage, "incremental", 1, 1000)
+  if not incremental then collectgarbage("setpause", 1); collectgarbage("setstepmul", 1000) end
+  local ok_count, released = 0, 0
+  for round = 1, rounds do
+    local pool, cpu, victim = make(round)
+    setmetatable({}, {__gc = function() victim:release() end})
+    -- ops that allocate little in Lua's heap leave a cycle unfinished for many rounds: a step of
+    -- varying size here has the cycle end before, inside or after the op
+    collectgarbage("step", round % 8 * 32)
+    local ops = ops_of(round)
+    local op = ops[round % #ops + 1]
+    local ok, r = pcall(op, pool)
+    -- the result itself may be the victim (an out): released before it was read back
+    if ok then ok, r = pcall(function() return r:to("cpu"):tobytes() end) end
+    if ok then
+      ok_count = ok_count + 1
+      assert.are.equal(op(cpu):tobytes(), r, "round " .. round)
+    else
+      assert.is_truthy(tostring(r):find("released", 1, true), tostring(r))
+      released = released + 1
+    end
+  end
+  if incremental then collectgarbage("incremental", 200, 100)
+  else collectgarbage("setpause", 200); collectgarbage("setstepmul", 200) end
+  assert.is_true(ok_count > 0 and released > 0, ok_count .. " rounds gave a result, " .. released .. " raised")
+  settle()
+  assert.are.equal(live, fake.live().device)
+end
+
 -- values of every compute dtype with the cases that matter: signs, zero, the ends of the range
 local VALUES = {
   bool = {true, false, true, true, false, false},
@@ -493,14 +539,6 @@ describe("compute attacks", function()
   local function fake_only(name, fn)
     if fake then it(name, fn) else pending(name .. ": needs the fake driver") end
   end
-  -- everything back where it was: memory freed once the queued work ran
-  local function settle()
-    gc()
-    if fake then fake.sync_all() end
-    cuda.legacy_stream:synchronize()
-    gc()
-    if fake then fake.sync_all() end
-  end
   local function device_live() return fake and fake.live().device or 0 end
 
   fake_only("option tables whose metamethods release an operand or out, or collect, raise and leak nothing", function()
@@ -527,24 +565,18 @@ describe("compute attacks", function()
 
   fake_only("finalizers that release operands or out while temporaries are allocated: an error or the CPU's result",
     function()
-      settle()
-      local live = device_live()
-      local incremental = pcall(collectgarbage, "incremental", 1, 100) -- a collection step at every allocation
-      if not incremental then collectgarbage("setpause", 1) end
       local base = dlpack.arange(12, "float32"):view({3, 4})
       local dtypes = {"int8", "float16", "float32", "int64", "bool", "uint8"}
-      local ok_count, released = 0, 0
-      for round = 1, 150 do
+      finalizer_rounds(150, function(round)
         local pool, cpu = {}, {}
         for i = 1, 5 do
           cpu[i] = base:to(dtypes[(round * i) % #dtypes + 1])
           pool[i] = cpu[i]:to("cuda:0")
           if (round + i) % 3 == 0 then pool[i], cpu[i] = pool[i]:flip(1), cpu[i]:flip(1) end
         end
-        local victim = pool[round % 5 + 1]
-        setmetatable({}, {__gc = function() victim:release() end})
-        victim = nil -- luacheck: ignore 311
-        local ops = {
+        return pool, cpu, pool[round % 5 + 1]
+      end, function()
+        return {
           function(t) return (t[1]:sort(2, true)) end,
           function(t) return select(2, t[4]:flip(2):topk(2, 1, {largest = false})) end,
           function(t) return t[2]:median(1) end,
@@ -557,20 +589,7 @@ describe("compute attacks", function()
           function(t) return dlpack.sqrt(t[2]) end,
           function(t) return t[4]:to("float16") end,
         }
-        local op = ops[round % #ops + 1]
-        local ok, r = pcall(op, pool)
-        if ok then
-          ok_count = ok_count + 1
-          assert.are.equal(op(cpu):tobytes(), r:to("cpu"):tobytes(), "round " .. round)
-        else
-          assert.is_truthy(tostring(r):find("the tensor was released", 1, true), tostring(r))
-          released = released + 1
-        end
-      end
-      if incremental then collectgarbage("incremental", 200, 100) else collectgarbage("setpause", 200) end
-      assert.is_true(ok_count > 0)
-      settle()
-      assert.are.equal(live, device_live())
+      end)
     end)
 
   it("out aliasing or partly overlapping the inputs (flips, transposes, expanded inputs) gives the CPU's result",
@@ -1411,12 +1430,6 @@ describe("reductions on CUDA tensors", function()
 
   fake_it("a launch that fails raises, and nothing leaks (the first launch or a later merge)", function()
     local x = values("float32", 5000):view({5, 1000}):to("cuda:1")
-    local function settle() -- nothing queued, nothing unreferenced, no memory held for work done
-      gc()
-      fake.sync_all()
-      cuda.legacy_stream:synchronize()
-      gc()
-    end
     x:sum(2) -- the family loaded
     settle()
     local live = fake.live()
@@ -1523,12 +1536,6 @@ describe("equal and allclose on CUDA tensors", function()
 
   fake_it("a launch that fails raises naming the function, and nothing leaks", function()
     local x = dlpack.arange(600, "float32"):to("cuda:1")
-    local function settle()
-      gc()
-      fake.sync_all()
-      cuda.legacy_stream:synchronize()
-      gc()
-    end
     assert.is_true(dlpack.allclose(x, x))
     assert.is_true(dlpack.equal(x, x))
     settle()
@@ -2132,25 +2139,12 @@ describe("scans and shuffle on CUDA tensors", function()
     raises(function() return dlpack.shuffle(r) end, "released")
   end)
 
-  local function settle()
-    gc()
-    if fake then fake.sync_all() end
-    cuda.legacy_stream:synchronize()
-    gc()
-    if fake then fake.sync_all() end
-  end
-
   it("finalizers that release the input or out while the result is allocated: an error or the CPU's result",
     function()
       if not fake then return pending("needs the fake driver's counters") end
-      settle()
-      local live = fake.live().device
-      local incremental = pcall(collectgarbage, "incremental", 1, 100) -- a collection step at every allocation
-      if not incremental then collectgarbage("setpause", 1) end
       local base = dlpack.arange(12, "float32"):view({3, 4})
       local dtypes = {"int8", "float16", "float32", "int64", "bool", "complex64"}
-      local ok_count, released = 0, 0
-      for round = 1, 120 do
+      finalizer_rounds(120, function(round)
         local pool, cpu = {}, {}
         for i = 1, 3 do
           cpu[i] = base:to(dtypes[(round * i) % #dtypes + 1])
@@ -2158,31 +2152,16 @@ describe("scans and shuffle on CUDA tensors", function()
           if (round + i) % 3 == 0 then pool[i], cpu[i] = pool[i]:flip(1), cpu[i]:flip(1) end
         end
         pool[4], cpu[4] = dlpack.zeros({3, 4}, "float64", "cuda:0"), dlpack.zeros({3, 4}, "float64")
-        local victim = pool[round % 4 + 1]
-        setmetatable({}, {__gc = function() victim:release() end})
-        victim = nil -- luacheck: ignore 311
-        local seed = round
-        local ops = {
+        return pool, cpu, pool[round % 4 + 1]
+      end, function(round)
+        return {
           function(t) return dlpack.cumsum(t[1], 2) end,
           function(t) return dlpack.cumprod(t[2]) end,
           function(t) return dlpack.cumsum(t[3], 1, {out = t[4]}) end,
           function(t) return dlpack.cumprod(t[1]:t(), 1, {dtype = "float32"}) end,
-          function(t) dlpack.manual_seed(seed); return t[2]:shuffle() end,
+          function(t) dlpack.manual_seed(round); return t[2]:shuffle() end,
         }
-        local op = ops[round % #ops + 1]
-        local ok, r = pcall(op, pool)
-        if ok then
-          ok_count = ok_count + 1
-          assert.are.equal(op(cpu):tobytes(), r:to("cpu"):tobytes(), "round " .. round)
-        else
-          assert.is_truthy(tostring(r):find("released", 1, true), tostring(r))
-          released = released + 1
-        end
-      end
-      if incremental then collectgarbage("incremental", 200, 100) else collectgarbage("setpause", 200) end
-      assert.is_true(ok_count > 0)
-      settle()
-      assert.are.equal(live, fake.live().device)
+      end)
     end)
 end)
 
