@@ -41,22 +41,22 @@ if [[ -z ${FUZZ_NO_BUILD:-} ]]; then
   fi
   rm -f "$log"
 fi
-# Lua unloads C modules when the state closes; keep them for readable leak stacks.
-SHIM=build/asan/keep_loaded.so
+# The preloaded shim: Lua unloads C modules when the state closes; keep them for readable leak
+# stacks. And the first time() of the process (Lua's string-hash seed at lua_newstate) is fixed.
+SHIM=build/asan/fuzz_shim.so
 if [[ ! -f $SHIM ]]; then
-  printf 'int dlclose(void *handle);\nint dlclose(void *handle) { (void)handle; return 0; }\n' |
-    gcc -shared -fPIC -O1 -x c -o "$SHIM" - || exit 2
+  gcc -shared -fPIC -O1 -x c -o "$SHIM" spec/fuzz/shim.c || exit 2
 fi
 
 # Allocations over 1 GiB fail (the module must then raise "out of memory"): a seed that fills
 # an 8 GiB tensor would take half a minute under ASan and test nothing more.
 export ASAN_OPTIONS="halt_on_error=1:abort_on_error=0:exitcode=86:detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1:strict_string_checks=1:allocator_may_return_null=1:max_allocation_size_mb=1024"
-export LSAN_OPTIONS="exitcode=87:suppressions=$ROOT/spec/lsan.supp:print_suppressions=0"
+export LSAN_OPTIONS="exitcode=87:suppressions=spec/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:exitcode=88"
-export LUA_PATH="$ROOT/lua/?.lua;$ROOT/lua/?/init.lua;$ROOT/spec/?.lua;;"
-export LUA_CPATH="$ROOT/build/asan/?.so;;"
+export LUA_PATH="./lua/?.lua;./lua/?/init.lua;./spec/?.lua;;"
+export LUA_CPATH="./build/asan/?.so;;"
 if [[ $half == --cuda ]]; then # the fake driver the module loads is the one `require "fakecuda"` finds
-  export DLPACK_LUA_CUDA_DRIVER="$ROOT/build/asan/fakecuda.so" FAKECUDA_DEVICES=2
+  export DLPACK_LUA_CUDA_DRIVER="./build/asan/fakecuda.so" FAKECUDA_DEVICES=2
   # the device's results (kernels compiled as C, the C library's math) are compared bit for bit
   # with the CPU's: its AVX-512 float32 exp/log/sin/... loops round otherwise, so they stay off
   export DLPACK_LUA_CPU=${DLPACK_LUA_CPU:-avx2}
@@ -72,10 +72,25 @@ done
 # The fake-CUDA half's matrix products: through the fake's cuBLAS when the first seed is odd, through
 # the module's own kernel when it is even (DLPACK_LUA_CUBLAS, read once per process, when unset).
 if [[ $half == --cuda && -z ${DLPACK_LUA_CUBLAS+set} ]]; then
-  if ((first % 2)); then export DLPACK_LUA_CUBLAS="$ROOT/build/asan/fakecuda.so"; else export DLPACK_LUA_CUBLAS=none; fi
+  if ((first % 2)); then export DLPACK_LUA_CUBLAS="./build/asan/fakecuda.so"; else export DLPACK_LUA_CUBLAS=none; fi
 fi
+# A seed replays exactly, --verbose or not, in any clone and from any shell: the collector's steps
+# (and so when the fuzzer's finalizers run) follow the Lua heap's size, and Lua's string hashes, seeded
+# from addresses (the stack's depends on the size of the arguments and environment) and the time,
+# order the walks of tables in which Lua's own error messages look for a function's name. So: no
+# address randomisation, the shim's fixed time, paths relative to the root, no --verbose among the
+# arguments (DLPACK_FUZZ_VERBOSE=0 or 1: the same length), and a fixed environment.
+fuzz_args=() verbose=0
+for a in "$@"; do
+  if [[ $a == --verbose || $a == -v ]]; then verbose=1; else fuzz_args+=("$a"); fi
+done
+fuzz_env=(PATH=/usr/local/bin:/usr/bin:/bin DLPACK_FUZZ_VERBOSE=$verbose "LD_PRELOAD=$LIBASAN ./$SHIM")
+while IFS= read -r name; do
+  [[ $name =~ ^(DLPACK_LUA_|FAKECUDA_|ASAN_|LSAN_|UBSAN_|LUA_C?PATH$|TMPDIR$) ]] && fuzz_env+=("$name=${!name}")
+done < <(compgen -e | sort)
 outlog=$(mktemp)
-LD_PRELOAD="$LIBASAN $ROOT/$SHIM" "${limit[@]}" "$LUA" "$ROOT/$SCRIPT" "$@" | tee "$outlog"
+env -i "${fuzz_env[@]}" setarch "$(uname -m)" -R "${limit[@]}" "$(command -v "$LUA")" "$SCRIPT" "${fuzz_args[@]}" |
+  tee "$outlog"
 rc=${PIPESTATUS[0]}
 if ((rc != 0 && rc != 1)); then
   last=$(sed -n -E 's/^seed ([0-9]+): .*/\1/p' "$outlog" | tail -n 1)

@@ -14,10 +14,12 @@ function M.paths(here)
 end
 
 -- Reads the command line into the options table o: --seed S, --steps N, --seeds K, --seconds T and
--- --verbose; `extra[flag](next_arg)` reads a flag of one half (next_arg() gives the next argument);
--- anything else prints `usage` and exits with status 2.
+-- --verbose (or DLPACK_FUZZ_VERBOSE=1: how spec/fuzz/asan.sh says it, leaving the arguments as they
+-- are without it); `extra[flag](next_arg)` reads a flag of one half (next_arg() gives the next
+-- argument); anything else prints `usage` and exits with status 2.
 function M.options(name, o, usage, extra)
   local i = 1
+  if os.getenv("DLPACK_FUZZ_VERBOSE") == "1" then o.verbose = true end
   local function next_arg()
     i = i + 1
     return arg[i]
