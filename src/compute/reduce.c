@@ -734,7 +734,7 @@ typedef struct OrderedTasks {
   const Walk *w;
   int dim; /* the kept dimension split, or -1: the positions of the one output */
   int64_t chunk;
-  _Alignas(16) char value[ORDERED_PARTS][8];
+  _Alignas(16) char value[ORDERED_PARTS][8]; /* the accumulators: real, at most 8 bytes */
   int64_t index[ORDERED_PARTS];
 } OrderedTasks;
 
@@ -756,7 +756,9 @@ static void ordered_task(void *ctx, int64_t i) {
   t->index[i] += start;
 }
 
-/* acc (and idx, the positions) start as one walk leaves them: pos and visited 0. */
+/* min, max, argmin or argmax over the walk `it` into its operands 0 (the values) and 1 (the
+ * positions among the walked elements), as dlp_iter_run(it, walk_loop, w) from a fresh w (pos and
+ * visited 0) gives them, on several threads when the walk is large. */
 static void ordered_walk(const dlp_Iter *it, Walk *w) {
   int one_output = it->numel >= 2 * DLP_TASK_ELEMENTS && it->ndim > 0 && w->K == 1;
   int dim = one_output ? -1 : split_dimension(it);
