@@ -51,7 +51,7 @@ for _, dt in ipairs({"float32", "float64"}) do
   local up = dlpack.sort(r:flatten())
   print("reduce_long_" .. dt, hex(dlpack.tensor({r:sum(), r:max(), r:argmax(), r:min(), r:argmin(), r:var(),
     nan:max(), nan:argmin(), up:max(), up:argmax(), up:flip({1}):argmin()}, "float64")),
-    hex(r:sum(2)), hex(r:max(1)), hex(r:argmin(2)), hex(r:std(1)))
+    hex(r:sum(2)), hex(r:sum(1)), hex(r:max(1)), hex(r:argmin(2)), hex(r:std(1)))
 end
 -- float32 math against float64 rounded once (the correctly rounded result but for
 -- rare ties), in units in the last place: the distance of the bit patterns (all results >= 0)

@@ -93,7 +93,8 @@ typedef int32_t v8i __attribute__((vector_size(32)));
 typedef int64_t v4l __attribute__((vector_size(32)));
 #define AVX2 __attribute__((target("avx2")))
 static int have_avx2(void) { return dlp_cpu_has_avx2(); }
-/* AVX-512 (F): the blocks min/max skip, checked 16 float32 (8 float64) lanes at a time. The sums
+/* AVX-512 (F): the blocks min/max skip, checked 16 float32 (8 float64) lanes at a time, and rows
+ * added into rows of outputs (each element its own addition). The pairwise sums
  * keep their AVX2 leaves: float32's 8 accumulators fill one AVX2 register (a wider one would
  * need another order of additions), and float64's in one AVX-512 register measured no faster
  * than in two AVX2 ones (one chain of dependent additions instead of two). */
@@ -279,8 +280,8 @@ static uint64_t wrapping_sum(const char *x, int64_t step, int64_t n) {
 
 /* a[i] += x[i] over contiguous rows (the reduced dimension outer: a row added into the output) */
 #if defined(__GNUC__)
-#define DEFINE_ADD_ROWS(name, T, V, load)                                                         \
-  static void name(char *a, const char *x, int64_t n) {                                        \
+#define DEFINE_ADD_ROWS(name, ATTR, T, V, load)                                                   \
+  ATTR static void name(char *a, const char *x, int64_t n) {                                   \
     int64_t i = 0;                                                                             \
     for (; i + (int64_t)(sizeof(V) / sizeof(T)) <= n; i += (int64_t)(sizeof(V) / sizeof(T))) { \
       V u, v;                                                                                  \
@@ -291,8 +292,27 @@ static uint64_t wrapping_sum(const char *x, int64_t step, int64_t n) {
     }                                                                                          \
     for (; i < n; i++) AT(T, a, i, (int64_t)sizeof(T)) += load(x + i * (int64_t)sizeof(T));    \
   }
-DEFINE_ADD_ROWS(add_rows_f32, float, v4f, ld_f32)
-DEFINE_ADD_ROWS(add_rows_f64, double, v2d, ld_f64)
+/* each element its own addition: the same sums at any width */
+#ifdef HAVE_AVX2_VARIANT
+DEFINE_ADD_ROWS(add_rows_f32_sse, NO_ATTR, float, v4f, ld_f32)
+DEFINE_ADD_ROWS(add_rows_f64_sse, NO_ATTR, double, v2d, ld_f64)
+DEFINE_ADD_ROWS(add_rows_f32_avx2, AVX2, float, v8f, ld_f32)
+DEFINE_ADD_ROWS(add_rows_f64_avx2, AVX2, double, v4d, ld_f64)
+DEFINE_ADD_ROWS(add_rows_f32_avx512, AVX512, float, v16f, ld_f32)
+DEFINE_ADD_ROWS(add_rows_f64_avx512, AVX512, double, v8d, ld_f64)
+#define ADD_ROWS_DISPATCH(name)                                                                          \
+  static void name(char *a, const char *x, int64_t n) {                                                \
+    if (have_avx512()) name##_avx512(a, x, n);                                                         \
+    else if (have_avx2()) name##_avx2(a, x, n);                                                        \
+    else name##_sse(a, x, n);                                                                          \
+  }
+ADD_ROWS_DISPATCH(add_rows_f32)
+ADD_ROWS_DISPATCH(add_rows_f64)
+#undef ADD_ROWS_DISPATCH
+#else
+DEFINE_ADD_ROWS(add_rows_f32, NO_ATTR, float, v4f, ld_f32)
+DEFINE_ADD_ROWS(add_rows_f64, NO_ATTR, double, v2d, ld_f64)
+#endif
 #undef DEFINE_ADD_ROWS
 #else
 static void add_rows_f32(char *a, const char *x, int64_t n) {
