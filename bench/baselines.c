@@ -144,6 +144,30 @@ static int b_f32_to_f16(lua_State *L) {
   return 0;
 }
 
+/* binary16 -> float32, bit by bit (subnormals through one exact multiply) */
+static float f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1F, m = h & 0x3FF, bits;
+  float f;
+  if (e == 0) {
+    f = (float)m * 0x1p-24f;
+    memcpy(&bits, &f, 4);
+    bits |= sign;
+  } else {
+    bits = sign | (e == 31 ? 0x7F800000 : (e + 112) << 23) | (m << 13);
+  }
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+static int b_f16_to_f32(lua_State *L) {
+  int64_t n;
+  float *d = (float *)data_of(L, 1, &n);
+  const uint16_t *s = (const uint16_t *)data_of(L, 2, NULL);
+  for (lua_Integer k = luaL_checkinteger(L, 3); k > 0; k--)
+    for (int64_t i = 0; i < n; i++) d[i] = f16_to_f32(s[i]);
+  return 0;
+}
+
 static int b_f32_to_bf16(lua_State *L) {
   int64_t n;
   uint16_t *d = (uint16_t *)data_of(L, 1, &n);
@@ -442,6 +466,7 @@ int luaopen_bench_baselines(lua_State *L) {
     {"memset", b_memset}, {"memcpy", b_memcpy}, {"copy_string", b_copy_string},
     {"malloc_memset_free", b_malloc_memset_free}, {"malloc_memcpy_free", b_malloc_memcpy_free},
     {"f64_to_f32", b_f64_to_f32}, {"i32_to_f64", b_i32_to_f64}, {"f32_to_f16", b_f32_to_f16},
+    {"f16_to_f32", b_f16_to_f32},
     {"f32_to_bf16", b_f32_to_bf16}, {"transpose", b_transpose}, {"permute3", b_permute3}, {"now", b_now},
     {"add_f32", b_add_f32}, {"sum_f32", b_sum_f32}, {"normalize_frame", b_normalize_frame},
     {"bytes_out_in", b_bytes_out_in}, {"bytes_in_out", b_bytes_in_out},

@@ -95,6 +95,8 @@ if np is not None:
     report("add_f32_out", "numpy", lambda: np.add(fa, fb, out=fc))
     report("exp_f32", "numpy", lambda: np.exp(fa, out=fc))
     report("sum_f32", "numpy", lambda: np.sum(fa))
+    h4 = fa.astype(np.float16)
+    report("convert_f16_f32", "numpy", lambda: h4.astype(np.float32))
     report("normalize_frame", "numpy", lambda: (frame.transpose(2, 0, 1).astype(np.float32) / 255 - mean) / std)
     report("argmax_f32", "numpy", lambda: np.argmax(fa))
     index = (np.arange(1024 * 1024, dtype=np.int64) * 2654435761) % M4  # run.lua's, 0-based

@@ -284,6 +284,16 @@ row("convert_i32_f64", "d:copy(s) int32 -> float64 (2M)", 1.5, function(n) for _
     function(n) base.i32_to_f64(d64, s32, n) end, "C cast loop")
 row("convert_f32_f16", "d:copy(s) float32 -> float16 (2M)", 2, function(n) for _ = 1, n do h16:copy(src32) end end,
     function(n) base.f32_to_f16(h16, src32, n) end, "C bit-trick loop")
+-- float16 -> float32: F16C's instructions where the processor has them (DLPACK_LUA_CPU=baseline:
+-- the portable loop), against a C loop of the bits and against NumPy's astype (4M elements)
+local M4h = 4 * 1024 * 1024
+local f4h = dlpack.empty({M4h}, "float32")
+local h4 = dlpack.sub(dlpack.mul(dlpack.rand({M4h}, "float32"), 4), 2):to("float16") -- [-2, 2), as NumPy's
+local function f16_to_f32(n) for _ = 1, n do f4h:copy(h4) end end
+row("convert_f16_f32", "d:copy(s) float16 -> float32 (4M)", 1.5, f16_to_f32,
+    function(n) base.f16_to_f32(f4h, h4, n) end, "C bit-by-bit loop")
+peer_row("convert_f16_f32", "  s:to('float32') vs NumPy astype", 1.5,
+         function(n) for _ = 1, n do local _ = h4:to("float32") end end, "numpy", "h.astype(np.float32)")
 row("convert_f32_bf16", "d:copy(s) float32 -> bfloat16 (2M)", 2, function(n) for _ = 1, n do b16:copy(src32) end end,
     function(n) base.f32_to_bf16(b16, src32, n) end, "C bit-trick loop")
 -- 64-bit integers beyond 2^53 round once (a double that is a midpoint of the narrow float is
@@ -412,10 +422,11 @@ else
   peer_row("sum_f32", "  the same vs NumPy", 1.0, sum, "numpy", "np.sum(a)")
 end
 
-why = lacks("add", "sum", "set_num_threads")
+why = lacks("add", "sum", "max", "argmin", "prod", "set_num_threads")
 if why then
-  skip_row("add and sum float32 16M on 2 threads", why)
-elseif wanted("add_f32_2threads") or wanted("sum_f32_2threads") then
+  skip_row("add, sum, max, argmin, prod float32 16M on 2 threads", why)
+elseif wanted("add_f32_2threads") or wanted("sum_f32_2threads") or wanted("max_f32_2threads") or
+    wanted("argmin_f32_2threads") or wanted("prod_f32_2threads") then
   -- the same operation on 2 threads of the module's pool against 1 (docs/api.md, "Threads"): the
   -- ratio says what the second core brings (a machine busy with other work brings less)
   local M16 = 16 * 1024 * 1024
@@ -433,6 +444,16 @@ elseif wanted("add_f32_2threads") or wanted("sum_f32_2threads") then
   row("add_f32_2threads", "add(a, b, {out = c}) float32 16M, 2 threads", 0.6, on(2, add16), on(1, add16),
       "the same on 1 thread")
   row("sum_f32_2threads", "dlpack.sum(a) float32 16M, 2 threads", 0.6, on(2, sum16), on(1, sum16),
+      "the same on 1 thread")
+  local function max16(n) for _ = 1, n do local _ = dlpack.max(x16) end end
+  local function argmin16(n) for _ = 1, n do local _ = dlpack.argmin(x16) end end
+  local p16 = dlpack.add(dlpack.mul(x16, 2 ^ -20), 1) -- near 1: no overflow
+  local function prod16(n) for _ = 1, n do local _ = dlpack.prod(p16) end end
+  row("max_f32_2threads", "dlpack.max(a) float32 16M, 2 threads", 0.6, on(2, max16), on(1, max16),
+      "the same on 1 thread")
+  row("argmin_f32_2threads", "dlpack.argmin(a) float32 16M, 2 threads", 0.6, on(2, argmin16), on(1, argmin16),
+      "the same on 1 thread")
+  row("prod_f32_2threads", "dlpack.prod(a) float32 16M, 2 threads", 0.6, on(2, prod16), on(1, prod16),
       "the same on 1 thread")
 end
 

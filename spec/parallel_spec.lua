@@ -132,6 +132,74 @@ describe("threads", function()
     end)
   end)
 
+  it("min, max, argmin and argmax are the same on any number of threads: NaN, ties, layouts", function()
+    dlpack.manual_seed(13)
+    local x = dlpack.randn({1000003}, "float32")
+    local nan = x:clone()
+    nan[654321] = 0 / 0 -- the first NaN wins, whichever task finds the later one first
+    nan[987654] = -(0 / 0)
+    local late = x:clone()
+    late[999999] = 0 / 0
+    local ties = dlpack.randint(0, 3, {700001}, "int32") -- the first of equal values wins
+    local flat = dlpack.zeros({500000}, "float64")
+    flat[400000] = -0.0 -- equal to 0: the first zero's value and position stay
+    local m = dlpack.randn({517, 1031}, "float64")
+    m:set(400, 9, 0 / 0)
+    local t = dlpack.randn({1031, 517}, "float32").T -- transposed
+    local h = dlpack.randn({300001}, "float16")
+    local u = dlpack.randint(0, 255, {1031, 517}, "uint8")
+    local rows = dlpack.randn({2, 300000}, "float32")
+    local empty = dlpack.zeros({300000, 0}, "float32")
+    same_on_all_counts(function()
+      local v, i = dlpack.max(m, 2)
+      local v2, i2 = dlpack.min(t, 1)
+      return {
+        dlpack.max(x), dlpack.min(x), dlpack.argmax(x), dlpack.argmin(x),
+        dlpack.max(nan), dlpack.argmax(nan), dlpack.argmin(nan), dlpack.argmax(late), dlpack.min(late),
+        dlpack.argmax(ties), dlpack.argmin(ties), dlpack.max(ties),
+        dlpack.min(flat), dlpack.argmin(flat), dlpack.max(flat), dlpack.argmax(flat),
+        dlpack.max(m), dlpack.argmax(m), v, i, dlpack.argmin(m, 1), v2, i2, dlpack.argmax(t), dlpack.argmax(t, 2),
+        dlpack.max(h), dlpack.argmin(h), dlpack.max(u), dlpack.argmax(u, 1), dlpack.argmin(u, 2),
+        dlpack.max(x:slice(1, -1, 1, -3)), dlpack.argmax(x:slice(1, -1, 1, -3)), dlpack.argmin(rows, 2),
+        dlpack.max(empty, 1), dlpack.argmax(empty, 1), -- over a dim of 300000 of an empty tensor: empty
+      }
+    end)
+    assert.are.equal(654321, dlpack.argmax(nan))
+    assert.are.equal(654321, dlpack.argmin(nan))
+    assert.are.equal(999999, dlpack.argmin(late))
+    assert.are.equal(1, dlpack.argmin(flat))
+    assert.are.equal("\0\0\0\0\0\0\0\0", dlpack.min(flat, 1):tobytes()) -- +0, the first zero
+    assert.are.equal(dlpack.argmax(ties), dlpack.argmax(ties:narrow(1, 1, 100)))
+    for _, n in ipairs({1, 3}) do
+      dlpack.set_num_threads(n)
+      raises(function() dlpack.max(empty) end, "no identity")
+    end
+  end)
+
+  it("a long product multiplies fixed parts (from its length only): one thread's value on any number", function()
+    local n = 2 ^ 20 + 7 -- 16 parts of 65536 elements (the last 7 shorter)
+    local x = dlpack.add(dlpack.mul(dlpack.rand({n}, "float64"), 2 ^ -10), 1 - 2 ^ -11)
+    local values = x:totable()
+    local parts = math.min(math.floor(n / 65536), 64)
+    local len = math.floor((n + parts - 1) / parts)
+    local expected = 1
+    for lo = 1, n, len do
+      local p = 1
+      for i = lo, math.min(lo + len - 1, n) do p = p * values[i] end
+      expected = expected * p
+    end
+    local f = x:to("float32")
+    local c = f:to("complex64")
+    local i = dlpack.randint(-3, 4, {n}, "int64")
+    for _, k in ipairs({1, 2, 3}) do
+      dlpack.set_num_threads(k)
+      assert.are.equal(expected, dlpack.prod(x))
+    end
+    same_on_all_counts(function()
+      return {dlpack.prod(x), dlpack.prod(f), dlpack.prod(f:slice(1, -1, 1, -2)), dlpack.prod(c), dlpack.prod(i)}
+    end)
+  end)
+
   it("a split sum has the bits of one pairwise pass (what one thread computes, unsplit)", function()
     -- a long row of values whose sum rounds differently in any other order of additions
     local n = 2 ^ 21 + 13

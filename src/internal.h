@@ -438,6 +438,9 @@ void dlp_iter_run(const dlp_Iter *it, dlp_IterLoop loop, void *ctx);
  * twice; each task starts at a multiple of `align` elements along the innermost row. The loop must
  * keep nothing of its own between calls (ctx is shared by the tasks). */
 void dlp_iter_run_parallel(const dlp_Iter *it, dlp_IterLoop loop, void *ctx, int64_t out_itemsize, int64_t align);
+/* dlp_iter_run over elements [start, end) of the walk only, in row-major order of its dimensions
+ * (0 < ndim, start < end <= numel). */
+void dlp_iter_run_range(const dlp_Iter *it, int64_t start, int64_t end, dlp_IterLoop loop, void *ctx);
 /* dlp_iter_run over indices [lo, hi) of dimension dim only (the others whole). */
 void dlp_iter_run_slice(const dlp_Iter *it, int dim, int64_t lo, int64_t hi, dlp_IterLoop loop, void *ctx);
 /* Call fn once per line along dimension dim (0-based) of the nops tensors (the same shape but

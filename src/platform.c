@@ -272,6 +272,12 @@ static int detect_level(void) {
   if ((b & avx512) == avx512 && fma && f16c && (xcr0_lo & 0xE6) == 0xE6) return DLP_CPU_AVX512;
   return DLP_CPU_AVX2;
 }
+
+/* F16C (the float16 conversions of the AVX generation): cpuid 1, ECX bit 29. */
+static int detect_f16c(void) {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && ((c >> 29) & 1);
+}
 #else
 static int detect_level(void) { return DLP_CPU_BASELINE; }
 #endif
@@ -305,3 +311,15 @@ int dlp_cpu_level(void) {
   }
   return level;
 }
+
+#if defined(__x86_64__) || defined(_M_X64)
+int dlp_cpu_has_f16c(void) {
+  static int f16c = -1;
+  int has = __atomic_load_n(&f16c, __ATOMIC_RELAXED);
+  if (has < 0) {
+    has = detect_f16c();
+    __atomic_store_n(&f16c, has, __ATOMIC_RELAXED);
+  }
+  return has && dlp_cpu_level() >= DLP_CPU_AVX2;
+}
+#endif

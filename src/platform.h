@@ -180,6 +180,8 @@ int dlp_cpu_level(void);
 const char *dlp_cpu_level_name(int level);
 #if defined(__x86_64__) || defined(_M_X64)
 static inline int dlp_cpu_has_avx2(void) { return dlp_cpu_level() >= DLP_CPU_AVX2; }
+/* F16C's float16 conversions, at the AVX2 level or above (DLPACK_LUA_CPU=baseline turns them off) */
+int dlp_cpu_has_f16c(void);
 #endif
 
 #endif

@@ -134,7 +134,7 @@ void dlp_iter_run(const dlp_Iter *it, dlp_IterLoop loop, void *ctx) {
 
 /* Elements [start, end) of the walk in row-major order of its dimensions: the odometer started at
  * start's index, the first and last rows cut short. */
-static void run_range(const dlp_Iter *it, int64_t start, int64_t end, dlp_IterLoop loop, void *ctx) {
+void dlp_iter_run_range(const dlp_Iter *it, int64_t start, int64_t end, dlp_IterLoop loop, void *ctx) {
   char *row[DLP_ITER_MAX_OPS], *ptr[DLP_ITER_MAX_OPS];
   int64_t index[DLP_MAX_NDIM], steps[DLP_ITER_MAX_OPS];
   int nops = it->nops, inner = it->ndim - 1;
@@ -194,7 +194,7 @@ typedef struct RangeTasks {
 static void range_task(void *ctx, int64_t i) {
   const RangeTasks *r = ctx;
   int64_t start = i * r->chunk, end = r->it->numel - start < r->chunk ? r->it->numel : start + r->chunk;
-  run_range(r->it, start, end, r->loop, r->ctx);
+  dlp_iter_run_range(r->it, start, end, r->loop, r->ctx);
 }
 
 void dlp_iter_run_parallel(const dlp_Iter *it, dlp_IterLoop loop, void *ctx, int64_t out_itemsize, int64_t align) {

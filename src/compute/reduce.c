@@ -93,6 +93,17 @@ typedef int32_t v8i __attribute__((vector_size(32)));
 typedef int64_t v4l __attribute__((vector_size(32)));
 #define AVX2 __attribute__((target("avx2")))
 static int have_avx2(void) { return dlp_cpu_has_avx2(); }
+/* AVX-512 (F): the blocks min/max skip, checked 16 float32 (8 float64) lanes at a time, and rows
+ * added into rows of outputs (each element its own addition). The pairwise sums
+ * keep their AVX2 leaves: float32's 8 accumulators fill one AVX2 register (a wider one would
+ * need another order of additions), and float64's in one AVX-512 register measured no faster
+ * than in two AVX2 ones (one chain of dependent additions instead of two). */
+typedef float v16f __attribute__((vector_size(64)));
+typedef double v8d __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+typedef int64_t v8l __attribute__((vector_size(64)));
+#define AVX512 __attribute__((target("avx512f")))
+static int have_avx512(void) { return dlp_cpu_level() >= DLP_CPU_AVX512; }
 #endif
 
 /* The 8 accumulators r[0..7] of PW_LEAF in vectors of `lanes` elements, lane for lane. */
@@ -269,8 +280,8 @@ static uint64_t wrapping_sum(const char *x, int64_t step, int64_t n) {
 
 /* a[i] += x[i] over contiguous rows (the reduced dimension outer: a row added into the output) */
 #if defined(__GNUC__)
-#define DEFINE_ADD_ROWS(name, T, V, load)                                                         \
-  static void name(char *a, const char *x, int64_t n) {                                        \
+#define DEFINE_ADD_ROWS(name, ATTR, T, V, load)                                                   \
+  ATTR static void name(char *a, const char *x, int64_t n) {                                   \
     int64_t i = 0;                                                                             \
     for (; i + (int64_t)(sizeof(V) / sizeof(T)) <= n; i += (int64_t)(sizeof(V) / sizeof(T))) { \
       V u, v;                                                                                  \
@@ -281,8 +292,27 @@ static uint64_t wrapping_sum(const char *x, int64_t step, int64_t n) {
     }                                                                                          \
     for (; i < n; i++) AT(T, a, i, (int64_t)sizeof(T)) += load(x + i * (int64_t)sizeof(T));    \
   }
-DEFINE_ADD_ROWS(add_rows_f32, float, v4f, ld_f32)
-DEFINE_ADD_ROWS(add_rows_f64, double, v2d, ld_f64)
+/* each element its own addition: the same sums at any width */
+#ifdef HAVE_AVX2_VARIANT
+DEFINE_ADD_ROWS(add_rows_f32_sse, NO_ATTR, float, v4f, ld_f32)
+DEFINE_ADD_ROWS(add_rows_f64_sse, NO_ATTR, double, v2d, ld_f64)
+DEFINE_ADD_ROWS(add_rows_f32_avx2, AVX2, float, v8f, ld_f32)
+DEFINE_ADD_ROWS(add_rows_f64_avx2, AVX2, double, v4d, ld_f64)
+DEFINE_ADD_ROWS(add_rows_f32_avx512, AVX512, float, v16f, ld_f32)
+DEFINE_ADD_ROWS(add_rows_f64_avx512, AVX512, double, v8d, ld_f64)
+#define ADD_ROWS_DISPATCH(name)                                                                          \
+  static void name(char *a, const char *x, int64_t n) {                                                \
+    if (have_avx512()) name##_avx512(a, x, n);                                                         \
+    else if (have_avx2()) name##_avx2(a, x, n);                                                        \
+    else name##_sse(a, x, n);                                                                          \
+  }
+ADD_ROWS_DISPATCH(add_rows_f32)
+ADD_ROWS_DISPATCH(add_rows_f64)
+#undef ADD_ROWS_DISPATCH
+#else
+DEFINE_ADD_ROWS(add_rows_f32, NO_ATTR, float, v4f, ld_f32)
+DEFINE_ADD_ROWS(add_rows_f64, NO_ATTR, double, v2d, ld_f64)
+#endif
 #undef DEFINE_ADD_ROWS
 #else
 static void add_rows_f32(char *a, const char *x, int64_t n) {
@@ -336,7 +366,8 @@ static void fold_sum(int acc_dtype, char *a, int64_t as, const char *x, int64_t 
   }
 }
 
-static void fold_prod(int acc_dtype, char *a, int64_t as, const char *x, int64_t xs, int64_t n) {
+/* n elements of x multiplied into the accumulators at a, one at a time */
+static void prod_run(int acc_dtype, char *a, int64_t as, const char *x, int64_t xs, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
     const char *p = x + i * xs;
     char *q = a + i * as;
@@ -356,6 +387,51 @@ static void fold_prod(int acc_dtype, char *a, int64_t as, const char *x, int64_t
       default: AT(uint64_t, q, 0, 0) *= ld_u64(p);
     }
   }
+}
+
+/* The accumulator at p set to 1, the identity of products. */
+static void set_one(int acc_dtype, char *p) {
+  switch (acc_dtype) {
+    case DLP_FLOAT32: AT(float, p, 0, 0) = 1; break;
+    case DLP_FLOAT64: AT(double, p, 0, 0) = 1; break;
+    case DLP_COMPLEX64: AT(float, p, 0, 0) = 1, AT(float, p + 4, 0, 0) = 0; break;
+    case DLP_COMPLEX128: AT(double, p, 0, 0) = 1, AT(double, p + 8, 0, 0) = 0; break;
+    default: AT(uint64_t, p, 0, 0) = 1;
+  }
+}
+
+/* A long product into one accumulator, in parts whose length depends on n only: each part
+ * multiplied from 1, one element at a time, then the parts' products into the accumulator in
+ * order. The parts run on several threads when there are; the product is the same on any number
+ * (integers wrap: their product is the same for any split, one element at a time's). */
+#define PROD_PARTS 64
+typedef struct ProdTasks {
+  int acc_dtype;
+  const char *x;
+  int64_t step, n, part_len;
+  _Alignas(16) char part[PROD_PARTS][16];
+} ProdTasks;
+
+static void prod_task(void *ctx, int64_t i) {
+  ProdTasks *t = ctx;
+  int64_t lo = i * t->part_len, len = t->n - lo < t->part_len ? t->n - lo : t->part_len;
+  set_one(t->acc_dtype, t->part[i]);
+  prod_run(t->acc_dtype, t->part[i], 0, t->x + lo * t->step, t->step, len);
+}
+
+static void fold_prod(int acc_dtype, char *a, int64_t as, const char *x, int64_t xs, int64_t n) {
+  if (as != 0 || n < 2 * DLP_TASK_ELEMENTS) {
+    prod_run(acc_dtype, a, as, x, xs, n);
+    return;
+  }
+  ProdTasks t;
+  int64_t parts = n / DLP_TASK_ELEMENTS < PROD_PARTS ? n / DLP_TASK_ELEMENTS : PROD_PARTS;
+  t.acc_dtype = acc_dtype, t.x = x, t.step = xs, t.n = n;
+  t.part_len = (n + parts - 1) / parts;
+  parts = (n + t.part_len - 1) / t.part_len;
+  if (dlp_parallel_enabled()) dlp_parallel_for(parts, prod_task, &t);
+  else for (int64_t i = 0; i < parts; i++) prod_task(&t, i);
+  for (int64_t i = 0; i < parts; i++) prod_run(acc_dtype, a, 0, t.part[i], 0, 1);
 }
 
 static void fold_any_all(int all, char *a, int64_t as, const char *x, int64_t xs, int64_t n) {
@@ -483,8 +559,14 @@ DEFINE_HIT_FLOAT(hit_o_f32_max_avx2, AVX2, float, v8f, v8i, 8, <=)
 DEFINE_HIT_FLOAT(hit_o_f32_min_avx2, AVX2, float, v8f, v8i, 8, >=)
 DEFINE_HIT_FLOAT(hit_o_f64_max_avx2, AVX2, double, v4d, v4l, 4, <=)
 DEFINE_HIT_FLOAT(hit_o_f64_min_avx2, AVX2, double, v4d, v4l, 4, >=)
-#define HIT_DISPATCH(name, T) \
-  static int name(const char *x, T b) { return have_avx2() ? name##_avx2(x, b) : name##_sse(x, b); }
+DEFINE_HIT_FLOAT(hit_o_f32_max_avx512, AVX512, float, v16f, v16i, 16, <=)
+DEFINE_HIT_FLOAT(hit_o_f32_min_avx512, AVX512, float, v16f, v16i, 16, >=)
+DEFINE_HIT_FLOAT(hit_o_f64_max_avx512, AVX512, double, v8d, v8l, 8, <=)
+DEFINE_HIT_FLOAT(hit_o_f64_min_avx512, AVX512, double, v8d, v8l, 8, >=)
+#define HIT_DISPATCH(name, T)                                                                  \
+  static int name(const char *x, T b) {                                                        \
+    return have_avx512() ? name##_avx512(x, b) : have_avx2() ? name##_avx2(x, b) : name##_sse(x, b); \
+  }
 #else
 #define HIT_DISPATCH(name, T) \
   static int name(const char *x, T b) { return name##_sse(x, b); }
@@ -621,8 +703,7 @@ static void walk_loop(void *ctx, char *const *data, const int64_t *steps, int64_
 /* The walk of sum, prod, mean, var, std, any and all, split into tasks along a kept dimension (one
  * the accumulator steps along) when it is large: a task folds whole outputs, each output's
  * elements in the order one walk folds them, so results are the same bit for bit on any number of
- * threads. Each task has a copy of the walk (its conversion buffers). min, max and the arg
- * reductions count positions across the walk: one walk. */
+ * threads. Each task has a copy of the walk (its conversion buffers). */
 typedef struct WalkTasks {
   const dlp_Iter *it;
   const Walk *w;
@@ -637,11 +718,18 @@ static void walk_task(void *ctx, int64_t i) {
   dlp_iter_run_slice(t->it, t->dim, lo, size - lo < t->chunk ? size : lo + t->chunk, walk_loop, &own);
 }
 
-static void walk(const dlp_Iter *it, Walk *w) {
+/* The kept dimension (one the accumulator steps along) to split a large walk along: the largest;
+ * -1 when none or the walk is small. */
+static int split_dimension(const dlp_Iter *it) {
   int dim = -1;
-  if (!is_ordered(w->op) && it->numel >= 2 * DLP_TASK_ELEMENTS)
+  if (it->numel >= 2 * DLP_TASK_ELEMENTS)
     for (int i = 0; i < it->ndim; i++)
       if (it->strides[0][i] != 0 && it->shape[i] > 1 && (dim < 0 || it->shape[i] > it->shape[dim])) dim = i;
+  return dim;
+}
+
+static void walk(const dlp_Iter *it, Walk *w) {
+  int dim = split_dimension(it);
   if (dim < 0 || !dlp_parallel_enabled()) {
     dlp_iter_run(it, walk_loop, w);
     return;
@@ -651,6 +739,74 @@ static void walk(const dlp_Iter *it, Walk *w) {
   if (tasks > size) tasks = size;
   WalkTasks t = {it, w, dim, (size + tasks - 1) / tasks};
   dlp_parallel_for((size + t.chunk - 1) / t.chunk, walk_task, &t);
+}
+
+/* The walk of min, max, argmin and argmax on several threads. The best of a run of elements
+ * joined with the best of the run after it (the later wins only when it beats the earlier:
+ * greater or less, or a NaN after none) is what one walk over both finds, value and position, so
+ * any split gives one walk's result bit for bit. Several outputs: tasks of whole outputs along
+ * the largest kept dimension (the cols loops count positions by the task's outputs). One output:
+ * tasks of consecutive positions, each into a slot of its own (positions from the task's start),
+ * the slots then joined in order by the cols loop. */
+#define ORDERED_PARTS 64
+typedef struct OrderedTasks {
+  const dlp_Iter *it;
+  const Walk *w;
+  int dim; /* the kept dimension split, or -1: the positions of the one output */
+  int64_t chunk;
+  _Alignas(16) char value[ORDERED_PARTS][8]; /* the accumulators: real, at most 8 bytes */
+  int64_t index[ORDERED_PARTS];
+} OrderedTasks;
+
+static void ordered_task(void *ctx, int64_t i) {
+  OrderedTasks *t = ctx;
+  Walk own = *t->w;
+  if (t->dim >= 0) {
+    int64_t lo = i * t->chunk, size = t->it->shape[t->dim], hi = size - lo < t->chunk ? size : lo + t->chunk;
+    own.K = t->w->K / size * (hi - lo);
+    dlp_iter_run_slice(t->it, t->dim, lo, hi, walk_loop, &own);
+    return;
+  }
+  int64_t start = i * t->chunk, end = t->it->numel - start < t->chunk ? t->it->numel : start + t->chunk;
+  dlp_Iter part = *t->it;
+  part.data[0] = t->value[i];
+  part.data[1] = (char *)&t->index[i];
+  own.m = end - start;
+  dlp_iter_run_range(&part, start, end, walk_loop, &own);
+  t->index[i] += start;
+}
+
+/* min, max, argmin or argmax over the walk `it` into its operands 0 (the values) and 1 (the
+ * positions among the walked elements), as dlp_iter_run(it, walk_loop, w) from a fresh w (pos and
+ * visited 0) gives them, on several threads when the walk is large. */
+static void ordered_walk(const dlp_Iter *it, Walk *w) {
+  int one_output = it->numel >= 2 * DLP_TASK_ELEMENTS && it->ndim > 0 && w->K == 1;
+  int dim = one_output ? -1 : split_dimension(it);
+  if ((!one_output && dim < 0) || !dlp_parallel_enabled()) {
+    dlp_iter_run(it, walk_loop, w);
+    return;
+  }
+  OrderedTasks t;
+  int64_t tasks;
+  t.it = it, t.w = w, t.dim = dim;
+  if (one_output) {
+    t.chunk = (it->numel + ORDERED_PARTS - 1) / ORDERED_PARTS;
+    if (t.chunk < DLP_TASK_ELEMENTS) t.chunk = DLP_TASK_ELEMENTS;
+    tasks = (it->numel + t.chunk - 1) / t.chunk;
+  } else {
+    int64_t size = it->shape[dim];
+    tasks = it->numel / DLP_TASK_ELEMENTS;
+    if (tasks > 256) tasks = 256;
+    if (tasks > size) tasks = size;
+    t.chunk = (size + tasks - 1) / tasks;
+    tasks = (size + t.chunk - 1) / t.chunk;
+  }
+  dlp_parallel_for(tasks, ordered_task, &t);
+  if (!one_output) return;
+  char *acc = it->data[0], *idx = it->data[1];
+  memcpy(acc, t.value[0], (size_t)w->acc_size);
+  memcpy(idx, &t.index[0], 8);
+  for (int64_t i = 1; i < tasks; i++) w->cols(acc, 0, idx, 0, t.value[i], 0, 1, t.index[i]);
 }
 
 /* ---- finishing: stride-0 repeats, means, variances ---- */
@@ -1159,13 +1315,7 @@ static int reduce_named(lua_State *L, int op, const char *what) {
   for (int64_t i = 0; i < K; i++) {
     char *p = acc + i * w->acc_size;
     if (op == R_PROD) {
-      switch (acc_dtype) {
-        case DLP_FLOAT32: AT(float, p, 0, 0) = 1; break;
-        case DLP_FLOAT64: AT(double, p, 0, 0) = 1; break;
-        case DLP_COMPLEX64: AT(float, p, 0, 0) = 1, AT(float, p + 4, 0, 0) = 0; break;
-        case DLP_COMPLEX128: AT(double, p, 0, 0) = 1, AT(double, p + 8, 0, 0) = 0; break;
-        default: AT(uint64_t, p, 0, 0) = 1;
-      }
+      set_one(acc_dtype, p);
     } else {
       memset(p, 0, (size_t)w->acc_size);
       if (op == R_ALL) AT(uint8_t, p, 0, 0) = 1;
@@ -1201,7 +1351,7 @@ static int reduce_named(lua_State *L, int op, const char *what) {
       st[2][k] = in_st[i];
     }
     dlp_iter_init(&it, 3, ndim, pshape, data, (const int64_t(*)[DLP_MAX_NDIM])st, 0);
-    dlp_iter_run(&it, walk_loop, w);
+    ordered_walk(&it, w);
     /* indices: 1-based, among all the reduced dimensions */
     for (int64_t i = 0; i < K; i++) {
       int64_t *p = &AT(int64_t, aux, i, 8);
