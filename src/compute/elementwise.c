@@ -408,6 +408,23 @@ static int device_has(lua_State *L, dlp_Tensor *t, char *data, int ndim, const i
   return found;
 }
 
+/* Whether the call is one contiguous row on the CPU: a new output (row-major), and every tensor
+ * input of the result's shape, row-major too. Small tensors are mostly that, and then the walk
+ * is numel elements at each operand's itemsize (a scalar's step is 0): the iteration engine's
+ * set-up, broadcast strides and the ordering and merging of dimensions, which cost more than
+ * the work on a few elements, is not needed. */
+static int one_row(const Operand *in, int n, int ndim, const int64_t *shape) {
+  for (int k = 0; k < n; k++) {
+    const dlp_Tensor *t = in[k].t;
+    if (!t) continue;
+    if (t->dl.ndim != ndim) return 0;
+    for (int i = 0; i < ndim; i++)
+      if (t->dl.shape[i] != shape[i]) return 0;
+    if (!dlp_is_contiguous(t)) return 0;
+  }
+  return 1;
+}
+
 /* allclose's tests */
 static void isclose_f64(void *ctx, char *const *data, const int64_t *steps, int64_t n);
 static void isclose_c128(void *ctx, char *const *data, const int64_t *steps, int64_t n);
@@ -551,13 +568,14 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
     out = dlp_tensor_new(L, result, 0, on, ndim, shape, 0, c->what);
   }
   int out_idx = lua_gettop(L);
+  int row = !c->out && gpu < 0 && one_row(in, n, ndim, shape);
 
   /* inputs that overlap the output other than element for element are read into temporaries
    * first (NumPy's rule); allocated before any memory is taken */
-  int64_t strides[DLP_ITER_MAX_OPS][DLP_MAX_NDIM];
+  int64_t strides[DLP_ITER_MAX_OPS][DLP_MAX_NDIM], row_steps[DLP_ITER_MAX_OPS];
   char *data[DLP_ITER_MAX_OPS];
   dlp_Tensor *source[3] = {NULL, NULL, NULL};
-  dlp_broadcast_strides(out, ndim, shape, strides[0]);
+  if (!row) dlp_broadcast_strides(out, ndim, shape, strides[0]);
   for (int k = 0; k < n; k++) {
     if (!in[k].t) continue;
     source[k] = in[k].t;
@@ -587,6 +605,7 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
   run.kernel_ctx = c->kernel_ctx;
   run.nops = n + 1;
   data[0] = dlp_first_element(out);
+  row_steps[0] = dlp_dtypes[out->dtype].itemsize;
   run.size[0] = dlp_dtypes[loop_out].itemsize;
   /* results are rounded to the result dtype before going into an out of another (NumPy) */
   plan_conversion(&run, 0, loop_out, result, out->dtype);
@@ -594,11 +613,13 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
     run.size[k + 1] = dlp_dtypes[want[k]].itemsize;
     if (!source[k]) {
       data[k + 1] = (char *)in[k].value.bytes;
+      row_steps[k + 1] = 0;
       for (int i = 0; i < ndim; i++) strides[k + 1][i] = 0;
       continue;
     }
     data[k + 1] = dlp_first_element(source[k]);
-    dlp_broadcast_strides(source[k], ndim, shape, strides[k + 1]);
+    row_steps[k + 1] = dlp_dtypes[source[k]->dtype].itemsize;
+    if (!row) dlp_broadcast_strides(source[k], ndim, shape, strides[k + 1]);
     plan_conversion(&run, k + 1, source[k]->dtype, mid[k], want[k]);
   }
 
@@ -670,8 +691,12 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
       if (temps[k]) dlp_tensor_release(temps[k]);
   } else {
     dlp_Iter it;
-    dlp_iter_init(&it, n + 1, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1);
-    fold_periodic(&it, &run);
+    if (row) {
+      dlp_iter_init_row(&it, n + 1, dlp_numel(out), data, row_steps);
+    } else {
+      dlp_iter_init(&it, n + 1, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1);
+      fold_periodic(&it, &run);
+    }
     int64_t period = 1; /* a task starts a tile's period from its first element */
     for (int k = 1; k < run.nops; k++)
       if (run.period[k]) period = run.period[k];
@@ -679,9 +704,11 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
   }
   for (int k = 0; k < n; k++)
     if (source[k] && source[k] != in[k].t) dlp_tensor_release(source[k]);
-  lua_pushvalue(L, out_idx);
-  lua_replace(L, top + 1);
-  lua_settop(L, top + 1);
+  if (out_idx != top + 1) { /* the result goes right above the arguments */
+    lua_pushvalue(L, out_idx);
+    lua_replace(L, top + 1);
+    lua_settop(L, top + 1);
+  }
   return out;
 }
 

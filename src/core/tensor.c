@@ -42,10 +42,14 @@ dlp_Tensor *dlp_tensor_push(lua_State *L, int ndim) {
   return dlp_tensor_push_with(L, ndim, METATABLE);
 }
 
+/* Every call of the module tests its tensors: the metatables are compared by address (two
+ * lua_topointer cost less than a lua_rawequal, which goes through the general equality). A light
+ * userdata is never a tensor, whatever debug.setmetatable gave all of them. */
 dlp_Tensor *dlp_tensor_test_with(lua_State *L, int idx, int metatable) {
   void *p = lua_touserdata(L, idx);
-  if (!p || !lua_getmetatable(L, idx)) return NULL;
-  int same = lua_rawequal(L, -1, metatable < 0 && metatable > LUA_REGISTRYINDEX ? metatable - 1 : metatable);
+  if (!p || lua_type(L, idx) != LUA_TUSERDATA || !lua_getmetatable(L, idx)) return NULL;
+  int same = lua_topointer(L, -1) == lua_topointer(L, metatable < 0 && metatable > LUA_REGISTRYINDEX ? metatable - 1
+                                                                                                      : metatable);
   lua_pop(L, 1);
   return same ? p : NULL;
 }
