@@ -437,6 +437,26 @@ describe("the iteration engine under the elementwise functions", function()
     check_folded(dlpack.arange(600):view({200, 3}), dlpack.tensor({1, 2, 3}, "float16"))
   end)
 
+  it("walks same-shape operands as one row only when every one is row-major", function()
+    -- the one-row path: tensors of the result's shape, contiguous, with and without scalars and
+    -- conversions, empty, one element, 0-d, and as long as a task of the threads
+    check_add(dlpack.arange(12):view({3, 4}), dlpack.arange(12, "float32"):view({3, 4}))
+    check_add(dlpack.tensor({1, 2, 3}, "int8"), dlpack.tensor({4, 5, 6}, "float16"))
+    assert.same({{2, 3}, {4, 5}}, values(dlpack.tensor({{1, 2}, {3, 4}}, "int16") + 1))
+    assert.same({5}, values(dlpack.tensor({2}, "float64") + dlpack.tensor({3}, "float64")))
+    assert.equal(7, (dlpack.tensor(3, "int32") + dlpack.tensor(4, "int32")):item())
+    assert.same({0, 3}, (dlpack.zeros({0, 3}) + dlpack.zeros({0, 3})).shape)
+    local long = dlpack.arange(3 * 65536, "float64")
+    assert.is_true(dlpack.equal(long + long, long * 2))
+    -- the same shapes, not row-major: the general walk reads them by their strides
+    local m = dlpack.arange(12):view({3, 4})
+    local t = dlpack.arange(12):view({4, 3}):transpose(1, 2)
+    check_add(m, t)
+    check_add(t, m)
+    check_add(m:slice(2, 1, 4, 2), m:slice(2, 2, 4, 2))
+    check_add(m:slice(2, 1, 1):expand({3, 4}), m)
+  end)
+
   it("computes float32 exp within one unit in the last place, with the IEEE special values", function()
     local x = dlpack.linspace(-104, 89, 20001, "float64"):to("float32")
     local y, ref = x:exp(), x:to("float64"):exp():to("float32")

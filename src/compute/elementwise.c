@@ -636,6 +636,7 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
       luaL_error(L, "%s: integers to negative integer powers are not allowed", c->what);
   }
 
+  int64_t numel = dlp_numel(out);
   if (gpu >= 0) {
     int family = 0, sizes[DLP_ITER_MAX_OPS];
     const char *name = mixed ? dlp_mixed_kernel_name(c->op, want[0] == DLP_UINT64, &family)
@@ -689,10 +690,12 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
     }
     for (int k = 0; k <= n; k++)
       if (temps[k]) dlp_tensor_release(temps[k]);
+  } else if (row && numel < DLP_TASK_ELEMENTS) { /* a small row is one call of the loop: no walk, no tasks */
+    if (numel > 0) run_rows(&run, data, row_steps, numel);
   } else {
     dlp_Iter it;
     if (row) {
-      dlp_iter_init_row(&it, n + 1, dlp_numel(out), data, row_steps);
+      dlp_iter_init_row(&it, n + 1, numel, data, row_steps);
     } else {
       dlp_iter_init(&it, n + 1, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1);
       fold_periodic(&it, &run);
