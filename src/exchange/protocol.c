@@ -225,7 +225,7 @@ static void import_into(lua_State *L, dlp_Tensor *t, void *managed, int versione
   }
   if ((shared = owner != NULL)) {
     dlp_owner_retain(owner);
-    memcpy(c.strides, dl->strides, (size_t)dl->ndim * sizeof(int64_t));
+    for (int i = 0; i < dl->ndim; i++) c.strides[i] = dl->strides[i];
   } else {
     if (!validate(dl, flags, msg, sizeof msg, &c) ||
         (dl->ndim != t->dl.ndim && snprintf(msg, sizeof msg, "ndim changed while it was imported"))) {
@@ -244,8 +244,10 @@ static void import_into(lua_State *L, dlp_Tensor *t, void *managed, int versione
   t->dl.byte_offset = dl->byte_offset;
   t->dtype = c.dtype;
   t->flags = flags;
-  if (dl->ndim > 0) memcpy(t->dl.shape, dl->shape, (size_t)dl->ndim * sizeof(int64_t));
-  memcpy(t->dl.strides, c.strides, (size_t)dl->ndim * sizeof(int64_t));
+  for (int i = 0; i < dl->ndim; i++) { /* a few dimensions: a loop costs less than memcpy calls */
+    t->dl.shape[i] = dl->shape[i];
+    t->dl.strides[i] = c.strides[i];
+  }
   t->owner = owner;
   if (shared) drop_export(managed, versioned); /* our export: its owner is shared now */
   else dlp_gc_account(L, c.nbytes);            /* memory new to this state */
