@@ -100,6 +100,20 @@ describe("the safe API accepts no raw pointer", function()
     assert.is_false(dlpack.is_capsule(p))
   end)
 
+  it("takes no light userdata for a tensor, even one that debug.setmetatable gave the tensor metatable", function()
+    local t = dlpack.zeros({2})
+    local p = t:data_ptr()
+    debug.setmetatable(p, debug.getmetatable(t)) -- every light userdata's metatable, for a moment
+    local ok_add, add_err = pcall(dlpack.add, p, t)
+    local ok_numel = pcall(function() return p:numel() end)
+    local ok_export = pcall(dlpack.to_dlpack, p)
+    debug.setmetatable(p, nil)
+    assert.is_false(ok_add)
+    assert.matches("a tensor, number or boolean expected, got userdata", add_err, 1, true)
+    assert.is_false(ok_numel)
+    assert.is_false(ok_export)
+  end)
+
   it("refuses integer stream handles, which are raw pointers", function()
     local t = dlpack.zeros({2})
     for _, s in ipairs({12345, 3, MAXINT, -2, 0}) do
