@@ -49,9 +49,10 @@ int dlp_broadcast_shapes(lua_State *L, int n, const dlp_Tensor *const *tensors, 
 
 void dlp_broadcast_strides(const dlp_Tensor *t, int ndim, const int64_t *shape, int64_t *strides) {
   int shift = ndim - t->dl.ndim;
-  for (int i = 0; i < ndim; i++) {
+  int64_t itemsize = dlp_dtypes[t->dtype].itemsize, empty = dlp_numel(t) == 0;
+  for (int i = 0; i < ndim; i++) { /* dlp_walk_stride's, with t's element count found once */
     int j = i - shift;
-    strides[i] = j < 0 || t->dl.shape[j] != shape[i] ? 0 : dlp_walk_stride(t, j);
+    strides[i] = j < 0 || t->dl.shape[j] != shape[i] || t->dl.shape[j] <= 1 || empty ? 0 : t->dl.strides[j] * itemsize;
   }
 }
 

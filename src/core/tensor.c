@@ -112,7 +112,8 @@ int64_t dlp_nbytes(const dlp_Tensor *t) {
 /* Strides of size-1 dimensions say nothing about layout, and an empty tensor is contiguous. */
 int dlp_is_contiguous(const dlp_Tensor *t) {
   int64_t expected = 1;
-  if (dlp_numel(t) == 0) return 1;
+  for (int i = 0; i < t->dl.ndim; i++)
+    if (t->dl.shape[i] == 0) return 1; /* before multiplying: an empty shape's other sizes may be anything */
   for (int i = t->dl.ndim - 1; i >= 0; i--) {
     if (t->dl.shape[i] == 1) continue;
     if (t->dl.strides[i] != expected) return 0;
