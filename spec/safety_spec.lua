@@ -425,6 +425,41 @@ describe("Lua code in the middle of a call cannot free what the call uses", func
     end]], 300))
   end)
 
+  it("survives finalizers that consume the capsule while from_dlpack makes its tensor", function()
+    local r = fab.run_threads(support.GC_SETMETATABLE .. support.EAGER_GC .. [[
+      dlpack = require "dlpack"
+      local current, inside, fired, refused = nil, false, 0, 0
+      local function arm()
+        setmetatable({}, {__gc = function()
+          if inside then fired = fired + 1 end
+          if current then pcall(dlpack.release_capsule, current) end
+        end})
+      end
+      for round = 1, 300 do
+        local t = dlpack.zeros({4})
+        local capsule = dlpack.to_dlpack(t)
+        current = nil -- finalizers that run while arming consume nothing
+        for _ = 1, round % 7 do local _ = {} end
+        for _ = 1, 4 do arm() end
+        current = capsule -- the first allocation from_dlpack makes (its tensor) runs them
+        inside = true
+        local ok, err = pcall(dlpack.from_dlpack, capsule)
+        inside = false
+        if not ok then
+          if not tostring(err):find("already consumed", 1, true) then error(err, 0) end
+          refused = refused + 1
+        end
+        pcall(dlpack.release_capsule, capsule) -- consumed once in every round, by whichever came first
+        t:release()
+      end
+      current = nil
+      collectgarbage()
+      return fired
+    ]], 1)[1]
+    assert.is_true(r.ok, tostring(r.value))
+    attacked(r.value)
+  end)
+
   it("had finalizers run inside those calls", function()
     assert.is_true(fired_in > 0, string.format("inside %d of %d calls", fired_in, ran))
   end)
