@@ -215,6 +215,11 @@ enum { WEAK_NONE, WEAK_BOOL, WEAK_INT, WEAK_FLOAT };
  * boolean. Runs no Lua code. */
 static void read_operand(lua_State *L, int idx, Operand *op, const char *what) {
   memset(op, 0, sizeof *op);
+  if ((op->t = dlp_tensor_test(L, idx)) != NULL) { /* tensors first: the common case */
+    /* dlp_live's message is for a release while the call runs; this one came released */
+    if (!op->t->owner) luaL_error(L, "%s: the tensor was released before the call", what);
+    return;
+  }
   switch (lua_type(L, idx)) {
     case LUA_TBOOLEAN:
       op->weak = WEAK_BOOL;
@@ -238,11 +243,6 @@ static void read_operand(lua_State *L, int idx, Operand *op, const char *what) {
       return;
     }
     default:
-      if ((op->t = dlp_tensor_test(L, idx)) != NULL) {
-        /* dlp_live's message is for a release while the call runs; this one came released */
-        if (!op->t->owner) luaL_error(L, "%s: the tensor was released before the call", what);
-        return;
-      }
       luaL_error(L, "%s: a tensor, number or boolean expected, got %s", what, luaL_typename(L, idx));
   }
 }
@@ -726,8 +726,12 @@ static int l_elementwise(lua_State *L) {
   c.first = 1;
   int n = ops[c.op].arity;
   dlp_ComputeOptions o;
-  dlp_check_no_more(L, n + 2, c.what, n == 1 ? "a tensor and an options table" : "operands and an options table");
-  dlp_read_compute_options(L, n + 1, DLP_COPT_OUT | DLP_COPT_DTYPE | DLP_COPT_STREAM, &o, c.what);
+  if (lua_gettop(L) > n) { /* an options table (or more arguments), checked and read */
+    dlp_check_no_more(L, n + 2, c.what, n == 1 ? "a tensor and an options table" : "operands and an options table");
+    dlp_read_compute_options(L, n + 1, DLP_COPT_OUT | DLP_COPT_DTYPE | DLP_COPT_STREAM, &o, c.what);
+  } else {
+    dlp_read_compute_options(L, 0, 0, &o, c.what); /* the defaults */
+  }
   c.out = o.out;
   c.dtype = o.dtype;
   c.stream = o.stream;
