@@ -710,8 +710,8 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
   if (out_idx != top + 1) { /* the result goes right above the arguments */
     lua_pushvalue(L, out_idx);
     lua_replace(L, top + 1);
-    lua_settop(L, top + 1);
   }
+  lua_settop(L, top + 1); /* temporaries (overlapping inputs' copies) go */
   return out;
 }
 
