@@ -280,6 +280,17 @@ describe("out and in place", function()
     assert.same({2, 3, 4}, values(out))
   end)
 
+  it("returns out when an input overlapping it was read into a temporary first", function()
+    local base = dlpack.arange(6, "float64")
+    local a, out = base:narrow(1, 1, 5), base:narrow(1, 2, 5) -- out is a shifted by one element
+    assert.is_true(rawequal(out, dlpack.add(a, 1, {out = out})))
+    assert.same({0, 1, 2, 3, 4, 5}, values(base))
+    local t = dlpack.arange(4, "float64")
+    local f = t:flip(1) -- a view of t, read reversed
+    assert.is_true(rawequal(f, f:add_(t)))
+    assert.same({3, 3, 3, 3}, values(t))
+  end)
+
   it("computes in opts.dtype", function()
     local r = dlpack.add(dlpack.tensor({100}, "int8"), dlpack.tensor({100}, "int8"), {dtype = "int16"})
     assert.equal("int16", r.dtype)
@@ -435,6 +446,26 @@ describe("the iteration engine under the elementwise functions", function()
     check_folded(big:to("bfloat16"), dlpack.tensor({0.5, 1, 2}, "float32"))
     check_folded(big:transpose(1, 2), dlpack.tensor({7, 8, 9}, "uint8"))
     check_folded(dlpack.arange(600):view({200, 3}), dlpack.tensor({1, 2, 3}, "float16"))
+  end)
+
+  it("walks same-shape operands as one row only when every one is row-major", function()
+    -- the one-row path: tensors of the result's shape, contiguous, with and without scalars and
+    -- conversions, empty, one element, 0-d, and as long as a task of the threads
+    check_add(dlpack.arange(12):view({3, 4}), dlpack.arange(12, "float32"):view({3, 4}))
+    check_add(dlpack.tensor({1, 2, 3}, "int8"), dlpack.tensor({4, 5, 6}, "float16"))
+    assert.same({{2, 3}, {4, 5}}, values(dlpack.tensor({{1, 2}, {3, 4}}, "int16") + 1))
+    assert.same({5}, values(dlpack.tensor({2}, "float64") + dlpack.tensor({3}, "float64")))
+    assert.equal(7, (dlpack.tensor(3, "int32") + dlpack.tensor(4, "int32")):item())
+    assert.same({0, 3}, (dlpack.zeros({0, 3}) + dlpack.zeros({0, 3})).shape)
+    local long = dlpack.arange(3 * 65536, "float64")
+    assert.is_true(dlpack.equal(long + long, long * 2))
+    -- the same shapes, not row-major: the general walk reads them by their strides
+    local m = dlpack.arange(12):view({3, 4})
+    local t = dlpack.arange(12):view({4, 3}):transpose(1, 2)
+    check_add(m, t)
+    check_add(t, m)
+    check_add(m:slice(2, 1, 4, 2), m:slice(2, 2, 4, 2))
+    check_add(m:slice(2, 1, 1):expand({3, 4}), m)
   end)
 
   it("computes float32 exp within one unit in the last place, with the IEEE special values", function()

@@ -100,6 +100,20 @@ describe("the safe API accepts no raw pointer", function()
     assert.is_false(dlpack.is_capsule(p))
   end)
 
+  it("takes no light userdata for a tensor, even one that debug.setmetatable gave the tensor metatable", function()
+    local t = dlpack.zeros({2})
+    local p = t:data_ptr()
+    debug.setmetatable(p, debug.getmetatable(t)) -- every light userdata's metatable, for a moment
+    local ok_add, add_err = pcall(dlpack.add, p, t)
+    local ok_numel = pcall(function() return p:numel() end)
+    local ok_export = pcall(dlpack.to_dlpack, p)
+    debug.setmetatable(p, nil)
+    assert.is_false(ok_add)
+    assert.matches("a tensor, number or boolean expected, got userdata", add_err, 1, true)
+    assert.is_false(ok_numel)
+    assert.is_false(ok_export)
+  end)
+
   it("refuses integer stream handles, which are raw pointers", function()
     local t = dlpack.zeros({2})
     for _, s in ipairs({12345, 3, MAXINT, -2, 0}) do
@@ -409,6 +423,41 @@ describe("Lua code in the middle of a call cannot free what the call uses", func
     attacked(release_during("function() return dlpack.zeros({4, 4}) end", [[function(t)
       for i = 1, 4 do local _ = t[i]:narrow(1, 1, 2):transpose(1, 1) end
     end]], 300))
+  end)
+
+  it("survives finalizers that consume the capsule while from_dlpack makes its tensor", function()
+    local r = fab.run_threads(support.GC_SETMETATABLE .. support.EAGER_GC .. [[
+      dlpack = require "dlpack"
+      local current, inside, fired, refused = nil, false, 0, 0
+      local function arm()
+        setmetatable({}, {__gc = function()
+          if inside then fired = fired + 1 end
+          if current then pcall(dlpack.release_capsule, current) end
+        end})
+      end
+      for round = 1, 300 do
+        local t = dlpack.zeros({4})
+        local capsule = dlpack.to_dlpack(t)
+        current = nil -- finalizers that run while arming consume nothing
+        for _ = 1, round % 7 do local _ = {} end
+        for _ = 1, 4 do arm() end
+        current = capsule -- the first allocation from_dlpack makes (its tensor) runs them
+        inside = true
+        local ok, err = pcall(dlpack.from_dlpack, capsule)
+        inside = false
+        if not ok then
+          if not tostring(err):find("already consumed", 1, true) then error(err, 0) end
+          refused = refused + 1
+        end
+        pcall(dlpack.release_capsule, capsule) -- consumed once in every round, by whichever came first
+        t:release()
+      end
+      current = nil
+      collectgarbage()
+      return fired
+    ]], 1)[1]
+    assert.is_true(r.ok, tostring(r.value))
+    attacked(r.value)
   end)
 
   it("had finalizers run inside those calls", function()

@@ -432,6 +432,7 @@ typedef struct dlp_Iter {
 typedef void (*dlp_IterLoop)(void *ctx, char *const *data, const int64_t *steps, int64_t n);
 void dlp_iter_init(dlp_Iter *it, int nops, int ndim, const int64_t *shape, char *const *data,
                    const int64_t (*strides)[DLP_MAX_NDIM], int reorder);
+void dlp_iter_init_row(dlp_Iter *it, int nops, int64_t n, char *const *data, const int64_t *steps);
 void dlp_iter_run(const dlp_Iter *it, dlp_IterLoop loop, void *ctx);
 /* dlp_iter_run split into tasks of consecutive elements (dlp_parallel_for) when the walk is large,
  * the threads are there and the output (operand 0, elements of out_itemsize bytes) writes no byte

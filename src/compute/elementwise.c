@@ -215,6 +215,11 @@ enum { WEAK_NONE, WEAK_BOOL, WEAK_INT, WEAK_FLOAT };
  * boolean. Runs no Lua code. */
 static void read_operand(lua_State *L, int idx, Operand *op, const char *what) {
   memset(op, 0, sizeof *op);
+  if ((op->t = dlp_tensor_test(L, idx)) != NULL) { /* tensors first: the common case */
+    /* dlp_live's message is for a release while the call runs; this one came released */
+    if (!op->t->owner) luaL_error(L, "%s: the tensor was released before the call", what);
+    return;
+  }
   switch (lua_type(L, idx)) {
     case LUA_TBOOLEAN:
       op->weak = WEAK_BOOL;
@@ -238,11 +243,6 @@ static void read_operand(lua_State *L, int idx, Operand *op, const char *what) {
       return;
     }
     default:
-      if ((op->t = dlp_tensor_test(L, idx)) != NULL) {
-        /* dlp_live's message is for a release while the call runs; this one came released */
-        if (!op->t->owner) luaL_error(L, "%s: the tensor was released before the call", what);
-        return;
-      }
       luaL_error(L, "%s: a tensor, number or boolean expected, got %s", what, luaL_typename(L, idx));
   }
 }
@@ -408,6 +408,23 @@ static int device_has(lua_State *L, dlp_Tensor *t, char *data, int ndim, const i
   return found;
 }
 
+/* Whether the call is one contiguous row on the CPU: a new output (row-major), and every tensor
+ * input of the result's shape, row-major too. Small tensors are mostly that, and then the walk
+ * is numel elements at each operand's itemsize (a scalar's step is 0): the iteration engine's
+ * set-up, broadcast strides and the ordering and merging of dimensions, which cost more than
+ * the work on a few elements, is not needed. */
+static int one_row(const Operand *in, int n, int ndim, const int64_t *shape) {
+  for (int k = 0; k < n; k++) {
+    const dlp_Tensor *t = in[k].t;
+    if (!t) continue;
+    if (t->dl.ndim != ndim) return 0;
+    for (int i = 0; i < ndim; i++)
+      if (t->dl.shape[i] != shape[i]) return 0;
+    if (!dlp_is_contiguous(t)) return 0;
+  }
+  return 1;
+}
+
 /* allclose's tests */
 static void isclose_f64(void *ctx, char *const *data, const int64_t *steps, int64_t n);
 static void isclose_c128(void *ctx, char *const *data, const int64_t *steps, int64_t n);
@@ -551,13 +568,14 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
     out = dlp_tensor_new(L, result, 0, on, ndim, shape, 0, c->what);
   }
   int out_idx = lua_gettop(L);
+  int row = !c->out && gpu < 0 && one_row(in, n, ndim, shape);
 
   /* inputs that overlap the output other than element for element are read into temporaries
    * first (NumPy's rule); allocated before any memory is taken */
-  int64_t strides[DLP_ITER_MAX_OPS][DLP_MAX_NDIM];
+  int64_t strides[DLP_ITER_MAX_OPS][DLP_MAX_NDIM], row_steps[DLP_ITER_MAX_OPS];
   char *data[DLP_ITER_MAX_OPS];
   dlp_Tensor *source[3] = {NULL, NULL, NULL};
-  dlp_broadcast_strides(out, ndim, shape, strides[0]);
+  if (!row) dlp_broadcast_strides(out, ndim, shape, strides[0]);
   for (int k = 0; k < n; k++) {
     if (!in[k].t) continue;
     source[k] = in[k].t;
@@ -587,6 +605,7 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
   run.kernel_ctx = c->kernel_ctx;
   run.nops = n + 1;
   data[0] = dlp_first_element(out);
+  row_steps[0] = dlp_dtypes[out->dtype].itemsize;
   run.size[0] = dlp_dtypes[loop_out].itemsize;
   /* results are rounded to the result dtype before going into an out of another (NumPy) */
   plan_conversion(&run, 0, loop_out, result, out->dtype);
@@ -594,11 +613,13 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
     run.size[k + 1] = dlp_dtypes[want[k]].itemsize;
     if (!source[k]) {
       data[k + 1] = (char *)in[k].value.bytes;
+      row_steps[k + 1] = 0;
       for (int i = 0; i < ndim; i++) strides[k + 1][i] = 0;
       continue;
     }
     data[k + 1] = dlp_first_element(source[k]);
-    dlp_broadcast_strides(source[k], ndim, shape, strides[k + 1]);
+    row_steps[k + 1] = dlp_dtypes[source[k]->dtype].itemsize;
+    if (!row) dlp_broadcast_strides(source[k], ndim, shape, strides[k + 1]);
     plan_conversion(&run, k + 1, source[k]->dtype, mid[k], want[k]);
   }
 
@@ -615,6 +636,7 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
       luaL_error(L, "%s: integers to negative integer powers are not allowed", c->what);
   }
 
+  int64_t numel = dlp_numel(out);
   if (gpu >= 0) {
     int family = 0, sizes[DLP_ITER_MAX_OPS];
     const char *name = mixed ? dlp_mixed_kernel_name(c->op, want[0] == DLP_UINT64, &family)
@@ -668,10 +690,16 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
     }
     for (int k = 0; k <= n; k++)
       if (temps[k]) dlp_tensor_release(temps[k]);
+  } else if (row && numel < DLP_TASK_ELEMENTS) { /* a small row is one call of the loop: no walk, no tasks */
+    if (numel > 0) run_rows(&run, data, row_steps, numel);
   } else {
     dlp_Iter it;
-    dlp_iter_init(&it, n + 1, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1);
-    fold_periodic(&it, &run);
+    if (row) {
+      dlp_iter_init_row(&it, n + 1, numel, data, row_steps);
+    } else {
+      dlp_iter_init(&it, n + 1, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1);
+      fold_periodic(&it, &run);
+    }
     int64_t period = 1; /* a task starts a tile's period from its first element */
     for (int k = 1; k < run.nops; k++)
       if (run.period[k]) period = run.period[k];
@@ -679,9 +707,11 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
   }
   for (int k = 0; k < n; k++)
     if (source[k] && source[k] != in[k].t) dlp_tensor_release(source[k]);
-  lua_pushvalue(L, out_idx);
-  lua_replace(L, top + 1);
-  lua_settop(L, top + 1);
+  if (out_idx != top + 1) { /* the result goes right above the arguments */
+    lua_pushvalue(L, out_idx);
+    lua_replace(L, top + 1);
+  }
+  lua_settop(L, top + 1); /* temporaries (overlapping inputs' copies) go */
   return out;
 }
 
@@ -696,8 +726,12 @@ static int l_elementwise(lua_State *L) {
   c.first = 1;
   int n = ops[c.op].arity;
   dlp_ComputeOptions o;
-  dlp_check_no_more(L, n + 2, c.what, n == 1 ? "a tensor and an options table" : "operands and an options table");
-  dlp_read_compute_options(L, n + 1, DLP_COPT_OUT | DLP_COPT_DTYPE | DLP_COPT_STREAM, &o, c.what);
+  if (lua_gettop(L) > n) { /* an options table (or more arguments), checked and read */
+    dlp_check_no_more(L, n + 2, c.what, n == 1 ? "a tensor and an options table" : "operands and an options table");
+    dlp_read_compute_options(L, n + 1, DLP_COPT_OUT | DLP_COPT_DTYPE | DLP_COPT_STREAM, &o, c.what);
+  } else {
+    dlp_read_compute_options(L, 0, 0, &o, c.what); /* the defaults */
+  }
   c.out = o.out;
   c.dtype = o.dtype;
   c.stream = o.stream;

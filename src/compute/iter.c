@@ -11,7 +11,15 @@
 static int64_t magnitude(int64_t v) { return v < 0 ? -v : v; }
 
 int dlp_broadcast_shapes(lua_State *L, int n, const dlp_Tensor *const *tensors, int64_t *shape, const char *what) {
-  int ndim = 0;
+  int ndim = 0, same = n > 0;
+  for (int k = 1; k < n && same; k++) { /* the common case first: one shape (small calls notice the rest) */
+    same = tensors[k]->dl.ndim == tensors[0]->dl.ndim;
+    for (int i = 0; same && i < tensors[0]->dl.ndim; i++) same = tensors[k]->dl.shape[i] == tensors[0]->dl.shape[i];
+  }
+  if (same) {
+    for (int i = 0; i < tensors[0]->dl.ndim; i++) shape[i] = tensors[0]->dl.shape[i];
+    return tensors[0]->dl.ndim;
+  }
   for (int k = 0; k < n; k++)
     if (tensors[k]->dl.ndim > ndim) ndim = tensors[k]->dl.ndim;
   for (int i = 0; i < ndim; i++) shape[i] = 1;
@@ -41,9 +49,10 @@ int dlp_broadcast_shapes(lua_State *L, int n, const dlp_Tensor *const *tensors, 
 
 void dlp_broadcast_strides(const dlp_Tensor *t, int ndim, const int64_t *shape, int64_t *strides) {
   int shift = ndim - t->dl.ndim;
-  for (int i = 0; i < ndim; i++) {
+  int64_t itemsize = dlp_dtypes[t->dtype].itemsize, empty = dlp_numel(t) == 0;
+  for (int i = 0; i < ndim; i++) { /* dlp_walk_stride's, with t's element count found once */
     int j = i - shift;
-    strides[i] = j < 0 || t->dl.shape[j] != shape[i] ? 0 : dlp_walk_stride(t, j);
+    strides[i] = j < 0 || t->dl.shape[j] != shape[i] || t->dl.shape[j] <= 1 || empty ? 0 : t->dl.strides[j] * itemsize;
   }
 }
 
@@ -104,6 +113,19 @@ void dlp_iter_init(dlp_Iter *it, int nops, int ndim, const int64_t *shape, char 
     n++;
   }
   it->ndim = n;
+}
+
+/* What dlp_iter_init makes of a walk that is one row of n elements, each operand stepping by
+ * steps[op] bytes, made without the work of finding that out (the caller knows it). */
+void dlp_iter_init_row(dlp_Iter *it, int nops, int64_t n, char *const *data, const int64_t *steps) {
+  it->nops = nops;
+  it->numel = n;
+  it->ndim = n > 1; /* one element is a walk of no dimensions, as dlp_iter_init drops size 1 */
+  it->shape[0] = n;
+  for (int op = 0; op < nops; op++) {
+    it->data[op] = data[op];
+    it->strides[op][0] = steps[op];
+  }
 }
 
 void dlp_iter_run(const dlp_Iter *it, dlp_IterLoop loop, void *ctx) {

@@ -94,7 +94,7 @@ int dlp_compute_device(lua_State *L, dlp_Tensor *const *t, int n, const char *wh
     if (t[k] && t[k]->dl.device.device_type == kDLCUDA) first = t[k];
   if (!first) {
     for (int k = 0; k < n; k++)
-      if (t[k]) dlp_check_host(L, t[k], what);
+      if (t[k] && t[k]->dl.device.device_type != kDLCPU) dlp_check_host(L, t[k], what);
     return -1;
   }
   for (int k = 0; k < n; k++)

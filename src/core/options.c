@@ -46,7 +46,7 @@ int dlp_check_option(lua_State *L, int arg, const char *const names[], const cha
 }
 
 void dlp_check_no_more(lua_State *L, int first, const char *what, const char *how) {
-  for (int k = first; k <= lua_gettop(L); k++)
+  for (int k = first, top = lua_gettop(L); k <= top; k++)
     if (!lua_isnil(L, k)) luaL_argerror(L, k, lua_pushfstring(L, "unexpected argument (%s takes %s)", what, how));
 }
 

@@ -42,10 +42,14 @@ dlp_Tensor *dlp_tensor_push(lua_State *L, int ndim) {
   return dlp_tensor_push_with(L, ndim, METATABLE);
 }
 
+/* Every call of the module tests its tensors: the metatables are compared by address (two
+ * lua_topointer cost less than a lua_rawequal, which goes through the general equality). A light
+ * userdata is never a tensor, whatever debug.setmetatable gave all of them. */
 dlp_Tensor *dlp_tensor_test_with(lua_State *L, int idx, int metatable) {
   void *p = lua_touserdata(L, idx);
-  if (!p || !lua_getmetatable(L, idx)) return NULL;
-  int same = lua_rawequal(L, -1, metatable < 0 && metatable > LUA_REGISTRYINDEX ? metatable - 1 : metatable);
+  if (!p || lua_type(L, idx) != LUA_TUSERDATA || !lua_getmetatable(L, idx)) return NULL;
+  int same = lua_topointer(L, -1) == lua_topointer(L, metatable < 0 && metatable > LUA_REGISTRYINDEX ? metatable - 1
+                                                                                                      : metatable);
   lua_pop(L, 1);
   return same ? p : NULL;
 }
@@ -108,7 +112,8 @@ int64_t dlp_nbytes(const dlp_Tensor *t) {
 /* Strides of size-1 dimensions say nothing about layout, and an empty tensor is contiguous. */
 int dlp_is_contiguous(const dlp_Tensor *t) {
   int64_t expected = 1;
-  if (dlp_numel(t) == 0) return 1;
+  for (int i = 0; i < t->dl.ndim; i++)
+    if (t->dl.shape[i] == 0) return 1; /* before multiplying: an empty shape's other sizes may be anything */
   for (int i = t->dl.ndim - 1; i >= 0; i--) {
     if (t->dl.shape[i] == 1) continue;
     if (t->dl.strides[i] != expected) return 0;

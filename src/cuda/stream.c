@@ -90,6 +90,10 @@ dlp_CudaStream *dlp_cuda_test_stream_object(lua_State *L, int idx) {
 }
 
 dlp_CudaStream *dlp_cuda_check_stream(lua_State *L, int idx, DLDevice on, int dflt, const char *what) {
+  if (!idx && on.device_type == kDLCPU) { /* the common case: no stream asked for, none to find */
+    lua_pushnil(L);
+    return NULL;
+  }
   int isint, device = dlp_cuda_device_of(on);
   lua_Integer v = dflt;
   StreamObject *holder, *o;

@@ -225,7 +225,7 @@ static void import_into(lua_State *L, dlp_Tensor *t, void *managed, int versione
   }
   if ((shared = owner != NULL)) {
     dlp_owner_retain(owner);
-    memcpy(c.strides, dl->strides, (size_t)dl->ndim * sizeof(int64_t));
+    for (int i = 0; i < dl->ndim; i++) c.strides[i] = dl->strides[i];
   } else {
     if (!validate(dl, flags, msg, sizeof msg, &c) ||
         (dl->ndim != t->dl.ndim && snprintf(msg, sizeof msg, "ndim changed while it was imported"))) {
@@ -244,8 +244,10 @@ static void import_into(lua_State *L, dlp_Tensor *t, void *managed, int versione
   t->dl.byte_offset = dl->byte_offset;
   t->dtype = c.dtype;
   t->flags = flags;
-  if (dl->ndim > 0) memcpy(t->dl.shape, dl->shape, (size_t)dl->ndim * sizeof(int64_t));
-  memcpy(t->dl.strides, c.strides, (size_t)dl->ndim * sizeof(int64_t));
+  for (int i = 0; i < dl->ndim; i++) { /* a few dimensions: a loop costs less than memcpy calls */
+    t->dl.shape[i] = dl->shape[i];
+    t->dl.strides[i] = c.strides[i];
+  }
   t->owner = owner;
   if (shared) drop_export(managed, versioned); /* our export: its owner is shared now */
   else dlp_gc_account(L, c.nbytes);            /* memory new to this state */
@@ -255,11 +257,14 @@ static void import_into(lua_State *L, dlp_Tensor *t, void *managed, int versione
  * capsule is consumed, so that running out of memory leaves the capsule to its producer. */
 static void import_capsule(lua_State *L, int arg, int *copied, const char *what) {
   int versioned;
+  void *managed = NULL;
   arg = lua_absindex(L, arg);
-  int ndim = lua_type(L, arg) == LUA_TLIGHTUSERDATA ? dlp_capsule_peek(lua_touserdata(L, arg), stated_ndim) : -1;
+  void *capsule = lua_type(L, arg) == LUA_TLIGHTUSERDATA ? lua_touserdata(L, arg) : NULL;
+  int ndim = capsule ? dlp_capsule_peek(capsule, stated_ndim) : -1;
   if (ndim < 0) dlp_capsule_take(L, arg, &versioned, what); /* raises: not a capsule, or consumed */
   dlp_Tensor *t = dlp_tensor_push(L, ndim);
-  void *managed = dlp_capsule_take(L, arg, &versioned, what);
+  if (dlp_capsule_consume(capsule, &managed, &versioned) != DLPACK_LUA_OK)
+    dlp_capsule_take(L, arg, &versioned, what); /* raises: a finalizer consumed it while t was made */
   import_into(L, t, managed, versioned, copied);
 }
 
@@ -436,7 +441,8 @@ static int l_from_dlpack(lua_State *L) {
   dlp_check_no_more(L, 3, FROM_DLPACK, "a capsule or a producer, and an options table");
   luaL_checkany(L, 1);
   dlp_read_options(L, 2, DLP_OPT_DEVICE | DLP_OPT_COPY | DLP_OPT_STREAM, &o);
-  dlp_Tensor *own = dlp_tensor_test(L, 1);
+  int type = lua_type(L, 1);
+  dlp_Tensor *own = type == LUA_TUSERDATA ? dlp_tensor_test(L, 1) : NULL; /* a capsule is light userdata */
   if (own) {
     /* one of ours: share its owner directly, as an export and import would */
     if (!own->owner) return luaL_argerror(L, 1, "tensor was released");
@@ -444,7 +450,7 @@ static int l_from_dlpack(lua_State *L) {
     dlp_Tensor *t = dlp_tensor_alias(L, 1, own->dl.device, FROM_DLPACK);
     if (dlp_device_has_streams(t->dl.device))
       dlp_cuda_order_for_consumer(L, t->owner, t->dl.device, consumer, FROM_DLPACK);
-  } else if (lua_type(L, 1) == LUA_TLIGHTUSERDATA) {
+  } else if (type == LUA_TLIGHTUSERDATA) {
     if (o.stream) return luaL_argerror(L, 2, "stream: a capsule was made already (pass the producer instead)");
     import_capsule(L, 1, &copied, FROM_DLPACK);
   } else {
