@@ -1,0 +1,336 @@
+/* A vectorised sort of 32-bit values for AVX-512 processors (sort.c calls it for lines sorted for
+ * their values only).
+ *
+ * Each element becomes the unsigned key sort_rules.h defines (descending flips it), the keys are
+ * sorted by a quicksort whose partitions and small sorts run 16 keys at a time in ZMM registers,
+ * and the keys are turned back into elements. Equal keys are equal elements but for -0.0 and 0.0
+ * (one key) and NaNs (one key, whatever their sign and payload); when a line has -0.0 or NaN, the
+ * runs of those two keys are refilled with the input's zeros and NaNs in input order, which gives
+ * exactly the stable sort's result. So the sort of the keys need not be stable.
+ *
+ * The quicksort: the pivot is the median of 64 keys sampled across the range; the partition reads
+ * 16 keys at a time from whichever end of the unread part has less room before it, and writes the
+ * keys below the pivot after those already written at the left end, the others before those at
+ * the right end (VPCOMPRESSD, masked stores). The first and last 16 keys are read before anything
+ * is written, so that each side always has room for the next 16. A range of up to 256 keys is
+ * sorted in registers by a bitonic network (the range padded with the largest key). When the pivot
+ * is the range's least key, its copies are split off by a second partition (at pivot + 1): they are
+ * in place, so every partition makes progress however many keys repeat. Ranges that still recurse
+ * too deep go through a heap sort. */
+#include "compute/sort_avx512.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#include <string.h>
+
+#define AVX512 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl")))
+#define INLINE static inline __attribute__((always_inline)) AVX512
+
+#define SMALL 256 /* ranges up to this many keys: the network (16 registers) */
+#define SIGN 0x80000000u
+
+/* ---- the bitonic network ----
+ * Keys at positions i and i ^ j are compared, for block sizes k = 2, 4, ... and j = k/2 ... 1;
+ * position i keeps the larger when (i & j) != 0 differs from (i & k) != 0 (blocks whose bit k is
+ * set sort downwards until the last merge). Lanes of one register are paired by shuffles; for
+ * j >= 16 whole registers are. */
+
+/* The 16 lanes with bit j (1, 2, 4 or 8) of their number set */
+static const __mmask16 lanes_with_bit[9] = {0, 0xAAAA, 0xCCCC, 0, 0xF0F0, 0, 0, 0, 0xFF00};
+
+INLINE __m512i partner(__m512i v, int j) {
+  switch (j) {
+    case 1: return _mm512_shuffle_epi32(v, (_MM_PERM_ENUM)0xB1);
+    case 2: return _mm512_shuffle_epi32(v, (_MM_PERM_ENUM)0x4E);
+    case 4: return _mm512_shuffle_i32x4(v, v, 0xB1);
+    default: return _mm512_shuffle_i32x4(v, v, 0x4E);
+  }
+}
+
+/* One step (k, j) over register number reg of the network */
+INLINE __m512i lane_step(__m512i v, int reg, int k, int j) {
+  __mmask16 high = k < 16 ? lanes_with_bit[k] : (reg * 16) & k ? 0xFFFF : 0;
+  __m512i p = partner(v, j);
+  return _mm512_mask_max_epu32(_mm512_min_epu32(v, p), (__mmask16)(lanes_with_bit[j] ^ high), v, p);
+}
+
+INLINE void network(__m512i *r, const int regs) {
+#pragma GCC unroll 16
+  for (int k = 2; k <= 16 * regs; k *= 2) {
+#pragma GCC unroll 16
+    for (int j = k / 2; j >= 16; j /= 2) {
+#pragma GCC unroll 16
+      for (int a = 0; a < regs; a++) {
+        int b = a ^ (j / 16);
+        if (b < a) continue;
+        __m512i lo = _mm512_min_epu32(r[a], r[b]), hi = _mm512_max_epu32(r[a], r[b]);
+        int up = ((a * 16) & k) == 0;
+        r[a] = up ? lo : hi;
+        r[b] = up ? hi : lo;
+      }
+    }
+#pragma GCC unroll 16
+    for (int j = k < 16 ? k / 2 : 8; j >= 1; j /= 2) {
+#pragma GCC unroll 16
+      for (int a = 0; a < regs; a++) r[a] = lane_step(r[a], a, k, j);
+    }
+  }
+}
+
+/* Sort the n <= 16 * regs keys at a in registers */
+INLINE void sort_in_registers(uint32_t *a, int64_t n, const int regs) {
+  __m512i r[16];
+  const __m512i top = _mm512_set1_epi32(-1);
+#pragma GCC unroll 16
+  for (int i = 0; i < regs; i++) {
+    int64_t have = n - 16 * i;
+    __mmask16 m = have >= 16 ? 0xFFFF : have <= 0 ? 0 : (__mmask16)((1u << have) - 1);
+    r[i] = _mm512_mask_loadu_epi32(top, m, a + 16 * i);
+  }
+  network(r, regs);
+#pragma GCC unroll 16
+  for (int i = 0; i < regs; i++) {
+    int64_t have = n - 16 * i;
+    __mmask16 m = have >= 16 ? 0xFFFF : have <= 0 ? 0 : (__mmask16)((1u << have) - 1);
+    _mm512_mask_storeu_epi32(a + 16 * i, m, r[i]);
+  }
+}
+
+AVX512 static void sort_small(uint32_t *a, int64_t n) {
+  if (n <= 16) sort_in_registers(a, n, 1);
+  else if (n <= 32) sort_in_registers(a, n, 2);
+  else if (n <= 64) sort_in_registers(a, n, 4);
+  else if (n <= 128) sort_in_registers(a, n, 8);
+  else sort_in_registers(a, n, 16);
+}
+
+/* ---- the quicksort ---- */
+
+/* The median of 64 keys spread over a[0..n) (n > SMALL) */
+AVX512 static uint32_t pivot_of(const uint32_t *a, int64_t n) {
+  uint32_t sample[64];
+  int64_t gap = n / 64;
+  for (int i = 0; i < 64; i++) sample[i] = a[i * gap + gap / 2];
+  __m512i r[4];
+  for (int i = 0; i < 4; i++) r[i] = _mm512_loadu_si512(sample + 16 * i);
+  network(r, 4);
+  return (uint32_t)_mm_cvtsi128_si32(_mm512_castsi512_si128(r[2])); /* the 33rd of 64 */
+}
+
+/* The keys of v (those in `valid`) below the pivot written at a[left...], the others before
+ * a[right]. In the main loop (full) each side has room for 16 more: one register holding the keys
+ * below in its first lanes and the others in its last is stored whole at both places. */
+#define SPLIT(v, valid, full)                                                                      \
+  do {                                                                                             \
+    __mmask16 below_ = _mm512_mask_cmplt_epu32_mask(valid, v, pivot_v);                            \
+    __mmask16 above_ = (__mmask16)(~below_ & (valid));                                             \
+    int nb_ = __builtin_popcount(below_), na_ = __builtin_popcount(above_);                        \
+    if (full) {                                                                                    \
+      __m512i ends_ = _mm512_permutexvar_epi32(reverse, _mm512_maskz_compress_epi32(above_, v));   \
+      ends_ = _mm512_mask_compress_epi32(ends_, below_, v);                                        \
+      _mm512_storeu_si512(a + left, ends_);                                                        \
+      _mm512_storeu_si512(a + right - 16, ends_);                                                  \
+    } else {                                                                                       \
+      _mm512_mask_storeu_epi32(a + left, (__mmask16)((1u << nb_) - 1), _mm512_maskz_compress_epi32(below_, v)); \
+      _mm512_mask_storeu_epi32(a + right - na_, (__mmask16)((1u << na_) - 1),                      \
+                               _mm512_maskz_compress_epi32(above_, v));                            \
+    }                                                                                              \
+    left += nb_;                                                                                   \
+    right -= na_;                                                                                  \
+  } while (0)
+
+#define BLOCK 64 /* keys read at a time from one end */
+
+/* Partition a[0..n) (n >= 2 * BLOCK) around pivot: returns m, with a[0..m) below it and a[m..n)
+ * not. The first and last BLOCK keys are read before anything is written; then each side has room
+ * for the next BLOCK whichever end they are read from. */
+AVX512 static int64_t partition(uint32_t *a, int64_t n, uint32_t pivot) {
+  const __m512i pivot_v = _mm512_set1_epi32((int)pivot);
+  const __m512i reverse = _mm512_set_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512i first[4], last[4], v[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; i++) {
+    first[i] = _mm512_loadu_si512(a + 16 * i);
+    last[i] = _mm512_loadu_si512(a + n - BLOCK + 16 * i);
+  }
+  /* unread: [from, to); written: [0, left) and [right, n) */
+  int64_t from = BLOCK, to = n - BLOCK, left = 0, right = n;
+  while (to - from >= BLOCK) {
+    const uint32_t *src;
+    if (from - left <= right - to) {
+      src = a + from;
+      from += BLOCK;
+    } else {
+      to -= BLOCK;
+      src = a + to;
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) v[i] = _mm512_loadu_si512(src + 16 * i);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) SPLIT(v[i], 0xFFFF, 1);
+  }
+  /* the rest (under BLOCK), and the first and last BLOCK, fill [left, right) exactly */
+  int64_t rest = to - from;
+  __mmask16 valid[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; i++) {
+    int64_t have = rest - 16 * i;
+    valid[i] = have >= 16 ? 0xFFFF : have <= 0 ? 0 : (__mmask16)((1u << have) - 1);
+    v[i] = _mm512_maskz_loadu_epi32(valid[i], a + from + 16 * i);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; i++) SPLIT(v[i], valid[i], 0);
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; i++) SPLIT(first[i], 0xFFFF, 0);
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; i++) SPLIT(last[i], 0xFFFF, 0);
+  return left;
+}
+#undef SPLIT
+
+static void sift_down(uint32_t *a, int64_t i, int64_t n) {
+  uint32_t key = a[i];
+  for (int64_t c; (c = 2 * i + 1) < n; i = c) {
+    if (c + 1 < n && a[c + 1] > a[c]) c++;
+    if (a[c] <= key) break;
+    a[i] = a[c];
+  }
+  a[i] = key;
+}
+
+static void heap_sort(uint32_t *a, int64_t n) {
+  for (int64_t i = n / 2; i-- > 0;) sift_down(a, i, n);
+  for (int64_t end = n - 1; end > 0; end--) {
+    uint32_t t = a[0];
+    a[0] = a[end];
+    a[end] = t;
+    sift_down(a, 0, end);
+  }
+}
+
+AVX512 static void quicksort(uint32_t *a, int64_t n, int depth) {
+  while (n > SMALL) {
+    if (depth-- == 0) {
+      heap_sort(a, n);
+      return;
+    }
+    uint32_t pivot = pivot_of(a, n);
+    int64_t m = partition(a, n, pivot);
+    if (m == 0) { /* the pivot is the least key: its copies go first, and stay there */
+      if (pivot == UINT32_MAX) return; /* every key is */
+      m = partition(a, n, pivot + 1);
+      a += m;
+      n -= m;
+      continue;
+    }
+    if (m < n - m) { /* the smaller side by recursion, the larger by the loop */
+      quicksort(a, m, depth);
+      a += m;
+      n -= m;
+    } else {
+      quicksort(a + m, n - m, depth);
+      n = m;
+    }
+  }
+  sort_small(a, n);
+}
+
+/* ---- keys ---- */
+
+/* The keys of the 16 float32 (bits) of v; *special set where NaN or -0.0 */
+INLINE __m512i float_keys(__m512i v, __mmask16 *special) {
+  const __m512i sign = _mm512_set1_epi32((int)SIGN);
+  __m512i key = _mm512_xor_si512(v, _mm512_or_si512(_mm512_srai_epi32(v, 31), sign));
+  __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_andnot_si512(sign, v), _mm512_set1_epi32(0x7f800000));
+  __mmask16 negzero = _mm512_cmpeq_epi32_mask(v, sign);
+  *special = nan | negzero;
+  key = _mm512_mask_mov_epi32(key, nan, _mm512_set1_epi32(-1));
+  return _mm512_mask_mov_epi32(key, negzero, sign);
+}
+
+/* Keys of n elements at p (step bytes apart) into d; returns whether some float is NaN or -0.0 */
+AVX512 static int make_keys(int kind, const char *p, int64_t step, int64_t n, uint32_t flip, uint32_t *d) {
+  const __m512i flip_v = _mm512_set1_epi32((int)flip), sign = _mm512_set1_epi32((int)SIGN);
+  __mmask16 special = 0;
+  if (step == 4) {
+    for (int64_t i = 0; i < n; i += 16) {
+      __mmask16 m = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1), s = 0;
+      __m512i v = _mm512_maskz_loadu_epi32(m, p + 4 * i);
+      if (kind == DLP_SORT32_FLOAT) v = float_keys(v, &s);
+      else if (kind == DLP_SORT32_INT) v = _mm512_xor_si512(v, sign);
+      special |= s & m;
+      _mm512_mask_storeu_epi32(d + i, m, _mm512_xor_si512(v, flip_v));
+    }
+    return special != 0;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t b;
+    memcpy(&b, p + i * step, 4);
+    if (kind == DLP_SORT32_FLOAT) {
+      int nan = (b & ~SIGN) > 0x7f800000u, negzero = b == SIGN;
+      special |= (__mmask16)(nan | negzero);
+      b = nan ? UINT32_MAX : negzero ? SIGN : b ^ ((uint32_t)((int32_t)b >> 31) | SIGN);
+    } else if (kind == DLP_SORT32_INT) {
+      b ^= SIGN;
+    }
+    d[i] = b ^ flip;
+  }
+  return special != 0;
+}
+
+/* The n keys at d made elements again (no NaN, no -0.0 among them: their keys' bits) */
+AVX512 static void unmake_keys(int kind, int64_t n, uint32_t flip, uint32_t *d) {
+  const __m512i flip_v = _mm512_set1_epi32((int)flip), sign = _mm512_set1_epi32((int)SIGN);
+  const __m512i low = _mm512_set1_epi32(0x7fffffff);
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 m = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+    __m512i key = _mm512_xor_si512(_mm512_maskz_loadu_epi32(m, d + i), flip_v);
+    if (kind == DLP_SORT32_FLOAT) /* negative keys were flipped whole, the others' sign bit */
+      key = _mm512_xor_si512(key, _mm512_or_si512(_mm512_andnot_si512(_mm512_srai_epi32(key, 31), low), sign));
+    else if (kind == DLP_SORT32_INT)
+      key = _mm512_xor_si512(key, sign);
+    _mm512_mask_storeu_epi32(d + i, m, key);
+  }
+}
+
+/* The first place in the sorted keys d[0..n) whose key is not below `key` */
+static int64_t first_not_below(const uint32_t *d, int64_t n, uint32_t key) {
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (d[mid] < key) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+int dlp_sort32_avx512(int kind, const char *p, int64_t step, int64_t n, int descending, uint32_t *d) {
+  uint32_t flip = descending ? UINT32_MAX : 0;
+  int special = make_keys(kind, p, step, n, flip, d);
+  int depth = 8;
+  for (int64_t m = n; m > 1; m /= 2) depth += 2;
+  quicksort(d, n, depth);
+  int64_t zeros = 0, nans = 0;
+  if (special) { /* where the runs of zeros and NaNs are */
+    uint32_t zero_key = SIGN ^ flip, nan_key = UINT32_MAX ^ flip;
+    zeros = first_not_below(d, n, zero_key);
+    nans = first_not_below(d, n, nan_key);
+  }
+  unmake_keys(kind, n, flip, d);
+  if (special) { /* refilled with the input's zeros and NaNs in their order */
+    for (int64_t i = 0; i < n; i++) {
+      uint32_t b;
+      memcpy(&b, p + i * step, 4);
+      if ((b & ~SIGN) == 0) d[zeros++] = b;
+      else if ((b & ~SIGN) > 0x7f800000u) d[nans++] = b;
+    }
+  }
+  return 1;
+}
+
+#else
+int dlp_sort32_avx512(int kind, const char *p, int64_t step, int64_t n, int descending, uint32_t *d) {
+  (void)kind, (void)p, (void)step, (void)n, (void)descending, (void)d;
+  return 0;
+}
+#endif
