@@ -11,7 +11,13 @@ enum { DLP_SORT32_UINT, DLP_SORT32_INT, DLP_SORT32_FLOAT }; /* how a 32-bit elem
  * (contiguous, not overlapping p), ascending or descending, exactly as sort.c's stable radix
  * sort orders them: NaN after everything (before, descending), -0.0 equal to 0.0, and the zeros
  * and the NaNs each in their input order. Only where the processor has AVX-512 (F, DQ, BW, VL:
- * platform.h's DLP_CPU_AVX512); returns 0, touching nothing, where the build has no such code. */
-int dlp_sort32_avx512(int kind, const char *p, int64_t step, int64_t n, int descending, uint32_t *d);
+ * platform.h's DLP_CPU_AVX512), in builds where DLP_HAVE_SORT32_AVX512 is 1 (x86-64, GCC or Clang). */
+void dlp_sort32_avx512(int kind, const char *p, int64_t step, int64_t n, int descending, uint32_t *d);
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define DLP_HAVE_SORT32_AVX512 1
+#else
+#define DLP_HAVE_SORT32_AVX512 0
+#endif
 
 #endif
