@@ -18,8 +18,10 @@
  * 1): they are in place, so every partition makes progress however many keys repeat. Ranges that
  * still recurse too deep go through a heap sort. No pass only makes or decodes keys: the first
  * partition of a long contiguous line reads the elements and writes their keys into the result,
- * and each range, once sorted, is written back as elements. */
+ * and each range, once sorted, is written back as elements. The two sides of that first partition
+ * are sorted on two threads (threads.c) when the line is long and the module has more than one. */
 #include "compute/sort_avx512.h"
+#include "internal.h" /* dlp_parallel_for */
 
 #if DLP_HAVE_SORT32_AVX512
 #include <immintrin.h>
@@ -354,6 +356,21 @@ AVX512 static int64_t partition_from(const Line *line, const char *p, int64_t n,
 }
 #undef SPLIT
 
+/* The two sides of the first partition of a long line, one task each (any split gives the same
+ * result: the sorted keys are unique, whoever sorts them) */
+typedef struct Sides {
+  const Line *line;
+  uint32_t *a;
+  int64_t m, n;
+  int depth;
+} Sides;
+
+static void sort_side(void *ctx, int64_t i) {
+  const Sides *s = ctx;
+  if (i == 0) quicksort(s->line, s->a, s->m, s->depth);
+  else quicksort(s->line, s->a + s->m, s->n - s->m, s->depth);
+}
+
 /* The first place in the sorted elements d[0..n) whose key is not below `key` */
 static int64_t first_not_below(const Line *line, const uint32_t *d, int64_t n, uint32_t key) {
   int64_t lo = 0, hi = n;
@@ -371,8 +388,13 @@ void dlp_sort32_avx512(int kind, const char *p, int64_t step, int64_t n, int des
   for (int64_t m = n; m > 1; m /= 2) depth += 2;
   if (step == 4 && n > SMALL) {
     int64_t m = partition_from(&line, p, n, d, &special);
-    quicksort(&line, d, m, depth);
-    quicksort(&line, d + m, n - m, depth);
+    Sides sides = {&line, d, m, n, depth};
+    if (n >= 2 * DLP_TASK_ELEMENTS && dlp_parallel_enabled()) {
+      dlp_parallel_for(2, sort_side, &sides);
+    } else {
+      sort_side(&sides, 0);
+      sort_side(&sides, 1);
+    }
   } else {
     special = make_keys(&line, p, step, n, d);
     quicksort(&line, d, n, depth);
