@@ -124,8 +124,9 @@ $(BUILD)/obj/%.o: src/%.c $(HEADERS)
 # read either); neither changes a result.
 KERNEL_FLAGS = -O3 -fno-math-errno -fno-trapping-math
 $(BUILD)/obj/compute/kernels.o: ALL_CFLAGS += $(KERNEL_FLAGS)
-# The sorting and scanning loops (radix passes, key conversions, scans) likewise.
-$(BUILD)/obj/compute/sort.o $(BUILD)/obj/compute/scan.o: ALL_CFLAGS += $(KERNEL_FLAGS)
+# The sorting and scanning loops (radix passes, key conversions, the AVX-512 sort's networks,
+# scans) likewise.
+$(BUILD)/obj/compute/sort.o $(BUILD)/obj/compute/sort_avx512.o $(BUILD)/obj/compute/scan.o: ALL_CFLAGS += $(KERNEL_FLAGS)
 # The file is the build's longest compile: it is compiled once per group of compute dtypes
 # (kernels.c's DLP_KERNELS_GROUP), so that a parallel build compiles the groups at the same time.
 # kernels.o holds bool and the integers (group 0), these the floats (1) and complex (2).

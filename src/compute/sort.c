@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compute/sort_avx512.h"
 #include "compute/sort_rules.h"
 #include "internal.h"
 
@@ -318,6 +319,7 @@ typedef struct SortLine {
   int64_t *ix, *ix2, *count;
   int allocated, failed;       /* ix and ix2 were malloc'd (values only); that failed */
   int keys_in_values;          /* the values (a new contiguous line as wide as a key) hold the keys */
+  int vector_sort;             /* values only of a 32-bit dtype, on an AVX-512 processor: sort_avx512.c */
 } SortLine;
 
 /* Sort the line at p: the positions in order, the keys alongside (*keys); *special as keysNN. */
@@ -365,6 +367,12 @@ static void sort_line(void *ctx, char *const *p) {
   int special, op = 1;
   /* the values' own memory holds the keys when it can (contiguous, as wide as the keys) */
   char *kbuf = s->keys_in_values ? p[1] : s->keys;
+  if (s->vector_sort) {
+    int kind = dlp_dtype_kind(s->dtype);
+    kind = kind == K_FLOAT ? DLP_SORT32_FLOAT : kind == K_INT ? DLP_SORT32_INT : DLP_SORT32_UINT;
+    dlp_sort32_avx512(kind, p[0], s->in_step, s->n, s->descending, (uint32_t *)(void *)p[1]);
+    return;
+  }
   if (s->keys_in_values && !s->wide && !s->indices && s->n >= LONG_LINE && s->n <= (int64_t)UINT32_MAX / 2 &&
       sort_long32(dlp_dtype_kind(s->dtype), p[0], s->in_step, s->n, s->descending ? ~(uint32_t)0 : 0,
                   (uint32_t *)(void *)s->keys2, (uint32_t *)(void *)p[1]))
@@ -603,10 +611,12 @@ static void run_sort(lua_State *L, dlp_Tensor *t, int dim, int descending, int64
   if (dim >= 0 && values) {
     s.val_step = dlp_walk_stride(values, dim);
     s.keys_in_values = k == s.n && s.val_step == s.itemsize && s.itemsize == (s.wide ? 8 : 4);
+    s.vector_sort = DLP_HAVE_SORT32_AVX512 && s.keys_in_values && !s.wide && !indices &&
+                    dlp_cpu_level() >= DLP_CPU_AVX512;
   }
   dlp_live(L, t, what); /* then no Lua code runs until the scratch is freed */
-  dlp_Owner *block = scratch(&s, s.n);
-  if (!block) luaL_error(L, "%s: not enough memory for the scratch of lines of %I elements", what, (lua_Integer)s.n);
+  dlp_Owner *block = s.vector_sort ? NULL : scratch(&s, s.n); /* sort_avx512.c needs none */
+  if (!block && !s.vector_sort) luaL_error(L, "%s: not enough memory for the scratch of lines of %I elements", what, (lua_Integer)s.n);
   const dlp_Tensor *ops[3] = {t, NULL, NULL};
   int nops = 1;
   if (values) ops[nops++] = values;
@@ -622,7 +632,7 @@ static void run_sort(lua_State *L, dlp_Tensor *t, int dim, int descending, int64
     dlp_each_line(nops, ops, dim, sort_line, &s);
   }
   if (s.allocated) free(s.ix);
-  dlp_owner_release(block);
+  if (block) dlp_owner_release(block);
   if (s.failed) luaL_error(L, "%s: not enough memory", what);
 }
 
