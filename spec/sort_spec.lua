@@ -160,8 +160,14 @@ describe("sort", function()
         end
       end
     end
-    local lengths = {255, 256, 257, 511, 1000, 4097, support.trials(100007)}
-    for n = 1, 70 do table.insert(lengths, n, n) end
+    -- every length to 70 (the vector and the one-register network), then the edges of the
+    -- networks of 2..16 registers, and of the partition's ends
+    local lengths = {}
+    for n = 1, 70 do lengths[n] = n end
+    for _, n in ipairs({71, 96, 127, 128, 129, 160, 191, 192, 193, 224, 253, 254, 255, 256, 257, 511, 1000, 4097,
+                        support.trials(100007)}) do
+      lengths[#lengths + 1] = n
+    end
 
     for _, dtype in ipairs({"float32", "int32", "uint32"}) do
       it(dtype .. ": equal, largest, sorted, reversed, organ pipe, few values, NaN, zeros, infinities, extremes",
@@ -171,6 +177,23 @@ describe("sort", function()
         end
       end)
     end
+
+    -- the pivot's sample grows at 32768 elements; from 131072 the two sides of the first partition
+    -- are sorted on two threads
+    it("long lines: the sample's edge and the two-thread sort", function()
+      local threads = dlpack.get_num_threads()
+      dlpack.set_num_threads(2)
+      local ok, err = pcall(function()
+        for _, n in ipairs({32767, 32768, 32769, 65536, support.trials(131073), support.trials(300001)}) do
+          for _, pattern in ipairs({"random", "few_values", "mixed", "organ_pipe"}) do
+            same(line("float32", pattern, n), 1, "float32 " .. pattern .. " " .. n)
+          end
+          same(line("uint32", "mixed", n), 1, "uint32 mixed " .. n)
+        end
+      end)
+      dlpack.set_num_threads(threads)
+      assert(ok, err)
+    end)
 
     it("strided lines and many lines", function()
       local t = line("float32", "mixed", 4000):view(40, 100)
