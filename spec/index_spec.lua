@@ -139,6 +139,80 @@ describe("index_select, gather and take", function()
     assert.are.equal(7, dlpack.take(dlpack.tensor(7), i64({1})):totable()[1])
   end)
 
+  it("take with a dim is np.take's axis: t's shape with dim replaced by index's", function()
+    local x = dlpack.arange(24):view(2, 3, 4)
+    local r = dlpack.take(x, i64({{3, 1}, {-1, 2}}), 2)
+    assert.same({2, 2, 2, 4}, r.shape)
+    assert.are.equal(x:get(2, 2, 3), r:get(2, 2, 2, 3)) -- index {2, 2} is 2
+    assert.are.equal(x:get(1, 3, 4), r:get(1, 1, 1, 4))
+    assert.same({{1, 5, 9}, {13, 17, 21}}, values(dlpack.take(x, i64(2), -1))) -- a 0-d index drops the dim
+    assert.same(values(x:index_select(3, i64({4, 1}))), values(x:take(i64({4, 1}), 3)))
+    assert.same({{4, 1}, {5, 2}, {6, 3}}, values(t:transpose(1, 2):take(i64({-1, 1}), 2)))
+    assert.same({2, 0, 4}, dlpack.take(x, i64({}), 2).shape)
+    -- nil in the place of dim: the flat take, options fourth
+    local out = dlpack.zeros({2}, "int64")
+    assert.are.equal(out, dlpack.take(x, i64({24, 1}), nil, {out = out}))
+    assert.same({23, 0}, values(out))
+  end)
+
+  it("take with a dim checks the dim, the index and out as the other functions do", function()
+    local x = dlpack.arange(6):view(2, 3)
+    raises_plain(function() dlpack.take(x, i64({4}), 2) end, "take: index 4 out of range for dimension 2 (size 3)")
+    raises_plain(function() dlpack.take(x, i64({0}), 1) end, "take: index 0 out of range for dimension 1 (size 2; "
+                 .. "indices start at 1)")
+    raises_plain(function() dlpack.take(x, i64({1}), 3) end, "dimension 3 out of range (tensor has 2)")
+    raises_plain(function() dlpack.take(dlpack.tensor(5), i64({1}), 1) end, "dimension 1 out of range (tensor has 0)")
+    raises_plain(function() dlpack.take(x, i64({1}), 1.5) end, "number has no integer representation")
+    raises_plain(function() dlpack.take(x, i64({1}), "2") end, "an options table expected, got string")
+    raises_plain(function() dlpack.take(x, i64({1}), 1, {}, 1) end, "unexpected argument")
+    raises(function() dlpack.take(x, i64({1, 2}), 2, {out = dlpack.zeros({2, 3}, "int64")}) end,
+           "out has shape {2, 3}, the result {2, 2}")
+    local kept = dlpack.full({2, 2}, 9, "int64")
+    raises(function() dlpack.take(x, i64({1, 9}), 2, {out = kept}) end, "out of range")
+    assert.same({{9, 9}, {9, 9}}, values(kept))
+    -- an empty result still checks its indices (as index_select; NumPy's take does not look)
+    raises(function() dlpack.take(dlpack.empty({0, 3}), i64({4}), 2) end, "index 4 out of range")
+    assert.same({0, 1}, dlpack.take(dlpack.empty({0, 3}), i64({3}), 2).shape)
+    assert.same({0, 2 ^ 62, 1, 2}, dlpack.take(dlpack.empty({0, 2 ^ 62, 3}), i64({{1, 2}}), 3).shape)
+    -- int64 edges of the index along a dim
+    local min = dlpack.tensor({-2 ^ 62}, "int64") * 2
+    raises_plain(function() dlpack.take(x, min, 1) end, "-9223372036854775808 out of range for dimension 1")
+    local umax = dlpack.tensor({0}, "uint64") - 1
+    raises_plain(function() dlpack.take(x, umax, 2) end, "18446744073709551615 out of range for dimension 2")
+  end)
+
+  it("take with a dim: lying option tables, out aliasing the tensor or the index, 64-dim results", function()
+    local x = dlpack.tensor({{1, 2, 3}, {4, 5, 6}}, "int64")
+    local raising = setmetatable({}, {__index = function() error("ran __index") end})
+    raises(function() dlpack.take(x, i64({3, 2, 1}), 2, raising) end, "ran __index")
+    assert.same({{1, 2, 3}, {4, 5, 6}}, values(x))
+    -- a different out at every read: the one read is the one written and returned
+    local outs = {}
+    local lying = setmetatable({}, {__index = function(_, k)
+      if k ~= "out" then return nil end
+      outs[#outs + 1] = dlpack.zeros({2, 3}, "int64")
+      return outs[#outs]
+    end})
+    local r = dlpack.take(x, i64({3, 2, 1}), 2, lying)
+    assert.are.equal(1, #outs)
+    assert.are.equal(outs[1], r)
+    assert.same({{3, 2, 1}, {6, 5, 4}}, values(r))
+    assert.are.equal(x, dlpack.take(x, i64({3, 2, 1}), 2, {out = x})) -- out is the tensor it reads
+    assert.same({{3, 2, 1}, {6, 5, 4}}, values(x))
+    local idx = i64({{2, 1}, {1, 1}})
+    dlpack.take(i64({7, 8}), idx, 1, {out = idx}) -- the index is its own out
+    assert.same({{8, 7}, {7, 7}}, values(idx))
+    local shape, ishape = {}, {}
+    for i = 1, 63 do shape[i], ishape[i] = 1, 1 end
+    ishape[63] = 2
+    local wide = dlpack.take(dlpack.arange(3):view({1, 3}), dlpack.tensor({3, 1}, "int64"):view(ishape), 2)
+    assert.are.equal(64, wide.ndim)
+    assert.same({2, 0}, values(wide:view({2})))
+    shape[64] = 1
+    raises_plain(function() dlpack.take(dlpack.zeros(shape), dlpack.zeros({1, 1}, "int64") + 1, 64) end,
+                 "take: the result would have 65 dims (at most 64)")
+  end)
+
   it("take index tensors of every integer dtype, any layout", function()
     for _, dtype in ipairs(support.INTS) do
       local index = dlpack.tensor({{1, 3}, {2, 1}}, dtype):transpose(1, 2)

@@ -565,6 +565,9 @@ describe("finalizers that release the operands of the indexing functions", funct
     {data, "masked_select (mask)", "function(t) return dlpack.ones({2, 3}):masked_select(t) end"},
     {index, "gather (index)", "function(i) return dlpack.zeros({2, 3}):gather(2, i) end"},
     {index, "take (index)", "function(i) return dlpack.take(dlpack.zeros({6}), i) end"},
+    {data, "take (dim)", "function(t) return dlpack.take(t:transpose(1, 2), dlpack.tensor({{2, 1}}), 2) end"},
+    {data, "take (dim, out = t)", "function(t) return dlpack.take(t, dlpack.tensor({3, 2, 1}), 2, {out = t}) end"},
+    {index, "take (dim, index)", "function(i) return dlpack.take(dlpack.zeros({2, 3}), i, -1) end"},
     {index, "scatter_ (index)", "function(i) return dlpack.zeros({2, 3}):scatter_(2, i, 1) end"},
     {index, "scatter_ (index and src)", "function(i) return i:scatter_(2, i, i) end"},
   }

@@ -37,11 +37,15 @@ describe("indexing with tensors on CUDA tensors", function()
         agrees("index_select (0-d index) " .. dtype, function(x, i) return x:index_select(1, i) end, t,
                dlpack.tensor(2, idt))
         agrees("take " .. dtype .. " " .. idt, function(x, i) return dlpack.take(x, i) end, t, i2)
+        agrees("take (dim 2) " .. dtype .. " " .. idt, function(x, i) return dlpack.take(x, i, 2) end, t, i2)
+        agrees("take (dim 1, 0-d index) " .. dtype, function(x, i) return dlpack.take(x, i, -2) end, t,
+               dlpack.tensor(signed and -1 or 3, idt))
       end
       -- strided operands: a transposed tensor, a transposed index, a reversed tensor
       local i = dlpack.tensor({{1, 2}, {3, 4}, {4, 1}}, "int64"):transpose(1, 2)
       agrees("gather transposed " .. dtype, function(x, ii) return x:transpose(1, 2):gather(2, ii) end, t, i)
       agrees("take transposed " .. dtype, function(x, ii) return dlpack.take(x:transpose(1, 2), ii) end, t, i)
+      agrees("take (dim) transposed " .. dtype, function(x, ii) return dlpack.take(x:transpose(1, 2), ii, 1) end, t, i)
       agrees("index_select reversed " .. dtype, function(x, ii) return x:slice(2, -1, 1, -1):index_select(1, ii) end,
              t, dlpack.tensor({4, 1}))
     end
@@ -84,6 +88,10 @@ describe("indexing with tensors on CUDA tensors", function()
            "take: index -7 out of range (6 elements)")
     raises(function() return dlpack.take(t, dev(dlpack.tensor({0}, "uint64") - 1)) end,
            "take: index 18446744073709551615 out of range")
+    raises(function() return dlpack.take(t, dev(dlpack.tensor({{1, -4}}, "int16")), 2) end,
+           "take: index -4 out of range for dimension 2 (size 3)")
+    raises(function() return dlpack.take(dlpack.empty({0, 3}, "float32", "cuda:0"), dev(dlpack.tensor({4})), 2) end,
+           "take: index 4 out of range for dimension 2")
     raises(function() return dlpack.empty({0, 3}, "float32", "cuda:0"):index_select(2, dev(dlpack.tensor({9}))) end,
            "out of range")
     local kept = dev(dlpack.full({2, 3}, 7))

@@ -2352,6 +2352,30 @@ def run_take():
     line.emit()
 
 
+def run_take_axis():
+    rng = rng_for("take_axis")
+    title = "take(t, index, dim): np.take with an axis, every dtype, layout and index dtype, any index shape, out="
+    reason = missing("take")
+    if reason:
+        skip(title, reason)
+        return
+    line = Line(title)
+    for k in range(6 * len(DTYPES)):
+        a = operand(rng, DTYPES[k % 12], rand_shape(rng, min_nd=1), LAYOUTS[int(rng.integers(5))])
+        d = int(rng.integers(a.ndim))
+        ishape = rand_shape(rng, max_nd=3)
+        idx = one_based(rng, INDEX_DTYPES[k % 8], ishape, a.shape[d], LAYOUTS[int(rng.integers(4))], bad=k % 9 == 8)
+        dim = d + 1 if k % 2 else d - a.ndim
+        out = np.zeros(a.shape[:d] + ishape + a.shape[d + 1:], a.dtype) if k % 5 == 4 else None
+
+        def run_lua(a=a, idx=idx, dim=dim, out=out):
+            r = H.call("take", None if out is None else to_lua(out), None, to_lua(a), to_lua(idx), dim)
+            return out if out is not None else r
+        check(line, desc_call("take(dim=%d)" % dim, a, idx), run_lua,
+              lambda a=a, idx=idx, d=d: np_index(lambda: np.asarray(np.take(a, zero_based(idx, a.shape[d]), axis=d))))
+    line.emit()
+
+
 def run_scatter():
     rng = rng_for("scatter")
     title = "scatter: every dtype, layout and index dtype, src tensors of any dtype (same_kind), last write wins"
@@ -2439,7 +2463,8 @@ def run(only=()):
         (n, lambda _, f=f: f(), None) for n, f in (("count_nonzero", run_count_nonzero),
                                                    ("masked_select", run_masked_select),
                                                    ("index_select", run_index_select), ("gather", run_gather),
-                                                   ("take", run_take), ("scatter", run_scatter))]
+                                                   ("take", run_take), ("take_axis", run_take_axis),
+                                                   ("scatter", run_scatter))]
     jobs += [("isclose", run_isclose, None), ("einsum", run_einsum, None)] + [(n, run_shape, n) for n in SHAPE_FUNCTIONS]
     for job, fn, arg in jobs:
         if only and job not in only:

@@ -10,7 +10,9 @@
  * One loop does the work of gather, index_select, take and scatter: the iteration engine walks
  * the index tensor's shape with three operands, the destination, the index and the source; the
  * indexed dimension is strided 0 in whichever side it picks from, and the loop moves that side
- * by (index - 1) times that dimension's stride. The functions that count before they know
+ * by (index - 1) times that dimension's stride. gather, index_select and take (flat or along a
+ * dim) differ only in where the index's dims lie on the result's and so share gather_into, on
+ * the host and on CUDA devices. The functions that count before they know
  * their result's size (nonzero, masked_select) read a private alias of their operands, which
  * holds the memory while the result is allocated (finalizers may release the tensors then).
  *
@@ -357,12 +359,56 @@ static void result_finish(lua_State *L, Result *r, const char *what) {
 
 /* ---- gather, index_select, take ---- */
 
+/* What gather, index_select and take share: r->into, walked over `shape` (ndim), gets the
+ * elements of src picked along one of its dims (`size` long, `step` bytes apart; take's flat
+ * walk: every element, itemsize apart) by the index at stack index index_at, whose dims lie on
+ * the result's dims at .. at + its ndim - 1 (strided 0 along the others); src_strides walks src
+ * over shape, 0 where the index picks. Every index is checked, also when the result is empty;
+ * dim names the dimension in errors (-1: take's flat indices). Pushes the result. */
+static void gather_into(lua_State *L, Result *r, dlp_Tensor *src, int index_at, int at, int ndim,
+                        const int64_t *shape, const int64_t *src_strides, int64_t size, int64_t step, int gpu, int dim,
+                        const char *what) {
+  int64_t strides[3][DLP_MAX_NDIM];
+  dlp_Tensor *index = lua_touserdata(L, index_at);
+  walk_strides(r->into, -1, strides[0]);
+  for (int i = 0; i < ndim; i++) strides[2][i] = src_strides[i];
+  if (gpu >= 0) {
+    check_on_device(L, index_at, size, dim, what); /* every index, also when the result is empty */
+    index = device_indices(L, index_at, 0, what);
+  }
+  for (int i = 0; i < ndim; i++)
+    strides[1][i] = i >= at && i - at < index->dl.ndim ? dlp_walk_stride(index, i - at) : 0;
+  if (gpu >= 0) {
+    gather_on_device(L, r->into, index, src, ndim, shape, (const int64_t(*)[DLP_MAX_NDIM])strides, step, size, what);
+    result_finish(L, r, what);
+    return;
+  }
+  dlp_live(L, src, what);
+  dlp_live(L, index, what);
+  dlp_live(L, r->into, what);
+  Pick p = {size, step, dlp_dtypes[src->dtype].itemsize, 0, 0, 0, 0, 0, 0};
+  char *data[3] = {dlp_first_element(r->into), dlp_first_element(index), dlp_first_element(src)};
+  int empty = 0;
+  for (int i = 0; i < ndim; i++) empty |= shape[i] == 0;
+  if (empty && dlp_numel(index) > 0) { /* an empty result: the indices still count */
+    int64_t istrides[3][DLP_MAX_NDIM] = {{0}, {0}, {0}}, ishape[DLP_MAX_NDIM] = {1};
+    int indim = index->dl.ndim ? index->dl.ndim : 1; /* a 0-d index is walked as one element */
+    for (int i = 0; i < index->dl.ndim; i++) ishape[i] = index->dl.shape[i];
+    walk_strides(index, -1, istrides[1]);
+    pick(L, &p, index->dtype, indim, ishape, data, (const int64_t(*)[DLP_MAX_NDIM])istrides, PICK_CHECK_ONLY, 0, dim,
+         what);
+  }
+  pick(L, &p, index->dtype, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides,
+       r->direct ? PICK_CHECK_FIRST : PICK_FUSED, 0, dim, what);
+  result_finish(L, r, what);
+}
+
 /* t:gather(dim, index [, opts]): r[i][j] = t[index[i][j]][j] (dim 1), torch's: index has t's
  * number of dims and fits in t outside dim; the result has index's shape. */
 static int l_gather(lua_State *L) {
   const char *what = "gather";
   dlp_ComputeOptions o;
-  int64_t strides[3][DLP_MAX_NDIM];
+  int64_t src_strides[DLP_MAX_NDIM];
   Result r;
   dlp_check_no_more(L, 5, what, "a tensor, a dim, an index and an options table");
   dlp_Tensor *t = dlp_tensor_check(L, 1);
@@ -383,34 +429,18 @@ static int l_gather(lua_State *L) {
                       dim + 1);
   }
   result_begin(L, &r, &o, t->dtype, ndim, index->dl.shape, gpu >= 0 ? t->dl.device : host, operands, 2, what);
-  walk_strides(r.into, -1, strides[0]);
-  walk_strides(t, dim, strides[2]);
-  if (gpu >= 0) {
-    check_on_device(L, 3, t->dl.shape[dim], dim, what);
-    dlp_Tensor *i64 = device_indices(L, 3, 0, what);
-    walk_strides(i64, -1, strides[1]);
-    gather_on_device(L, r.into, i64, t, ndim, index->dl.shape, (const int64_t(*)[DLP_MAX_NDIM])strides,
-                     dlp_walk_stride(t, dim), t->dl.shape[dim], what);
-  } else {
-    dlp_live(L, t, what);
-    dlp_live(L, index, what);
-    dlp_live(L, r.into, what);
-    Pick p = {t->dl.shape[dim], dlp_walk_stride(t, dim), dlp_dtypes[t->dtype].itemsize, 0, 0, 0, 0, 0, 0};
-    char *data[3] = {dlp_first_element(r.into), dlp_first_element(index), dlp_first_element(t)};
-    walk_strides(index, -1, strides[1]);
-    pick(L, &p, index->dtype, ndim, index->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides,
-         r.direct ? PICK_CHECK_FIRST : PICK_FUSED, 0, dim, what);
-  }
-  result_finish(L, &r, what);
+  walk_strides(t, dim, src_strides);
+  gather_into(L, &r, t, 3, 0, ndim, index->dl.shape, src_strides, t->dl.shape[dim], dlp_walk_stride(t, dim), gpu, dim,
+              what);
   return 1;
 }
 
 /* t:index_select(dim, index [, opts]): the slices of t along dim that index (0-d or 1-d) names,
- * in its order (NumPy's take with an axis). */
+ * in its order (torch's; a 0-d index keeps the dim with size 1). */
 static int l_index_select(lua_State *L) {
   const char *what = "index_select";
   dlp_ComputeOptions o;
-  int64_t strides[3][DLP_MAX_NDIM], shape[DLP_MAX_NDIM];
+  int64_t src_strides[DLP_MAX_NDIM], shape[DLP_MAX_NDIM];
   Result r;
   dlp_check_no_more(L, 5, what, "a tensor, a dim, an index and an options table");
   dlp_Tensor *t = dlp_tensor_check(L, 1);
@@ -426,74 +456,57 @@ static int l_index_select(lua_State *L) {
   int ndim = t->dl.ndim;
   for (int i = 0; i < ndim; i++) shape[i] = i == dim ? (index->dl.ndim ? index->dl.shape[0] : 1) : t->dl.shape[i];
   result_begin(L, &r, &o, t->dtype, ndim, shape, gpu >= 0 ? t->dl.device : host, operands, 2, what);
-  walk_strides(r.into, -1, strides[0]);
-  walk_strides(t, dim, strides[2]);
-  if (gpu >= 0) {
-    check_on_device(L, 3, t->dl.shape[dim], dim, what); /* every index, also when the result is empty */
-    dlp_Tensor *i64 = device_indices(L, 3, 0, what);
-    for (int i = 0; i < ndim; i++) strides[1][i] = i == dim && i64->dl.ndim ? dlp_walk_stride(i64, 0) : 0;
-    gather_on_device(L, r.into, i64, t, ndim, shape, (const int64_t(*)[DLP_MAX_NDIM])strides, dlp_walk_stride(t, dim),
-                     t->dl.shape[dim], what);
-    result_finish(L, &r, what);
-    return 1;
-  }
-  dlp_live(L, t, what);
-  dlp_live(L, index, what);
-  dlp_live(L, r.into, what);
-  Pick p = {t->dl.shape[dim], dlp_walk_stride(t, dim), dlp_dtypes[t->dtype].itemsize, 0, 0, 0, 0, 0, 0};
-  char *data[3] = {dlp_first_element(r.into), dlp_first_element(index), dlp_first_element(t)};
-  for (int i = 0; i < ndim; i++) strides[1][i] = i == dim && index->dl.ndim ? dlp_walk_stride(index, 0) : 0;
-  if (dlp_numel(r.into) == 0 && dlp_numel(index) > 0) { /* t empty across dim: the indices still count */
-    int64_t istrides[3][DLP_MAX_NDIM] = {{0}, {index->dl.ndim ? dlp_walk_stride(index, 0) : 0}, {0}};
-    int64_t ishape[1] = {dlp_numel(index)}; /* a 0-d index has no shape to read */
-    pick(L, &p, index->dtype, 1, ishape, data, (const int64_t(*)[DLP_MAX_NDIM])istrides,
-         PICK_CHECK_ONLY, 0, dim, what);
-  }
-  pick(L, &p, index->dtype, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides,
-       r.direct ? PICK_CHECK_FIRST : PICK_FUSED, 0, dim, what);
-  result_finish(L, &r, what);
+  walk_strides(t, dim, src_strides);
+  gather_into(L, &r, t, 3, dim, ndim, shape, src_strides, t->dl.shape[dim], dlp_walk_stride(t, dim), gpu, dim, what);
   return 1;
 }
 
-/* dlpack.take(t, index [, opts]): t's elements at the flat (row-major) indices of index, any
- * shape, which the result has (NumPy's take without an axis). */
+/* dlpack.take(t, index [, dim] [, opts]): NumPy's take. Without dim, t's elements at the flat
+ * (row-major) indices of index, any shape, which the result has; with dim (np.take's axis), the
+ * slices of t along dim at index's indices: the result's shape is t's with dim replaced by
+ * index's shape (a 0-d index drops it). */
 static int l_take(lua_State *L) {
   const char *what = "take";
   dlp_ComputeOptions o;
-  int64_t strides[3][DLP_MAX_NDIM];
+  int64_t src_strides[DLP_MAX_NDIM], shape[DLP_MAX_NDIM];
   Result r;
-  dlp_check_no_more(L, 4, what, "a tensor, an index and an options table");
+  int has_dim = lua_type(L, 3) == LUA_TNUMBER, opts = has_dim || (lua_isnil(L, 3) && !lua_isnoneornil(L, 4)) ? 4 : 3;
+  dlp_check_no_more(L, opts + 1, what, "a tensor, an index, a dim and an options table");
   dlp_Tensor *t = dlp_tensor_check(L, 1);
   dlp_Tensor *index = tensor_arg(L, 2, "index", what);
-  dlp_read_compute_options(L, 3, DLP_COPT_OUT, &o, what);
+  int dim = has_dim ? dlp_check_dim(L, 3, t->dl.ndim, 0) : -1;
+  dlp_read_compute_options(L, opts, DLP_COPT_OUT, &o, what);
   dlp_Tensor *operands[3] = {t, index, o.out ? lua_touserdata(L, o.out) : NULL};
   int gpu = dlp_compute_device(L, operands, 3, what);
   check_index_dtype(L, index, what);
   dlp_check_computes(L, t->dtype, what);
   DLDevice on = gpu >= 0 ? t->dl.device : host;
-  dlp_Tensor *flat = t;
-  if (!dlp_is_contiguous(t)) flat = dlp_clone(L, 1, t->dtype, on, NULL, what); /* row-major, private */
-  result_begin(L, &r, &o, t->dtype, index->dl.ndim, index->dl.shape, on, operands, 2, what);
-  int64_t numel = dlp_numel(flat), itemsize = dlp_dtypes[t->dtype].itemsize;
-  walk_strides(r.into, -1, strides[0]);
-  for (int i = 0; i < index->dl.ndim; i++) strides[2][i] = 0;
-  if (gpu >= 0) {
-    check_on_device(L, 2, numel, -1, what);
-    dlp_Tensor *i64 = device_indices(L, 2, 0, what);
-    walk_strides(i64, -1, strides[1]);
-    gather_on_device(L, r.into, i64, flat, index->dl.ndim, index->dl.shape, (const int64_t(*)[DLP_MAX_NDIM])strides,
-                     itemsize, numel, what);
-  } else {
-    dlp_live(L, flat, what);
-    dlp_live(L, index, what);
-    dlp_live(L, r.into, what);
-    Pick p = {numel, itemsize, (int)itemsize, 0, 0, 0, 0, 0, 0};
-    char *data[3] = {dlp_first_element(r.into), dlp_first_element(index), dlp_first_element(flat)};
-    walk_strides(index, -1, strides[1]);
-    pick(L, &p, index->dtype, index->dl.ndim, index->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides,
-         r.direct ? PICK_CHECK_FIRST : PICK_FUSED, 0, -1, what);
+  int itemsize = dlp_dtypes[t->dtype].itemsize;
+  if (dim < 0) {
+    dlp_Tensor *flat = t;
+    if (!dlp_is_contiguous(t)) flat = dlp_clone(L, 1, t->dtype, on, NULL, what); /* row-major, private */
+    result_begin(L, &r, &o, t->dtype, index->dl.ndim, index->dl.shape, on, operands, 2, what);
+    for (int i = 0; i < index->dl.ndim; i++) src_strides[i] = 0;
+    gather_into(L, &r, flat, 2, 0, index->dl.ndim, index->dl.shape, src_strides, dlp_numel(flat), itemsize, gpu, -1,
+                what);
+    return 1;
   }
-  result_finish(L, &r, what);
+  int ndim = t->dl.ndim - 1 + index->dl.ndim, k = 0;
+  if (ndim > DLP_MAX_NDIM)
+    return luaL_error(L, "%s: the result would have %d dims (at most %d)", what, ndim, DLP_MAX_NDIM);
+  for (int i = 0; i < t->dl.ndim; i++) {
+    if (i != dim) {
+      src_strides[k] = dlp_walk_stride(t, i);
+      shape[k++] = t->dl.shape[i];
+      continue;
+    }
+    for (int j = 0; j < index->dl.ndim; j++) {
+      src_strides[k] = 0;
+      shape[k++] = index->dl.shape[j];
+    }
+  }
+  result_begin(L, &r, &o, t->dtype, ndim, shape, on, operands, 2, what);
+  gather_into(L, &r, t, 2, dim, ndim, shape, src_strides, t->dl.shape[dim], dlp_walk_stride(t, dim), gpu, dim, what);
   return 1;
 }
 
