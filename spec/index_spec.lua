@@ -52,7 +52,8 @@ describe("nonzero and argwhere", function()
     raises_plain(function() t:nonzero({as_tupel = true}) end, "unknown option 'as_tupel'")
     raises_plain(function() t:nonzero({as_tuple = 1}) end, "as_tuple must be true or false")
     raises_plain(function() t:nonzero({[1] = true}) end, "option names are strings")
-    raises_plain(function() t:argwhere({}) end, "unexpected argument")
+    raises_plain(function() t:argwhere({as_tuple = true}) end, "argwhere: unknown option 'as_tuple'")
+    raises_plain(function() t:argwhere({}, 1) end, "unexpected argument")
     raises_plain(function() dlpack.zeros({2}, "float8_e4m3fn"):nonzero() end, "float8_e4m3fn")
     -- an options table with metamethods is read raw: they never run
     local opts = setmetatable({}, {__index = function() error("ran __index") end,
@@ -109,6 +110,91 @@ describe("masked_select", function()
     raises(function() tall:masked_select(wide) end, "64 bits")
     raises(function() dlpack.zeros({2}):masked_select({1, 0}) end, "mask must be a tensor, got table")
     assert.same({0}, dlpack.empty({0, 1}):masked_select(dlpack.zeros({1, 1}):expand({1, 2 ^ 62})).shape)
+  end)
+end)
+
+describe("out= of nonzero, argwhere, count_nonzero and masked_select", function()
+  local t = dlpack.tensor({{1, 0, 3}, {0, 5, 0}}, "float32")
+
+  it("write the result into out of exactly the result's shape, any layout and same_kind dtype", function()
+    local out = dlpack.zeros({2, 3}, "int32"):transpose(1, 2)
+    assert.are.equal(out, t:nonzero({out = out}))
+    assert.same({{1, 1}, {1, 3}, {2, 2}}, values(out))
+    local f = dlpack.zeros({3, 2}, "float64")
+    assert.are.equal(f, dlpack.argwhere(t, {out = f}))
+    assert.same({{1, 1}, {1, 3}, {2, 2}}, values(f))
+    local c = dlpack.zeros({3}, "int64")
+    assert.are.equal(c, t:count_nonzero(1, {out = c}))
+    assert.same({1, 1, 1}, values(c))
+    local all = dlpack.zeros({}, "int64") -- over every dim: a 0-d out (keepdim: {1, 1})
+    assert.are.equal(all, t:count_nonzero(nil, {out = all}))
+    assert.are.equal(3, all:item())
+    local kept = dlpack.zeros({1, 1}, "float32")
+    t:count_nonzero(nil, {out = kept, keepdim = true})
+    assert.are.equal(3, kept:get(1, 1))
+    local m = dlpack.zeros({6}, "float64"):slice(1, 1, 6, 2) -- every other element
+    assert.are.equal(m, t:masked_select(t:gt(0), {out = m}))
+    assert.same({1, 3, 5}, values(m))
+    local e = dlpack.zeros({0, 2}, "int64") -- nothing true: an empty out
+    assert.are.equal(e, dlpack.zeros({2, 2}):nonzero({out = e}))
+  end)
+
+  it("refuse an out of another shape or dtype naming the problem, and leave it unchanged", function()
+    local out = dlpack.full({2, 2}, 7, "int64")
+    raises_plain(function() t:nonzero({out = out}) end, "nonzero: out has shape {2, 2}, the result {3, 2}")
+    assert.same({{7, 7}, {7, 7}}, values(out))
+    raises_plain(function() t:nonzero({out = dlpack.zeros({3, 2}, "bool")}) end,
+                 "nonzero: cannot write int64 values into an out of bool (same_kind casting)")
+    raises_plain(function() t:nonzero({out = dlpack.zeros({3, 2}), as_tuple = true}) end,
+                 "nonzero: out= takes the {n, ndim} result; as_tuple gives a table (drop one)")
+    raises_plain(function() t:nonzero({out = {}}) end, "nonzero: out must be a tensor, got table")
+    raises_plain(function() t:argwhere({out = dlpack.zeros({3, 2}):as_readonly()}) end, "read-only")
+    raises_plain(function() t:count_nonzero(nil, {out = dlpack.zeros({1})}) end,
+                 "count_nonzero: out has shape {1}, the result {}")
+    raises_plain(function() t:count_nonzero(2, {out = dlpack.zeros({2}, "uint8")}) end,
+                 "cannot write int64 values into an out of uint8 (same_kind casting)")
+    raises_plain(function() t:masked_select(t:gt(0), {out = dlpack.zeros({4})}) end,
+                 "masked_select: out has shape {4}, the result {3}")
+    raises_plain(function() t:masked_select(t:gt(0), {out = dlpack.zeros({3}, "int32")}) end,
+                 "cannot write float32 values into an out of int32 (same_kind casting)")
+    raises_plain(function() t:masked_select(t:gt(0), {out = dlpack.zeros({1}):expand(3)}) end,
+                 "masked_select: out repeats elements (an expanded view) and cannot be written")
+    raises_plain(function() t:masked_select(t:gt(0), {outt = 1}) end, "unknown option 'outt'")
+    raises_plain(function() t:masked_select(t:gt(0), {}, 1) end, "unexpected argument")
+  end)
+
+  it("read the operands as they were when out aliases them", function()
+    local big = dlpack.tensor({{0, 1, 1}, {1, 1, 1}, {0, 0, 0}}, "int64")
+    local want = values(big:narrow(1, 1, 2):narrow(2, 1, 2):nonzero())
+    local view = big:narrow(1, 1, 2):narrow(2, 1, 2)
+    -- out overlaps the tensor it reads (rows 1..3 of big, 2 columns): the result goes through a temporary
+    view:nonzero({out = big:narrow(2, 1, 2)})
+    assert.same(want, values(big:narrow(2, 1, 2)))
+    local y = dlpack.tensor({1, 2, 3, 4})
+    y:masked_select(y:gt(1), {out = y:narrow(1, 1, 3)}) -- out is the tensor it selects from
+    assert.same({2, 3, 4, 4}, values(y))
+    local mask = dlpack.tensor({1, 0, 1}, "int64")
+    dlpack.ones({3}, "int64"):masked_select(mask, {out = mask:narrow(1, 1, 2)}) -- out is the mask
+    assert.same({1, 1, 1}, values(mask))
+    local c = dlpack.tensor({{1, 0}, {2, 0}}, "int64")
+    c:count_nonzero(2, {out = c:select(2, 2)}) -- out is a column of the tensor counted
+    assert.same({{1, 1}, {2, 1}}, values(c))
+  end)
+
+  it("read option tables through metamethods once (count_nonzero, masked_select) or raw (nonzero)", function()
+    local reads = 0
+    local out = dlpack.zeros({3})
+    local lying = setmetatable({}, {__index = function(_, k)
+      if k ~= "out" then return nil end
+      reads = reads + 1
+      return reads == 1 and out or dlpack.zeros({99})
+    end})
+    assert.are.equal(out, t:masked_select(t:gt(0), lying))
+    assert.are.equal(1, reads)
+    local raising = setmetatable({}, {__index = function() error("ran __index") end})
+    raises(function() t:count_nonzero(1, raising) end, "ran __index")
+    local raw = setmetatable({}, {__index = function() error("ran __index") end})
+    assert.same({3, 2}, t:nonzero(raw).shape) -- nonzero's options are read raw
   end)
 end)
 

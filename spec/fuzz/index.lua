@@ -7,7 +7,8 @@
 --           on operands of any dtype and layout (released and read-only ones too), index tensors
 --           of every integer dtype (indices in range, 0, beyond the size, negative past the
 --           start, int64 and uint64 edges; transposed), float and bool index dtypes, hostile
---           values and evil option tables in any place.
+--           values and evil option tables in any place; out= (the gathering functions and the
+--           counting ones: any shape, the operand itself) exercised without a prediction.
 --
 -- The model (pure Lua, from API.md): when every argument was drawn valid and nothing was
 -- released during the call, whether it must raise, and otherwise the result's shape and
@@ -275,6 +276,15 @@ local function index_op(S, env)
   end
   if (fn == "gather" or fn == "index_select" or fn == "take") and R(6) == 1 then
     opts = R(2) == 1 and S:evil() or { out = H.operand(S, env, ishape or rs, { tensor = true }).v }
+    known_opts = false
+    arg(opts, "opts")
+  end
+  -- out= of the counting functions: a tensor of any shape (mostly wrong), t itself, or evil
+  local counting = fn == "argwhere" or fn == "masked_select" or (fn == "count_nonzero" and #args == 2) or
+    (fn == "nonzero" and not opts)
+  if counting and R(6) == 1 then
+    local k = R(3)
+    opts = k == 1 and S:evil() or { out = k == 2 and t.v or H.operand(S, env, H.result_shape(), { tensor = true }).v }
     known_opts = false
     arg(opts, "opts")
   end

@@ -2271,6 +2271,52 @@ def run_masked_select():
     line.emit()
 
 
+def run_index_out():
+    rng = rng_for("index_out")
+    title = "out= of nonzero, argwhere, count_nonzero and masked_select: writable layouts, same_kind dtypes, shapes"
+    reason = missing("nonzero")
+    if reason:
+        skip(title, reason)
+        return
+    line = Line(title)
+    names = ("nonzero", "argwhere", "count_nonzero", "masked_select")
+    for k in range(4 * len(DTYPES)):
+        name = names[k % 4]
+        a = operand(rng, DTYPES[k % 12], rand_shape(rng, min_nd=1), LAYOUTS[int(rng.integers(5))])
+        if a.size:
+            a = np.where(rng.random(a.shape) < 0.5, np.zeros((), a.dtype), a)
+        axis = int(rng.integers(a.ndim))
+        if name == "count_nonzero":
+            want = np.asarray(np.count_nonzero(a, axis=axis), np.int64)
+        elif name == "masked_select":
+            want = a[a != 0]
+        else:
+            want = np.argwhere(a).astype(np.int64) + 1
+        odt = str(a.dtype) if name == "masked_select" else ("int64", "int32", "float64", "int16")[(k // 4) % 4]
+        shape = want.shape
+        wrong = k % 7 == 6 and len(shape) > 0  # one more row: both raise
+        if wrong:
+            shape = (shape[0] + 1,) + shape[1:]
+        out = operand(rng, odt, shape, WRITABLE[int(rng.integers(4))])
+        if not out.flags.writeable:
+            out = np.zeros(shape, odt)
+
+        def run_lua(a=a, out=out, name=name, axis=axis):
+            extra = [axis + 1] if name == "count_nonzero" else [to_lua(a != 0)] if name == "masked_select" else []
+            if name == "nonzero":  # the method, options second
+                H.method(name, to_lua(a), runtime_table(out=to_lua(out)))
+            else:
+                H.call(name, to_lua(out), None, to_lua(a), *extra)
+            return out
+
+        def run_np(want=want, odt=odt, wrong=wrong):
+            if wrong:
+                raise ValueError("out of another shape")
+            return want.astype(odt)
+        check(line, desc_call("%s(out=%s)" % (name, odt), a), run_lua, run_np)
+    line.emit()
+
+
 def run_index_select():
     rng = rng_for("index_select")
     title = "index_select: every dtype, layout and index dtype, 0-d and 1-d indices, out="
@@ -2462,6 +2508,7 @@ def run(only=()):
     jobs += [(n, run_nonzero, n) for n in ("nonzero", "argwhere")] + [
         (n, lambda _, f=f: f(), None) for n, f in (("count_nonzero", run_count_nonzero),
                                                    ("masked_select", run_masked_select),
+                                                   ("index_out", run_index_out),
                                                    ("index_select", run_index_select), ("gather", run_gather),
                                                    ("take", run_take), ("take_axis", run_take_axis),
                                                    ("scatter", run_scatter))]
