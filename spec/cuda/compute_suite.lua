@@ -1638,6 +1638,20 @@ describe("more functions on CUDA tensors", function()
     agrees("einsum batched", function(x, y) return dlpack.einsum("bij,jk->bki", x, y) end, a, b)
     agrees("einsum trace", function(x) return dlpack.einsum("ii->", x) end, dlpack.arange(9, "int64"):view(3, 3))
     agrees("einsum ellipsis", function(x, y) return dlpack.einsum("...j,j", x, y) end, a, dlpack.arange(4, "float64"))
+    local i8 = dlpack.full({3, 4}, 100, "int8")
+    agrees("einsum dtype=", function(x, y) return dlpack.einsum("ij,jk", x, y, {dtype = "int32"}) end, i8, i8:t())
+    -- out= on the device: out takes part in the promotion (NumPy's), any layout, out aliasing an operand
+    local function into_out(x, y)
+      local out = dlpack.zeros({3, 3}, "int16", x.device):t()
+      assert.are.equal(out, dlpack.einsum("ij,kj->ik", x, y, {out = out}))
+      return out
+    end
+    agrees("einsum out=", into_out, i8, i8)
+    agrees("einsum out = operand", function(x) return dlpack.einsum("ij->ji", x, {out = x}) end,
+           dlpack.arange(9, "float64"):view(3, 3))
+    local host_out = dlpack.zeros({4, 4}, "int8")
+    raises(function() dlpack.einsum("ij,jk", i8:t():to("cuda:0"), i8:to("cuda:0"), {out = host_out}) end,
+           "einsum: operands on different devices: cuda:0 and cpu")
     for _, name in ipairs({"float", "double", "half", "bfloat16", "long", "int", "short", "char", "byte", "bool"}) do
       agrees(name .. "()", function(x) return x[name](x) end, m)
     end

@@ -1833,6 +1833,41 @@ def run_einsum(_):
     line.emit()
 
 
+def run_einsum_out(_):
+    rng = rng_for("einsum_out")
+    title = "einsum out= and dtype=: NumPy's safe casting, out of any writable layout, wrong shapes"
+    reason = missing("einsum")
+    if reason:
+        skip(title, reason)
+        return
+    line = Line(title)
+    for k in range(2 * len(EINSUM_SPECS)):
+        spec = EINSUM_SPECS[k % len(EINSUM_SPECS)]
+        dt = ["int32", "int8", "float32", "int64", "uint8", "float64"][k % 6]
+        ops = einsum_operands(rng, spec, dt)
+        dtype = [None, "int64", "float64", "float32", "int16"][k % 5]
+        odt = ["float64", "int64", "float32", "int32"][(k // 5) % 4]
+        shape = np.einsum(spec, *ops).shape
+        if k % 9 == 8:  # one more along the first dim (or a dim where there was none): both raise
+            shape = (shape[0] + 1,) + shape[1:] if shape else (1,)
+        out = operand(rng, odt, shape, WRITABLE[int(rng.integers(4))])
+        if not out.flags.writeable:
+            out = np.zeros(shape, odt)
+
+        def run_lua(spec=spec, ops=ops, out=out, dtype=dtype):
+            H.call("einsum", to_lua(out), dtype, spec, *[to_lua(o) for o in ops])
+            return out
+
+        def run_np(spec=spec, ops=ops, shape=shape, odt=odt, dtype=dtype):
+            mine = np.zeros(shape, odt)
+            with np.errstate(all="ignore"):
+                np.einsum(spec, *ops, out=mine, **({"dtype": dtype} if dtype else {}))
+            return mine
+        check(line, desc_call("einsum(%r, dtype=%s, out=%s)" % (spec, dtype, odt), *ops), run_lua, run_np,
+              compare=lambda got, want, spec=spec, ops=ops: diff(got, want, einsum_tol(spec, ops, want)))
+    line.emit()
+
+
 SHAPE_FUNCTIONS = ["T", "ravel", "flatten", "diagonal", "split", "chunk", "unbind", "tile", "repeat_interleave",
                    "roll", "tril", "triu", "diag", "outer", "hstack", "vstack", "concatenate"]
 
@@ -2512,7 +2547,8 @@ def run(only=()):
                                                    ("index_select", run_index_select), ("gather", run_gather),
                                                    ("take", run_take), ("take_axis", run_take_axis),
                                                    ("scatter", run_scatter))]
-    jobs += [("isclose", run_isclose, None), ("einsum", run_einsum, None)] + [(n, run_shape, n) for n in SHAPE_FUNCTIONS]
+    jobs += [("isclose", run_isclose, None), ("einsum", run_einsum, None), ("einsum_out", run_einsum_out, None)]
+    jobs += [(n, run_shape, n) for n in SHAPE_FUNCTIONS]
     for job, fn, arg in jobs:
         if only and job not in only:
             continue
