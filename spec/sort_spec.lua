@@ -414,10 +414,74 @@ describe("unique", function()
     assert.are.same({}, zi.shape)
   end)
 
-  it("refuses complex tensors, dim and unknown options", function()
+  it("refuses complex tensors and unknown options", function()
     raises("complex numbers have no order", dlpack.unique, dlpack.zeros({2}, "complex64"))
-    raises("not supported yet", dlpack.unique, dlpack.zeros({2}), {dim = 1})
     raises("unknown option 'return_index'", dlpack.unique, dlpack.zeros({2}), {return_index = true})
+  end)
+
+  it("with dim gives NumPy's unique slices along it, sorted lexicographically", function()
+    local t = dlpack.tensor({{1, 0 / 0}, {1, 0 / 0}, {-0.0, 2}, {0.0, 2}, {0, 1}})
+    local u, inv, counts = t:unique({dim = 1, return_inverse = true, return_counts = true})
+    assert.are.same({4, 2}, u.shape)
+    assert.are.same({{0, 1}, {0, 2}}, values(u:narrow(1, 1, 2)))
+    assert.are.equal(-math.huge, 1 / u:get(2, 1)) -- -0.0 and 0.0 are one value, the first sorted stands
+    assert.are.same({3, 4, 2, 2, 1}, values(inv)) -- one per slice (NumPy's 1-d inverse), 1-based
+    assert.are.same({1, 2, 1, 1}, values(counts)) -- slices holding NaN stay apart (NumPy compares them as records)
+    assert.is_true(is_nan(u:get(3, 2)) and is_nan(u:get(4, 2)))
+    local b = dlpack.tensor({{3, 1, 3}, {2, 0, 2}}, "int16")
+    local ub, ib = dlpack.unique(b, {dim = -1, return_inverse = true})
+    assert.are.equal("int16", ub.dtype)
+    assert.are.same({{1, 3}, {0, 2}}, values(ub))
+    assert.are.same({2, 1, 2}, values(ib))
+    assert.is_true(ub:is_contiguous())
+    assert.are.same({{1, 3}, {0, 2}}, values(b:transpose(1, 2):unique({dim = 1}):transpose(1, 2)))
+    -- uint64 beyond int64 sorts after the others; bool slices
+    local big = dlpack.tensor({{1, 2}, {3, 4}}, "uint64") - 2
+    assert.are.same({2, 2}, big:unique({dim = 1}).shape)
+    assert.are.equal(0, big:unique({dim = 1}):get(2, 2))
+    local bools = dlpack.tensor({{true, true}, {false, true}, {true, true}})
+    assert.are.same({{0, 1}, {1, 1}}, values(bools:unique({dim = 1})))
+  end)
+
+  it("with dim takes empty, huge empty, 0-d and 64-dim tensors, and refuses bad dims", function()
+    assert.are.same({0, 3}, dlpack.zeros({0, 3}):unique({dim = 1}).shape)
+    local e, ei, ec = dlpack.zeros({2, 0}):unique({dim = 1, return_counts = true, return_inverse = true})
+    assert.are.same({1, 0}, e.shape) -- slices of no element are all equal
+    assert.are.same({2}, values(ec))
+    assert.are.same({1, 1}, values(ei))
+    local h, hc = dlpack.zeros({0, 2 ^ 40}, "int8"):unique({dim = 2, return_counts = true})
+    assert.are.same({0, 1}, h.shape)
+    assert.are.same({2 ^ 40}, values(hc))
+    raises("not enough memory", dlpack.unique, dlpack.zeros({0, 2 ^ 40}, "int8"), {dim = 2, return_inverse = true})
+    raises("dim 1 out of range %(tensor has 0%)", dlpack.unique, dlpack.tensor(5), {dim = 1})
+    raises("dim 3 out of range %(tensor has 2%)", dlpack.unique, dlpack.zeros({2, 2}), {dim = 3})
+    raises("dim 0 out of range", dlpack.unique, dlpack.zeros({2, 2}), {dim = 0})
+    raises("dim must be an integer or nil, got a number with a fraction", dlpack.unique, dlpack.zeros({2}), {dim = 1.5})
+    raises("dim must be an integer or nil, got string", dlpack.unique, dlpack.zeros({2}), {dim = "1"})
+    local shape = {}
+    for i = 1, 64 do shape[i] = 1 end
+    shape[64] = 3
+    local x = dlpack.tensor({2, 1, 2}):view(shape)
+    local u64, i64 = x:unique({dim = 64, return_inverse = true})
+    assert.are.same({1, 2}, values(u64:view({2})))
+    assert.are.same({2, 1, 2}, values(i64))
+  end)
+
+  it("with dim reads lying option tables once and survives the tensor released by a finalizer", function()
+    local reads = 0
+    local lying = setmetatable({}, {__index = function(_, k)
+      if k ~= "dim" then return nil end
+      reads = reads + 1
+      return reads == 1 and 1 or 99
+    end})
+    local t = dlpack.tensor({{2, 2}, {1, 1}, {2, 2}})
+    assert.are.same({{1, 1}, {2, 2}}, values(t:unique(lying)))
+    assert.are.equal(1, reads)
+    local raising = setmetatable({}, {__index = function(_, k) if k == "dim" then error("dim read") end end})
+    raises("dim read", dlpack.unique, t, raising)
+    local released = dlpack.tensor({{1}})
+    released:release()
+    raises("released", dlpack.unique, released, {dim = 1})
   end)
 end)
 

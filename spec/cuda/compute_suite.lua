@@ -2339,6 +2339,22 @@ describe("sorting on CUDA tensors", function()
     raises(function() return dlpack.zeros({2}, "complex128", "cuda:0"):unique() end, "complex numbers have no order")
   end)
 
+  it("unique with dim agrees with the CPU (computed on the host) and returns tensors on the device", function()
+    local combos = {{dim = 1}, {dim = 2, return_inverse = true}, {dim = -1, return_counts = true},
+                    {dim = 1, return_inverse = true, return_counts = true}}
+    for dtype in pairs(VALUES) do
+      local m = data(dtype, 12, 5 + #dtype):view({6, 2}) -- rows of two from a small pool: repeated rows
+      for c, opts in ipairs(combos) do
+        same("unique dim " .. dtype .. " " .. c, function(t) return t:unique(opts) end, m)
+        same("unique dim transposed " .. dtype .. " " .. c, function(t) return dlpack.unique(t.T, opts) end, m)
+      end
+    end
+    for c, opts in ipairs(combos) do
+      same("unique dim empty " .. c, function(t) return t:unique(opts) end, dlpack.zeros({0, 3}, "int8"))
+    end
+    raises(function() return dlpack.zeros({2, 2}, "float32", "cuda:0"):unique({dim = 3}) end, "dim 3 out of range")
+  end)
+
   it("sort runs on the operand's stream and its results are on the operand's device", function()
     local s = cuda.Stream()
     local t = data("int32", 50, 3):to({device = "cuda:0", stream = s})

@@ -2352,6 +2352,43 @@ def run_index_out():
     line.emit()
 
 
+def run_unique_dim():
+    rng = rng_for("unique_dim")
+    title = "unique(t, {dim}): np.unique with an axis, every dtype and layout, inverse and counts"
+    reason = missing("unique")
+    if reason:
+        skip(title, reason)
+        return
+    line = Line(title)
+    for k in range(4 * len(DTYPES)):
+        shape = rand_shape(rng, min_nd=1, max_nd=3)
+        a = operand(rng, DTYPES[k % 12], shape, LAYOUTS[int(rng.integers(5))])
+        if a.size and k % 2:  # few distinct values: repeated slices
+            a = np.where(rng.random(a.shape) < 0.7, np.zeros((), a.dtype), a)
+        d = int(rng.integers(a.ndim))
+        inv, cnt = bool(k % 3 == 1), bool(k % 4 >= 2)
+        dim = d + 1 if k % 2 else d - a.ndim
+
+        def run_np(a=a, d=d, inv=inv, cnt=cnt):
+            # NumPy's float16 slices compare as records with NaN before every number, its float32
+            # and float64 ones with NaN after (as the module, in every dtype): float16 through float32
+            x = a.astype(np.float32) if a.dtype == np.float16 else a
+            r = np.unique(x, axis=d, return_inverse=inv, return_counts=cnt)
+            if a.dtype == np.float16:
+                r = r.astype(np.float16) if not (inv or cnt) else (r[0].astype(np.float16),) + tuple(r[1:])
+            if not (inv or cnt):
+                return r
+            r = list(r)
+            if inv:
+                r[1] = (r[1].reshape(-1) + 1).astype(np.int64)
+            return tuple(np.asarray(x) for x in r)
+
+        def run_lua(a=a, dim=dim, inv=inv, cnt=cnt):
+            return H.method("unique", to_lua(a), H.opts("dim", dim, "return_inverse", inv, "return_counts", cnt))
+        check(line, desc_call("unique(dim=%d, inverse=%s, counts=%s)" % (dim, inv, cnt), a), run_lua, run_np)
+    line.emit()
+
+
 def run_index_select():
     rng = rng_for("index_select")
     title = "index_select: every dtype, layout and index dtype, 0-d and 1-d indices, out="
@@ -2544,6 +2581,7 @@ def run(only=()):
         (n, lambda _, f=f: f(), None) for n, f in (("count_nonzero", run_count_nonzero),
                                                    ("masked_select", run_masked_select),
                                                    ("index_out", run_index_out),
+                                                   ("unique_dim", run_unique_dim),
                                                    ("index_select", run_index_select), ("gather", run_gather),
                                                    ("take", run_take), ("take_axis", run_take_axis),
                                                    ("scatter", run_scatter))]
