@@ -573,6 +573,8 @@ describe("finalizers that release the operands of the indexing functions (and ei
     {data, "einsum, dtype= and out=",
      "function(t) return dlpack.einsum('ij,kj->ik', t, t, {dtype = 'float64', out = dlpack.zeros({2, 2}, 'float64')})"
      .. " end"},
+    {data, "norm 2 (singular values)", "function(t) return dlpack.norm(t, 2, {1, 2}, true) end"},
+    {data, "norm 'nuc' (transposed)", "function(t) return t:t():norm('nuc') end"},
     {data, "unique (dim)", "function(t) return t:unique({dim = 2, return_inverse = true, return_counts = true}) end"},
     {data, "take (dim)", "function(t) return dlpack.take(t:transpose(1, 2), dlpack.tensor({{2, 1}}), 2) end"},
     {data, "take (dim, out = t)", "function(t) return dlpack.take(t, dlpack.tensor({3, 2, 1}), 2, {out = t}) end"},

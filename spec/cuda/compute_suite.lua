@@ -1583,6 +1583,12 @@ describe("more functions on CUDA tensors", function()
       agrees("norm ord " .. tostring(ord), function(x) return dlpack.norm(x, ord or nil, 2) end, t)
     end
     agrees("norm fro", function(x) return dlpack.norm(x, "fro", {1, 2}, true) end, t)
+    -- the norms of singular values: computed on the host in float64, the result copied to the device
+    for _, ord in ipairs({2, -2, "nuc"}) do
+      agrees("norm " .. ord, function(x) return dlpack.norm(x, ord, {2, 1}, true) end, t)
+      agrees("norm " .. ord .. " batched", function(x) return dlpack.norm(x, ord, {1, 3}) end,
+             dlpack.arange(24, "float64"):view(2, 3, 4))
+    end
     for _, ord in ipairs({2, 1}) do -- a sum in another order on a GPU: within float32's rounding
       local want, got = dlpack.norm(t, ord == 1 and 1 or nil), dlpack.norm(t:to("cuda:0"), ord == 1 and 1 or nil)
       assert.are.equal("number", type(got))

@@ -2389,6 +2389,49 @@ def run_unique_dim():
     line.emit()
 
 
+def run_norm_svd():
+    rng = rng_for("norm_svd")
+    title = "norm ord 2, -2, 'nuc': np.linalg.norm's singular values, batched, any dims, layouts, edges"
+    reason = missing("norm")
+    if reason:
+        skip(title, reason)
+        return
+    line = Line(title)
+    dtypes = ["float64", "float32", "int32", "int64", "uint8", "bool", "int16", "float64"]
+    for k in range(48):
+        dt = dtypes[k % len(dtypes)]
+        nd = 2 + int(rng.integers(0, 3))
+        shape = tuple(int(rng.integers(1, 7)) for _ in range(nd))
+        if k % 11 == 5:  # an empty matrix: 2 and 'nuc' give 0, -2 raises in both
+            shape = (0,) + shape[1:]
+        a = operand(rng, dt, shape, LAYOUTS[int(rng.integers(5))])
+        if dt.startswith("float") and a.size and k % 13 == 7:  # NaN raises in both; infinity gives NaN
+            a = a.copy()
+            a.flat[int(rng.integers(a.size))] = np.nan if k % 2 else np.inf
+        ord_ = [2, -2, "nuc"][k % 3]
+        r, c = (int(x) for x in rng.choice(nd, 2, replace=False))
+        keepdim = bool(k % 4 == 3)
+        dims = None if nd == 2 and r == 0 and c == 1 and not keepdim else [r + 1, c + 1]
+
+        def run_np(a=a, ord_=ord_, r=r, c=c, keepdim=keepdim, dims=dims):
+            with np.errstate(all="ignore"):
+                x = a.astype(np.float64) if a.dtype.kind in "biu" else a
+                res = np.linalg.norm(x, ord_, (r, c), keepdim)
+            return res if dims is None else np.asarray(res)
+
+        def run_lua(a=a, ord_=ord_, dims=dims, keepdim=keepdim):
+            return H.method("norm", to_lua(a), ord_, None if dims is None else H.list(*dims), keepdim or None)
+
+        def tol(want, a=a):
+            w = np.abs(np.asarray(want, np.float64))
+            eps = float(np.finfo(np.asarray(want).dtype).eps)
+            big = float(np.abs(a.astype(np.float64)).sum()) if a.size else 0.0
+            return 32 * (sum(a.shape) + 2) * eps * (w + big) + np.spacing(w)
+        check(line, desc_call("norm(%r, dims=%s, keepdim=%s)" % (ord_, dims, keepdim), a), run_lua, run_np,
+              compare=lambda got, want, tol=tol: diff(got, want, tol(want)))
+    line.emit()
+
+
 def run_index_select():
     rng = rng_for("index_select")
     title = "index_select: every dtype, layout and index dtype, 0-d and 1-d indices, out="
@@ -2582,6 +2625,7 @@ def run(only=()):
                                                    ("masked_select", run_masked_select),
                                                    ("index_out", run_index_out),
                                                    ("unique_dim", run_unique_dim),
+                                                   ("norm_svd", run_norm_svd),
                                                    ("index_select", run_index_select), ("gather", run_gather),
                                                    ("take", run_take), ("take_axis", run_take_axis),
                                                    ("scatter", run_scatter))]
