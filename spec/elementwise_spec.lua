@@ -578,3 +578,69 @@ describe("found by review", function()
     support.raises(function() return dlpack.cat(sparse) end, "list%[3%]")
   end)
 end)
+
+-- Two tensors of one dtype and shape, row-major, without options take a shorter path than
+-- the general driver (an options table, even an empty one, takes the driver): both must give
+-- the same dtype, shape and bytes, or the same error, for every dtype and binary function.
+describe("the short path for two tensors of one dtype and shape", function()
+  local FLOATS = {0, 1, -1, 2.5, -0.5, 1e30, 0 / 0, 1 / 0, -1 / 0, 7}
+  local OTHERS = {0, 3, 2, -2.5, 0.25, 1e-3, 1, 0 / 0, -1 / 0, 7}
+  local INT_A = {0, 1, -1, 100, -128, 127, 5, -7, 3, 64}
+  local INT_B = {0, 3, 2, -2, 7, 1, 5, -7, 0, 64}
+  local DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                  "float16", "bfloat16", "float32", "float64", "complex64", "complex128"}
+  local OPS = {"add", "sub", "mul", "div", "idiv", "mod", "pow", "maximum", "minimum", "eq", "ne", "lt", "le",
+               "gt", "ge", "logical_and", "logical_or", "logical_xor", "band", "atan2", "hypot"}
+  local OPERATORS = {add = function(a, b) return a + b end, sub = function(a, b) return a - b end,
+                     mul = function(a, b) return a * b end, div = function(a, b) return a / b end,
+                     mod = function(a, b) return a % b end, pow = function(a, b) return a ^ b end}
+
+  local function same(expected_ok, expected, ok, got, label)
+    assert.are.equal(expected_ok, ok, label .. ": " .. tostring(ok and got or expected))
+    if not ok then -- (an operator's error also names the line of the expression)
+      assert.are.equal(tostring(expected), (tostring(got):gsub("^[^:]*:%d+: ", "")), label)
+      return
+    end
+    assert.are.equal(expected.dtype, got.dtype, label)
+    assert.are.same(expected.shape, got.shape, label)
+    assert.are.equal(expected:tobytes(), got:tobytes(), label)
+  end
+
+  local function pairs_of(dtype)
+    local int = support.IS_INT[dtype] or dtype == "bool"
+    local a = dlpack.tensor(int and INT_A or FLOATS):to(dtype)
+    local b = dlpack.tensor(int and INT_B or OTHERS):to(dtype)
+    return {
+      {a, b, "{10}"},
+      {a:reshape({2, 5}), b:reshape({2, 5}), "{2, 5}"},
+      {a:narrow(1, 3, 1):reshape({}), b:narrow(1, 1, 1):reshape({}), "0-d"},
+      {a:narrow(1, 1, 0), b:narrow(1, 1, 0), "{0}"},
+      {a:reshape({5, 2}):transpose(1, 2), b:reshape({5, 2}):transpose(1, 2), "transposed"},
+    }
+  end
+
+  for _, dtype in ipairs(DTYPES) do
+    it("gives what the driver gives, " .. dtype, function()
+      for _, case in ipairs(pairs_of(dtype)) do
+        local a, b = case[1], case[2]
+        for _, op in ipairs(OPS) do
+          local label = ("%s %s %s"):format(op, dtype, case[3])
+          local expected_ok, expected = pcall(dlpack[op], a, b, {})
+          local ok, got = pcall(dlpack[op], a, b)
+          same(expected_ok, expected, ok, got, label)
+          if OPERATORS[op] then
+            ok, got = pcall(OPERATORS[op], a, b)
+            same(expected_ok, expected, ok, got, label .. " (operator)")
+          end
+        end
+      end
+    end)
+  end
+
+  it("refuses a released operand, before and during the call", function()
+    local a, b = dlpack.ones({3}), dlpack.ones({3})
+    b:release()
+    support.raises(function() return dlpack.add(a, b) end, "add: the tensor was released before the call")
+    support.raises(function() return b * a end, "mul: the tensor was released before the call")
+  end)
+end)

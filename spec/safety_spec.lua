@@ -396,6 +396,9 @@ describe("Lua code in the middle of a call cannot free what the call uses", func
     {"from_dlpack", "function(t) return dlpack.from_dlpack(t, {copy = true}) end"},
     {"to_dlpack", "function(t) return dlpack.release_capsule(dlpack.to_dlpack(t, {copy = true})) end"},
     {"fill", "function(t) return t:fill(1) end"},
+    {"add of two tensors of one shape", "function(t) return dlpack.add(t, t) end"},
+    {"the * operator", "function(t) return t * t end"},
+    {"lt", "function(t) return dlpack.lt(t, t) end"},
     {"dlpack.save", ("function(t) return dlpack.save(%q, t) end"):format(saved[1])},
     {"dlpack.save (strided)", ("function(t) return dlpack.save(%q, t:transpose(1, 2)) end"):format(saved[2])},
   }

@@ -715,6 +715,52 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
   return out;
 }
 
+/* ---- the common small call ----
+ * Two live tensors of one dtype and one shape, row-major, in host memory, no options: the result
+ * has their dtype (bool for comparisons), nothing is converted, broadcast or overlapped, and the
+ * loop runs once over the row. elementwise() decides the same, at several times the cost of the
+ * work on a few elements. Pushes the result and returns 1; returns 0, having pushed nothing and
+ * run no Lua code, when the call is not that one (the driver then decides, and raises). */
+static int same_shape_call(lua_State *L, int op) {
+  const OpInfo *info = &ops[op];
+  dlp_Tensor *a, *b;
+  if (info->arity != 2 || lua_gettop(L) != 2 || !(a = dlp_tensor_test(L, 1)) || !(b = dlp_tensor_test(L, 2)))
+    return 0;
+  int dtype = a->dtype, kind = dlp_dtype_kind(dtype), ndim = a->dl.ndim, result;
+  if (!a->owner || !b->owner || b->dtype != dtype || a->dl.device.device_type != kDLCPU ||
+      b->dl.device.device_type != kDLCPU || !dlp_dtype_computes(dtype) || compute_dtype_of(dtype) != dtype)
+    return 0;
+  switch (info->rule) {
+    case RULE_ARITH: /* bool has rules of its own; integer division, modulo and powers check operands */
+      if (kind == 0 || (kind <= 2 && (op == DLP_OP_IDIV || op == DLP_OP_MOD || op == DLP_OP_POW))) return 0;
+      result = dtype;
+      break;
+    case RULE_DIV:
+      if (kind <= 2) return 0;
+      result = dtype;
+      break;
+    case RULE_COMPARE:
+      result = DLP_BOOL;
+      break;
+    default:
+      return 0;
+  }
+  dlp_IterLoop kernel = dlp_kernel(op, dtype);
+  if (!kernel || b->dl.ndim != ndim) return 0;
+  for (int i = 0; i < ndim; i++)
+    if (a->dl.shape[i] != b->dl.shape[i]) return 0;
+  int64_t numel = dlp_numel(a);
+  if (numel >= DLP_TASK_ELEMENTS || !dlp_is_contiguous(a) || !dlp_is_contiguous(b)) return 0;
+  DLDevice cpu = {kDLCPU, 0};
+  dlp_Tensor *out = dlp_tensor_new(L, result, 0, cpu, ndim, a->dl.shape, 0, info->name);
+  dlp_live(L, a, info->name); /* the allocation may have run a finalizer that released one */
+  dlp_live(L, b, info->name);
+  char *data[3] = {dlp_first_element(out), dlp_first_element(a), dlp_first_element(b)};
+  int64_t steps[3] = {dlp_dtypes[result].itemsize, dlp_dtypes[dtype].itemsize, dlp_dtypes[dtype].itemsize};
+  if (numel > 0) kernel(NULL, data, steps, numel);
+  return 1;
+}
+
 /* ---- the Lua functions ---- */
 
 /* dlpack.NAME(a [, b [, c]] [, opts]) and a:NAME(...): the op is the closure's second upvalue. */
@@ -722,6 +768,7 @@ static int l_elementwise(lua_State *L) {
   Call c;
   memset(&c, 0, sizeof c);
   c.op = (int)lua_tointeger(L, lua_upvalueindex(2));
+  if (same_shape_call(L, c.op)) return 1;
   c.what = ops[c.op].name;
   c.first = 1;
   int n = ops[c.op].arity;
@@ -765,6 +812,7 @@ static int l_operator(lua_State *L) {
   c.first = 1;
   c.dtype = -1;
   lua_settop(L, ops[c.op].arity);
+  if (same_shape_call(L, c.op)) return 1;
   elementwise(L, &c);
   return 1;
 }
