@@ -94,6 +94,7 @@ if np is not None:
     std = np.array([0.229, 0.224, 0.225], np.float32).reshape(3, 1, 1)
     report("add_f32_out", "numpy", lambda: np.add(fa, fb, out=fc))
     report("exp_f32", "numpy", lambda: np.exp(fa, out=fc))
+    report("pow_f32", "numpy", lambda: np.power(fb, fa, out=fc))
     report("sum_f32", "numpy", lambda: np.sum(fa))
     h4 = fa.astype(np.float16)
     report("convert_f16_f32", "numpy", lambda: h4.astype(np.float32))

