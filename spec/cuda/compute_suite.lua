@@ -88,9 +88,9 @@ local MATH = {sqrt = true, exp = true, log = true, log1p = true, expm1 = true, s
               atan = true, sinh = true, cosh = true, erf = true, rsqrt = true, reciprocal = true, atan2 = true,
               hypot = true, norm = true}
 
--- The CPU's own vector loops (AVX-512: float32 exp sigmoid log tanh sin cos, within 2 units in the
+-- The CPU's own vector loops (AVX-512: float32 exp sigmoid log tanh sin cos pow, within 2 units in the
 -- last place) differ from the C library's rounding that the fake's kernels (C) and a GPU have.
-local VECTOR_MATH = {exp = true, sigmoid = true, log = true, tanh = true, sin = true, cos = true}
+local VECTOR_MATH = {exp = true, sigmoid = true, log = true, tanh = true, sin = true, cos = true, pow = true}
 -- (float16 and bfloat16 compute in float32; a NaN's sign may differ too)
 local cpu_vector_math = dlpack.cpu() == "avx512"
 local HALF_OR_SINGLE = {float32 = true, float16 = true, bfloat16 = true}
