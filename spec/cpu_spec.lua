@@ -53,6 +53,21 @@ for _, dt in ipairs({"float32", "float64"}) do
     nan:max(), nan:argmin(), up:max(), up:argmax(), up:flip({1}):argmin()}, "float64")),
     hex(r:sum(2)), hex(r:sum(1)), hex(r:max(1)), hex(r:argmin(2)), hex(r:std(1)))
 end
+-- min/max/argmin/argmax over an outer dimension (the outputs a row, compared lane by lane): 67
+-- outputs (whole vectors and a tail), a column holding NaNs (the first one wins), one of equal
+-- values (the first position), one of zeros of both signs (the first one's sign)
+for _, dt in ipairs({"float32", "float64"}) do
+  local rows = dlpack.randn({300, 67}, dt)
+  rows:set(10, 3, 0 / 0)
+  rows:set(200, 3, 0 / 0)
+  rows:set(1, 4, 0 / 0)
+  rows:narrow(2, 7, 1):fill(1.5)
+  local zeros = {}
+  for i = 1, 300 do zeros[i] = i % 2 == 0 and 0 or -tonumber("0.0") end
+  rows:narrow(2, 8, 1):copy(dlpack.tensor(zeros, dt):reshape({300, 1}))
+  print("reduce_outer_" .. dt, hex(rows:max(1)), hex(rows:argmax(1)), hex(rows:min(1)), hex(rows:argmin(1)),
+        hex(rows:narrow(2, 2, 60):max(1)))
+end
 -- float32 math against float64 rounded once (the correctly rounded result but for
 -- rare ties), in units in the last place: the distance of the bit patterns (all results >= 0)
 local function bits(t) return dlpack.frombytes(t:tobytes(), "int32"):to("int64") end

@@ -93,8 +93,9 @@ typedef int32_t v8i __attribute__((vector_size(32)));
 typedef int64_t v4l __attribute__((vector_size(32)));
 #define AVX2 __attribute__((target("avx2")))
 static int have_avx2(void) { return dlp_cpu_has_avx2(); }
-/* AVX-512 (F): the blocks min/max skip, checked 16 float32 (8 float64) lanes at a time, and rows
- * added into rows of outputs (each element its own addition). The pairwise sums
+/* AVX-512 (F): the blocks min/max skip, checked 16 float32 (8 float64) lanes at a time, rows
+ * added into rows of outputs (each element its own addition), and rows compared with rows of
+ * min/max outputs. The pairwise sums
  * keep their AVX2 leaves: float32's 8 accumulators fill one AVX2 register (a wider one would
  * need another order of additions), and float64's in one AVX-512 register measured no faster
  * than in two AVX2 ones (one chain of dependent additions instead of two). */
@@ -481,7 +482,7 @@ static void fold_sqdev(int acc_dtype, char *a, int64_t as, const char *mean, con
 #define NEVER_NAN DLP_NEVER_NAN
 #define FLOAT_NAN DLP_IS_NAN
 
-#define DEFINE_ORDERED(name, T, load, ISNAN, BEATS, HIT)                                             \
+#define DEFINE_ORDERED(name, T, load, ISNAN, BEATS, HIT, COLS)                                       \
   static void name##_rows(char *vp, char *ip, const char *x, int64_t xs, int64_t n, int64_t pos) {  \
     T b;                                                                                            \
     int64_t bi, j = 0;                                                                              \
@@ -519,7 +520,9 @@ static void fold_sqdev(int acc_dtype, char *a, int64_t as, const char *mean, con
   }                                                                                                 \
   static void name##_cols(char *vp, int64_t vs, char *ip, int64_t is, const char *x, int64_t xs,   \
                           int64_t n, int64_t pos) {                                                 \
-    for (int64_t j = 0; j < n; j++) {                                                               \
+    int64_t j = 0;                                                                                  \
+    if (pos > 0 && vs == (int64_t)sizeof(T) && xs == (int64_t)sizeof(T) && is == 8) j = COLS(vp, ip, x, n, pos); \
+    for (; j < n; j++) {                                                                            \
       T v = load(x + j * xs);                                                                       \
       if (pos == 0 || BEATS(v, AT(T, vp, j, vs), ISNAN)) {                                          \
         AT(T, vp, j, vs) = v;                                                                       \
@@ -593,14 +596,86 @@ DEFINE_HIT_FLOAT(hit_o_f64_max, double, ld_f64, >)
 DEFINE_HIT_FLOAT(hit_o_f64_min, double, ld_f64, <)
 #undef DEFINE_HIT_FLOAT
 #endif
+/* Outputs in a row (the reduced dimension outer: a row of elements, one for each output), each
+ * lane compared on its own by the cols loop's rule (greater or less, or the first NaN); lanes that
+ * take the new element take its position too. Returns how many outputs were done (the rest go
+ * through the loop). Float32 and float64 with AVX2 or AVX-512; the others none. */
+#define NO_COLS(vp, ip, x, n, pos) 0
+#if defined(HAVE_AVX2_VARIANT)
+#define DEFINE_COLS_F32(name, ATTR, V, M, H, W, lanes, CMP)                                      \
+  ATTR static int64_t name(char *vp, char *ip, const char *x, int64_t n, int64_t pos) {        \
+    W at;                                                                                    \
+    for (int k = 0; k < lanes / 2; k++) at[k] = pos;                                         \
+    int64_t j = 0;                                                                           \
+    for (; j + lanes <= n; j += lanes) {                                                     \
+      V v, b;                                                                                \
+      H half[2];                                                                             \
+      memcpy(&v, x + j * 4, sizeof(V));                                                      \
+      memcpy(&b, vp + j * 4, sizeof(V));                                                     \
+      M take = (v CMP b) | ((v != v) & (b == b)), r = ((M)v & take) | ((M)b & ~take);        \
+      memcpy(vp + j * 4, &r, sizeof(V));                                                     \
+      memcpy(half, &take, sizeof(M));                                                        \
+      for (int h = 0; h < 2; h++) {                                                          \
+        W wide = __builtin_convertvector(half[h], W), old;                                   \
+        char *p = ip + (j + h * (lanes / 2)) * 8;                                            \
+        memcpy(&old, p, sizeof(W));                                                          \
+        old = (old & ~wide) | (at & wide);                                                   \
+        memcpy(p, &old, sizeof(W));                                                          \
+      }                                                                                      \
+    }                                                                                        \
+    return j;                                                                                \
+  }
+#define DEFINE_COLS_F64(name, ATTR, V, M, lanes, CMP)                                            \
+  ATTR static int64_t name(char *vp, char *ip, const char *x, int64_t n, int64_t pos) {        \
+    M at;                                                                                    \
+    for (int k = 0; k < lanes; k++) at[k] = pos;                                             \
+    int64_t j = 0;                                                                           \
+    for (; j + lanes <= n; j += lanes) {                                                     \
+      V v, b;                                                                                \
+      M old;                                                                                 \
+      memcpy(&v, x + j * 8, sizeof(V));                                                      \
+      memcpy(&b, vp + j * 8, sizeof(V));                                                     \
+      memcpy(&old, ip + j * 8, sizeof(M));                                                   \
+      M take = (v CMP b) | ((v != v) & (b == b)), r = ((M)v & take) | ((M)b & ~take);        \
+      old = (old & ~take) | (at & take);                                                     \
+      memcpy(vp + j * 8, &r, sizeof(V));                                                     \
+      memcpy(ip + j * 8, &old, sizeof(M));                                                   \
+    }                                                                                        \
+    return j;                                                                                \
+  }
+DEFINE_COLS_F32(cols_o_f32_max_avx2, AVX2, v8f, v8i, v4i, v4l, 8, >)
+DEFINE_COLS_F32(cols_o_f32_min_avx2, AVX2, v8f, v8i, v4i, v4l, 8, <)
+DEFINE_COLS_F64(cols_o_f64_max_avx2, AVX2, v4d, v4l, 4, >)
+DEFINE_COLS_F64(cols_o_f64_min_avx2, AVX2, v4d, v4l, 4, <)
+DEFINE_COLS_F32(cols_o_f32_max_avx512, AVX512, v16f, v16i, v8i, v8l, 16, >)
+DEFINE_COLS_F32(cols_o_f32_min_avx512, AVX512, v16f, v16i, v8i, v8l, 16, <)
+DEFINE_COLS_F64(cols_o_f64_max_avx512, AVX512, v8d, v8l, 8, >)
+DEFINE_COLS_F64(cols_o_f64_min_avx512, AVX512, v8d, v8l, 8, <)
+#define COLS_DISPATCH(name)                                                                         \
+  static int64_t name(char *vp, char *ip, const char *x, int64_t n, int64_t pos) {                 \
+    return have_avx512() ? name##_avx512(vp, ip, x, n, pos) : have_avx2() ? name##_avx2(vp, ip, x, n, pos) : 0; \
+  }
+COLS_DISPATCH(cols_o_f32_max)
+COLS_DISPATCH(cols_o_f32_min)
+COLS_DISPATCH(cols_o_f64_max)
+COLS_DISPATCH(cols_o_f64_min)
+#undef COLS_DISPATCH
+#undef DEFINE_COLS_F32
+#undef DEFINE_COLS_F64
+#else
+#define cols_o_f32_max NO_COLS
+#define cols_o_f32_min NO_COLS
+#define cols_o_f64_max NO_COLS
+#define cols_o_f64_min NO_COLS
+#endif
 #define DEFINE_MINMAX(name, T, load, ISNAN)                          \
   DEFINE_HIT(hit_##name##_max, T, load, >)                          \
   DEFINE_HIT(hit_##name##_min, T, load, <)                          \
-  DEFINE_ORDERED(name##_max, T, load, ISNAN, BEATS_MAX, hit_##name##_max) \
-  DEFINE_ORDERED(name##_min, T, load, ISNAN, BEATS_MIN, hit_##name##_min)
+  DEFINE_ORDERED(name##_max, T, load, ISNAN, BEATS_MAX, hit_##name##_max, NO_COLS) \
+  DEFINE_ORDERED(name##_min, T, load, ISNAN, BEATS_MIN, hit_##name##_min, NO_COLS)
 #define DEFINE_MINMAX_FLOAT(name, T, load)                              \
-  DEFINE_ORDERED(name##_max, T, load, FLOAT_NAN, BEATS_MAX, hit_##name##_max) \
-  DEFINE_ORDERED(name##_min, T, load, FLOAT_NAN, BEATS_MIN, hit_##name##_min)
+  DEFINE_ORDERED(name##_max, T, load, FLOAT_NAN, BEATS_MAX, hit_##name##_max, cols_##name##_max) \
+  DEFINE_ORDERED(name##_min, T, load, FLOAT_NAN, BEATS_MIN, hit_##name##_min, cols_##name##_min)
 DEFINE_MINMAX(o_i8, int8_t, ld_i8, NEVER_NAN)
 DEFINE_MINMAX(o_i16, int16_t, ld_i16, NEVER_NAN)
 DEFINE_MINMAX(o_i32, int32_t, ld_i32, NEVER_NAN)
