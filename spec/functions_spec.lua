@@ -380,7 +380,72 @@ describe("einsum", function()
     raises("subscript 'i' names sizes 2 and 3", dlpack.einsum, "ii", a)
     raises("a repeated subscript 'i' names dimensions of sizes 1 and 3", dlpack.einsum, "ii", dlpack.ones({1, 3}))
     raises("no operands", dlpack.einsum, "ij")
-    raises("a tensor expected at argument 2", dlpack.einsum, "ij", {})
+    raises("a tensor expected at argument 2", dlpack.einsum, "ij", {}, a)
+  end)
+
+  it("takes NumPy's out= and dtype= (safe casting) in an options table after the operands", function()
+    local x = dlpack.full({2, 3}, 100, "int8")
+    local y = dlpack.ones({3, 2}, "int8")
+    local wide = dlpack.einsum("ij,jk", x, y, {dtype = "int64"}) -- converted first: no wrap
+    assert.are.equal("int64", wide.dtype)
+    assert.are.same({{300, 300}, {300, 300}}, wide:totable())
+    assert.are.equal("float32", dlpack.einsum("ij->", x, {dtype = "float32"}).dtype)
+    -- out takes part in the promotion (it accumulates the sums, as NumPy's): int8 with an int16 out sums in int16
+    local out = dlpack.zeros({2, 2}, "int16"):t() -- any layout
+    assert.are.equal(out, dlpack.einsum("ij,jk->ik", x, y, {out = out}))
+    assert.are.same({{300, 300}, {300, 300}}, out:totable())
+    local f = dlpack.zeros({2, 2}, "float32")
+    dlpack.einsum("ij,jk->ik", x, y, {out = f})
+    assert.are.same({{300, 300}, {300, 300}}, f:totable())
+    local both = dlpack.zeros({2, 2}, "int16")
+    dlpack.einsum("ij,jk->ik", x, y, {out = both, dtype = "int16"})
+    assert.are.same({{300, 300}, {300, 300}}, both:totable())
+    local trace = dlpack.zeros({}, "float64")
+    assert.are.equal(trace, dlpack.einsum("ii", dlpack.eye(3), {out = trace}))
+    assert.are.equal(3, trace:item())
+    local empty = dlpack.zeros({0, 2}, "int64")
+    assert.are.equal(empty, dlpack.einsum("ij->ji", dlpack.zeros({2, 0}, "int64"), {out = empty}))
+  end)
+
+  it("refuses out= and dtype= that do not fit, naming the problem, and leaves out unchanged", function()
+    local kept = dlpack.full({2, 3}, 7, "float64")
+    raises("einsum: out has shape {2, 3}, the result {2, 2}", dlpack.einsum, "ij,kj->ik", a, a, {out = kept})
+    assert.are.same({{7, 7, 7}, {7, 7, 7}}, kept:totable())
+    raises("einsum: cannot write float64 values into an out of float32 %(safe casting%)", dlpack.einsum, "ij->ji",
+           dlpack.ones({2, 2}, "float64"), {out = dlpack.zeros({2, 2}, "float32")})
+    raises("einsum: cannot write int64 values into an out of int8 %(safe casting%)", dlpack.einsum, "ii->i",
+           dlpack.ones({2, 2}, "int64"), {out = dlpack.zeros({2}, "int8")})
+    raises("einsum: cannot write int32 values into an out of int16 %(safe casting%)", dlpack.einsum, "ii->i",
+           dlpack.ones({2, 2}, "int8"), {out = dlpack.zeros({2}, "int16"), dtype = "int32"})
+    raises("einsum: an out of int64 does not cast to dtype int16 safely", dlpack.einsum, "ii->i",
+           dlpack.ones({2, 2}, "int8"), {out = dlpack.zeros({2}, "int64"), dtype = "int16"})
+    raises("operand 1 is float64, which does not cast to int32 safely", dlpack.einsum, "ij->", a,
+           {dtype = "int32"})
+    raises("read%-only", dlpack.einsum, "ij->ji", a, {out = dlpack.zeros({3, 2}):as_readonly()})
+    raises("out repeats elements", dlpack.einsum, "i->i", dlpack.ones({3}), {out = dlpack.zeros({1}):expand(3)})
+    raises("out must be a tensor, got table", dlpack.einsum, "ij", a, {out = {}})
+    raises("unknown option 'outt'", dlpack.einsum, "ij", a, {outt = 1})
+    raises("no operands", dlpack.einsum, "ij", {dtype = "int64"})
+    raises("dtype: unknown dtype", dlpack.einsum, "ij", a, {dtype = "float33"})
+  end)
+
+  it("reads an operand the out aliases as it was, and lying option tables once", function()
+    local x = dlpack.tensor({{1, 2}, {3, 4}}, "float64")
+    dlpack.einsum("ij->ji", x, {out = x}) -- the result is a view of x: copied through a temporary
+    assert.are.same({{1, 3}, {2, 4}}, x:totable())
+    local m = dlpack.tensor({{1, 2}, {3, 4}}, "float64")
+    dlpack.einsum("ij,jk->ik", m, m, {out = m})
+    assert.are.same({{7, 10}, {15, 22}}, m:totable())
+    local reads, out = 0, dlpack.zeros({2, 2}, "float64")
+    local lying = setmetatable({}, {__index = function(_, k)
+      if k ~= "out" then return nil end
+      reads = reads + 1
+      return reads == 1 and out or dlpack.zeros({5})
+    end})
+    assert.are.equal(out, dlpack.einsum("ij->ji", x, lying))
+    assert.are.equal(1, reads)
+    local raising = setmetatable({}, {__index = function() error("__index ran") end})
+    raises("__index ran", dlpack.einsum, "ij->ji", x, raising)
   end)
 end)
 

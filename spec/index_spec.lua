@@ -52,7 +52,8 @@ describe("nonzero and argwhere", function()
     raises_plain(function() t:nonzero({as_tupel = true}) end, "unknown option 'as_tupel'")
     raises_plain(function() t:nonzero({as_tuple = 1}) end, "as_tuple must be true or false")
     raises_plain(function() t:nonzero({[1] = true}) end, "option names are strings")
-    raises_plain(function() t:argwhere({}) end, "unexpected argument")
+    raises_plain(function() t:argwhere({as_tuple = true}) end, "argwhere: unknown option 'as_tuple'")
+    raises_plain(function() t:argwhere({}, 1) end, "unexpected argument")
     raises_plain(function() dlpack.zeros({2}, "float8_e4m3fn"):nonzero() end, "float8_e4m3fn")
     -- an options table with metamethods is read raw: they never run
     local opts = setmetatable({}, {__index = function() error("ran __index") end,
@@ -112,6 +113,91 @@ describe("masked_select", function()
   end)
 end)
 
+describe("out= of nonzero, argwhere, count_nonzero and masked_select", function()
+  local t = dlpack.tensor({{1, 0, 3}, {0, 5, 0}}, "float32")
+
+  it("write the result into out of exactly the result's shape, any layout and same_kind dtype", function()
+    local out = dlpack.zeros({2, 3}, "int32"):transpose(1, 2)
+    assert.are.equal(out, t:nonzero({out = out}))
+    assert.same({{1, 1}, {1, 3}, {2, 2}}, values(out))
+    local f = dlpack.zeros({3, 2}, "float64")
+    assert.are.equal(f, dlpack.argwhere(t, {out = f}))
+    assert.same({{1, 1}, {1, 3}, {2, 2}}, values(f))
+    local c = dlpack.zeros({3}, "int64")
+    assert.are.equal(c, t:count_nonzero(1, {out = c}))
+    assert.same({1, 1, 1}, values(c))
+    local all = dlpack.zeros({}, "int64") -- over every dim: a 0-d out (keepdim: {1, 1})
+    assert.are.equal(all, t:count_nonzero(nil, {out = all}))
+    assert.are.equal(3, all:item())
+    local kept = dlpack.zeros({1, 1}, "float32")
+    t:count_nonzero(nil, {out = kept, keepdim = true})
+    assert.are.equal(3, kept:get(1, 1))
+    local m = dlpack.zeros({6}, "float64"):slice(1, 1, 6, 2) -- every other element
+    assert.are.equal(m, t:masked_select(t:gt(0), {out = m}))
+    assert.same({1, 3, 5}, values(m))
+    local e = dlpack.zeros({0, 2}, "int64") -- nothing true: an empty out
+    assert.are.equal(e, dlpack.zeros({2, 2}):nonzero({out = e}))
+  end)
+
+  it("refuse an out of another shape or dtype naming the problem, and leave it unchanged", function()
+    local out = dlpack.full({2, 2}, 7, "int64")
+    raises_plain(function() t:nonzero({out = out}) end, "nonzero: out has shape {2, 2}, the result {3, 2}")
+    assert.same({{7, 7}, {7, 7}}, values(out))
+    raises_plain(function() t:nonzero({out = dlpack.zeros({3, 2}, "bool")}) end,
+                 "nonzero: cannot write int64 values into an out of bool (same_kind casting)")
+    raises_plain(function() t:nonzero({out = dlpack.zeros({3, 2}), as_tuple = true}) end,
+                 "nonzero: out= takes the {n, ndim} result; as_tuple gives a table (drop one)")
+    raises_plain(function() t:nonzero({out = {}}) end, "nonzero: out must be a tensor, got table")
+    raises_plain(function() t:argwhere({out = dlpack.zeros({3, 2}):as_readonly()}) end, "read-only")
+    raises_plain(function() t:count_nonzero(nil, {out = dlpack.zeros({1})}) end,
+                 "count_nonzero: out has shape {1}, the result {}")
+    raises_plain(function() t:count_nonzero(2, {out = dlpack.zeros({2}, "uint8")}) end,
+                 "cannot write int64 values into an out of uint8 (same_kind casting)")
+    raises_plain(function() t:masked_select(t:gt(0), {out = dlpack.zeros({4})}) end,
+                 "masked_select: out has shape {4}, the result {3}")
+    raises_plain(function() t:masked_select(t:gt(0), {out = dlpack.zeros({3}, "int32")}) end,
+                 "cannot write float32 values into an out of int32 (same_kind casting)")
+    raises_plain(function() t:masked_select(t:gt(0), {out = dlpack.zeros({1}):expand(3)}) end,
+                 "masked_select: out repeats elements (an expanded view) and cannot be written")
+    raises_plain(function() t:masked_select(t:gt(0), {outt = 1}) end, "unknown option 'outt'")
+    raises_plain(function() t:masked_select(t:gt(0), {}, 1) end, "unexpected argument")
+  end)
+
+  it("read the operands as they were when out aliases them", function()
+    local big = dlpack.tensor({{0, 1, 1}, {1, 1, 1}, {0, 0, 0}}, "int64")
+    local want = values(big:narrow(1, 1, 2):narrow(2, 1, 2):nonzero())
+    local view = big:narrow(1, 1, 2):narrow(2, 1, 2)
+    -- out overlaps the tensor it reads (rows 1..3 of big, 2 columns): the result goes through a temporary
+    view:nonzero({out = big:narrow(2, 1, 2)})
+    assert.same(want, values(big:narrow(2, 1, 2)))
+    local y = dlpack.tensor({1, 2, 3, 4})
+    y:masked_select(y:gt(1), {out = y:narrow(1, 1, 3)}) -- out is the tensor it selects from
+    assert.same({2, 3, 4, 4}, values(y))
+    local mask = dlpack.tensor({1, 0, 1}, "int64")
+    dlpack.ones({3}, "int64"):masked_select(mask, {out = mask:narrow(1, 1, 2)}) -- out is the mask
+    assert.same({1, 1, 1}, values(mask))
+    local c = dlpack.tensor({{1, 0}, {2, 0}}, "int64")
+    c:count_nonzero(2, {out = c:select(2, 2)}) -- out is a column of the tensor counted
+    assert.same({{1, 1}, {2, 1}}, values(c))
+  end)
+
+  it("read option tables through metamethods once (count_nonzero, masked_select) or raw (nonzero)", function()
+    local reads = 0
+    local out = dlpack.zeros({3})
+    local lying = setmetatable({}, {__index = function(_, k)
+      if k ~= "out" then return nil end
+      reads = reads + 1
+      return reads == 1 and out or dlpack.zeros({99})
+    end})
+    assert.are.equal(out, t:masked_select(t:gt(0), lying))
+    assert.are.equal(1, reads)
+    local raising = setmetatable({}, {__index = function() error("ran __index") end})
+    raises(function() t:count_nonzero(1, raising) end, "ran __index")
+    local raw = setmetatable({}, {__index = function() error("ran __index") end})
+    assert.same({3, 2}, t:nonzero(raw).shape) -- nonzero's options are read raw
+  end)
+end)
+
 describe("index_select, gather and take", function()
   local t = dlpack.tensor({{1, 2, 3}, {4, 5, 6}}, "float64")
 
@@ -137,6 +223,80 @@ describe("index_select, gather and take", function()
     assert.same({1, 4, 2}, values(t:transpose(1, 2):take(i64({1, 2, 3}))))
     assert.are.equal(5, dlpack.take(t, i64(5)):item())
     assert.are.equal(7, dlpack.take(dlpack.tensor(7), i64({1})):totable()[1])
+  end)
+
+  it("take with a dim is np.take's axis: t's shape with dim replaced by index's", function()
+    local x = dlpack.arange(24):view(2, 3, 4)
+    local r = dlpack.take(x, i64({{3, 1}, {-1, 2}}), 2)
+    assert.same({2, 2, 2, 4}, r.shape)
+    assert.are.equal(x:get(2, 2, 3), r:get(2, 2, 2, 3)) -- index {2, 2} is 2
+    assert.are.equal(x:get(1, 3, 4), r:get(1, 1, 1, 4))
+    assert.same({{1, 5, 9}, {13, 17, 21}}, values(dlpack.take(x, i64(2), -1))) -- a 0-d index drops the dim
+    assert.same(values(x:index_select(3, i64({4, 1}))), values(x:take(i64({4, 1}), 3)))
+    assert.same({{4, 1}, {5, 2}, {6, 3}}, values(t:transpose(1, 2):take(i64({-1, 1}), 2)))
+    assert.same({2, 0, 4}, dlpack.take(x, i64({}), 2).shape)
+    -- nil in the place of dim: the flat take, options fourth
+    local out = dlpack.zeros({2}, "int64")
+    assert.are.equal(out, dlpack.take(x, i64({24, 1}), nil, {out = out}))
+    assert.same({23, 0}, values(out))
+  end)
+
+  it("take with a dim checks the dim, the index and out as the other functions do", function()
+    local x = dlpack.arange(6):view(2, 3)
+    raises_plain(function() dlpack.take(x, i64({4}), 2) end, "take: index 4 out of range for dimension 2 (size 3)")
+    raises_plain(function() dlpack.take(x, i64({0}), 1) end, "take: index 0 out of range for dimension 1 (size 2; "
+                 .. "indices start at 1)")
+    raises_plain(function() dlpack.take(x, i64({1}), 3) end, "dimension 3 out of range (tensor has 2)")
+    raises_plain(function() dlpack.take(dlpack.tensor(5), i64({1}), 1) end, "dimension 1 out of range (tensor has 0)")
+    raises_plain(function() dlpack.take(x, i64({1}), 1.5) end, "number has no integer representation")
+    raises_plain(function() dlpack.take(x, i64({1}), "2") end, "an options table expected, got string")
+    raises_plain(function() dlpack.take(x, i64({1}), 1, {}, 1) end, "unexpected argument")
+    raises(function() dlpack.take(x, i64({1, 2}), 2, {out = dlpack.zeros({2, 3}, "int64")}) end,
+           "out has shape {2, 3}, the result {2, 2}")
+    local kept = dlpack.full({2, 2}, 9, "int64")
+    raises(function() dlpack.take(x, i64({1, 9}), 2, {out = kept}) end, "out of range")
+    assert.same({{9, 9}, {9, 9}}, values(kept))
+    -- an empty result still checks its indices (as index_select; NumPy's take does not look)
+    raises(function() dlpack.take(dlpack.empty({0, 3}), i64({4}), 2) end, "index 4 out of range")
+    assert.same({0, 1}, dlpack.take(dlpack.empty({0, 3}), i64({3}), 2).shape)
+    assert.same({0, 2 ^ 62, 1, 2}, dlpack.take(dlpack.empty({0, 2 ^ 62, 3}), i64({{1, 2}}), 3).shape)
+    -- int64 edges of the index along a dim
+    local min = dlpack.tensor({-2 ^ 62}, "int64") * 2
+    raises_plain(function() dlpack.take(x, min, 1) end, "-9223372036854775808 out of range for dimension 1")
+    local umax = dlpack.tensor({0}, "uint64") - 1
+    raises_plain(function() dlpack.take(x, umax, 2) end, "18446744073709551615 out of range for dimension 2")
+  end)
+
+  it("take with a dim: lying option tables, out aliasing the tensor or the index, 64-dim results", function()
+    local x = dlpack.tensor({{1, 2, 3}, {4, 5, 6}}, "int64")
+    local raising = setmetatable({}, {__index = function() error("ran __index") end})
+    raises(function() dlpack.take(x, i64({3, 2, 1}), 2, raising) end, "ran __index")
+    assert.same({{1, 2, 3}, {4, 5, 6}}, values(x))
+    -- a different out at every read: the one read is the one written and returned
+    local outs = {}
+    local lying = setmetatable({}, {__index = function(_, k)
+      if k ~= "out" then return nil end
+      outs[#outs + 1] = dlpack.zeros({2, 3}, "int64")
+      return outs[#outs]
+    end})
+    local r = dlpack.take(x, i64({3, 2, 1}), 2, lying)
+    assert.are.equal(1, #outs)
+    assert.are.equal(outs[1], r)
+    assert.same({{3, 2, 1}, {6, 5, 4}}, values(r))
+    assert.are.equal(x, dlpack.take(x, i64({3, 2, 1}), 2, {out = x})) -- out is the tensor it reads
+    assert.same({{3, 2, 1}, {6, 5, 4}}, values(x))
+    local idx = i64({{2, 1}, {1, 1}})
+    dlpack.take(i64({7, 8}), idx, 1, {out = idx}) -- the index is its own out
+    assert.same({{8, 7}, {7, 7}}, values(idx))
+    local shape, ishape = {}, {}
+    for i = 1, 63 do shape[i], ishape[i] = 1, 1 end
+    ishape[63] = 2
+    local wide = dlpack.take(dlpack.arange(3):view({1, 3}), dlpack.tensor({3, 1}, "int64"):view(ishape), 2)
+    assert.are.equal(64, wide.ndim)
+    assert.same({2, 0}, values(wide:view({2})))
+    shape[64] = 1
+    raises_plain(function() dlpack.take(dlpack.zeros(shape), dlpack.zeros({1, 1}, "int64") + 1, 64) end,
+                 "take: the result would have 65 dims (at most 64)")
   end)
 
   it("take index tensors of every integer dtype, any layout", function()

@@ -596,7 +596,7 @@ describe("the tensor metatable cannot be changed by a script", function()
   end)
 end)
 
-describe("finalizers that release the operands of the indexing functions", function()
+describe("finalizers that release the operands of the indexing functions (and einsum's)", function()
   -- the victim is the tensor indexed (float32) or the index (int64), released mid-call
   local data = 'function() return dlpack.tensor({{1, 0, 3}, {0, 5, 6}}, "float32") end'
   local index = 'function() return dlpack.tensor({{1, 3, -1}, {2, 1, 1}}, "int64") end'
@@ -612,8 +612,22 @@ describe("finalizers that release the operands of the indexing functions", funct
     {data, "count_nonzero", "function(t) return t:count_nonzero(1) end"},
     {data, "masked_select", "function(t) return t:masked_select(t:gt(2)) end"},
     {data, "masked_select (mask)", "function(t) return dlpack.ones({2, 3}):masked_select(t) end"},
+    {data, "nonzero, out=", "function(t) return t:nonzero({out = dlpack.zeros({4, 2})}) end"},
+    {data, "masked_select, out = t",
+     "function(t) return t:masked_select(t:gt(2), {out = t:view(6):narrow(1, 1, 3)}) end"},
+    {data, "count_nonzero, out=", "function(t) return t:count_nonzero(1, {out = t:select(1, 1)}) end"},
     {index, "gather (index)", "function(i) return dlpack.zeros({2, 3}):gather(2, i) end"},
     {index, "take (index)", "function(i) return dlpack.take(dlpack.zeros({6}), i) end"},
+    {data, "einsum, out = t", "function(t) return dlpack.einsum('ij->ij', t:t():t(), {out = t}) end"},
+    {data, "einsum, dtype= and out=",
+     "function(t) return dlpack.einsum('ij,kj->ik', t, t, {dtype = 'float64', out = dlpack.zeros({2, 2}, 'float64')})"
+     .. " end"},
+    {data, "norm 2 (singular values)", "function(t) return dlpack.norm(t, 2, {1, 2}, true) end"},
+    {data, "norm 'nuc' (transposed)", "function(t) return t:t():norm('nuc') end"},
+    {data, "unique (dim)", "function(t) return t:unique({dim = 2, return_inverse = true, return_counts = true}) end"},
+    {data, "take (dim)", "function(t) return dlpack.take(t:transpose(1, 2), dlpack.tensor({{2, 1}}), 2) end"},
+    {data, "take (dim, out = t)", "function(t) return dlpack.take(t, dlpack.tensor({3, 2, 1}), 2, {out = t}) end"},
+    {index, "take (dim, index)", "function(i) return dlpack.take(dlpack.zeros({2, 3}), i, -1) end"},
     {index, "scatter_ (index)", "function(i) return dlpack.zeros({2, 3}):scatter_(2, i, 1) end"},
     {index, "scatter_ (index and src)", "function(i) return i:scatter_(2, i, i) end"},
   }

@@ -533,6 +533,10 @@ typedef struct dlp_ComputeOptions {
 enum { DLP_COPT_OUT = 1, DLP_COPT_DTYPE = 2, DLP_COPT_KEEPDIM = 4, DLP_COPT_CORRECTION = 8, DLP_COPT_STREAM = 16 };
 /* Read the table at arg (none or nil: defaults) for the options `allowed`; what names the function. */
 void dlp_read_compute_options(lua_State *L, int arg, unsigned allowed, dlp_ComputeOptions *o, const char *what);
+/* Raises unless out can receive a result of rdtype and rshape: the same shape, writable, no
+ * element repeated (an expanded view), a dtype rdtype casts to (same_kind, or safe when `safe`). */
+void dlp_check_out(lua_State *L, const dlp_Tensor *out, int rdtype, int ndim, const int64_t *rshape, int safe,
+                   const char *what);
 
 /* The device a computing function runs on: the CUDA device whose memory the tensors are in (an
  * operand or out; NULL entries are skipped), or -1 for the host. Tensors on two devices raise

@@ -1590,6 +1590,12 @@ describe("more functions on CUDA tensors", function()
       agrees("norm ord " .. tostring(ord), function(x) return dlpack.norm(x, ord or nil, 2) end, t)
     end
     agrees("norm fro", function(x) return dlpack.norm(x, "fro", {1, 2}, true) end, t)
+    -- the norms of singular values: computed on the host in float64, the result copied to the device
+    for _, ord in ipairs({2, -2, "nuc"}) do
+      agrees("norm " .. ord, function(x) return dlpack.norm(x, ord, {2, 1}, true) end, t)
+      agrees("norm " .. ord .. " batched", function(x) return dlpack.norm(x, ord, {1, 3}) end,
+             dlpack.arange(24, "float64"):view(2, 3, 4))
+    end
     for _, ord in ipairs({2, 1}) do -- a sum in another order on a GPU: within float32's rounding
       local want, got = dlpack.norm(t, ord == 1 and 1 or nil), dlpack.norm(t:to("cuda:0"), ord == 1 and 1 or nil)
       assert.are.equal("number", type(got))
@@ -1645,6 +1651,20 @@ describe("more functions on CUDA tensors", function()
     agrees("einsum batched", function(x, y) return dlpack.einsum("bij,jk->bki", x, y) end, a, b)
     agrees("einsum trace", function(x) return dlpack.einsum("ii->", x) end, dlpack.arange(9, "int64"):view(3, 3))
     agrees("einsum ellipsis", function(x, y) return dlpack.einsum("...j,j", x, y) end, a, dlpack.arange(4, "float64"))
+    local i8 = dlpack.full({3, 4}, 100, "int8")
+    agrees("einsum dtype=", function(x, y) return dlpack.einsum("ij,jk", x, y, {dtype = "int32"}) end, i8, i8:t())
+    -- out= on the device: out takes part in the promotion (NumPy's), any layout, out aliasing an operand
+    local function into_out(x, y)
+      local out = dlpack.zeros({3, 3}, "int16", x.device):t()
+      assert.are.equal(out, dlpack.einsum("ij,kj->ik", x, y, {out = out}))
+      return out
+    end
+    agrees("einsum out=", into_out, i8, i8)
+    agrees("einsum out = operand", function(x) return dlpack.einsum("ij->ji", x, {out = x}) end,
+           dlpack.arange(9, "float64"):view(3, 3))
+    local host_out = dlpack.zeros({4, 4}, "int8")
+    raises(function() dlpack.einsum("ij,jk", i8:t():to("cuda:0"), i8:to("cuda:0"), {out = host_out}) end,
+           "einsum: operands on different devices: cuda:0 and cpu")
     for _, name in ipairs({"float", "double", "half", "bfloat16", "long", "int", "short", "char", "byte", "bool"}) do
       agrees(name .. "()", function(x) return x[name](x) end, m)
     end
@@ -2302,6 +2322,22 @@ describe("sorting on CUDA tensors", function()
       same("unique all equal " .. c, function(t) return t:unique(opts) end, dlpack.ones({3, 300}, "uint64"))
     end
     raises(function() return dlpack.zeros({2}, "complex128", "cuda:0"):unique() end, "complex numbers have no order")
+  end)
+
+  it("unique with dim agrees with the CPU (computed on the host) and returns tensors on the device", function()
+    local combos = {{dim = 1}, {dim = 2, return_inverse = true}, {dim = -1, return_counts = true},
+                    {dim = 1, return_inverse = true, return_counts = true}}
+    for dtype in pairs(VALUES) do
+      local m = data(dtype, 12, 5 + #dtype):view({6, 2}) -- rows of two from a small pool: repeated rows
+      for c, opts in ipairs(combos) do
+        same("unique dim " .. dtype .. " " .. c, function(t) return t:unique(opts) end, m)
+        same("unique dim transposed " .. dtype .. " " .. c, function(t) return dlpack.unique(t.T, opts) end, m)
+      end
+    end
+    for c, opts in ipairs(combos) do
+      same("unique dim empty " .. c, function(t) return t:unique(opts) end, dlpack.zeros({0, 3}, "int8"))
+    end
+    raises(function() return dlpack.zeros({2, 2}, "float32", "cuda:0"):unique({dim = 3}) end, "dim 3 out of range")
   end)
 
   it("sort runs on the operand's stream and its results are on the operand's device", function()

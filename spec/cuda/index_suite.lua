@@ -37,11 +37,15 @@ describe("indexing with tensors on CUDA tensors", function()
         agrees("index_select (0-d index) " .. dtype, function(x, i) return x:index_select(1, i) end, t,
                dlpack.tensor(2, idt))
         agrees("take " .. dtype .. " " .. idt, function(x, i) return dlpack.take(x, i) end, t, i2)
+        agrees("take (dim 2) " .. dtype .. " " .. idt, function(x, i) return dlpack.take(x, i, 2) end, t, i2)
+        agrees("take (dim 1, 0-d index) " .. dtype, function(x, i) return dlpack.take(x, i, -2) end, t,
+               dlpack.tensor(signed and -1 or 3, idt))
       end
       -- strided operands: a transposed tensor, a transposed index, a reversed tensor
       local i = dlpack.tensor({{1, 2}, {3, 4}, {4, 1}}, "int64"):transpose(1, 2)
       agrees("gather transposed " .. dtype, function(x, ii) return x:transpose(1, 2):gather(2, ii) end, t, i)
       agrees("take transposed " .. dtype, function(x, ii) return dlpack.take(x:transpose(1, 2), ii) end, t, i)
+      agrees("take (dim) transposed " .. dtype, function(x, ii) return dlpack.take(x:transpose(1, 2), ii, 1) end, t, i)
       agrees("index_select reversed " .. dtype, function(x, ii) return x:slice(2, -1, 1, -1):index_select(1, ii) end,
              t, dlpack.tensor({4, 1}))
     end
@@ -84,6 +88,10 @@ describe("indexing with tensors on CUDA tensors", function()
            "take: index -7 out of range (6 elements)")
     raises(function() return dlpack.take(t, dev(dlpack.tensor({0}, "uint64") - 1)) end,
            "take: index 18446744073709551615 out of range")
+    raises(function() return dlpack.take(t, dev(dlpack.tensor({{1, -4}}, "int16")), 2) end,
+           "take: index -4 out of range for dimension 2 (size 3)")
+    raises(function() return dlpack.take(dlpack.empty({0, 3}, "float32", "cuda:0"), dev(dlpack.tensor({4})), 2) end,
+           "take: index 4 out of range for dimension 2")
     raises(function() return dlpack.empty({0, 3}, "float32", "cuda:0"):index_select(2, dev(dlpack.tensor({9}))) end,
            "out of range")
     local kept = dev(dlpack.full({2, 3}, 7))
@@ -133,6 +141,37 @@ describe("indexing with tensors on CUDA tensors", function()
         agrees("count_nonzero({1, 2}) " .. what, function(x) return x:count_nonzero({1, 2}) end, t)
       end
     end
+  end)
+
+  it("write out= on the device for nonzero, argwhere, count_nonzero and masked_select", function()
+    local t = dlpack.tensor({{1, 0, 3}, {0, 5, 0}}, "float32")
+    local d = dev(t)
+    local out = dev(dlpack.zeros({2, 3}, "int32")):transpose(1, 2)
+    assert.are.equal(out, d:nonzero({out = out}))
+    assert.are.same({{1, 1}, {1, 3}, {2, 2}}, out:to("cpu"):totable())
+    local f = dev(dlpack.zeros({3, 2}))
+    assert.are.equal(f, dlpack.argwhere(d, {out = f}))
+    assert.are.same(t:argwhere():totable(), f:to("cpu"):totable())
+    local c = dev(dlpack.zeros({3}, "int64"))
+    assert.are.equal(c, d:count_nonzero(1, {out = c}))
+    assert.are.same({1, 1, 1}, c:to("cpu"):totable())
+    local all = dev(dlpack.zeros({}, "int64"))
+    assert.are.equal(all, d:count_nonzero(nil, {out = all}))
+    assert.are.equal(3, all:to("cpu"):item())
+    local m = dev(dlpack.zeros({6})):slice(1, 1, 6, 2)
+    assert.are.equal(m, d:masked_select(d:gt(0), {out = m}))
+    assert.are.same({1, 3, 5}, m:to("cpu"):totable())
+    -- out aliasing the tensor read, and a wrong out left as it was
+    local y = dev(dlpack.tensor({1, 2, 3, 4}))
+    y:masked_select(y:gt(1), {out = y:narrow(1, 1, 3)})
+    assert.are.same({2, 3, 4, 4}, y:to("cpu"):totable())
+    local kept = dev(dlpack.full({2, 2}, 7, "int64"))
+    raises(function() return d:nonzero({out = kept}) end, "nonzero: out has shape {2, 2}, the result {3, 2}")
+    raises(function() return d:masked_select(d:gt(0), {out = dev(dlpack.zeros({4}))}) end,
+           "masked_select: out has shape {4}, the result {3}")
+    assert.are.same({{7, 7}, {7, 7}}, kept:to("cpu"):totable())
+    raises(function() return d:nonzero({out = dlpack.zeros({3, 2})}) end, "operands on different devices")
+    raises(function() return d:count_nonzero(1, {out = dlpack.zeros({3})}) end, "operands on different devices")
   end)
 
   it("refuse operands on two devices naming both", function()

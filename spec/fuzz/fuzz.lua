@@ -1270,7 +1270,8 @@ op("diagonal", 1, function(S_)
 end)
 
 -- the composed "more functions" (docs/api.md): valid calls give the modelled shape (and, for
--- roll, T and einsum's identity, the values); any arguments, hostile ones included, raise cleanly
+-- roll, T and einsum's identity, also into out=, the values); any arguments, hostile ones
+-- included, raise cleanly
 local function flat_list(tbl, list)
   list = list or {}
   if type(tbl) ~= "table" then list[#list + 1] = tbl; return list end
@@ -1288,13 +1289,29 @@ op("more_functions", 3, function(S_)
   if not (inf and inf.numel <= 4096) then fn = "T" end -- outer, tile ... of big tensors: big results
   local arg, ad = 1, "1"
   if hostile then arg, ad = S_:hostile() end
+  -- einsum's options: an out of t's shape and dtype, t itself, or an evil table
+  local einsum_opts, evil_opts
+  if fn == "einsum" and not hostile and R(2) == 1 then
+    local k = R(3)
+    if k == 1 then
+      einsum_opts, evil_opts = S_:evil(), true
+    elseif k == 2 or not inf then
+      einsum_opts = { out = t }
+    else
+      local okz, z = pcall(dlpack.zeros, inf.shape, inf.dtype)
+      einsum_opts = { out = okz and z or t }
+    end
+  end
   local calls = {
     roll = function() return dlpack.roll(t, arg) end, tril = function() return dlpack.tril(t, arg) end,
     triu = function() return dlpack.triu(t, arg) end, flatten = function() return T.flatten(t, arg) end,
     ravel = function() return T.ravel(t) end, tile = function() return dlpack.tile(t, arg, 2) end,
     split = function() return dlpack.split(t, arg) end, chunk = function() return dlpack.chunk(t, arg) end,
     unbind = function() return dlpack.unbind(t, arg) end, T = function() return t.T end,
-    einsum = function() return dlpack.einsum(hostile and arg or "...", t) end,
+    einsum = function()
+      if einsum_opts then return dlpack.einsum("...", t, einsum_opts) end
+      return dlpack.einsum(hostile and arg or "...", t)
+    end,
     diag = function() return dlpack.diag(t, arg) end,
     repeat_interleave = function() return dlpack.repeat_interleave(t, arg) end,
     outer = function() return dlpack.outer(t, hostile and arg or t) end,
@@ -1304,7 +1321,7 @@ op("more_functions", 3, function(S_)
   local tbl = inf and values(t, inf)
   local name = "M" .. S_:serial()
   local ok, res = S_:call(string.format("%s = %s(%s, %s)", name, fn, td, ad), calls[fn])
-  local valid = inf and not hostile and not inf.sub and inf.host and inf.ndim >= 1 and S_:quiet(e)
+  local valid = inf and not hostile and not evil_opts and not inf.sub and inf.host and inf.ndim >= 1 and S_:quiet(e)
     and G.ELEM[inf.dtype] and inf.numel <= 4096
   if not ok then
     -- which valid calls may raise: tril/triu/diag by dims, flatten of a 1-dim range, empty splits,
@@ -1330,6 +1347,9 @@ op("more_functions", 3, function(S_)
       end
     elseif fn == "einsum" and tbl and got and not model.same_table(got, tbl) then
       S_:fail("einsum('...'): the values differ from the operand's")
+    end
+    if fn == "einsum" and einsum_opts and not rawequal(res, einsum_opts.out) then
+      S_:fail("einsum('...', {out = o}): did not return o")
     end
   elseif fn == "split" or fn == "chunk" or fn == "unbind" then
     local n = inf.shape[1]

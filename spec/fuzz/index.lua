@@ -2,11 +2,13 @@
 -- operands and helpers it shares):
 --
 --   index   nonzero (with and without as_tuple), argwhere, count_nonzero (dim nil, a number, a
---           table, keepdim), masked_select, index_select, gather, take, scatter and scatter_,
+--           table, keepdim), masked_select, index_select, gather, take (flat and along a dim),
+--           scatter and scatter_,
 --           on operands of any dtype and layout (released and read-only ones too), index tensors
 --           of every integer dtype (indices in range, 0, beyond the size, negative past the
 --           start, int64 and uint64 edges; transposed), float and bool index dtypes, hostile
---           values and evil option tables in any place.
+--           values and evil option tables in any place; out= (the gathering functions and the
+--           counting ones: any shape, the operand itself) exercised without a prediction.
 --
 -- The model (pure Lua, from API.md): when every argument was drawn valid and nothing was
 -- released during the call, whether it must raise, and otherwise the result's shape and
@@ -153,6 +155,23 @@ local function predict(fn, kt, ki, dim, extra)
   end
   local d = model.dim(dim, nd)
   if not d then return { err = true } end
+  if fn == "take_dim" then -- np.take with an axis: t's shape with dim replaced by index's
+    local ni = #ki.shape
+    for _, idx in ipairs(positions(ki.shape)) do
+      if not resolve(model.at(ki.tbl, idx), s[d], unsigned) then return { err = true } end
+    end
+    local rs = {}
+    for k = 1, d - 1 do rs[#rs + 1] = s[k] end
+    for k = 1, ni do rs[#rs + 1] = ki.shape[k] end
+    for k = d + 1, nd do rs[#rs + 1] = s[k] end
+    return { shape = rs, tbl = model.build(rs, function(idx)
+      local c, at = {}, {}
+      for k = 1, ni do at[k] = idx[d - 1 + k] end
+      for k = 1, nd do c[k] = k < d and idx[k] or k > d and idx[k - 1 + ni] or nil end
+      c[d] = resolve(model.at(ki.tbl, at), s[d], unsigned)
+      return model.at(kt.tbl, c)
+    end) }
+  end
   if fn == "index_select" then
     if #ki.shape > 1 then return { err = true } end
     local list = #ki.shape == 0 and { ki.tbl } or ki.tbl
@@ -204,6 +223,7 @@ local function index_op(S, env)
   local dim = nd > 0 and R(-nd, nd) or R(-1, 1)
   if dim == 0 then dim = 1 end
   if R(12) == 1 then dim = G.pick({ nd + 1, -nd - 1, 0, 2.5, math.maxinteger }) end
+  local take_dim = fn == "take" and R(2) == 1
   local idtype = G.pick(IDTYPES)
   local index, ishape, value
   local args, descs = {}, {}
@@ -219,7 +239,7 @@ local function index_op(S, env)
   end
   if ishape then
     local d = type(dim) == "number" and model.dim(math.tointeger(dim), nd) or nil
-    local size = fn == "take" and model.numel(tshape) or (d and tshape[d] or 1)
+    local size = fn == "take" and not take_dim and model.numel(tshape) or (d and tshape[d] or 1)
     index = make_index(env, idtype, ishape, size)
     if not index then return end
   end
@@ -245,6 +265,7 @@ local function index_op(S, env)
     arg(m.v, m.desc)
   elseif fn == "take" then
     arg(index.t, "index")
+    if take_dim then arg(dim, fmt(dim)) end
   elseif fn ~= "argwhere" then
     arg(dim, fmt(dim))
     arg(index.t, "index")
@@ -255,6 +276,15 @@ local function index_op(S, env)
   end
   if (fn == "gather" or fn == "index_select" or fn == "take") and R(6) == 1 then
     opts = R(2) == 1 and S:evil() or { out = H.operand(S, env, ishape or rs, { tensor = true }).v }
+    known_opts = false
+    arg(opts, "opts")
+  end
+  -- out= of the counting functions: a tensor of any shape (mostly wrong), t itself, or evil
+  local counting = fn == "argwhere" or fn == "masked_select" or (fn == "count_nonzero" and #args == 2) or
+    (fn == "nonzero" and not opts)
+  if counting and R(6) == 1 then
+    local k = R(3)
+    opts = k == 1 and S:evil() or { out = k == 2 and t.v or H.operand(S, env, H.result_shape(), { tensor = true }).v }
     known_opts = false
     arg(opts, "opts")
   end
@@ -276,8 +306,8 @@ local function index_op(S, env)
     if ok then S:fail(desc .. ": wrote a tensor that repeats elements") end
     known = false
   end
-  local takes_dim = fn ~= "nonzero" and fn ~= "argwhere" and fn ~= "take" and fn ~= "masked_select" and
-    not (fn == "count_nonzero" and dim == nil)
+  local takes_dim = fn ~= "nonzero" and fn ~= "argwhere" and (fn ~= "take" or take_dim) and
+    fn ~= "masked_select" and not (fn == "count_nonzero" and dim == nil)
   if known and takes_dim and not math.tointeger(dim) then
     if ok then S:fail(desc .. ": a dim that is no integer was taken") end
     known = false
@@ -285,7 +315,8 @@ local function index_op(S, env)
   if known then
     local extra = value
     if fn == "nonzero" and opts and opts.as_tuple then extra = "tuple" end
-    local p = predict(fn == "scatter_" and "scatter" or fn, kt, index or {}, dim and math.tointeger(dim), extra)
+    local name = fn == "scatter_" and "scatter" or take_dim and "take_dim" or fn
+    local p = predict(name, kt, index or {}, dim and math.tointeger(dim), extra)
     -- the value does not convert strictly (a negative Lua integer is a uint64's bits, as in fill)
     local unsigned = CM.kind(kt.dtype) == "u" and kt.dtype ~= "uint64"
     if (fn == "scatter" or fn == "scatter_") and (kt.dtype == "bool" or (unsigned and value < 0)) then

@@ -27,7 +27,7 @@ local OPTS = {
   cumsum = { dtype = "dtype" }, cumprod = { dtype = "dtype" },
   softmax = { dtype = "dtype" }, log_softmax = { dtype = "dtype" },
   median = { keepdim = "boolean" }, quantile = { keepdim = "boolean" },
-  unique = { return_inverse = "boolean", return_counts = "boolean" },
+  unique = { return_inverse = "boolean", return_counts = "boolean", dim = "dim" },
 }
 
 local function kind(d) return CM.kind(d) end
@@ -87,6 +87,7 @@ local function draw_opts(S, fn)
     for name, ty in pairs(names) do
       if R(2) == 1 then
         if ty == "boolean" then o[name] = R(2) == 1
+        elseif ty == "dim" then o[name] = G.pick({ 1, -1, 2, 0, 5, 1.5 })
         else o[name] = G.pick({ "float32", "float64", "int8", "int64", "float16", "complex64", "nosuch" }) end
         parts[#parts + 1] = name .. " = " .. fmt(o[name])
       end
@@ -158,6 +159,8 @@ local function sort_op(S, env)
       local ty = OPTS[fn][name]
       if not ty then err = "unknown option"
       elseif ty == "boolean" and type(v) ~= "boolean" then err = "option type"
+      elseif ty == "dim" and math.type(v) ~= "integer" then err = "option type"
+      elseif ty == "dim" and not model.dim(v, #kt.shape) then err = "dim"
       elseif ty == "dtype" and not CM.COMPUTES[v] then unknown = true end
     end
   elseif not err and opts ~= nil then
@@ -220,7 +223,15 @@ local function sort_op(S, env)
   if fn == "median" or fn == "quantile" then return done() end -- dtype and shape: the oracle's
   if fn == "unique" then
     local inf = env.info(r1)
-    if not inf or inf.dtype ~= kt.dtype or inf.ndim ~= 1 or inf.numel > model.numel(kt.shape) then
+    local ud = opts and opts.dim and model.dim(opts.dim, #kt.shape)
+    if ud then -- the distinct slices along ud: t's shape but for ud, at most as many (one when t has slices)
+      local good = inf and inf.dtype == kt.dtype and inf.ndim == #kt.shape
+      for k = 1, #kt.shape do
+        if good and k ~= ud and inf.shape[k] ~= kt.shape[k] then good = false end
+      end
+      if good and (inf.shape[ud] > kt.shape[ud] or (kt.shape[ud] > 0) ~= (inf.shape[ud] > 0)) then good = false end
+      if not good then S:fail(desc .. ": the slices do not have the input's shape and dtype, at most as many") end
+    elseif not inf or inf.dtype ~= kt.dtype or inf.ndim ~= 1 or inf.numel > model.numel(kt.shape) then
       S:fail(desc .. ": the values are not a 1-d tensor of the input's dtype, at most as long")
     end
     return done()

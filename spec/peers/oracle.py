@@ -1833,6 +1833,41 @@ def run_einsum(_):
     line.emit()
 
 
+def run_einsum_out(_):
+    rng = rng_for("einsum_out")
+    title = "einsum out= and dtype=: NumPy's safe casting, out of any writable layout, wrong shapes"
+    reason = missing("einsum")
+    if reason:
+        skip(title, reason)
+        return
+    line = Line(title)
+    for k in range(2 * len(EINSUM_SPECS)):
+        spec = EINSUM_SPECS[k % len(EINSUM_SPECS)]
+        dt = ["int32", "int8", "float32", "int64", "uint8", "float64"][k % 6]
+        ops = einsum_operands(rng, spec, dt)
+        dtype = [None, "int64", "float64", "float32", "int16"][k % 5]
+        odt = ["float64", "int64", "float32", "int32"][(k // 5) % 4]
+        shape = np.einsum(spec, *ops).shape
+        if k % 9 == 8:  # one more along the first dim (or a dim where there was none): both raise
+            shape = (shape[0] + 1,) + shape[1:] if shape else (1,)
+        out = operand(rng, odt, shape, WRITABLE[int(rng.integers(4))])
+        if not out.flags.writeable:
+            out = np.zeros(shape, odt)
+
+        def run_lua(spec=spec, ops=ops, out=out, dtype=dtype):
+            H.call("einsum", to_lua(out), dtype, spec, *[to_lua(o) for o in ops])
+            return out
+
+        def run_np(spec=spec, ops=ops, shape=shape, odt=odt, dtype=dtype):
+            mine = np.zeros(shape, odt)
+            with np.errstate(all="ignore"):
+                np.einsum(spec, *ops, out=mine, **({"dtype": dtype} if dtype else {}))
+            return mine
+        check(line, desc_call("einsum(%r, dtype=%s, out=%s)" % (spec, dtype, odt), *ops), run_lua, run_np,
+              compare=lambda got, want, spec=spec, ops=ops: diff(got, want, einsum_tol(spec, ops, want)))
+    line.emit()
+
+
 SHAPE_FUNCTIONS = ["T", "ravel", "flatten", "diagonal", "split", "chunk", "unbind", "tile", "repeat_interleave",
                    "roll", "tril", "triu", "diag", "outer", "hstack", "vstack", "concatenate"]
 
@@ -2271,6 +2306,132 @@ def run_masked_select():
     line.emit()
 
 
+def run_index_out():
+    rng = rng_for("index_out")
+    title = "out= of nonzero, argwhere, count_nonzero and masked_select: writable layouts, same_kind dtypes, shapes"
+    reason = missing("nonzero")
+    if reason:
+        skip(title, reason)
+        return
+    line = Line(title)
+    names = ("nonzero", "argwhere", "count_nonzero", "masked_select")
+    for k in range(4 * len(DTYPES)):
+        name = names[k % 4]
+        a = operand(rng, DTYPES[k % 12], rand_shape(rng, min_nd=1), LAYOUTS[int(rng.integers(5))])
+        if a.size:
+            a = np.where(rng.random(a.shape) < 0.5, np.zeros((), a.dtype), a)
+        axis = int(rng.integers(a.ndim))
+        if name == "count_nonzero":
+            want = np.asarray(np.count_nonzero(a, axis=axis), np.int64)
+        elif name == "masked_select":
+            want = a[a != 0]
+        else:
+            want = np.argwhere(a).astype(np.int64) + 1
+        odt = str(a.dtype) if name == "masked_select" else ("int64", "int32", "float64", "int16")[(k // 4) % 4]
+        shape = want.shape
+        wrong = k % 7 == 6 and len(shape) > 0  # one more row: both raise
+        if wrong:
+            shape = (shape[0] + 1,) + shape[1:]
+        out = operand(rng, odt, shape, WRITABLE[int(rng.integers(4))])
+        if not out.flags.writeable:
+            out = np.zeros(shape, odt)
+
+        def run_lua(a=a, out=out, name=name, axis=axis):
+            extra = [axis + 1] if name == "count_nonzero" else [to_lua(a != 0)] if name == "masked_select" else []
+            if name == "nonzero":  # the method, options second
+                H.method(name, to_lua(a), runtime_table(out=to_lua(out)))
+            else:
+                H.call(name, to_lua(out), None, to_lua(a), *extra)
+            return out
+
+        def run_np(want=want, odt=odt, wrong=wrong):
+            if wrong:
+                raise ValueError("out of another shape")
+            return want.astype(odt)
+        check(line, desc_call("%s(out=%s)" % (name, odt), a), run_lua, run_np)
+    line.emit()
+
+
+def run_unique_dim():
+    rng = rng_for("unique_dim")
+    title = "unique(t, {dim}): np.unique with an axis, every dtype and layout, inverse and counts"
+    reason = missing("unique")
+    if reason:
+        skip(title, reason)
+        return
+    line = Line(title)
+    for k in range(4 * len(DTYPES)):
+        shape = rand_shape(rng, min_nd=1, max_nd=3)
+        a = operand(rng, DTYPES[k % 12], shape, LAYOUTS[int(rng.integers(5))])
+        if a.size and k % 2:  # few distinct values: repeated slices
+            a = np.where(rng.random(a.shape) < 0.7, np.zeros((), a.dtype), a)
+        d = int(rng.integers(a.ndim))
+        inv, cnt = bool(k % 3 == 1), bool(k % 4 >= 2)
+        dim = d + 1 if k % 2 else d - a.ndim
+
+        def run_np(a=a, d=d, inv=inv, cnt=cnt):
+            # NumPy's float16 slices compare as records with NaN before every number, its float32
+            # and float64 ones with NaN after (as the module, in every dtype): float16 through float32
+            x = a.astype(np.float32) if a.dtype == np.float16 else a
+            r = np.unique(x, axis=d, return_inverse=inv, return_counts=cnt)
+            if a.dtype == np.float16:
+                r = r.astype(np.float16) if not (inv or cnt) else (r[0].astype(np.float16),) + tuple(r[1:])
+            if not (inv or cnt):
+                return r
+            r = list(r)
+            if inv:
+                r[1] = (r[1].reshape(-1) + 1).astype(np.int64)
+            return tuple(np.asarray(x) for x in r)
+
+        def run_lua(a=a, dim=dim, inv=inv, cnt=cnt):
+            return H.method("unique", to_lua(a), H.opts("dim", dim, "return_inverse", inv, "return_counts", cnt))
+        check(line, desc_call("unique(dim=%d, inverse=%s, counts=%s)" % (dim, inv, cnt), a), run_lua, run_np)
+    line.emit()
+
+
+def run_norm_svd():
+    rng = rng_for("norm_svd")
+    title = "norm ord 2, -2, 'nuc': np.linalg.norm's singular values, batched, any dims, layouts, edges"
+    reason = missing("norm")
+    if reason:
+        skip(title, reason)
+        return
+    line = Line(title)
+    dtypes = ["float64", "float32", "int32", "int64", "uint8", "bool", "int16", "float64"]
+    for k in range(48):
+        dt = dtypes[k % len(dtypes)]
+        nd = 2 + int(rng.integers(0, 3))
+        shape = tuple(int(rng.integers(1, 7)) for _ in range(nd))
+        if k % 11 == 5:  # an empty matrix: 2 and 'nuc' give 0, -2 raises in both
+            shape = (0,) + shape[1:]
+        a = operand(rng, dt, shape, LAYOUTS[int(rng.integers(5))])
+        if dt.startswith("float") and a.size and k % 13 == 7:  # NaN raises in both; infinity gives NaN
+            a = a.copy()
+            a.flat[int(rng.integers(a.size))] = np.nan if k % 2 else np.inf
+        ord_ = [2, -2, "nuc"][k % 3]
+        r, c = (int(x) for x in rng.choice(nd, 2, replace=False))
+        keepdim = bool(k % 4 == 3)
+        dims = None if nd == 2 and r == 0 and c == 1 and not keepdim else [r + 1, c + 1]
+
+        def run_np(a=a, ord_=ord_, r=r, c=c, keepdim=keepdim, dims=dims):
+            with np.errstate(all="ignore"):
+                x = a.astype(np.float64) if a.dtype.kind in "biu" else a
+                res = np.linalg.norm(x, ord_, (r, c), keepdim)
+            return res if dims is None else np.asarray(res)
+
+        def run_lua(a=a, ord_=ord_, dims=dims, keepdim=keepdim):
+            return H.method("norm", to_lua(a), ord_, None if dims is None else H.list(*dims), keepdim or None)
+
+        def tol(want, a=a):
+            w = np.abs(np.asarray(want, np.float64))
+            eps = float(np.finfo(np.asarray(want).dtype).eps)
+            big = float(np.abs(a.astype(np.float64)).sum()) if a.size else 0.0
+            return 32 * (sum(a.shape) + 2) * eps * (w + big) + np.spacing(w)
+        check(line, desc_call("norm(%r, dims=%s, keepdim=%s)" % (ord_, dims, keepdim), a), run_lua, run_np,
+              compare=lambda got, want, tol=tol: diff(got, want, tol(want)))
+    line.emit()
+
+
 def run_index_select():
     rng = rng_for("index_select")
     title = "index_select: every dtype, layout and index dtype, 0-d and 1-d indices, out="
@@ -2349,6 +2510,30 @@ def run_take():
             return out if out is not None else r
         check(line, desc_call("take", a, idx), run_lua,
               lambda a=a, idx=idx: np_index(lambda: np.asarray(np.take(a, zero_based(idx, a.size)))))
+    line.emit()
+
+
+def run_take_axis():
+    rng = rng_for("take_axis")
+    title = "take(t, index, dim): np.take with an axis, every dtype, layout and index dtype, any index shape, out="
+    reason = missing("take")
+    if reason:
+        skip(title, reason)
+        return
+    line = Line(title)
+    for k in range(6 * len(DTYPES)):
+        a = operand(rng, DTYPES[k % 12], rand_shape(rng, min_nd=1), LAYOUTS[int(rng.integers(5))])
+        d = int(rng.integers(a.ndim))
+        ishape = rand_shape(rng, max_nd=3)
+        idx = one_based(rng, INDEX_DTYPES[k % 8], ishape, a.shape[d], LAYOUTS[int(rng.integers(4))], bad=k % 9 == 8)
+        dim = d + 1 if k % 2 else d - a.ndim
+        out = np.zeros(a.shape[:d] + ishape + a.shape[d + 1:], a.dtype) if k % 5 == 4 else None
+
+        def run_lua(a=a, idx=idx, dim=dim, out=out):
+            r = H.call("take", None if out is None else to_lua(out), None, to_lua(a), to_lua(idx), dim)
+            return out if out is not None else r
+        check(line, desc_call("take(dim=%d)" % dim, a, idx), run_lua,
+              lambda a=a, idx=idx, d=d: np_index(lambda: np.asarray(np.take(a, zero_based(idx, a.shape[d]), axis=d))))
     line.emit()
 
 
@@ -2438,9 +2623,14 @@ def run(only=()):
     jobs += [(n, run_nonzero, n) for n in ("nonzero", "argwhere")] + [
         (n, lambda _, f=f: f(), None) for n, f in (("count_nonzero", run_count_nonzero),
                                                    ("masked_select", run_masked_select),
+                                                   ("index_out", run_index_out),
+                                                   ("unique_dim", run_unique_dim),
+                                                   ("norm_svd", run_norm_svd),
                                                    ("index_select", run_index_select), ("gather", run_gather),
-                                                   ("take", run_take), ("scatter", run_scatter))]
-    jobs += [("isclose", run_isclose, None), ("einsum", run_einsum, None)] + [(n, run_shape, n) for n in SHAPE_FUNCTIONS]
+                                                   ("take", run_take), ("take_axis", run_take_axis),
+                                                   ("scatter", run_scatter))]
+    jobs += [("isclose", run_isclose, None), ("einsum", run_einsum, None), ("einsum_out", run_einsum_out, None)]
+    jobs += [(n, run_shape, n) for n in SHAPE_FUNCTIONS]
     for job, fn, arg in jobs:
         if only and job not in only:
             continue

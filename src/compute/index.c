@@ -10,7 +10,9 @@
  * One loop does the work of gather, index_select, take and scatter: the iteration engine walks
  * the index tensor's shape with three operands, the destination, the index and the source; the
  * indexed dimension is strided 0 in whichever side it picks from, and the loop moves that side
- * by (index - 1) times that dimension's stride. The functions that count before they know
+ * by (index - 1) times that dimension's stride. gather, index_select and take (flat or along a
+ * dim) differ only in where the index's dims lie on the result's and so share gather_into, on
+ * the host and on CUDA devices. The functions that count before they know
  * their result's size (nonzero, masked_select) read a private alias of their operands, which
  * holds the memory while the result is allocated (finalizers may release the tensors then).
  *
@@ -326,18 +328,7 @@ static void result_begin(lua_State *L, Result *r, const dlp_ComputeOptions *o, i
   r->fresh = 0;
   if (o->out) {
     dlp_Tensor *out = lua_touserdata(L, o->out);
-    int same = out->dl.ndim == ndim;
-    for (int i = 0; same && i < ndim; i++) same = out->dl.shape[i] == rshape[i];
-    if (!same) {
-      dlp_push_shape(L, out->dl.ndim, out->dl.shape);
-      dlp_push_shape(L, ndim, rshape);
-      luaL_error(L, "%s: out has shape %s, the result %s", what, lua_tostring(L, -2), lua_tostring(L, -1));
-    }
-    dlp_check_writable(L, out, what);
-    check_no_repeats(L, out, "out", what);
-    if (!dlp_can_cast_same_kind(rdtype, out->dtype))
-      luaL_error(L, "%s: cannot write %s values into an out of %s (same_kind casting)", what, dlp_dtypes[rdtype].name,
-                 dlp_dtypes[out->dtype].name);
+    dlp_check_out(L, out, rdtype, ndim, rshape, 0, what);
     r->direct = out->dtype == rdtype;
     for (int k = 0; k < ninputs && r->direct; k++) r->direct = !dlp_overlaps(out, inputs[k]);
     if (r->direct) {
@@ -357,12 +348,56 @@ static void result_finish(lua_State *L, Result *r, const char *what) {
 
 /* ---- gather, index_select, take ---- */
 
+/* What gather, index_select and take share: r->into, walked over `shape` (ndim), gets the
+ * elements of src picked along one of its dims (`size` long, `step` bytes apart; take's flat
+ * walk: every element, itemsize apart) by the index at stack index index_at, whose dims lie on
+ * the result's dims at .. at + its ndim - 1 (strided 0 along the others); src_strides walks src
+ * over shape, 0 where the index picks. Every index is checked, also when the result is empty;
+ * dim names the dimension in errors (-1: take's flat indices). Pushes the result. */
+static void gather_into(lua_State *L, Result *r, dlp_Tensor *src, int index_at, int at, int ndim,
+                        const int64_t *shape, const int64_t *src_strides, int64_t size, int64_t step, int gpu, int dim,
+                        const char *what) {
+  int64_t strides[3][DLP_MAX_NDIM];
+  dlp_Tensor *index = lua_touserdata(L, index_at);
+  walk_strides(r->into, -1, strides[0]);
+  for (int i = 0; i < ndim; i++) strides[2][i] = src_strides[i];
+  if (gpu >= 0) {
+    check_on_device(L, index_at, size, dim, what); /* every index, also when the result is empty */
+    index = device_indices(L, index_at, 0, what);
+  }
+  for (int i = 0; i < ndim; i++)
+    strides[1][i] = i >= at && i - at < index->dl.ndim ? dlp_walk_stride(index, i - at) : 0;
+  if (gpu >= 0) {
+    gather_on_device(L, r->into, index, src, ndim, shape, (const int64_t(*)[DLP_MAX_NDIM])strides, step, size, what);
+    result_finish(L, r, what);
+    return;
+  }
+  dlp_live(L, src, what);
+  dlp_live(L, index, what);
+  dlp_live(L, r->into, what);
+  Pick p = {size, step, dlp_dtypes[src->dtype].itemsize, 0, 0, 0, 0, 0, 0};
+  char *data[3] = {dlp_first_element(r->into), dlp_first_element(index), dlp_first_element(src)};
+  int empty = 0;
+  for (int i = 0; i < ndim; i++) empty |= shape[i] == 0;
+  if (empty && dlp_numel(index) > 0) { /* an empty result: the indices still count */
+    int64_t istrides[3][DLP_MAX_NDIM] = {{0}, {0}, {0}}, ishape[DLP_MAX_NDIM] = {1};
+    int indim = index->dl.ndim ? index->dl.ndim : 1; /* a 0-d index is walked as one element */
+    for (int i = 0; i < index->dl.ndim; i++) ishape[i] = index->dl.shape[i];
+    walk_strides(index, -1, istrides[1]);
+    pick(L, &p, index->dtype, indim, ishape, data, (const int64_t(*)[DLP_MAX_NDIM])istrides, PICK_CHECK_ONLY, 0, dim,
+         what);
+  }
+  pick(L, &p, index->dtype, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides,
+       r->direct ? PICK_CHECK_FIRST : PICK_FUSED, 0, dim, what);
+  result_finish(L, r, what);
+}
+
 /* t:gather(dim, index [, opts]): r[i][j] = t[index[i][j]][j] (dim 1), torch's: index has t's
  * number of dims and fits in t outside dim; the result has index's shape. */
 static int l_gather(lua_State *L) {
   const char *what = "gather";
   dlp_ComputeOptions o;
-  int64_t strides[3][DLP_MAX_NDIM];
+  int64_t src_strides[DLP_MAX_NDIM];
   Result r;
   dlp_check_no_more(L, 5, what, "a tensor, a dim, an index and an options table");
   dlp_Tensor *t = dlp_tensor_check(L, 1);
@@ -383,34 +418,18 @@ static int l_gather(lua_State *L) {
                       dim + 1);
   }
   result_begin(L, &r, &o, t->dtype, ndim, index->dl.shape, gpu >= 0 ? t->dl.device : host, operands, 2, what);
-  walk_strides(r.into, -1, strides[0]);
-  walk_strides(t, dim, strides[2]);
-  if (gpu >= 0) {
-    check_on_device(L, 3, t->dl.shape[dim], dim, what);
-    dlp_Tensor *i64 = device_indices(L, 3, 0, what);
-    walk_strides(i64, -1, strides[1]);
-    gather_on_device(L, r.into, i64, t, ndim, index->dl.shape, (const int64_t(*)[DLP_MAX_NDIM])strides,
-                     dlp_walk_stride(t, dim), t->dl.shape[dim], what);
-  } else {
-    dlp_live(L, t, what);
-    dlp_live(L, index, what);
-    dlp_live(L, r.into, what);
-    Pick p = {t->dl.shape[dim], dlp_walk_stride(t, dim), dlp_dtypes[t->dtype].itemsize, 0, 0, 0, 0, 0, 0};
-    char *data[3] = {dlp_first_element(r.into), dlp_first_element(index), dlp_first_element(t)};
-    walk_strides(index, -1, strides[1]);
-    pick(L, &p, index->dtype, ndim, index->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides,
-         r.direct ? PICK_CHECK_FIRST : PICK_FUSED, 0, dim, what);
-  }
-  result_finish(L, &r, what);
+  walk_strides(t, dim, src_strides);
+  gather_into(L, &r, t, 3, 0, ndim, index->dl.shape, src_strides, t->dl.shape[dim], dlp_walk_stride(t, dim), gpu, dim,
+              what);
   return 1;
 }
 
 /* t:index_select(dim, index [, opts]): the slices of t along dim that index (0-d or 1-d) names,
- * in its order (NumPy's take with an axis). */
+ * in its order (torch's; a 0-d index keeps the dim with size 1). */
 static int l_index_select(lua_State *L) {
   const char *what = "index_select";
   dlp_ComputeOptions o;
-  int64_t strides[3][DLP_MAX_NDIM], shape[DLP_MAX_NDIM];
+  int64_t src_strides[DLP_MAX_NDIM], shape[DLP_MAX_NDIM];
   Result r;
   dlp_check_no_more(L, 5, what, "a tensor, a dim, an index and an options table");
   dlp_Tensor *t = dlp_tensor_check(L, 1);
@@ -426,74 +445,57 @@ static int l_index_select(lua_State *L) {
   int ndim = t->dl.ndim;
   for (int i = 0; i < ndim; i++) shape[i] = i == dim ? (index->dl.ndim ? index->dl.shape[0] : 1) : t->dl.shape[i];
   result_begin(L, &r, &o, t->dtype, ndim, shape, gpu >= 0 ? t->dl.device : host, operands, 2, what);
-  walk_strides(r.into, -1, strides[0]);
-  walk_strides(t, dim, strides[2]);
-  if (gpu >= 0) {
-    check_on_device(L, 3, t->dl.shape[dim], dim, what); /* every index, also when the result is empty */
-    dlp_Tensor *i64 = device_indices(L, 3, 0, what);
-    for (int i = 0; i < ndim; i++) strides[1][i] = i == dim && i64->dl.ndim ? dlp_walk_stride(i64, 0) : 0;
-    gather_on_device(L, r.into, i64, t, ndim, shape, (const int64_t(*)[DLP_MAX_NDIM])strides, dlp_walk_stride(t, dim),
-                     t->dl.shape[dim], what);
-    result_finish(L, &r, what);
-    return 1;
-  }
-  dlp_live(L, t, what);
-  dlp_live(L, index, what);
-  dlp_live(L, r.into, what);
-  Pick p = {t->dl.shape[dim], dlp_walk_stride(t, dim), dlp_dtypes[t->dtype].itemsize, 0, 0, 0, 0, 0, 0};
-  char *data[3] = {dlp_first_element(r.into), dlp_first_element(index), dlp_first_element(t)};
-  for (int i = 0; i < ndim; i++) strides[1][i] = i == dim && index->dl.ndim ? dlp_walk_stride(index, 0) : 0;
-  if (dlp_numel(r.into) == 0 && dlp_numel(index) > 0) { /* t empty across dim: the indices still count */
-    int64_t istrides[3][DLP_MAX_NDIM] = {{0}, {index->dl.ndim ? dlp_walk_stride(index, 0) : 0}, {0}};
-    int64_t ishape[1] = {dlp_numel(index)}; /* a 0-d index has no shape to read */
-    pick(L, &p, index->dtype, 1, ishape, data, (const int64_t(*)[DLP_MAX_NDIM])istrides,
-         PICK_CHECK_ONLY, 0, dim, what);
-  }
-  pick(L, &p, index->dtype, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides,
-       r.direct ? PICK_CHECK_FIRST : PICK_FUSED, 0, dim, what);
-  result_finish(L, &r, what);
+  walk_strides(t, dim, src_strides);
+  gather_into(L, &r, t, 3, dim, ndim, shape, src_strides, t->dl.shape[dim], dlp_walk_stride(t, dim), gpu, dim, what);
   return 1;
 }
 
-/* dlpack.take(t, index [, opts]): t's elements at the flat (row-major) indices of index, any
- * shape, which the result has (NumPy's take without an axis). */
+/* dlpack.take(t, index [, dim] [, opts]): NumPy's take. Without dim, t's elements at the flat
+ * (row-major) indices of index, any shape, which the result has; with dim (np.take's axis), the
+ * slices of t along dim at index's indices: the result's shape is t's with dim replaced by
+ * index's shape (a 0-d index drops it). */
 static int l_take(lua_State *L) {
   const char *what = "take";
   dlp_ComputeOptions o;
-  int64_t strides[3][DLP_MAX_NDIM];
+  int64_t src_strides[DLP_MAX_NDIM], shape[DLP_MAX_NDIM];
   Result r;
-  dlp_check_no_more(L, 4, what, "a tensor, an index and an options table");
+  int has_dim = lua_type(L, 3) == LUA_TNUMBER, opts = has_dim || (lua_isnil(L, 3) && !lua_isnoneornil(L, 4)) ? 4 : 3;
+  dlp_check_no_more(L, opts + 1, what, "a tensor, an index, a dim and an options table");
   dlp_Tensor *t = dlp_tensor_check(L, 1);
   dlp_Tensor *index = tensor_arg(L, 2, "index", what);
-  dlp_read_compute_options(L, 3, DLP_COPT_OUT, &o, what);
+  int dim = has_dim ? dlp_check_dim(L, 3, t->dl.ndim, 0) : -1;
+  dlp_read_compute_options(L, opts, DLP_COPT_OUT, &o, what);
   dlp_Tensor *operands[3] = {t, index, o.out ? lua_touserdata(L, o.out) : NULL};
   int gpu = dlp_compute_device(L, operands, 3, what);
   check_index_dtype(L, index, what);
   dlp_check_computes(L, t->dtype, what);
   DLDevice on = gpu >= 0 ? t->dl.device : host;
-  dlp_Tensor *flat = t;
-  if (!dlp_is_contiguous(t)) flat = dlp_clone(L, 1, t->dtype, on, NULL, what); /* row-major, private */
-  result_begin(L, &r, &o, t->dtype, index->dl.ndim, index->dl.shape, on, operands, 2, what);
-  int64_t numel = dlp_numel(flat), itemsize = dlp_dtypes[t->dtype].itemsize;
-  walk_strides(r.into, -1, strides[0]);
-  for (int i = 0; i < index->dl.ndim; i++) strides[2][i] = 0;
-  if (gpu >= 0) {
-    check_on_device(L, 2, numel, -1, what);
-    dlp_Tensor *i64 = device_indices(L, 2, 0, what);
-    walk_strides(i64, -1, strides[1]);
-    gather_on_device(L, r.into, i64, flat, index->dl.ndim, index->dl.shape, (const int64_t(*)[DLP_MAX_NDIM])strides,
-                     itemsize, numel, what);
-  } else {
-    dlp_live(L, flat, what);
-    dlp_live(L, index, what);
-    dlp_live(L, r.into, what);
-    Pick p = {numel, itemsize, (int)itemsize, 0, 0, 0, 0, 0, 0};
-    char *data[3] = {dlp_first_element(r.into), dlp_first_element(index), dlp_first_element(flat)};
-    walk_strides(index, -1, strides[1]);
-    pick(L, &p, index->dtype, index->dl.ndim, index->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides,
-         r.direct ? PICK_CHECK_FIRST : PICK_FUSED, 0, -1, what);
+  int itemsize = dlp_dtypes[t->dtype].itemsize;
+  if (dim < 0) {
+    dlp_Tensor *flat = t;
+    if (!dlp_is_contiguous(t)) flat = dlp_clone(L, 1, t->dtype, on, NULL, what); /* row-major, private */
+    result_begin(L, &r, &o, t->dtype, index->dl.ndim, index->dl.shape, on, operands, 2, what);
+    for (int i = 0; i < index->dl.ndim; i++) src_strides[i] = 0;
+    gather_into(L, &r, flat, 2, 0, index->dl.ndim, index->dl.shape, src_strides, dlp_numel(flat), itemsize, gpu, -1,
+                what);
+    return 1;
   }
-  result_finish(L, &r, what);
+  int ndim = t->dl.ndim - 1 + index->dl.ndim, k = 0;
+  if (ndim > DLP_MAX_NDIM)
+    return luaL_error(L, "%s: the result would have %d dims (at most %d)", what, ndim, DLP_MAX_NDIM);
+  for (int i = 0; i < t->dl.ndim; i++) {
+    if (i != dim) {
+      src_strides[k] = dlp_walk_stride(t, i);
+      shape[k++] = t->dl.shape[i];
+      continue;
+    }
+    for (int j = 0; j < index->dl.ndim; j++) {
+      src_strides[k] = 0;
+      shape[k++] = index->dl.shape[j];
+    }
+  }
+  result_begin(L, &r, &o, t->dtype, ndim, shape, on, operands, 2, what);
+  gather_into(L, &r, t, 2, dim, ndim, shape, src_strides, t->dl.shape[dim], dlp_walk_stride(t, dim), gpu, dim, what);
   return 1;
 }
 
@@ -633,9 +635,10 @@ static inline int is_true(const char *p, int kind, int itemsize) {
 typedef struct Truth {
   int kind, itemsize;
   int64_t count;
-  char *cursor; /* masked_select: where the next element goes, room for `room` more */
+  char *cursor; /* masked_select: where the next element goes (out_step bytes apart), room for `room` more */
   int64_t room;
   int out_itemsize;
+  int64_t out_step;
 } Truth;
 
 /* data[0]: the elements whose truth is counted */
@@ -668,12 +671,12 @@ static void select_loop(void *ctx, char *const *data, const int64_t *steps, int6
     if (is_true(m, c->kind, c->itemsize) && c->room > 0) { /* a finalizer may have changed the mask */
       c->room--;
       copy_element(c->cursor, x, c->out_itemsize);
-      c->cursor += c->out_itemsize;
+      c->cursor += c->out_step;
     }
 }
 
 static int64_t count_true(const dlp_Tensor *t, int ndim, const int64_t *shape, const int64_t *strides) {
-  Truth c = {truth_kind(t->dtype), dlp_dtypes[t->dtype].itemsize, 0, NULL, 0, 0};
+  Truth c = {truth_kind(t->dtype), dlp_dtypes[t->dtype].itemsize, 0, NULL, 0, 0, 0};
   dlp_Iter it;
   char *data[1] = {dlp_first_element(t)};
   dlp_iter_init(&it, 1, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1);
@@ -757,37 +760,37 @@ int64_t dlp_last_on_device(lua_State *L, int idx, const char *what) {
   return v;
 }
 
-/* nonzero and argwhere of the CUDA tensor at 1 (the stack holds it alone): the running sums of
- * its truth flags give each true element its row; the flat indices are put there, then turned
- * into one column per dim. */
+/* nonzero and argwhere of the CUDA tensor at 1, pushed: the running sums of its truth flags give
+ * each true element its row; the flat indices are put there, then turned into one column per
+ * dim. */
 static int nonzero_on_device(lua_State *L, int as_tuple, const char *what) {
   dlp_Tensor *t = lua_touserdata(L, 1);
-  int ndim = t->dl.ndim, sizes[2] = {8, 8};
+  int ndim = t->dl.ndim, sizes[2] = {8, 8}, flags = lua_gettop(L) + 1;
   int64_t strides[2][DLP_MAX_NDIM], numel = dlp_numel(t), n = 0, shape[2];
   walk_strides(t, -1, strides[1]);
-  truth_on_device(L, t, ndim, t->dl.shape, strides[1], what); /* 2 */
+  truth_on_device(L, t, ndim, t->dl.shape, strides[1], what); /* flags */
   if (numel > 0) {
-    dlp_scan_on_device(L, 2, what);
-    n = dlp_last_on_device(L, 2, what);
+    dlp_scan_on_device(L, flags, what);
+    n = dlp_last_on_device(L, flags, what);
   }
-  dlp_Tensor *flat = dlp_tensor_new(L, DLP_INT64, 0, t->dl.device, 1, &n, 0, what); /* 3 */
+  dlp_Tensor *flat = dlp_tensor_new(L, DLP_INT64, 0, t->dl.device, 1, &n, 0, what); /* flags + 1 */
   dlp_Tensor *columns[DLP_MAX_NDIM];
   if (as_tuple) {
-    lua_createtable(L, ndim, 0); /* 4 */
+    lua_createtable(L, ndim, 0); /* flags + 2 */
     for (int i = 0; i < ndim; i++) {
       columns[i] = dlp_tensor_new(L, DLP_INT64, 0, t->dl.device, 1, &n, 0, what);
-      lua_rawseti(L, 4, i + 1);
+      lua_rawseti(L, flags + 2, i + 1);
     }
   } else {
     shape[0] = n;
     shape[1] = ndim;
-    dlp_Tensor *r = dlp_tensor_new(L, DLP_INT64, 0, t->dl.device, 2, shape, 0, what); /* 4 */
+    dlp_Tensor *r = dlp_tensor_new(L, DLP_INT64, 0, t->dl.device, 2, shape, 0, what); /* flags + 2 */
     for (int i = 0; i < ndim; i++) columns[i] = r;
   }
   if (n == 0) return 1;
   int64_t zero[2][DLP_MAX_NDIM] = {{0}, {8}};
-  char *data[2] = {dlp_first_element(flat), dlp_first_element(lua_touserdata(L, 2))};
-  dlp_Tensor *tensors[2] = {flat, lua_touserdata(L, 2)};
+  char *data[2] = {dlp_first_element(flat), dlp_first_element(lua_touserdata(L, flags))};
+  dlp_Tensor *tensors[2] = {flat, lua_touserdata(L, flags)};
   launch_index(L, "dlp_compact", 2, 1, &numel, data, (const int64_t(*)[DLP_MAX_NDIM])zero, tensors, sizes, no_params,
                what);
   int64_t inner = 1;
@@ -808,7 +811,7 @@ static int nonzero_on_device(lua_State *L, int as_tuple, const char *what) {
  * every dim without keepdim, the count read back as a Lua integer. */
 static int count_on_device(lua_State *L, dlp_Tensor *t, const char *counted, int keepdim, int all, const char *what) {
   int ndim = t->dl.ndim, sizes[2] = {8, 8}, rdim = 0;
-  int64_t shape[DLP_MAX_NDIM], strides[2][DLP_MAX_NDIM], rshape[DLP_MAX_NDIM];
+  int64_t shape[DLP_MAX_NDIM], strides[2][DLP_MAX_NDIM] = {{0}}, rshape[DLP_MAX_NDIM];
   walk_strides(t, -1, strides[1]);
   dlp_Tensor *cur = truth_on_device(L, t, ndim, t->dl.shape, strides[1], what);
   for (int i = 0; i < ndim; i++) shape[i] = t->dl.shape[i];
@@ -839,9 +842,11 @@ static int count_on_device(lua_State *L, dlp_Tensor *t, const char *counted, int
   return 1;
 }
 
-/* The options of nonzero: as_tuple only, read raw (no Lua code runs). */
-static int read_as_tuple(lua_State *L, int arg, const char *what) {
-  int as_tuple = 0;
+/* The options of nonzero (as_tuple, out) and argwhere (out), read raw (no Lua code runs); out,
+ * when given, is pushed and its stack index returned (else 0). */
+static int read_nonzero_options(lua_State *L, int arg, int *as_tuple, const char *what) {
+  int out = 0;
+  if (as_tuple) *as_tuple = 0;
   if (lua_isnoneornil(L, arg)) return 0;
   if (!lua_istable(L, arg))
     return luaL_argerror(L, arg, lua_pushfstring(L, "an options table expected, got %s", luaL_typename(L, arg)));
@@ -850,49 +855,78 @@ static int read_as_tuple(lua_State *L, int arg, const char *what) {
     size_t len = 0;
     const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &len) : NULL;
     if (!key) luaL_error(L, "%s: option names are strings, got a %s key", what, luaL_typename(L, -2));
-    if (len != 8 || memcmp(key, "as_tuple", 8) != 0)
+    if (len == 3 && memcmp(key, "out", 3) == 0) {
+      dlp_Tensor *o = dlp_tensor_test(L, -1);
+      if (!o) luaL_error(L, "%s: out must be a tensor, got %s", what, luaL_typename(L, -1));
+      if (!o->owner) luaL_error(L, "%s: out was released", what);
+      out = 1;
+    } else if (len == 8 && memcmp(key, "as_tuple", 8) == 0 && as_tuple) { /* nonzero only */
+      if (!lua_isboolean(L, -1))
+        luaL_error(L, "%s: as_tuple must be true or false, got %s", what, luaL_typename(L, -1));
+      *as_tuple = lua_toboolean(L, -1);
+    } else {
       luaL_error(L, "%s: unknown option %s", what, dlp_push_quoted(L, key, len));
-    if (!lua_isboolean(L, -1))
-      luaL_error(L, "%s: as_tuple must be true or false, got %s", what, luaL_typename(L, -1));
-    as_tuple = lua_toboolean(L, -1);
+    }
     lua_pop(L, 1);
   }
-  return as_tuple;
+  if (!out) return 0;
+  if (as_tuple && *as_tuple) luaL_error(L, "%s: out= takes the {n, ndim} result; as_tuple gives a table (drop one)", what);
+  lua_pushliteral(L, "out");
+  lua_rawget(L, arg);
+  return lua_gettop(L);
 }
 
-/* nonzero(t) and argwhere(t): an int64 {n, ndim} tensor of the 1-based indices of t's nonzero
- * elements, row-major; nonzero(t, {as_tuple = true}): a table of ndim 1-d tensors (NumPy's). */
+/* nonzero(t [, opts]) and argwhere(t [, opts]): an int64 {n, ndim} tensor of the 1-based indices
+ * of t's nonzero elements, row-major, or out= holding them (of that shape: the count is known
+ * before anything is written); nonzero(t, {as_tuple = true}): a table of ndim 1-d tensors
+ * (NumPy's). */
 static int nonzero(lua_State *L, int argwhere) {
   const char *what = argwhere ? "argwhere" : "nonzero";
   int64_t strides[DLP_MAX_NDIM], shape[2];
   char *columns[DLP_MAX_NDIM];
-  dlp_check_no_more(L, argwhere ? 2 : 3, what, argwhere ? "a tensor" : "a tensor and an options table");
+  dlp_ComputeOptions o = {0};
+  Result r;
+  int as_tuple = 0;
+  dlp_check_no_more(L, 3, what, "a tensor and an options table");
   dlp_Tensor *t = dlp_tensor_check(L, 1);
-  int as_tuple = argwhere ? 0 : read_as_tuple(L, 2, what);
-  int gpu = dlp_compute_device(L, &t, 1, what);
+  o.out = read_nonzero_options(L, 2, argwhere ? NULL : &as_tuple, what);
+  dlp_Tensor *out = o.out ? lua_touserdata(L, o.out) : NULL, *operands[2] = {t, out};
+  int gpu = dlp_compute_device(L, operands, 2, what);
   dlp_check_computes(L, t->dtype, what);
   int ndim = t->dl.ndim;
   if (as_tuple && ndim == 0) return luaL_error(L, "%s: as_tuple needs a tensor of at least one dim", what);
-  lua_settop(L, 1);
-  if (gpu >= 0) return nonzero_on_device(L, as_tuple, what);
-  const dlp_Tensor *a = dlp_tensor_alias(L, 1, host, what); /* 2: holds the memory from here on */
+  if (out) lua_replace(L, 2); /* the stack: t, out (or nil) */
+  lua_settop(L, 2);
+  o.out = out ? 2 : 0;
+  if (gpu >= 0) {
+    nonzero_on_device(L, as_tuple, what); /* pushes its result */
+    if (!out) return 1;
+    dlp_Tensor *fresh = lua_touserdata(L, -1);
+    dlp_check_out(L, out, DLP_INT64, fresh->dl.ndim, fresh->dl.shape, 0, what);
+    dlp_copy(L, out, fresh, NULL, what);
+    lua_pushvalue(L, 2);
+    return 1;
+  }
+  const dlp_Tensor *a = dlp_tensor_alias(L, 1, host, what); /* 3: holds the memory from here on */
   walk_strides(a, -1, strides);
-  int64_t n = count_true(a, ndim, a->dl.shape, strides);
+  int64_t n = count_true(a, ndim, a->dl.shape, strides), step;
   if (as_tuple) {
     lua_createtable(L, ndim, 0);
     for (int i = 0; i < ndim; i++) {
       dlp_Tensor *c = dlp_tensor_new(L, DLP_INT64, 0, host, 1, &n, 0, what);
       columns[i] = dlp_first_element(c);
-      lua_rawseti(L, 3, i + 1);
+      lua_rawseti(L, -2, i + 1);
     }
+    step = 8;
   } else {
     shape[0] = n;
     shape[1] = ndim;
-    dlp_Tensor *r = dlp_tensor_new(L, DLP_INT64, 0, host, 2, shape, 0, what);
-    for (int i = 0; i < ndim; i++) columns[i] = dlp_offset(dlp_first_element(r), 8 * (int64_t)i);
+    dlp_Tensor *inputs[1] = {(dlp_Tensor *)a};
+    result_begin(L, &r, &o, DLP_INT64, 2, shape, host, inputs, 1, what);
+    dlp_live(L, r.into, what);
+    for (int i = 0; i < ndim; i++) columns[i] = dlp_offset(dlp_first_element(r.into), dlp_walk_stride(r.into, 1) * i);
+    step = dlp_walk_stride(r.into, 0);
   }
-  int64_t step = as_tuple ? 8 : 8 * (int64_t)ndim;
-  if (n == 0) return 1;
   /* row-major over t: an odometer of 1-based indices */
   int64_t at[DLP_MAX_NDIM];
   const char *p = dlp_first_element(a);
@@ -915,17 +949,43 @@ static int nonzero(lua_State *L, int argwhere) {
       at[i] = 1;
     }
   }
+  if (!as_tuple) result_finish(L, &r, what);
   return 1;
 }
 static int l_nonzero(lua_State *L) { return nonzero(L, 0); }
 static int l_argwhere(lua_State *L) { return nonzero(L, 1); }
 
+/* The counts of t's true elements along the dims `counted` as a new int64 tensor of rshape
+ * (rdim dims: the uncounted ones, and the counted ones as 1 when keepdim), pushed. */
+static void count_into(lua_State *L, dlp_Tensor *t, const char *counted, int keepdim, int rdim,
+                       const int64_t *rshape, const char *what) {
+  int64_t strides[2][DLP_MAX_NDIM];
+  int ndim = t->dl.ndim;
+  dlp_Tensor *r = dlp_tensor_new(L, DLP_INT64, 0, host, rdim, rshape, DLP_ALLOC_ZEROED, what);
+  dlp_live(L, t, what);
+  for (int i = 0, k = 0; i < ndim; i++) { /* the result's strides on t's dims: 0 along the counted */
+    if (counted[i] && !keepdim) {
+      strides[0][i] = 0;
+      continue;
+    }
+    strides[0][i] = counted[i] ? 0 : dlp_walk_stride(r, k);
+    k++;
+  }
+  walk_strides(t, -1, strides[1]);
+  Truth c = {truth_kind(t->dtype), dlp_dtypes[t->dtype].itemsize, 0, NULL, 0, 0, 0};
+  char *data[2] = {dlp_first_element(r), dlp_first_element(t)};
+  dlp_Iter it;
+  dlp_iter_init(&it, 2, ndim, t->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1);
+  dlp_iter_run(&it, count_into_loop, &c);
+}
+
 /* count_nonzero(t [, dim [, opts]]): over every dim a Lua integer; with dim (a number or a table
- * of them) an int64 tensor, keepdim as the reductions take it. */
+ * of them) an int64 tensor, keepdim as the reductions take it; with out= (of the result's shape:
+ * 0-d over every dim) the counts are written there and out returned. */
 static int l_count_nonzero(lua_State *L) {
   const char *what = "count_nonzero";
   dlp_ComputeOptions o;
-  int64_t dims[DLP_MAX_NDIM], shape[DLP_MAX_NDIM], strides[2][DLP_MAX_NDIM];
+  int64_t dims[DLP_MAX_NDIM], shape[DLP_MAX_NDIM], strides[DLP_MAX_NDIM];
   char counted[DLP_MAX_NDIM] = {0};
   dlp_check_no_more(L, 4, what, "a tensor, a dim and an options table");
   dlp_Tensor *t = dlp_tensor_check(L, 1);
@@ -940,8 +1000,9 @@ static int l_count_nonzero(lua_State *L) {
     dims[0] = luaL_checkinteger(L, 2);
     ndims = 1;
   }
-  dlp_read_compute_options(L, 3, DLP_COPT_KEEPDIM, &o, what);
-  int gpu = dlp_compute_device(L, &t, 1, what);
+  dlp_read_compute_options(L, 3, DLP_COPT_KEEPDIM | DLP_COPT_OUT, &o, what);
+  dlp_Tensor *out = o.out ? lua_touserdata(L, o.out) : NULL, *operands[2] = {t, out};
+  int gpu = dlp_compute_device(L, operands, 2, what);
   dlp_check_computes(L, t->dtype, what);
   for (int k = 0; k < ndims; k++) {
     int64_t d = dims[k] < 0 ? dims[k] + ndim + 1 : dims[k];
@@ -950,69 +1011,62 @@ static int l_count_nonzero(lua_State *L) {
     if (counted[d - 1]) return luaL_error(L, "%s: dimension %I given twice", what, (lua_Integer)dims[k]);
     counted[d - 1] = 1;
   }
-  if (gpu >= 0) {
-    for (int i = 0; i < ndim && ndims < 0; i++) counted[i] = 1;
-    return count_on_device(L, t, counted, o.keepdim, ndims < 0, what);
-  }
-  if (ndims < 0) {
-    if (o.keepdim) {
-      for (int i = 0; i < ndim; i++) counted[i] = 1;
-    } else {
-      dlp_live(L, t, what);
-      walk_strides(t, -1, strides[1]);
-      lua_pushinteger(L, (lua_Integer)count_true(t, ndim, t->dl.shape, strides[1]));
-      return 1;
-    }
-  }
+  for (int i = 0; i < ndim && ndims < 0; i++) counted[i] = 1;
   int rdim = 0;
   for (int i = 0; i < ndim; i++)
     if (!counted[i] || o.keepdim) shape[rdim++] = counted[i] ? 1 : t->dl.shape[i];
-  dlp_Tensor *r = dlp_tensor_new(L, DLP_INT64, 0, host, rdim, shape, DLP_ALLOC_ZEROED, what);
-  dlp_live(L, t, what);
-  for (int i = 0, k = 0; i < ndim; i++) { /* the result's strides on t's dims: 0 along the counted */
-    if (counted[i] && !o.keepdim) {
-      strides[0][i] = 0;
-      continue;
-    }
-    strides[0][i] = counted[i] ? 0 : dlp_walk_stride(r, k);
-    k++;
+  if (out) { /* checked before the counting; the counts (few: one per result element) then copied in */
+    dlp_check_out(L, out, DLP_INT64, rdim, shape, 0, what);
+    if (gpu >= 0) count_on_device(L, t, counted, o.keepdim, 0, what);
+    else count_into(L, t, counted, o.keepdim, rdim, shape, what);
+    dlp_copy(L, out, lua_touserdata(L, -1), NULL, what);
+    lua_pushvalue(L, o.out);
+    return 1;
   }
-  walk_strides(t, -1, strides[1]);
-  Truth c = {truth_kind(t->dtype), dlp_dtypes[t->dtype].itemsize, 0, NULL, 0, 0};
-  char *data[2] = {dlp_first_element(r), dlp_first_element(t)};
-  dlp_Iter it;
-  dlp_iter_init(&it, 2, ndim, t->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 1);
-  dlp_iter_run(&it, count_into_loop, &c);
+  if (gpu >= 0) return count_on_device(L, t, counted, o.keepdim, ndims < 0, what);
+  if (ndims < 0 && !o.keepdim) {
+    dlp_live(L, t, what);
+    walk_strides(t, -1, strides);
+    lua_pushinteger(L, (lua_Integer)count_true(t, ndim, t->dl.shape, strides));
+    return 1;
+  }
+  count_into(L, t, counted, o.keepdim, rdim, shape, what);
   return 1;
 }
 
-/* masked_select(t, mask): the elements of t where mask (any dtype, nonzero is true; t and mask
- * broadcast together) is true, row-major, as a 1-d tensor. */
+/* masked_select(t, mask [, opts]): the elements of t where mask (any dtype, nonzero is true; t
+ * and mask broadcast together) is true, row-major, as a 1-d tensor; or out= holding them (of
+ * that size: the count is known before anything is written). */
 static int l_masked_select(lua_State *L) {
   const char *what = "masked_select";
   int64_t shape[DLP_MAX_NDIM], strides[2][DLP_MAX_NDIM], numel;
-  dlp_check_no_more(L, 3, what, "a tensor and a mask");
+  dlp_ComputeOptions o;
+  Result res;
+  dlp_check_no_more(L, 4, what, "a tensor, a mask and an options table");
   dlp_Tensor *t = dlp_tensor_check(L, 1);
   dlp_Tensor *mask = tensor_arg(L, 2, "mask", what);
-  dlp_Tensor *operands[2] = {t, mask};
-  int gpu = dlp_compute_device(L, operands, 2, what);
+  dlp_read_compute_options(L, 3, DLP_COPT_OUT, &o, what);
+  dlp_Tensor *out = o.out ? lua_touserdata(L, o.out) : NULL, *operands[3] = {t, mask, out};
+  int gpu = dlp_compute_device(L, operands, 3, what);
   dlp_check_computes(L, t->dtype, what);
   dlp_check_computes(L, mask->dtype, what);
   int ndim = dlp_broadcast_shapes(L, 2, (const dlp_Tensor *const *)operands, shape, what);
   if (!dlp_numel_of(ndim, shape, &numel))
     return luaL_error(L, "%s: the broadcast shape has more elements than fit in 64 bits", what);
-  lua_settop(L, 2);
+  if (out) lua_replace(L, 3); /* the stack: t, mask, out (or nil) */
+  lua_settop(L, 3);
+  o.out = out ? 3 : 0;
   if (gpu >= 0) { /* the running sums of the mask's truth give each selected element its slot */
     int64_t n = 0, s3[3][DLP_MAX_NDIM];
     int itemsize = dlp_dtypes[t->dtype].itemsize, sizes[3] = {itemsize, 8, itemsize};
     dlp_broadcast_strides(mask, ndim, shape, strides[0]);
-    dlp_Tensor *flags = truth_on_device(L, mask, ndim, shape, strides[0], what); /* 3 */
+    dlp_Tensor *flags = truth_on_device(L, mask, ndim, shape, strides[0], what); /* 4 */
     if (numel > 0) {
-      dlp_scan_on_device(L, 3, what);
-      n = dlp_last_on_device(L, 3, what);
+      dlp_scan_on_device(L, 4, what);
+      n = dlp_last_on_device(L, 4, what);
     }
+    if (out) dlp_check_out(L, out, t->dtype, 1, &n, 0, what);
     dlp_Tensor *r = dlp_tensor_new(L, t->dtype, 0, t->dl.device, 1, &n, 0, what);
-    if (n == 0) return 1;
     static const char *const select_kernels[] = {"dlp_select_1", "dlp_select_2", "dlp_select_4", "dlp_select_8",
                                                  "dlp_select_16"};
     char *data[3] = {dlp_first_element(r), dlp_first_element(flags), dlp_first_element(t)};
@@ -1020,22 +1074,28 @@ static int l_masked_select(lua_State *L) {
     for (int i = 0; i < ndim; i++) s3[0][i] = 0;
     walk_strides(flags, -1, s3[1]);
     dlp_broadcast_strides(t, ndim, shape, s3[2]);
-    launch_index(L, size_kernel(select_kernels, itemsize), 3, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])s3,
-                 tensors, sizes, no_params, what);
+    if (n > 0)
+      launch_index(L, size_kernel(select_kernels, itemsize), 3, ndim, shape, data,
+                   (const int64_t(*)[DLP_MAX_NDIM])s3, tensors, sizes, no_params, what);
+    if (!out) return 1;
+    dlp_copy(L, out, r, NULL, what); /* the selection's kernel writes a contiguous result */
+    lua_pushvalue(L, 3);
     return 1;
   }
   const dlp_Tensor *ta = dlp_tensor_alias(L, 1, host, what), *ma = dlp_tensor_alias(L, 2, host, what);
   dlp_broadcast_strides(ma, ndim, shape, strides[0]);
   dlp_broadcast_strides(ta, ndim, shape, strides[1]);
   int64_t n = count_true(ma, ndim, shape, strides[0]);
-  dlp_Tensor *r = dlp_tensor_new(L, t->dtype, 0, host, 1, &n, 0, what);
-  if (n == 0) return 1;
-  Truth c = {truth_kind(ma->dtype), dlp_dtypes[ma->dtype].itemsize, 0, dlp_first_element(r), n,
-             dlp_dtypes[ta->dtype].itemsize};
+  dlp_Tensor *inputs[2] = {(dlp_Tensor *)ta, (dlp_Tensor *)ma};
+  result_begin(L, &res, &o, t->dtype, 1, &n, host, inputs, 2, what);
+  dlp_live(L, res.into, what);
+  Truth c = {truth_kind(ma->dtype), dlp_dtypes[ma->dtype].itemsize, 0, dlp_first_element(res.into), n,
+             dlp_dtypes[ta->dtype].itemsize, dlp_walk_stride(res.into, 0)};
   char *data[2] = {dlp_first_element(ma), dlp_first_element(ta)};
   dlp_Iter it;
   dlp_iter_init(&it, 2, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides, 0);
-  dlp_iter_run(&it, select_loop, &c);
+  if (n > 0) dlp_iter_run(&it, select_loop, &c);
+  result_finish(L, &res, what);
   return 1;
 }
 

@@ -87,6 +87,26 @@ void dlp_read_compute_options(lua_State *L, int arg, unsigned allowed, dlp_Compu
   }
 }
 
+/* An out= that receives a result of rdtype and rshape (internal.h). */
+void dlp_check_out(lua_State *L, const dlp_Tensor *out, int rdtype, int ndim, const int64_t *rshape, int safe,
+                   const char *what) {
+  int same = out->dl.ndim == ndim;
+  for (int i = 0; same && i < ndim; i++) same = out->dl.shape[i] == rshape[i];
+  if (!same) {
+    dlp_push_shape(L, out->dl.ndim, out->dl.shape);
+    dlp_push_shape(L, ndim, rshape);
+    luaL_error(L, "%s: out has shape %s, the result %s", what, lua_tostring(L, -2), lua_tostring(L, -1));
+  }
+  dlp_check_writable(L, out, what);
+  /* repeated elements: which of the aliased writes stays would depend on the walk */
+  for (int i = 0; i < out->dl.ndim && dlp_numel(out) > 0; i++)
+    if (out->dl.shape[i] > 1 && dlp_walk_stride(out, i) == 0)
+      luaL_error(L, "%s: out repeats elements (an expanded view) and cannot be written", what);
+  if (safe ? dlp_promote(rdtype, out->dtype) != out->dtype : !dlp_can_cast_same_kind(rdtype, out->dtype))
+    luaL_error(L, "%s: cannot write %s values into an out of %s (%s casting)", what, dlp_dtypes[rdtype].name,
+               dlp_dtypes[out->dtype].name, safe ? "safe" : "same_kind");
+}
+
 /* The device of a computing function's tensors (internal.h). */
 int dlp_compute_device(lua_State *L, dlp_Tensor *const *t, int n, const char *what) {
   const dlp_Tensor *first = NULL;

@@ -628,19 +628,29 @@ static void merge_to(lua_State *L, int nlead, const int64_t *lead, int nmerged, 
   lua_pop(L, 1);
 }
 
-/* einsum(subscripts, a, b, ...): NumPy's einsum: explicit ('ij,jk->ik') or implicit output (the
- * labels that occur once, in ASCII order), repeated labels within a term for diagonals, '...'
- * for broadcast dimensions, size-1 dimensions broadcasting. Computed as views (diagonals,
- * broadcasting), sums of the labels only one operand has, then a matmul per further operand
- * (batch labels, the labels it contracts, the ones each side keeps), in the operands' promoted
- * dtype. */
+/* einsum(subscripts, a, b, ... [, opts]): NumPy's einsum: explicit ('ij,jk->ik') or implicit
+ * output (the labels that occur once, in ASCII order), repeated labels within a term for
+ * diagonals, '...' for broadcast dimensions, size-1 dimensions broadcasting. Computed as views
+ * (diagonals, broadcasting), sums of the labels only one operand has, then a matmul per further
+ * operand (batch labels, the labels it contracts, the ones each side keeps), in the operands'
+ * promoted dtype. With opts.dtype or opts.out, NumPy's casting='safe': the computing dtype is
+ * opts.dtype, else the operands' and out's promoted together; each operand is converted to it
+ * first, and the result copied into out (its shape and dtype checked before anything is
+ * computed; through a temporary when out overlaps an operand). */
 static int l_einsum(lua_State *L) {
   Term in[MAX_OPERANDS], out, cur, want;
-  int64_t size[LABELS];
-  int count[LABELS] = {0}, dtypes[MAX_OPERANDS], has_ell, any_ell = 0, ell = 0;
+  int64_t size[LABELS], rshape[DLP_MAX_NDIM];
+  int count[LABELS] = {0}, dtypes[MAX_OPERANDS + 1], has_ell, any_ell = 0, ell = 0;
+  dlp_ComputeOptions o;
   size_t len;
   const char *spec = luaL_checklstring(L, 1, &len);
   int n = lua_gettop(L) - 1;
+  if (n >= 1 && lua_istable(L, n + 1)) { /* a tensor is a userdata: a table is the options */
+    dlp_read_compute_options(L, n + 1, DLP_COPT_OUT | DLP_COPT_DTYPE, &o, "einsum");
+    n--;
+  } else {
+    dlp_read_compute_options(L, 0, 0, &o, "einsum");
+  }
   if (n < 1) return luaL_error(L, "einsum: no operands");
   if (n > MAX_OPERANDS) return luaL_error(L, "einsum: at most %d operands", MAX_OPERANDS);
   if (strlen(spec) != len) return luaL_argerror(L, 1, "the subscripts contain an embedded NUL");
@@ -700,8 +710,33 @@ static int l_einsum(lua_State *L) {
     }
   }
   (void)any_ell;
-  int dtype = dlp_promote_many(n, dtypes);
+  /* NumPy's: the computing dtype is opts.dtype, else the operands' promoted with out's (out
+   * accumulates the sums), and out must take it safely (and give it back safely with dtype) */
+  dlp_Tensor *out_t = o.out ? lua_touserdata(L, o.out) : NULL;
+  if (out_t) dtypes[n] = out_t->dtype;
+  int dtype = o.dtype >= 0 ? o.dtype : dlp_promote_many(n + (out_t != NULL), dtypes);
   if (dtype < 0) return luaL_error(L, "einsum: the operands' dtypes do not compute");
+  if (out_t) {
+    dlp_Tensor *devices[MAX_OPERANDS + 1];
+    for (int k = 0; k < n; k++) devices[k] = lua_touserdata(L, k + 2);
+    devices[n] = out_t;
+    dlp_compute_device(L, devices, n + 1, "einsum");
+    for (int i = 0; i < out.n; i++) rshape[i] = size[out.label[i]];
+    dlp_check_out(L, out_t, dtype, out.n, rshape, 1, "einsum");
+    if (dlp_promote(out_t->dtype, dtype) != dtype)
+      return luaL_error(L, "einsum: an out of %s does not cast to dtype %s safely (NumPy's einsum sums into out: "
+                        "give them one dtype)", dlp_dtypes[out_t->dtype].name, dlp_dtypes[dtype].name);
+  }
+  if (o.dtype >= 0 || out_t)
+    for (int k = 0; k < n; k++) {
+      if (dlp_promote(dtypes[k], dtype) != dtype)
+        return luaL_error(L, "einsum: operand %d is %s, which does not cast to %s safely (NumPy's einsum casts "
+                          "so)", k + 1, dlp_dtypes[dtypes[k]].name, dlp_dtypes[dtype].name);
+      if (dtypes[k] == dtype) continue;
+      lua_pushstring(L, dlp_dtypes[dtype].name);
+      call_method(L, k + 2, "to", 1);
+      lua_replace(L, k + 2);
+    }
   int base = lua_gettop(L);
   for (int k = 0; k < n; k++) diagonal_view(L, k + 2, &in[k], size, &in[k]); /* base + 1 .. base + n */
   /* the labels wanted after operand k: the output's and those of the operands after it */
@@ -778,6 +813,10 @@ static int l_einsum(lua_State *L) {
     lua_settop(L, lua_gettop(L) - 3);
   }
   permute_to(L, &cur, &out);
+  if (o.out) {
+    dlp_copy(L, lua_touserdata(L, o.out), check_tensor(L, -1, "einsum"), NULL, "einsum");
+    lua_pushvalue(L, o.out);
+  }
   return 1;
 }
 

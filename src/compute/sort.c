@@ -1090,24 +1090,160 @@ static int unique_on_device(lua_State *L, dlp_Tensor *t, int inverse, int counts
   return 1 + (inv != NULL) + (count != NULL);
 }
 
-/* unique(t [, opts{return_inverse, return_counts}]): NumPy's over every element: the distinct
- * values in order (1-D), then the 1-based position in them of each element of t (t's shape) and
- * how many times each occurs, when asked for, in that order. */
+/* ---- unique slices along a dim ---- */
+
+/* NumPy's order of two elements for unique along an axis: numbers by value (-0.0 equals 0.0),
+ * NaN after every number and equal to NaN for the order; *nan set when either is NaN (NumPy
+ * then tells the slices apart: its slices compare as records, NaN unequal to NaN). */
+static int compare_elements(int dtype, const char *pa, const char *pb, int *nan) {
+  dlp_Scalar a, b;
+  dlp_load(dtype, pa, &a);
+  dlp_load(dtype, pb, &b);
+  if (a.kind == DLP_S_FLOAT) {
+    int an = a.re != a.re, bn = b.re != b.re;
+    if (an || bn) {
+      *nan = 1;
+      return an - bn;
+    }
+    return (a.re > b.re) - (a.re < b.re);
+  }
+  if (a.kind == DLP_S_UINT) return (a.u > b.u) - (a.u < b.u);
+  return (a.i > b.i) - (a.i < b.i);
+}
+
+typedef struct Rows {
+  const char *data; /* n rows of `rest` contiguous elements */
+  int64_t rest, size;
+  int dtype;
+} Rows;
+
+/* Row i against row j, lexicographically; *nan as compare_elements sets it. */
+static int compare_rows(const Rows *r, int64_t i, int64_t j, int *nan) {
+  const char *a = r->data + i * r->rest * r->size, *b = r->data + j * r->rest * r->size;
+  for (int64_t k = 0; k < r->rest; k++) {
+    int c = compare_elements(r->dtype, a + k * r->size, b + k * r->size, nan);
+    if (c) return c;
+  }
+  return 0;
+}
+
+/* order[0 .. n) sorted by row, stably (a merge sort; tmp has room for n). */
+static void sort_rows(const Rows *r, int64_t *order, int64_t *tmp, int64_t n) {
+  int nan = 0;
+  for (int64_t width = 1; width < n; width *= 2) {
+    for (int64_t lo = 0; lo < n; lo += 2 * width) {
+      int64_t mid = lo + width < n ? lo + width : n, hi = lo + 2 * width < n ? lo + 2 * width : n;
+      int64_t i = lo, j = mid, k = lo;
+      while (i < mid && j < hi) tmp[k++] = compare_rows(r, order[j], order[i], &nan) < 0 ? order[j++] : order[i++];
+      while (i < mid) tmp[k++] = order[i++];
+      while (j < hi) tmp[k++] = order[j++];
+    }
+    memcpy(order, tmp, (size_t)n * sizeof *order);
+  }
+}
+
+/* A view of the tensor at idx with dimension `from` moved to `to` (the others in order), pushed. */
+static dlp_Tensor *moved_view(lua_State *L, int idx, int from, int to, const char *what) {
+  dlp_Tensor *t = lua_touserdata(L, idx);
+  int ndim = t->dl.ndim, perm[DLP_MAX_NDIM];
+  for (int i = 0, k = 0; i < ndim; i++) {
+    if (i == to) continue;
+    if (k == from) k++;
+    perm[i] = k++;
+  }
+  perm[to] = from;
+  dlp_Tensor *v = dlp_view_new(L, idx, ndim, what);
+  for (int i = 0; i < ndim; i++) {
+    v->dl.shape[i] = t->dl.shape[perm[i]];
+    v->dl.strides[i] = t->dl.strides[perm[i]];
+  }
+  dlp_tensor_seal(L, v, what);
+  return v;
+}
+
+/* unique(t, {dim = d, ...}): NumPy's unique with an axis: the distinct slices along dim, sorted
+ * lexicographically (row-major over the other dims), as a tensor of t's shape with dim the
+ * count; the inverse (1-based, one per slice of t: int64 {n}) and the counts as l_unique's. On
+ * the host: a CUDA tensor is copied there, and the results back. */
+static int unique_along(lua_State *L, int dim, int inverse, int counts, const char *what) {
+  dlp_Tensor *t = lua_touserdata(L, 1);
+  DLDevice cpu = {kDLCPU, 0}, on = t->dl.device;
+  int ndim = t->dl.ndim, dtype = t->dtype;
+  int64_t n = t->dl.shape[dim], size = dlp_dtypes[dtype].itemsize, m = 0, shape[DLP_MAX_NDIM];
+  int64_t rest = n > 0 ? dlp_numel(t) / n : 0;
+  moved_view(L, 1, dim, 0, what);                       /* 3: t with dim first */
+  dlp_Tensor *rows = dlp_clone(L, 3, dtype, cpu, NULL, what); /* 4: n rows of rest elements */
+  int64_t sorted = rest > 0 ? n : 0; /* slices of no element are all equal: nothing to sort */
+  dlp_Tensor *order = dlp_tensor_new(L, DLP_INT64, 0, cpu, 1, &sorted, 0, what);
+  dlp_Tensor *tmp = dlp_tensor_new(L, DLP_INT64, 0, cpu, 1, &sorted, 0, what);
+  dlp_Tensor *inv = inverse ? dlp_tensor_new(L, DLP_INT64, 0, cpu, 1, &n, 0, what) : NULL;
+  int inv_idx = lua_gettop(L);
+  /* from here on only the module's own tensors are read */
+  Rows r = {dlp_first_element(rows), rest, size, dtype};
+  int64_t *o = (int64_t *)(void *)dlp_first_element(order), *g = (int64_t *)(void *)dlp_first_element(tmp);
+  for (int64_t i = 0; i < sorted; i++) o[i] = i;
+  sort_rows(&r, o, g, sorted);
+  for (int64_t i = 0; i < sorted; i++) { /* g[i]: the number of the distinct slice o[i] is */
+    int nan = 0;
+    m += i == 0 || compare_rows(&r, o[i - 1], o[i], &nan) != 0 || nan;
+    g[i] = m - 1;
+  }
+  if (rest == 0) m = n > 0;
+  for (int i = 0; i < ndim; i++) shape[i] = i == 0 ? m : rows->dl.shape[i];
+  dlp_Tensor *values = dlp_tensor_new(L, dtype, 0, cpu, ndim, shape, 0, what); /* dim first */
+  int values_idx = lua_gettop(L);
+  dlp_Tensor *count = counts ? dlp_tensor_new(L, DLP_INT64, 0, cpu, 1, &m, DLP_ALLOC_ZEROED, what) : NULL;
+  int count_idx = lua_gettop(L);
+  char *out = dlp_first_element(values);
+  int64_t *c = count ? (int64_t *)(void *)dlp_first_element(count) : NULL;
+  int64_t *where = inv ? (int64_t *)(void *)dlp_first_element(inv) : NULL;
+  for (int64_t i = 0; i < sorted; i++) {
+    if (i == 0 || g[i] != g[i - 1]) memcpy(out + g[i] * rest * size, r.data + o[i] * rest * size, (size_t)(rest * size));
+    if (c) c[g[i]]++;
+    if (where) where[o[i]] = g[i] + 1;
+  }
+  if (rest == 0 && c && m) c[0] = n;
+  for (int64_t i = 0; rest == 0 && where && i < n; i++) where[i] = 1;
+  moved_view(L, values_idx, 0, dim, what); /* the values with dim back in its place */
+  dlp_clone(L, lua_gettop(L), dtype, on, NULL, what);
+  values_idx = lua_gettop(L);
+  if (on.device_type != kDLCPU) {
+    if (inv) inv_idx = (dlp_clone(L, inv_idx, DLP_INT64, on, NULL, what), lua_gettop(L));
+    if (count) count_idx = (dlp_clone(L, count_idx, DLP_INT64, on, NULL, what), lua_gettop(L));
+  }
+  lua_pushvalue(L, values_idx);
+  if (inv) lua_pushvalue(L, inv_idx);
+  if (count) lua_pushvalue(L, count_idx);
+  return 1 + (inv != NULL) + (count != NULL);
+}
+
+/* unique(t [, opts{return_inverse, return_counts, dim}]): NumPy's over every element: the
+ * distinct values in order (1-D), then the 1-based position in them of each element of t (t's
+ * shape) and how many times each occurs, when asked for, in that order; with dim, unique_along. */
 static int l_unique(lua_State *L) {
   static const char *const names[] = {"return_inverse", "return_counts", "dim", NULL};
   const char *what = "dlpack.unique";
   dlp_Tensor *t = dlp_tensor_check(L, 1);
-  int arg = options(L, 2, names, what), inverse = 0, counts = 0;
+  int arg = options(L, 2, names, what), inverse = 0, counts = 0, dim = -1;
   if (arg) {
     inverse = flag(L, arg, "return_inverse", 0);
     counts = flag(L, arg, "return_counts", 0);
-    if (lua_getfield(L, arg, "dim") != LUA_TNIL)
-      luaL_argerror(L, arg, "dim: unique along a dimension is not supported yet (nil: every element)");
+    int type = lua_getfield(L, arg, "dim");
+    if (type != LUA_TNIL) {
+      if (!lua_isinteger(L, -1))
+        luaL_argerror(L, arg, lua_pushfstring(L, "dim must be an integer or nil, got %s", type == LUA_TNUMBER ?
+                                              "a number with a fraction" : luaL_typename(L, -1)));
+      lua_Integer d = lua_tointeger(L, -1), nd = t->dl.ndim;
+      if (d < -nd || d > nd || d == 0)
+        luaL_argerror(L, arg, lua_pushfstring(L, "dim %I out of range (tensor has %d)", d, t->dl.ndim));
+      dim = (int)(d < 0 ? d + nd : d - 1);
+    }
     lua_pop(L, 1);
   }
   dlp_check_no_more(L, 3, what, "(t [, opts])");
   lua_settop(L, 2);
   check_sortable(L, t, what);
+  if (dim >= 0) return unique_along(L, dim, inverse, counts, what);
   if (t->dl.device.device_type == kDLCUDA) return unique_on_device(L, t, inverse, counts, what);
   DLDevice cpu = {kDLCPU, 0};
   int64_t n = dlp_numel(t), size = dlp_dtypes[t->dtype].itemsize;
