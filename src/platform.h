@@ -14,7 +14,6 @@
  *                         dlp_pages_advise_huge (platform.c)
  *   files                 dlp_file_open, dlp_file_size, dlp_file_map_readonly, dlp_file_unmap
  *                         (platform.c)
- *   the C library         CMPLX, CMPLXF
  *   the processor         dlp_cpu_level, dlp_cpu_detected_level, dlp_cpu_level_name (platform.c),
  *                         dlp_cpu_has_avx2
  *
@@ -158,13 +157,6 @@ FILE *dlp_file_open(const char *path, int write);
 int64_t dlp_file_size(FILE *f, char *why, size_t whylen);
 void *dlp_file_map_readonly(FILE *f, size_t length, char *why, size_t whylen);
 void dlp_file_unmap(void *p, size_t length);
-
-/* ---- the C library ---- */
-/* MinGW-w64's <complex.h> lacks C11's CMPLX and CMPLXF; GCC and Clang build them. */
-#if defined(_WIN32) && !defined(CMPLX)
-#define CMPLX(x, y) __builtin_complex((double)(x), (double)(y))
-#define CMPLXF(x, y) __builtin_complex((float)(x), (float)(y))
-#endif
 
 /* ---- the processor ---- */
 /* Which copies of the computing loops may run (kernels.c, reduce.c, scan.c, matmul.c): the

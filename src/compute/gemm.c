@@ -278,7 +278,7 @@ void dlp_gemm(const dlp_Gemm *g) {
     char *pa = aligned64(g->scratch);
     int64_t pa_size = (g->M < mc ? (g->M + mr - 1) / mr * mr : mc) * (g->K < KC ? g->K : KC);
     char *pb = aligned64(pa + pa_size * (int64_t)isz);
-#define CALL(fn, T) fn(g->M, g->N, g->K, g->A, g->rsa, g->csa, g->B, g->rsb, g->csb, g->C, g->N, (T *)pa, (T *)pb)
+#define CALL(fn, T) fn(g->M, g->N, g->K, g->A, g->rsa, g->csa, g->B, g->rsb, g->csb, g->C, g->N, (T *)(void *)pa, (T *)(void *)pb) /* aligned64 */
 #ifdef X86_KERNELS
     if (build == WITH_AVX512) {
       if (g->cd == DLP_FLOAT32) CALL(gemm_f32_avx512, float);

@@ -20,11 +20,22 @@
  * exp(b log a), run on CUDA devices, is within a few units in the last place of it, not within
  * NumPy's test's bound for every operand) */
 #include <complex.h>
+/* C11's CMPLX and CMPLXF build a complex value from its parts without arithmetic, so an infinite or NaN
+ * part stays as given (x + y*I would turn (inf, 0) into (inf, nan)). MinGW-w64's <complex.h> lacks them,
+ * and glibc's defines them only for compilers that claim GCC >= 4.7, which Clang does not; GCC and Clang
+ * both have __builtin_complex. */
+#if !defined(CMPLX)
+#define CMPLX(x, y) __builtin_complex((double)(x), (double)(y))
+#endif
+#if !defined(CMPLXF)
+#define CMPLXF(x, y) __builtin_complex((float)(x), (float)(y))
+#endif
 #define DLP_CPOW_c64 cpow_libm_c64
 #define DLP_CPOW_c128 cpow_libm_c128
 #include "compute/complex_rules.h"
+/* unused in the kernel groups without complex pow, which Clang warns about for a .c file's static inline */
 #define CPOW_LIBM(s, T, R, F, MAKE)                                                    \
-  static inline T cpow_libm_##s(T a, T b) {                                            \
+  __attribute__((unused)) static inline T cpow_libm_##s(T a, T b) {                    \
     T r;                                                                               \
     if (dlp_cpow_exact_##s(a, b, &r)) return r;                                        \
     R _Complex p = cpow##F(MAKE(a.re, a.im), MAKE(b.re, b.im));                        \

@@ -95,7 +95,8 @@ static void choose_layout(const Plan *p, Side *s) {
   s->cstep = 1;
   /* elements may sit at any address (producers need not align them): typed reads need it */
   if (!same_bits(s->t->dtype, p->cd) || (uintptr_t)dlp_first_element(s->t) % p->isz != 0) return;
-  if (p->blas) {
+  if (p->blas) { /* A, B, C hold aligned elements: direct operands are checked (operand_plan), the rest
+                   * are scratch at multiples of the itemsize, so the pointers convert through void * */
     s->direct = blas_layout(s, p->isz);
     if (!s->direct) {
       s->trans = CBLAS_NO_TRANS;
@@ -151,11 +152,11 @@ static void product(const Plan *p, const char *a, const char *b, char *c, char *
   if (p->blas) {
     int ta = sa->direct ? sa->trans : CBLAS_NO_TRANS, tb = sb->direct ? sb->trans : CBLAS_NO_TRANS;
     if (p->cd == DLP_FLOAT32)
-      p->blas->sgemm(CBLAS_ROW_MAJOR, ta, tb, (int)p->M, (int)p->N, (int)p->K, 1.0f, (const float *)A, (int)lda,
-                     (const float *)B, (int)ldb, 0.0f, (float *)C, (int)p->N);
+      p->blas->sgemm(CBLAS_ROW_MAJOR, ta, tb, (int)p->M, (int)p->N, (int)p->K, 1.0f, (const void *)A, (int)lda,
+                     (const void *)B, (int)ldb, 0.0f, (void *)C, (int)p->N);
     else
-      p->blas->dgemm(CBLAS_ROW_MAJOR, ta, tb, (int)p->M, (int)p->N, (int)p->K, 1.0, (const double *)A, (int)lda,
-                     (const double *)B, (int)ldb, 0.0, (double *)C, (int)p->N);
+      p->blas->dgemm(CBLAS_ROW_MAJOR, ta, tb, (int)p->M, (int)p->N, (int)p->K, 1.0, (const void *)A, (int)lda,
+                     (const void *)B, (int)ldb, 0.0, (void *)C, (int)p->N);
   } else {
     dlp_Gemm g = {p->cd, p->M, p->N, p->K, A, B, lda, csa, ldb, csb, C, gs};
     dlp_gemm(&g);
@@ -251,7 +252,7 @@ static int plan_of(lua_State *L, Plan *p, int64_t *shape, const char *what) {
  * blocks), pushed (an allocation: before any memory is taken); raises when their size does not
  * fit. */
 static char *scratch(lua_State *L, const Plan *p, char *t[4], const char *what) {
-  int64_t na = 0, nb = 0, nc = 0, total;
+  int64_t na = 0, nb = 0, nc = 0, total = 0; /* read only when ok, else luaL_error raises */
   size_t ng = p->blas ? 0 : dlp_gemm_scratch(p->cd, p->M, p->N, p->K); /* bounded by the blocks */
   int ok = (p->a.direct || dlp_mul(p->M, p->K, &na)) && (p->b.direct || dlp_mul(p->K, p->N, &nb)) &&
            (!p->cbuf || dlp_mul(p->M, p->N, &nc)) && dlp_add(na, nb, &total) && dlp_add(total, nc, &total) &&

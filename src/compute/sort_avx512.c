@@ -133,12 +133,22 @@ INLINE __m512i lane_step(__m512i v, int reg, int k, int j) {
   return _mm512_mask_max_epu32(_mm512_min_epu32(v, p), (__mmask16)(lanes_with_bit[j] ^ high), v, p);
 }
 
+/* The register networks' loops run a number of times known once regs is a constant: GCC unrolls them
+ * fully when asked. Clang unrolls such loops by itself and fails (-Wpass-failed) to honour the request
+ * on the nested ones, so it gets none. */
+#define PRAGMA(text) _Pragma(#text)
+#if defined(__clang__)
+#define UNROLL(n)
+#else
+#define UNROLL(n) PRAGMA(GCC unroll n)
+#endif
+
 INLINE void network(__m512i *r, const int regs) {
-#pragma GCC unroll 16
+UNROLL(16)
   for (int k = 2; k <= 16 * regs; k *= 2) {
-#pragma GCC unroll 16
+UNROLL(16)
     for (int j = k / 2; j >= 16; j /= 2) {
-#pragma GCC unroll 16
+UNROLL(16)
       for (int a = 0; a < regs; a++) {
         int b = a ^ (j / 16);
         if (b < a) continue;
@@ -148,9 +158,9 @@ INLINE void network(__m512i *r, const int regs) {
         r[b] = up ? hi : lo;
       }
     }
-#pragma GCC unroll 16
+UNROLL(16)
     for (int j = k < 16 ? k / 2 : 8; j >= 1; j /= 2) {
-#pragma GCC unroll 16
+UNROLL(16)
       for (int a = 0; a < regs; a++) r[a] = lane_step(r[a], a, k, j);
     }
   }
@@ -160,14 +170,14 @@ INLINE void network(__m512i *r, const int regs) {
 INLINE void sort_in_registers(const Line *line, uint32_t *a, int64_t n, const int regs) {
   __m512i r[16];
   const __m512i top = _mm512_set1_epi32(-1);
-#pragma GCC unroll 16
+UNROLL(16)
   for (int i = 0; i < regs; i++) {
     int64_t have = n - 16 * i;
     __mmask16 m = have >= 16 ? 0xFFFF : have <= 0 ? 0 : (__mmask16)((1u << have) - 1);
     r[i] = _mm512_mask_loadu_epi32(top, m, a + 16 * i);
   }
   network(r, regs);
-#pragma GCC unroll 16
+UNROLL(16)
   for (int i = 0; i < regs; i++) {
     int64_t have = n - 16 * i;
     __mmask16 m = have >= 16 ? 0xFFFF : have <= 0 ? 0 : (__mmask16)((1u << have) - 1);
@@ -225,7 +235,7 @@ AVX512 static int64_t partition(uint32_t *a, int64_t n, uint32_t pivot) {
   const __m512i pivot_v = _mm512_set1_epi32((int)pivot);
   const __m512i reverse = _mm512_set_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   __m512i first[VECTORS], last[VECTORS], v[VECTORS];
-#pragma GCC unroll 8
+UNROLL(8)
   for (int i = 0; i < VECTORS; i++) {
     first[i] = _mm512_loadu_si512(a + 16 * i);
     last[i] = _mm512_loadu_si512(a + n - BLOCK + 16 * i);
@@ -237,25 +247,25 @@ AVX512 static int64_t partition(uint32_t *a, int64_t n, uint32_t pivot) {
     const uint32_t *src = a + (from_left ? from : to - BLOCK);
     from += from_left ? BLOCK : 0;
     to -= from_left ? 0 : BLOCK;
-#pragma GCC unroll 8
+UNROLL(8)
     for (int i = 0; i < VECTORS; i++) v[i] = _mm512_loadu_si512(src + 16 * i);
-#pragma GCC unroll 8
+UNROLL(8)
     for (int i = 0; i < VECTORS; i++) SPLIT(v[i], 0xFFFF, 1);
   }
   /* the rest (under BLOCK), and the first and last BLOCK, fill [left, right) exactly */
   int64_t rest = to - from;
   __mmask16 valid[VECTORS];
-#pragma GCC unroll 8
+UNROLL(8)
   for (int i = 0; i < VECTORS; i++) {
     int64_t have = rest - 16 * i;
     valid[i] = have >= 16 ? 0xFFFF : have <= 0 ? 0 : (__mmask16)((1u << have) - 1);
     v[i] = _mm512_maskz_loadu_epi32(valid[i], a + from + 16 * i);
   }
-#pragma GCC unroll 8
+UNROLL(8)
   for (int i = 0; i < VECTORS; i++) SPLIT(v[i], valid[i], 0);
-#pragma GCC unroll 8
+UNROLL(8)
   for (int i = 0; i < VECTORS; i++) SPLIT(first[i], 0xFFFF, 0);
-#pragma GCC unroll 8
+UNROLL(8)
   for (int i = 0; i < VECTORS; i++) SPLIT(last[i], 0xFFFF, 0);
   return left;
 }

@@ -105,21 +105,22 @@ static void visit_row(const Walk *w, int a, int b, const Job *job, char *d, cons
 #if defined(__SSE2__)
 /* Transpose an la x lb tile in registers, for elements of 4 or 8 bytes: destination element
  * (i, j) at d + i*size + j*dsb, source element at s + i*ssa + j*size. Returns 0 (nothing done)
- * for other sizes. The moves are shuffles: the bits are copied as they are. */
+ * for other sizes. The moves are shuffles: the bits are copied as they are. The loads and stores are
+ * the unaligned ones, so the byte pointers go to them as void * (no alignment claimed). */
 static int transpose_tile(char *d, int64_t dsb, const char *s, int64_t ssa, int64_t la, int64_t lb, size_t size) {
   int64_t i, j;
   if (size == 4) {
     for (j = 0; j + 4 <= lb; j += 4) {
       for (i = 0; i + 4 <= la; i += 4) {
         const char *q = s + i * ssa + j * 4;
-        __m128 r0 = _mm_loadu_ps((const float *)q), r1 = _mm_loadu_ps((const float *)(q + ssa));
-        __m128 r2 = _mm_loadu_ps((const float *)(q + 2 * ssa)), r3 = _mm_loadu_ps((const float *)(q + 3 * ssa));
+        __m128 r0 = _mm_loadu_ps((const void *)q), r1 = _mm_loadu_ps((const void *)(q + ssa));
+        __m128 r2 = _mm_loadu_ps((const void *)(q + 2 * ssa)), r3 = _mm_loadu_ps((const void *)(q + 3 * ssa));
         _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
         char *p = d + i * 4 + j * dsb;
-        _mm_storeu_ps((float *)p, r0);
-        _mm_storeu_ps((float *)(p + dsb), r1);
-        _mm_storeu_ps((float *)(p + 2 * dsb), r2);
-        _mm_storeu_ps((float *)(p + 3 * dsb), r3);
+        _mm_storeu_ps((void *)p, r0);
+        _mm_storeu_ps((void *)(p + dsb), r1);
+        _mm_storeu_ps((void *)(p + 2 * dsb), r2);
+        _mm_storeu_ps((void *)(p + 3 * dsb), r3);
       }
       for (; i < la; i++) /* the last columns of these rows */
         for (int64_t k = j; k < j + 4; k++) memcpy(d + i * 4 + k * dsb, s + i * ssa + k * 4, 4);
@@ -128,10 +129,10 @@ static int transpose_tile(char *d, int64_t dsb, const char *s, int64_t ssa, int6
     for (j = 0; j + 2 <= lb; j += 2) {
       for (i = 0; i + 2 <= la; i += 2) {
         const char *q = s + i * ssa + j * 8;
-        __m128d r0 = _mm_loadu_pd((const double *)q), r1 = _mm_loadu_pd((const double *)(q + ssa));
+        __m128d r0 = _mm_loadu_pd((const void *)q), r1 = _mm_loadu_pd((const void *)(q + ssa));
         char *p = d + i * 8 + j * dsb;
-        _mm_storeu_pd((double *)p, _mm_unpacklo_pd(r0, r1));
-        _mm_storeu_pd((double *)(p + dsb), _mm_unpackhi_pd(r0, r1));
+        _mm_storeu_pd((void *)p, _mm_unpacklo_pd(r0, r1));
+        _mm_storeu_pd((void *)(p + dsb), _mm_unpackhi_pd(r0, r1));
       }
       for (; i < la; i++)
         for (int64_t k = j; k < j + 2; k++) memcpy(d + i * 8 + k * dsb, s + i * ssa + k * 8, 8);

@@ -121,7 +121,7 @@ const char *dlp_push_device_error(lua_State *L, const char *s, size_t len, int c
  * names no device this module can reach is a BufferError, as in Python; other mistakes are
  * errors of argument arg (field names the option, or is NULL). */
 DLDevice dlp_check_device(lua_State *L, int idx, int arg, const char *field) {
-  DLDevice d;
+  DLDevice d = {kDLCPU, 0}; /* every branch that leaves it unset raises */
   idx = lua_absindex(L, idx);
   const char *prefix = field ? lua_pushfstring(L, "%s: ", field) : "";
   if (lua_type(L, idx) == LUA_TSTRING) {

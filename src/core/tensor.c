@@ -19,8 +19,10 @@ void dlp_push_metatable(lua_State *L) {
   lua_rawgetp(L, LUA_REGISTRYINDEX, &metatable_key);
 }
 
+/* node is the track member of a dlp_Tensor, so the enclosing object is as aligned as its type: the cast goes
+ * through void * (Clang's -Wcast-align warns on any char * to T *). */
 static void close_tracked_tensor(dlp_Tracked *node) {
-  dlp_tensor_release((dlp_Tensor *)((char *)node - offsetof(dlp_Tensor, track)));
+  dlp_tensor_release((dlp_Tensor *)(void *)((char *)node - offsetof(dlp_Tensor, track)));
 }
 
 dlp_Tensor *dlp_tensor_push_with(lua_State *L, int ndim, int metatable) {

@@ -23,8 +23,10 @@ static void close_stream_object(StreamObject *o) {
   }
 }
 
+/* node is the track member of a StreamObject (or EventObject), so the enclosing object is as aligned as its type: the cast goes
+ * through void * (Clang's -Wcast-align warns on any char * to T *). */
 static void close_tracked_stream(dlp_Tracked *node) {
-  close_stream_object((StreamObject *)((char *)node - offsetof(StreamObject, track)));
+  close_stream_object((StreamObject *)(void *)((char *)node - offsetof(StreamObject, track)));
 }
 
 static StreamObject *push_stream_object(lua_State *L) {
@@ -44,7 +46,7 @@ static dlp_CudaStream *check_open_stream(lua_State *L, int idx) {
 
 static int l_stream_new(lua_State *L) {
   lua_Integer device = 0, priority = 0;
-  CUstream handle;
+  CUstream handle = NULL; /* set when rc is CUDA_SUCCESS; dlp_cuda_check raises otherwise */
   dlp_CudaScope scope;
   CUresult rc;
   if (!lua_isnoneornil(L, 2)) { /* argument 1 is the Stream table (__call) */
@@ -198,7 +200,7 @@ static void close_event_object(EventObject *e) {
 }
 
 static void close_tracked_event(dlp_Tracked *node) {
-  close_event_object((EventObject *)((char *)node - offsetof(EventObject, track)));
+  close_event_object((EventObject *)(void *)((char *)node - offsetof(EventObject, track)));
 }
 
 static EventObject *check_event(lua_State *L, int idx) {

@@ -560,11 +560,13 @@ static void close_listener(Listener *l) {
   l->fd = -1;
 }
 
+/* node is the track member of a Channel (or Listener), so the enclosing object is as aligned as its type: the cast goes
+ * through void * (Clang's -Wcast-align warns on any char * to T *). */
 static void close_tracked_channel(dlp_Tracked *node) {
-  close_channel((Channel *)((char *)node - offsetof(Channel, track)));
+  close_channel((Channel *)(void *)((char *)node - offsetof(Channel, track)));
 }
 static void close_tracked_listener(dlp_Tracked *node) {
-  close_listener((Listener *)((char *)node - offsetof(Listener, track)));
+  close_listener((Listener *)(void *)((char *)node - offsetof(Listener, track)));
 }
 
 /* An allocation: made before the descriptor it will hold exists, so that nothing leaks. */
