@@ -100,6 +100,8 @@ if np is not None:
     report("convert_f16_f32", "numpy", lambda: h4.astype(np.float32))
     report("normalize_frame", "numpy", lambda: (frame.transpose(2, 0, 1).astype(np.float32) / 255 - mean) / std)
     report("argmax_f32", "numpy", lambda: np.argmax(fa))
+    rows4k = fa.reshape(4096, 1024)
+    report("max_outer_f32", "numpy", lambda: np.max(rows4k, axis=0))
     index = (np.arange(1024 * 1024, dtype=np.int64) * 2654435761) % M4  # run.lua's, 0-based
     report("gather", "numpy", lambda: np.take(fa, index))
     report("take", "numpy", lambda: np.take(fa, index))

@@ -500,6 +500,10 @@ if why then
 else
   peer_row("argmax_f32", "dlpack.argmax(a) float32 4M", 1.2,
            function(n) for _ = 1, n do local _ = dlpack.argmax(fa) end end, "numpy", "np.argmax(a)")
+  -- over the outer dim: a row of outputs compared with each row of the input
+  local rows4k = fa:reshape({4096, 1024})
+  peer_row("max_outer_f32", "dlpack.max(a, 1) float32 {4096, 1024}", 1.2,
+           function(n) for _ = 1, n do local _ = dlpack.max(rows4k, 1) end end, "numpy", "np.max(a, axis=0)")
 end
 
 -- 1M indices spread over the 4M elements (bench/peers.py makes the same, 0-based for NumPy)

@@ -603,6 +603,16 @@ DEFINE_HIT_FLOAT(hit_o_f64_min, double, ld_f64, <)
 #define NO_COLS(vp, ip, x, n, pos) 0
 #if defined(HAVE_AVX2_VARIANT)
 #define DEFINE_COLS_F32(name, ATTR, V, M, H, W, lanes, CMP)                                      \
+  ATTR static inline int name##_any(M m) {                                                   \
+    H half[2];                                                                               \
+    memcpy(half, &m, sizeof(M));                                                             \
+    half[0] |= half[1];                                                                      \
+    int32_t lane[lanes / 2];                                                                 \
+    memcpy(lane, &half[0], sizeof(H));                                                       \
+    int32_t any = 0;                                                                         \
+    for (int k = 0; k < lanes / 2; k++) any |= lane[k];                                      \
+    return any != 0;                                                                         \
+  }                                                                                          \
   ATTR static int64_t name(char *vp, char *ip, const char *x, int64_t n, int64_t pos) {        \
     W at;                                                                                    \
     for (int k = 0; k < lanes / 2; k++) at[k] = pos;                                         \
@@ -614,6 +624,7 @@ DEFINE_HIT_FLOAT(hit_o_f64_min, double, ld_f64, <)
       memcpy(&b, vp + j * 4, sizeof(V));                                                     \
       M take = (v CMP b) | ((v != v) & (b == b)), r = ((M)v & take) | ((M)b & ~take);        \
       memcpy(vp + j * 4, &r, sizeof(V));                                                     \
+      if (!name##_any(take)) continue; /* most rows past the first few change nothing */      \
       memcpy(half, &take, sizeof(M));                                                        \
       for (int h = 0; h < 2; h++) {                                                          \
         W wide = __builtin_convertvector(half[h], W), old;                                   \
@@ -793,13 +804,28 @@ static void walk_task(void *ctx, int64_t i) {
   dlp_iter_run_slice(t->it, t->dim, lo, size - lo < t->chunk ? size : lo + t->chunk, walk_loop, &own);
 }
 
-/* The kept dimension (one the accumulator steps along) to split a large walk along: the largest;
- * -1 when none or the walk is small. */
+/* How many tasks a walk split along dim makes: one per DLP_TASK_ELEMENTS elements, at most 256
+ * and the dim's size. Along the innermost dim (the rows the loops get: the reduced dim outer)
+ * each task keeps rows of at least ROW_MIN elements: 16-element rows of a {4096, 1024} max(1)
+ * cost 5 times the walk on one thread. */
+#define ROW_MIN 512
+static int64_t task_count(const dlp_Iter *it, int dim) {
+  int64_t size = it->shape[dim], tasks = it->numel / DLP_TASK_ELEMENTS;
+  if (tasks > 256) tasks = 256;
+  if (dim == it->ndim - 1 && tasks > size / ROW_MIN) tasks = size / ROW_MIN;
+  return tasks > size ? size : tasks;
+}
+
+/* The kept dimension (one the accumulator steps along) to split a large walk along: the one that
+ * makes the most tasks (of those, the largest); -1 when none makes two. */
 static int split_dimension(const dlp_Iter *it) {
   int dim = -1;
+  int64_t best = 1;
   if (it->numel >= 2 * DLP_TASK_ELEMENTS)
-    for (int i = 0; i < it->ndim; i++)
-      if (it->strides[0][i] != 0 && it->shape[i] > 1 && (dim < 0 || it->shape[i] > it->shape[dim])) dim = i;
+    for (int i = 0; i < it->ndim; i++) {
+      int64_t tasks = it->strides[0][i] != 0 && it->shape[i] > 1 ? task_count(it, i) : 0;
+      if (tasks > best || (tasks == best && dim >= 0 && it->shape[i] > it->shape[dim])) dim = i, best = tasks;
+    }
   return dim;
 }
 
@@ -809,9 +835,7 @@ static void walk(const dlp_Iter *it, Walk *w) {
     dlp_iter_run(it, walk_loop, w);
     return;
   }
-  int64_t size = it->shape[dim], tasks = it->numel / DLP_TASK_ELEMENTS;
-  if (tasks > 256) tasks = 256;
-  if (tasks > size) tasks = size;
+  int64_t size = it->shape[dim], tasks = task_count(it, dim);
   WalkTasks t = {it, w, dim, (size + tasks - 1) / tasks};
   dlp_parallel_for((size + t.chunk - 1) / t.chunk, walk_task, &t);
 }
@@ -870,9 +894,7 @@ static void ordered_walk(const dlp_Iter *it, Walk *w) {
     tasks = (it->numel + t.chunk - 1) / t.chunk;
   } else {
     int64_t size = it->shape[dim];
-    tasks = it->numel / DLP_TASK_ELEMENTS;
-    if (tasks > 256) tasks = 256;
-    if (tasks > size) tasks = size;
+    tasks = task_count(it, dim);
     t.chunk = (size + tasks - 1) / tasks;
     tasks = (size + t.chunk - 1) / t.chunk;
   }
