@@ -1,8 +1,8 @@
--- float16 <-> float32 conversions: the F16C loops (processors with AVX2 and F16C) give the bits of
--- the portable rules (src/core/convert_rules.h) for all 65536 float16 values, for float32 values
--- around every float16 and every rounding midpoint, for random float32 bit patterns, and for NaN
--- payloads (signalling and quiet, both signs), compared with a process under
--- DLPACK_LUA_CPU=baseline. Contiguous rows (the vector loops, their tails) and strided ones.
+-- float16 <-> float32 and float16 -> float64 conversions: the F16C loops (processors with AVX2 and
+-- F16C) give the bits of the portable rules (src/core/convert_rules.h) for all 65536 float16
+-- values, for float32 values around every float16 and every rounding midpoint, for random float32
+-- bit patterns, and for NaN payloads (signalling and quiet, both signs), compared with a process
+-- under DLPACK_LUA_CPU=baseline. Contiguous rows (the vector loops, their tails) and strided ones.
 local dlpack = require "dlpack"
 local support = require "support"
 
@@ -19,6 +19,9 @@ local f = halves:to("float32")
 out:write(f:tobytes(), halves:flip({1}):to("float32"):tobytes(), halves:slice(1, 2, -1, 3):to("float32"):tobytes())
 out:write(dlpack.empty({65536}, "float32"):copy(halves):tobytes())
 out:write(halves:narrow(1, 3, 65533):to("float32"):tobytes()) -- rows not a multiple of 8 long
+-- float16 -> float64 (F16C to float32, then exact): the same values, every layout
+out:write(halves:to("float64"):tobytes(), halves:flip({1}):to("float64"):tobytes(),
+          halves:narrow(1, 3, 65533):to("float64"):tobytes(), dlpack.empty({65536}, "float64"):copy(halves):tobytes())
 -- float32 patterns: each float16's image and its neighbours, the midpoints to the next float16
 -- (normal ones: 4096 patterns up) and theirs, the subnormal midpoints, random patterns, NaNs
 local b = f32_bits(f)
