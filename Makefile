@@ -201,13 +201,21 @@ $(STATIC): $(OBJECTS)
 	$(Q)$(AR) rcs $@ $(OBJECTS)
 
 # Test-only: the module with 2-bit capsule generations, so that a spec reaches the end of a
-# capsule slot's life in a few hundred capsules (spec/safety_spec.lua); never installed.
+# capsule slot's life in a few hundred capsules (spec/safety_spec.lua), and with an AVX-512 sort
+# whose depth limit stops it after one partition, so that a spec runs its heap sort
+# (spec/sort_spec.lua); never installed.
 $(BUILD)/gen/capsule.o: src/exchange/capsule.c $(HEADERS)
 	@mkdir -p $(@D)
 	$(say) CC '$< (test: 2-bit generations)'
 	$(Q)$(CC) $(ALL_CFLAGS) -DDLPACK_LUA_TEST_GEN_BITS=2 -c $< -o $@
 
-$(GEN_MODULE): $(filter-out $(BUILD)/obj/exchange/capsule.o,$(OBJECTS)) $(BUILD)/gen/capsule.o
+$(BUILD)/gen/sort_avx512.o: src/compute/sort_avx512.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(say) CC '$< (test: heap sort after one partition)'
+	$(Q)$(CC) $(ALL_CFLAGS) $(KERNEL_FLAGS) -DDLPACK_LUA_TEST_SORT_DEPTH=1 -c $< -o $@
+
+$(GEN_MODULE): $(filter-out $(BUILD)/obj/exchange/capsule.o $(BUILD)/obj/compute/sort_avx512.o,$(OBJECTS)) \
+               $(BUILD)/gen/capsule.o $(BUILD)/gen/sort_avx512.o
 	@mkdir -p $(@D)
 	$(say) LD '$@'
 	$(Q)$(CC) -shared $(ALL_CFLAGS) -o $@ $^ $(MODULE_LIBS) $(LDLIBS)
