@@ -121,8 +121,10 @@ $(BUILD)/obj/%.o: src/%.c $(HEADERS)
 # turns it on for them whatever CFLAGS says (GCC's -O2 vectorises only loops it need not version),
 # -fno-math-errno lets sqrt and friends compile to instructions (errno is never read here), and
 # -fno-trapping-math lets selects on floats vectorise (the floating-point exception flags are never
-# read either); neither changes a result.
-KERNEL_FLAGS = -O3 -fno-math-errno -fno-trapping-math
+# read either); neither changes a result. -ffp-contract=off keeps a * b + c two roundings in
+# functions built for processors with FMA (GCC's default in ISO C; Clang would fuse them), so that
+# every build of a loop gives the same bits.
+KERNEL_FLAGS = -O3 -fno-math-errno -fno-trapping-math -ffp-contract=off
 $(BUILD)/obj/compute/kernels.o: ALL_CFLAGS += $(KERNEL_FLAGS)
 # The sorting and scanning loops (radix passes, key conversions, the AVX-512 sort's networks,
 # scans) likewise.

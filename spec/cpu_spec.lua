@@ -53,6 +53,16 @@ for _, dt in ipairs({"float32", "float64"}) do
     nan:max(), nan:argmin(), up:max(), up:argmax(), up:flip({1}):argmin()}, "float64")),
     hex(r:sum(2)), hex(r:sum(1)), hex(r:max(1)), hex(r:argmin(2)), hex(r:std(1)))
 end
+-- softmax and log_softmax of float32 lines (the AVX-512 build's exp and sum of a line: the other
+-- builds' bits), lengths around the vectors' 8 and 16, NaN, infinities and large values
+dlpack.manual_seed(5)
+for _, n in ipairs({7, 8, 9, 16, 17, 24, 33, 1001}) do
+  local x = dlpack.mul(dlpack.randn({5, n}, "float32"), 30)
+  x:set(2, 3, 0 / 0)
+  x:set(3, 2, 1 / 0)
+  x:set(4, 1, -1 / 0)
+  print("softmax_" .. n, hex(dlpack.softmax(x, 2)), hex(dlpack.log_softmax(x, 2)))
+end
 -- min/max/argmin/argmax over an outer dimension (the outputs a row, compared lane by lane): 67
 -- outputs (whole vectors and a tail), a column holding NaNs (the first one wins), one of equal
 -- values (the first position), one of zeros of both signs (the first one's sign)

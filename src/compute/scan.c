@@ -404,29 +404,89 @@ DEFINE_LINE_LOOPS(exp_sum_plain, max_plain, )
 DEFINE_LINE_LOOPS(exp_sum_avx2, max_lanes_avx2, __attribute__((target("avx2"))))
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
-/* max_lanes_avx2 in vectors of 8 lanes, lane for lane the same (GCC does not vectorise its
- * selects at -O2, and the first pass over a line waits on memory the most). */
+/* max_lanes_avx2 in vectors of 8 lanes, four of them at a time (a compare and a select each: one
+ * chain of them waited on itself), the same maximum: the greatest non-NaN value (which of two
+ * equal zeros does not matter, x - m is the same), and whether there is a NaN. GCC does not
+ * vectorise the selects at -O2, and the first pass over a line waits on memory the most. */
 __attribute__((target("avx2"))) static float max_avx2(const float *x, int64_t n, int *nan) {
-  if (n < 8) return max_lanes_avx2(x, n, nan);
-  v8f lane = {x[0], x[0], x[0], x[0], x[0], x[0], x[0], x[0]};
+  if (n < 32) return max_lanes_avx2(x, n, nan);
+  v8f lane[4];
   v8i bad = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int k = 0; k < 4; k++)
+    for (int j = 0; j < 8; j++) lane[k][j] = x[0];
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    v8f v;
-    memcpy(&v, x + i, sizeof v);
-    v8i greater = v > lane;
-    lane = (v8f)((greater & (v8i)v) | (~greater & (v8i)lane));
-    bad |= v != v;
-  }
-  float m = lane[0];
-  int b = bad[0] != 0;
-  for (int j = 1; j < 8; j++) m = lane[j] > m ? lane[j] : m, b |= bad[j] != 0;
+  for (; i + 32 <= n; i += 32)
+    for (int k = 0; k < 4; k++) {
+      v8f v;
+      memcpy(&v, x + i + 8 * k, sizeof v);
+      v8i greater = v > lane[k];
+      lane[k] = (v8f)((greater & (v8i)v) | (~greater & (v8i)lane[k]));
+      bad |= v != v;
+    }
+  float m = lane[0][0];
+  int b = 0;
+  for (int k = 0; k < 4; k++)
+    for (int j = 0; j < 8; j++) m = lane[k][j] > m ? lane[k][j] : m, b |= bad[j] != 0;
   for (; i < n; i++) m = x[i] > m ? x[i] : m, b |= x[i] != x[i];
   *nan = b;
   return m;
 }
+
+/* exp_sum_avx2 with AVX-512: exp_f32 on 16 lanes, each operation the same (multiplies and adds
+ * rounded apart, as this file compiles without contraction; the same clamps and selects), and the
+ * 8 partial sums taking the low 8 lanes, then the high 8: the same bits, in half the operations. */
+#include <immintrin.h>
+__attribute__((target("avx512f"))) static float exp_sum_avx512(float *y, const float *x, int64_t n, float m) {
+  const __m512 lo_clamp = _mm512_set1_ps(-87.33654f), hi_clamp = _mm512_set1_ps(88.3762626647949f);
+  const __m512 shifter = _mm512_set1_ps(12582912.0f), zero = _mm512_setzero_ps();
+  __m256 part = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 v = _mm512_sub_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(m));
+    __m512 c = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, lo_clamp, _CMP_LT_OQ), v, lo_clamp);
+    c = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(c, hi_clamp, _CMP_GT_OQ), c, hi_clamp);
+    __m512 t = _mm512_add_ps(_mm512_mul_ps(c, _mm512_set1_ps(1.44269504088896341f)), shifter);
+    __m512 k = _mm512_sub_ps(t, shifter);
+    __m512 r = _mm512_sub_ps(_mm512_sub_ps(c, _mm512_mul_ps(k, _mm512_set1_ps(0.693359375f))),
+                             _mm512_mul_ps(k, _mm512_set1_ps(-2.12194440e-4f)));
+    __m512 q = _mm512_set1_ps(1.9875691500e-4f);
+    q = _mm512_add_ps(_mm512_mul_ps(q, r), _mm512_set1_ps(1.3981999507e-3f));
+    q = _mm512_add_ps(_mm512_mul_ps(q, r), _mm512_set1_ps(8.3334519073e-3f));
+    q = _mm512_add_ps(_mm512_mul_ps(q, r), _mm512_set1_ps(4.1665795894e-2f));
+    q = _mm512_add_ps(_mm512_mul_ps(q, r), _mm512_set1_ps(1.6666665459e-1f));
+    q = _mm512_add_ps(_mm512_mul_ps(q, r), _mm512_set1_ps(5.0000001201e-1f));
+    q = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(q, r), r), r), _mm512_set1_ps(1.0f));
+    __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(k), _mm512_set1_epi32(127)), 23);
+    __m512 e = _mm512_mul_ps(q, _mm512_castsi512_ps(bits));
+    e = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, lo_clamp, _CMP_LT_OQ), e, zero);
+    e = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, _mm512_set1_ps(88.72283f), _CMP_GT_OQ), e,
+                             _mm512_set1_ps(INFINITY));
+    e = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), e, v);
+    _mm512_storeu_ps(y + i, e);
+    part = _mm256_add_ps(part, _mm512_castps512_ps256(e));
+    part = _mm256_add_ps(part, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
+  }
+  float lane[8];
+  _mm256_storeu_ps(lane, part);
+  if (i + 8 <= n) { /* one more group of 8, as the other build's loop */
+    for (int j = 0; j < 8; j++) {
+      float e = exp_f32(x[i + j] - m);
+      y[i + j] = e;
+      lane[j] += e;
+    }
+    i += 8;
+  }
+  float sum = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  for (; i < n; i++) {
+    y[i] = exp_f32(x[i] - m);
+    sum += y[i];
+  }
+  return sum;
+}
 static float exp_sum_f32(float *y, const float *x, int64_t n, float m) {
-  return dlp_cpu_has_avx2() ? exp_sum_avx2(y, x, n, m) : exp_sum_plain(y, x, n, m);
+  return dlp_cpu_level() >= DLP_CPU_AVX512 ? exp_sum_avx512(y, x, n, m)
+         : dlp_cpu_has_avx2()              ? exp_sum_avx2(y, x, n, m)
+                                           : exp_sum_plain(y, x, n, m);
 }
 static float max_f32(const float *x, int64_t n, int *nan) {
   return dlp_cpu_has_avx2() ? max_avx2(x, n, nan) : max_plain(x, n, nan);
