@@ -342,7 +342,8 @@ static int l_cumprod(lua_State *L) { return scan(L, 1, "dlpack.cumprod"); }
  * x - n ln 2, |x - n ln 2| <= ln 2 / 2, scaled by 2^n through the exponent bits; within 2 ulp).
  * Beyond its range: 0 below -87.33 (the float32 denormals are not produced), inf above 88.72. */
 static inline float exp_f32(float x) {
-  float c = x < -87.33654f ? -87.33654f : x > 88.3762626647949f ? 88.3762626647949f : x;
+  float c = x > -87.33654f ? x : -87.33654f; /* NaN too: it takes the last line's select */
+  c = c < 88.3762626647949f ? c : 88.3762626647949f;
   float t = c * 1.44269504088896341f + 12582912.0f; /* round(c / ln 2) in the low mantissa bits */
   float n = t - 12582912.0f;
   float r = c - n * 0.693359375f - n * -2.12194440e-4f;
@@ -443,8 +444,8 @@ __attribute__((target("avx512f"))) static float exp_sum_avx512(float *y, const f
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     __m512 v = _mm512_sub_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(m));
-    __m512 c = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, lo_clamp, _CMP_LT_OQ), v, lo_clamp);
-    c = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(c, hi_clamp, _CMP_GT_OQ), c, hi_clamp);
+    __m512 c = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, lo_clamp, _CMP_GT_OQ), lo_clamp, v);
+    c = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(c, hi_clamp, _CMP_LT_OQ), hi_clamp, c);
     __m512 t = _mm512_add_ps(_mm512_mul_ps(c, _mm512_set1_ps(1.44269504088896341f)), shifter);
     __m512 k = _mm512_sub_ps(t, shifter);
     __m512 r = _mm512_sub_ps(_mm512_sub_ps(c, _mm512_mul_ps(k, _mm512_set1_ps(0.693359375f))),
