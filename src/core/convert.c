@@ -66,24 +66,28 @@ static void convert_complex128_complex64(char *dp, int64_t dstep, const char *sp
 }
 
 /* float16 <-> float32 and float16 -> float64 with F16C's instructions, 8 elements at a time, when
- * the processor has them (dlp_cpu_has_f16c: the AVX2 level and F16C). They give convert_rules.h's bits for every
- * number, rounding to nearest even as the rules do; NaN is where they differ (the hardware quiets
- * a signalling NaN and keeps a float32 NaN's high payload bits, the rules keep a float16 NaN's
- * bits and make every float32 NaN 0x7E00 with its sign), so 8 elements holding a NaN take the
- * rules' loop, as do strided rows and the last few elements. */
+ * the processor has them (dlp_cpu_has_f16c: the AVX2 level and F16C). They give convert_rules.h's
+ * bits for every number, rounding to nearest even as the rules do; NaN is where they differ (the
+ * hardware quiets a signalling NaN and keeps a float32 NaN's high payload bits, the rules keep a
+ * float16 NaN's bits and make every float32 NaN 0x7E00 with its sign), so 8 elements holding a
+ * NaN take the rules' loop, as do strided rows and the last few elements. */
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
 #define HAVE_F16C_ROWS 1
 #define F16C __attribute__((target("avx,f16c")))
 
+/* Whether any of 8 float16 values is a NaN: a magnitude above infinity's (as signed 16-bit
+ * numbers: magnitudes are below 2^15) */
+F16C static int holds_nan_f16(__m128i h) {
+  return _mm_movemask_epi8(_mm_cmpgt_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7FFF)), _mm_set1_epi16(0x7C00))) != 0;
+}
+
 F16C static void convert_float16_float32_f16c(char *dp, int64_t dstep, const char *sp, int64_t sstep, int64_t n) {
   int64_t i = 0;
   if (dstep == 4 && sstep == 2) {
-    const __m128i magnitude = _mm_set1_epi16(0x7FFF), infinity = _mm_set1_epi16(0x7C00);
     for (; i + 8 <= n; i += 8) {
       __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(sp + 2 * i));
-      /* a NaN: magnitude above infinity's (as signed 16-bit numbers: magnitudes are below 2^15) */
-      if (_mm_movemask_epi8(_mm_cmpgt_epi16(_mm_and_si128(h, magnitude), infinity))) {
+      if (holds_nan_f16(h)) {
         convert_float16_float32(dp + 4 * i, 4, sp + 2 * i, 2, 8);
         continue;
       }
@@ -97,10 +101,9 @@ F16C static void convert_float16_float32_f16c(char *dp, int64_t dstep, const cha
 F16C static void convert_float16_float64_f16c(char *dp, int64_t dstep, const char *sp, int64_t sstep, int64_t n) {
   int64_t i = 0;
   if (dstep == 8 && sstep == 2) {
-    const __m128i magnitude = _mm_set1_epi16(0x7FFF), infinity = _mm_set1_epi16(0x7C00);
     for (; i + 8 <= n; i += 8) {
       __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(sp + 2 * i));
-      if (_mm_movemask_epi8(_mm_cmpgt_epi16(_mm_and_si128(h, magnitude), infinity))) {
+      if (holds_nan_f16(h)) {
         convert_float16_float64(dp + 8 * i, 8, sp + 2 * i, 2, 8);
         continue;
       }
