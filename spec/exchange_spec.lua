@@ -84,6 +84,57 @@ describe("round trips", function()
   end)
 end)
 
+-- to_dlpack(t) and from_dlpack(capsule) without options take a short path of their own; an
+-- empty options table takes the general one. Both must give the same capsule, the same tensor
+-- and the same errors.
+describe("calls without options", function()
+  local unsafe = require "dlpack.unsafe"
+
+  -- what to_dlpack(t, ...) gives: its error, or the capsule's kind and the tensor it holds
+  local function outcome(t, ...)
+    local ok, r = pcall(dlpack.to_dlpack, t, ...)
+    if not ok then return {error = tostring(r)} end
+    local info = dlpack.capsule_info(r)
+    local u = dlpack.from_dlpack(r)
+    return {name = info.name, dtype = u.dtype, shape = u.shape, strides = u.strides, readonly = u.readonly,
+            device = u.device, bytes = u:tobytes(), shared = u:data_ptr() == t:data_ptr()}
+  end
+
+  it("export what an empty options table exports, or raise the same error", function()
+    local base = dlpack.tensor({{1, 2, 3, 4}, {5, 6, 7, 8}, {9, 10, 11, 12}}, "float32")
+    local keep = dlpack.tensor({1, 2, 3, 4}, "int32")
+    local released = dlpack.zeros({2}, "int8")
+    released:release()
+    local cases = {
+      base, base:transpose(1, 2), base[2], base:as_readonly(), dlpack.tensor(7, "int64"),
+      dlpack.zeros({0, 3}, "float64"), dlpack.zeros({5}, "float4_e2m1fn"), released,
+      unsafe.wrap(keep:data_ptr(), {4}, "int32", keep),
+    }
+    for k, t in ipairs(cases) do
+      assert.are.same(outcome(t, {}), outcome(t), "case " .. k)
+    end
+    for _, bad in ipairs({unsafe.pointer(16), 1, "x", {}, true}) do
+      local a = select(2, pcall(dlpack.to_dlpack, bad))
+      local b = select(2, pcall(dlpack.to_dlpack, bad, {}))
+      assert.are.equal(tostring(b), tostring(a))
+    end
+  end)
+
+  it("import what an empty options table imports, or raise the same error", function()
+    local t = dlpack.tensor({1, 2, 3}, "int16")
+    local a, b = dlpack.from_dlpack(dlpack.to_dlpack(t)), dlpack.from_dlpack(dlpack.to_dlpack(t), {})
+    assert.are.same({a.dtype, a.shape, a.strides, a:data_ptr(), a:tobytes()},
+                    {b.dtype, b.shape, b.strides, b:data_ptr(), b:tobytes()})
+    local used = dlpack.to_dlpack(t)
+    dlpack.from_dlpack(used)
+    for _, bad in ipairs({used, unsafe.pointer(16)}) do
+      local x = select(2, pcall(dlpack.from_dlpack, bad))
+      local y = select(2, pcall(dlpack.from_dlpack, bad, {}))
+      assert.are.equal(tostring(y), tostring(x))
+    end
+  end)
+end)
+
 describe("strides of views after exchange", function()
   local function views()
     local t = m34()

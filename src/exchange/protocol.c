@@ -167,24 +167,20 @@ static int stated_ndim(void *managed, int versioned) {
   return dl->ndim < 0 || dl->ndim > DLP_MAX_NDIM ? 0 : dl->ndim;
 }
 
-/* This module's own export, imported back: the new tensor shares (and keeps) its owner, so
- * nothing orders its release after a consumer stream. */
+/* This module's own export, imported back: the new tensor takes over the export's reference to
+ * its owner (no count changes hands), so nothing orders its release after a consumer stream. */
 static void drop_export(void *managed, int versioned) {
-  dlp_Owner *owner;
   dlp_CudaHold *after;
   if (versioned) {
     ExportVersioned *e = ((DLManagedTensorVersioned *)managed)->manager_ctx;
-    owner = e->owner;
     after = e->after;
     free(e);
   } else {
     ExportLegacy *e = ((DLManagedTensor *)managed)->manager_ctx;
-    owner = e->owner;
     after = e->after;
     free(e);
   }
   if (after) dlp_cuda_hold_drop(after);
-  dlp_owner_release(owner);
 }
 
 /* Fill t (pushed, owning nothing, made for `stated_ndim` dimensions) from the producer's
@@ -224,7 +220,6 @@ static void import_into(lua_State *L, dlp_Tensor *t, void *managed, int versione
     c.dtype = e->dtype;
   }
   if ((shared = owner != NULL)) {
-    dlp_owner_retain(owner);
     for (int i = 0; i < dl->ndim; i++) c.strides[i] = dl->strides[i];
   } else {
     if (!validate(dl, flags, msg, sizeof msg, &c) ||
@@ -249,7 +244,7 @@ static void import_into(lua_State *L, dlp_Tensor *t, void *managed, int versione
     t->dl.strides[i] = c.strides[i];
   }
   t->owner = owner;
-  if (shared) drop_export(managed, versioned); /* our export: its owner is shared now */
+  if (shared) drop_export(managed, versioned); /* our export: its reference is t's now */
   else dlp_gc_account(L, c.nbytes);            /* memory new to this state */
 }
 
@@ -357,6 +352,21 @@ static int export_capsule(lua_State *L, int python_defaults, const char *what) {
 }
 
 static int l_to_dlpack(lua_State *L) {
+  dlp_Tensor *t;
+  /* The usual call, to_dlpack(t) of a live CPU tensor, skips the options' work (what
+   * export_capsule does for it, without its calls into the Lua API). */
+  if (lua_gettop(L) == 1 && (t = dlp_tensor_test(L, 1)) && t->owner && t->dl.device.device_type == kDLCPU &&
+      !t->owner->lua_owned) {
+    dlp_state_for_new(L, "a capsule");
+    void *managed = dlp_export_versioned(L, t, 0, "dlpack.to_dlpack");
+    void *capsule = dlp_capsule_new(managed, 1, dlp_capsule_holder(L));
+    if (!capsule) {
+      dlp_managed_delete(managed, 1);
+      return luaL_error(L, "dlpack.to_dlpack: too many unconsumed capsules");
+    }
+    lua_pushlightuserdata(L, capsule);
+    return 1;
+  }
   return export_capsule(L, 0, "dlpack.to_dlpack");
 }
 
@@ -438,6 +448,10 @@ static void import_from_producer(lua_State *L, int x, int copy, int stream, int 
 static int l_from_dlpack(lua_State *L) {
   dlp_Options o;
   int copied = 0;
+  if (lua_gettop(L) == 1 && lua_type(L, 1) == LUA_TLIGHTUSERDATA) { /* a capsule, no options: nothing more to do */
+    import_capsule(L, 1, NULL, FROM_DLPACK);
+    return 1;
+  }
   dlp_check_no_more(L, 3, FROM_DLPACK, "a capsule or a producer, and an options table");
   luaL_checkany(L, 1);
   dlp_read_options(L, 2, DLP_OPT_DEVICE | DLP_OPT_COPY | DLP_OPT_STREAM, &o);
