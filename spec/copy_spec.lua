@@ -500,6 +500,25 @@ describe("tobytes", function()
     assert.are.equal(string.pack("=i4i4", 4, 6), t:slice(2, 1, 3, 2)[2]:tobytes())
   end)
 
+  -- strided tensors are gathered on the C stack (up to 1 KiB), in a block of their own, or (Lua 5.5,
+  -- beyond 1 KiB) in the string's own memory
+  it("gives the row-major bytes of transposes of every size", function()
+    for _, case in ipairs({{"uint8", "=I1", 256}, {"int32", "=i4"}, {"int64", "=i8"}}) do
+      local dtype, format, wrap = case[1], case[2], case[3]
+      for _, size in ipairs({{4, 4}, {16, 16}, {16, 17}, {8, 33}, {33, 40}, {300, 301}}) do
+        local n, m = size[1], size[2]
+        local values = dlpack.arange(0, n * m, "int64")
+        if wrap then values = values % wrap end
+        local t = values:to(dtype):reshape({n, m}):transpose(1, 2)
+        local want = {}
+        for j = 0, m - 1 do
+          for i = 0, n - 1 do want[#want + 1] = string.pack(format, (i * m + j) % (wrap or math.huge)) end
+        end
+        assert.are.equal(table.concat(want), t:tobytes(), dtype .. " " .. n .. "x" .. m)
+      end
+    end
+  end)
+
   it("gives the one element of a 0-d tensor and nothing for an empty one", function()
     assert.are.equal(string.pack("=d", 1.5), dlpack.tensor(1.5):tobytes())
     assert.are.equal("", dlpack.zeros({0, 3}):tobytes())

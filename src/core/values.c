@@ -133,6 +133,8 @@ static int l_totable(lua_State *L) {
   return 1;
 }
 
+#define SMALL_GATHER 1024 /* strided tensors of up to this many bytes are gathered on the C stack */
+
 static int l_tobytes(lua_State *L) {
   dlp_Tensor *t = dlp_tensor_check(L, 1);
   dlp_check_host(L, t, "tobytes");
@@ -145,6 +147,18 @@ static int l_tobytes(lua_State *L) {
   size_t bytes = (size_t)nbytes;
   if (dlp_is_contiguous(held)) {
     lua_pushlstring(L, n ? dlp_first_element(held) : "", bytes);
+  } else if (bytes <= SMALL_GATHER) {
+    _Alignas(64) char small[SMALL_GATHER];
+    dlp_gather(small, held);
+    lua_pushlstring(L, small, bytes);
+#if LUA_VERSION_NUM >= 505
+  } else if (bytes > LUAL_BUFFERSIZE) {
+    /* Lua 5.5 makes a buffer's block this large the string itself (an external string): the
+     * bytes are gathered once, where the string will live */
+    luaL_Buffer b;
+    dlp_gather(luaL_buffinitsize(L, &b, bytes), held);
+    luaL_pushresultsize(&b, bytes);
+#endif
   } else {
     /* gathered into a scratch block that a private tensor holds (so that an error cannot leak
      * it) and that is freed at once: the collector never sees it (packed tensors are contiguous) */
