@@ -512,7 +512,7 @@ describe("tobytes", function()
         local t = values:to(dtype):reshape({n, m}):transpose(1, 2)
         local want = {}
         for j = 0, m - 1 do
-          for i = 0, n - 1 do want[#want + 1] = string.pack(format, (i * m + j) % (wrap or math.huge)) end
+          for i = 0, n - 1 do want[#want + 1] = string.pack(format, wrap and (i * m + j) % wrap or i * m + j) end
         end
         assert.are.equal(table.concat(want), t:tobytes(), dtype .. " " .. n .. "x" .. m)
       end
