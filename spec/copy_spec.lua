@@ -519,6 +519,21 @@ describe("tobytes", function()
     end
   end)
 
+  it("runs no collector the script stopped (Lua 5.5's buffers take a collector step)", function()
+    if _VERSION == "Lua 5.1" then return pending("tables have no __gc in Lua 5.1 and LuaJIT") end
+    local t = dlpack.zeros({64, 64}, "float32"):transpose(1, 2)
+    collectgarbage()
+    collectgarbage("stop")
+    local ran = 0
+    for _ = 1, 50 do setmetatable({}, {__gc = function() ran = ran + 1 end}) end
+    for _ = 1, 500 do local _ = t:tobytes() end
+    local seen = ran
+    collectgarbage("restart")
+    collectgarbage()
+    assert.are.equal(0, seen)
+    assert.are.equal(50, ran)
+  end)
+
   it("gives the one element of a 0-d tensor and nothing for an empty one", function()
     assert.are.equal(string.pack("=d", 1.5), dlpack.tensor(1.5):tobytes())
     assert.are.equal("", dlpack.zeros({0, 3}):tobytes())

@@ -152,9 +152,10 @@ static int l_tobytes(lua_State *L) {
     dlp_gather(small, held);
     lua_pushlstring(L, small, bytes);
 #if LUA_VERSION_NUM >= 505
-  } else if (bytes > LUAL_BUFFERSIZE) {
+  } else if (bytes > LUAL_BUFFERSIZE && dlp_gc_runs_normally(L)) {
     /* Lua 5.5 makes a buffer's block this large the string itself (an external string): the
-     * bytes are gathered once, where the string will live */
+     * bytes are gathered once, where the string will live. Its luaL_pushresult takes a collector
+     * step, which would run a collector the script stopped: then the block below serves. */
     luaL_Buffer b;
     dlp_gather(luaL_buffinitsize(L, &b, bytes), held);
     luaL_pushresultsize(&b, bytes);
