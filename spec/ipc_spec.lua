@@ -764,7 +764,12 @@ describe("dlpack.ipc round trips", function()
       counts() -- and what counting allocates (ASan's allocator maps a region per size class, once)
       local before = counts()
       for i = 1, support.trials(3000) do round(i) end
-      assert.are.same(before, counts())
+      -- this process's mappings may shrink (the C allocator trims its heap, a freed block is
+      -- unmapped) but never grow; descriptors and the child's mappings stay as they were
+      local after = counts()
+      assert.is_true(after[1] <= before[1], "mappings grew from " .. before[1] .. " to " .. after[1])
+      after[1] = before[1]
+      assert.are.same(before, after)
     end)
     if jit then jit.on() end
     assert(ok, err)
