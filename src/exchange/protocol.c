@@ -319,11 +319,22 @@ static dlp_Tensor *prepare_export(lua_State *L, dlp_Tensor *t, const dlp_Options
   return t;
 }
 
+/* A capsule for the export, pushed; the export goes back to its deleter if there is none. */
+static int push_capsule(lua_State *L, void *managed, int versioned, const char *what) {
+  void *capsule = dlp_capsule_new(managed, versioned, dlp_capsule_holder(L));
+  if (!capsule) {
+    dlp_managed_delete(managed, versioned);
+    return luaL_error(L, "%s: too many unconsumed capsules", what);
+  }
+  lua_pushlightuserdata(L, capsule);
+  return 1;
+}
+
 /* python_defaults: an absent max_version asks for a legacy capsule (Python's __dlpack__). */
 static int export_capsule(lua_State *L, int python_defaults, const char *what) {
   dlp_Options o;
   int copied;
-  void *managed, *capsule;
+  void *managed;
   dlp_check_no_more(L, 3, what, "a tensor and an options table");
   dlp_Tensor *t = dlp_tensor_check(L, 1);
   dlp_read_options(L, 2, DLP_OPT_DEVICE | DLP_OPT_COPY | DLP_OPT_STREAM | DLP_OPT_MAX_VERSION, &o);
@@ -342,13 +353,7 @@ static int export_capsule(lua_State *L, int python_defaults, const char *what) {
     if (legacy) ((ExportLegacy *)((DLManagedTensor *)managed)->manager_ctx)->after = after;
     else ((ExportVersioned *)((DLManagedTensorVersioned *)managed)->manager_ctx)->after = after;
   }
-  capsule = dlp_capsule_new(managed, !legacy, dlp_capsule_holder(L));
-  if (!capsule) {
-    dlp_managed_delete(managed, !legacy);
-    return luaL_error(L, "%s: too many unconsumed capsules", what);
-  }
-  lua_pushlightuserdata(L, capsule);
-  return 1;
+  return push_capsule(L, managed, !legacy, what);
 }
 
 static int l_to_dlpack(lua_State *L) {
@@ -358,14 +363,7 @@ static int l_to_dlpack(lua_State *L) {
   if (lua_gettop(L) == 1 && (t = dlp_tensor_test(L, 1)) && t->owner && t->dl.device.device_type == kDLCPU &&
       !t->owner->lua_owned) {
     dlp_state_for_new(L, "a capsule");
-    void *managed = dlp_export_versioned(L, t, 0, "dlpack.to_dlpack");
-    void *capsule = dlp_capsule_new(managed, 1, dlp_capsule_holder(L));
-    if (!capsule) {
-      dlp_managed_delete(managed, 1);
-      return luaL_error(L, "dlpack.to_dlpack: too many unconsumed capsules");
-    }
-    lua_pushlightuserdata(L, capsule);
-    return 1;
+    return push_capsule(L, dlp_export_versioned(L, t, 0, "dlpack.to_dlpack"), 1, "dlpack.to_dlpack");
   }
   return export_capsule(L, 0, "dlpack.to_dlpack");
 }
