@@ -287,6 +287,15 @@ describe("sizes at the int64 edge make no signed overflow (UBSan runs this too)"
     assert.are.equal(2 ^ 40 * 4, dlpack.zeros({1}):expand({2 ^ 40}).nbytes)
   end)
 
+  it("names tobytes when memory for the bytes of a view runs out", function()
+    -- 2^47 float64 on one: a petabyte, more than any address space holds, and not contiguous
+    -- (Lua 5.5 gathers it into a block of its own allocator, earlier Luas into a scratch block)
+    raises(function() return dlpack.zeros({1}, "float64"):expand({2 ^ 47}):tobytes() end,
+           "tobytes: not enough memory for 1125899906842624 bytes")
+    raises(function() return dlpack.zeros({1}, "uint8"):expand({2 ^ 50}):tobytes() end,
+           "tobytes: not enough memory for 1125899906842624 bytes")
+  end)
+
   it("refuses to turn an empty tensor with 2^63 - 1 rows into tables", function()
     raises(function() dlpack.empty({MAXINT, 0}):totable() end, "more than a lua table holds")
     raises(function() empty:transpose(1, 2):totable() end, "more than a lua table holds")

@@ -20,7 +20,7 @@ fi
 # Any error is fatal and makes the run fail: ASan aborts at the first report,
 # UBSan halts (the module is also built with -fno-sanitize-recover=all), LSan
 # fails the exit status. spec/lsan.supp may only name the interpreter's frames.
-export ASAN_OPTIONS="halt_on_error=1:abort_on_error=0:exitcode=86:detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1:strict_string_checks=1"
+export ASAN_OPTIONS="halt_on_error=1:allocator_may_return_null=1:abort_on_error=0:exitcode=86:detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1:strict_string_checks=1"
 export LSAN_OPTIONS="exitcode=87:suppressions=$ROOT/spec/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:exitcode=88"
 export LUA_CPATH="$ROOT/build/asan/?.so;;"

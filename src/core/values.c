@@ -152,13 +152,19 @@ static int l_tobytes(lua_State *L) {
     dlp_gather(small, held);
     lua_pushlstring(L, small, bytes);
 #if LUA_VERSION_NUM >= 505
-  } else if (bytes > LUAL_BUFFERSIZE && dlp_gc_runs_normally(L)) {
-    /* Lua 5.5 makes a buffer's block this large the string itself (an external string): the
-     * bytes are gathered once, where the string will live. Its luaL_pushresult takes a collector
-     * step, which would run a collector the script stopped: then the block below serves. */
-    luaL_Buffer b;
-    dlp_gather(luaL_buffinitsize(L, &b, bytes), held);
-    luaL_pushresultsize(&b, bytes);
+  } else if (dlp_gc_runs_normally(L)) {
+    /* Lua 5.5 takes a block from the state's allocator as a string's own (an external string):
+     * the bytes are gathered once, where the string will live. The collector does not count
+     * such a block: a step tells it of the bytes, as luaL_pushresult does. That step would run a
+     * collector the script stopped: then the block below serves. */
+    void *ud;
+    lua_Alloc alloc = lua_getallocf(L, &ud);
+    char *block = alloc(ud, NULL, LUA_TSTRING, bytes + 1);
+    if (!block) return luaL_error(L, "tobytes: not enough memory for %I bytes", (lua_Integer)bytes);
+    dlp_gather(block, held);
+    block[bytes] = '\0';
+    lua_pushexternalstring(L, block, bytes, alloc, ud); /* on a memory error it frees the block */
+    lua_gc(L, LUA_GCSTEP, bytes);
 #endif
   } else {
     /* gathered into a scratch block that a private tensor holds (so that an error cannot leak
