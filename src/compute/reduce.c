@@ -367,8 +367,49 @@ static void fold_sum(int acc_dtype, char *a, int64_t as, const char *x, int64_t 
   }
 }
 
+/* n elements of x multiplied into one accumulator at a, one at a time, in a local: kept in
+ * memory, each product would wait for the store of the one before (and threads whose
+ * accumulators share a cache line would take it from each other at every element) */
+static void prod_into_one(int acc_dtype, char *a, const char *x, int64_t xs, int64_t n) {
+  switch (acc_dtype) {
+    case DLP_FLOAT32: {
+      float p = AT(float, a, 0, 0);
+      for (int64_t i = 0; i < n; i++) p *= ld_f32(x + i * xs);
+      AT(float, a, 0, 0) = p;
+      break;
+    }
+    case DLP_FLOAT64: {
+      double p = AT(double, a, 0, 0);
+      for (int64_t i = 0; i < n; i++) p *= ld_f64(x + i * xs);
+      AT(double, a, 0, 0) = p;
+      break;
+    }
+    case DLP_COMPLEX64: {
+      float re = AT(float, a, 0, 0), im = AT(float, a + 4, 0, 0);
+      for (int64_t i = 0; i < n; i++) dlp_cmul_f32(&re, &im, ld_f32(x + i * xs), ld_f32(x + i * xs + 4));
+      AT(float, a, 0, 0) = re, AT(float, a + 4, 0, 0) = im;
+      break;
+    }
+    case DLP_COMPLEX128: {
+      double re = AT(double, a, 0, 0), im = AT(double, a + 8, 0, 0);
+      for (int64_t i = 0; i < n; i++) dlp_cmul_f64(&re, &im, ld_f64(x + i * xs), ld_f64(x + i * xs + 8));
+      AT(double, a, 0, 0) = re, AT(double, a + 8, 0, 0) = im;
+      break;
+    }
+    default: {
+      uint64_t p = AT(uint64_t, a, 0, 0);
+      for (int64_t i = 0; i < n; i++) p *= ld_u64(x + i * xs);
+      AT(uint64_t, a, 0, 0) = p;
+    }
+  }
+}
+
 /* n elements of x multiplied into the accumulators at a, one at a time */
 static void prod_run(int acc_dtype, char *a, int64_t as, const char *x, int64_t xs, int64_t n) {
+  if (as == 0) {
+    prod_into_one(acc_dtype, a, x, xs, n);
+    return;
+  }
   for (int64_t i = 0; i < n; i++) {
     const char *p = x + i * xs;
     char *q = a + i * as;
