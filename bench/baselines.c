@@ -7,6 +7,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -279,6 +280,46 @@ static int b_sum_f32(lua_State *L) {
   return 1;
 }
 
+/* sum_f32_threads(a, n, threads) -> the sum of the last repeat: pairwise sums of `threads`
+ * equal parts on as many threads (started for each repeat), added in order. What a second
+ * core brings to a loop that reads memory, on this machine: the bound of the module's rows. */
+typedef struct SumPart {
+  pthread_t thread;
+  const float *a;
+  int64_t n;
+  float sum;
+} SumPart;
+
+static void *sum_part(void *arg) {
+  SumPart *p = arg;
+  p->sum = pairwise_f32(p->a, p->n);
+  return NULL;
+}
+
+static int b_sum_f32_threads(lua_State *L) {
+  int64_t len;
+  const float *a = (const float *)data_of(L, 1, &len);
+  lua_Integer threads = luaL_checkinteger(L, 3);
+  SumPart parts[8];
+  float s = 0.0f;
+  luaL_argcheck(L, threads >= 1 && threads <= 8, 3, "1 to 8 threads");
+  for (lua_Integer k = luaL_checkinteger(L, 2); k > 0; k--) {
+    for (int i = 0; i < threads; i++) {
+      int64_t lo = len * i / threads, hi = len * (i + 1) / threads;
+      parts[i].a = a + lo;
+      parts[i].n = hi - lo;
+      if (pthread_create(&parts[i].thread, NULL, sum_part, &parts[i]) != 0) return luaL_error(L, "pthread_create failed");
+    }
+    s = 0.0f;
+    for (int i = 0; i < threads; i++) {
+      pthread_join(parts[i].thread, NULL);
+      s += parts[i].sum;
+    }
+  }
+  lua_pushnumber(L, (lua_Number)s);
+  return 1;
+}
+
 /* normalize_frame(out, frame, mean, std, n): out (C x H x W float32, contiguous) =
  * (frame (H x W x C uint8, contiguous) / 255 - mean[c]) / std[c]; mean, std float32 {C} */
 static int b_normalize_frame(lua_State *L) {
@@ -468,7 +509,7 @@ int luaopen_bench_baselines(lua_State *L) {
     {"f64_to_f32", b_f64_to_f32}, {"i32_to_f64", b_i32_to_f64}, {"f32_to_f16", b_f32_to_f16},
     {"f16_to_f32", b_f16_to_f32},
     {"f32_to_bf16", b_f32_to_bf16}, {"transpose", b_transpose}, {"permute3", b_permute3}, {"now", b_now},
-    {"add_f32", b_add_f32}, {"sum_f32", b_sum_f32}, {"normalize_frame", b_normalize_frame},
+    {"add_f32", b_add_f32}, {"sum_f32", b_sum_f32}, {"sum_f32_threads", b_sum_f32_threads}, {"normalize_frame", b_normalize_frame},
     {"bytes_out_in", b_bytes_out_in}, {"bytes_in_out", b_bytes_in_out},
 #ifndef _WIN32
     {"gemm", b_gemm},
