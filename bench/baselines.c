@@ -308,7 +308,10 @@ static int b_sum_f32_threads(lua_State *L) {
       int64_t lo = len * i / threads, hi = len * (i + 1) / threads;
       parts[i].a = a + lo;
       parts[i].n = hi - lo;
-      if (pthread_create(&parts[i].thread, NULL, sum_part, &parts[i]) != 0) return luaL_error(L, "pthread_create failed");
+      if (pthread_create(&parts[i].thread, NULL, sum_part, &parts[i]) != 0) {
+        while (i-- > 0) pthread_join(parts[i].thread, NULL); /* they write into parts[] */
+        return luaL_error(L, "pthread_create failed");
+      }
     }
     s = 0.0f;
     for (int i = 0; i < threads; i++) {

@@ -463,7 +463,7 @@ why = lacks("add", "sum", "max", "argmin", "prod", "set_num_threads")
 if why then
   skip_row("add, sum, max, argmin, prod float32 16M on 2 threads", why)
 elseif wanted("add_f32_2threads") or wanted("sum_f32_2threads") or wanted("max_f32_2threads") or
-    wanted("argmin_f32_2threads") or wanted("prod_f32_2threads") then
+    wanted("argmin_f32_2threads") or wanted("prod_f32_2threads") or wanted("c_sum_f32_2threads") then
   -- the same operation on 2 threads of the module's pool against 1 (docs/api.md, "Threads"): the
   -- ratio says what the second core brings (a machine busy with other work brings less)
   local M16 = 16 * 1024 * 1024
@@ -494,7 +494,7 @@ elseif wanted("add_f32_2threads") or wanted("sum_f32_2threads") or wanted("max_f
       "the same on 1 thread")
   -- the bound of the rows above on this machine: what a second core brings to a C loop reading
   -- the same memory (where it is above 0.6, the memory, not the module, misses the goal)
-  row("sum_f32_2threads", "  C pairwise sum float32 16M, 2 threads", nil,
+  row("c_sum_f32_2threads", "  C pairwise sum float32 16M, 2 threads", nil,
       function(n) base.sum_f32_threads(x16, n, 2) end, function(n) base.sum_f32_threads(x16, n, 1) end,
       "the same on 1 thread")
 end
