@@ -297,8 +297,23 @@ static void check_integer(lua_State *L, int idx, int dtype, const char *what, dl
   }
 }
 
+#if DLP_LUA_INTEGERS
+#define IS_LUA_INTEGER(L, idx) lua_isinteger((L), (idx))
+#else
+#define IS_LUA_INTEGER(L, idx) 0
+#endif
+
 void dlp_check_element(lua_State *L, int idx, int dtype, void *out, const char *what) {
   dlp_Scalar s;
+  /* the elements most written, stored at once with the one rounding dlp_store makes: a number
+   * into float64, a float into float32 (an integer reaches float32 rounded to odd first) */
+  if (lua_type(L, idx) == LUA_TNUMBER && (dtype == DLP_FLOAT64 || (dtype == DLP_FLOAT32 && !IS_LUA_INTEGER(L, idx)))) {
+    double d = (double)lua_tonumber(L, idx);
+    float f = (float)d;
+    if (dtype == DLP_FLOAT64) memcpy(out, &d, sizeof d);
+    else memcpy(out, &f, sizeof f);
+    return;
+  }
   const char *name = dlp_dtypes[dtype].name;
   dlp_check_access(L, dtype);
   s.im = 0;

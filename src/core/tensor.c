@@ -685,28 +685,6 @@ static char *fast_element(lua_State *L, const dlp_Tensor *t) {
   return dlp_offset(dlp_first_element(t), (i - 1) * t->dl.strides[0] * (int64_t)dlp_dtypes[t->dtype].itemsize);
 }
 
-/* The value at 3 into the element at p of a tensor of dtype: a number into float64, or a float
- * into float32, directly (the one rounding dlp_check_element would make); the rest through it. */
-static void store_element(lua_State *L, int dtype, char *p) {
-  if (lua_type(L, 3) == LUA_TNUMBER) {
-    if (dtype == DLP_FLOAT64) {
-      double v = (double)lua_tonumber(L, 3);
-      memcpy(p, &v, sizeof v);
-      return;
-    }
-#if DLP_LUA_INTEGERS
-    if (dtype == DLP_FLOAT32 && !lua_isinteger(L, 3)) { /* an integer is rounded to odd first (dlp_store) */
-#else
-    if (dtype == DLP_FLOAT32) {
-#endif
-      float v = (float)lua_tonumber(L, 3);
-      memcpy(p, &v, sizeof v);
-      return;
-    }
-  }
-  dlp_check_element(L, 3, dtype, p, "assignment");
-}
-
 /* t[i] (0-based, in range) of a live tensor at 1 with dimensions: an element of a 1-d tensor, a
  * view of a row of an n-d one; pushed. */
 static int push_item(lua_State *L, const dlp_Tensor *t, int64_t i, const char *what) {
@@ -820,7 +798,7 @@ static int l_newindex(lua_State *L) {
   dlp_Tensor *t = self_of(L);
   char *p;
   if (lua_type(L, 2) == LUA_TNUMBER && !(t->flags & DLP_FLAG_READ_ONLY) && (p = fast_element(L, t))) {
-    store_element(L, t->dtype, p); /* runs no Lua code */
+    dlp_check_element(L, 3, t->dtype, p, "assignment"); /* runs no Lua code */
     return 0;
   }
   if (!t->owner) return luaL_argerror(L, 1, "tensor was released");
