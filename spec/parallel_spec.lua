@@ -176,6 +176,64 @@ describe("threads", function()
     end
   end)
 
+  it("min and max over outer dims join parts of rows: NaN, ties and signed zeros across the parts", function()
+    dlpack.manual_seed(17)
+    local ties = dlpack.randint(0, 3, {3001, 257}, "int32") -- equal values in every part: the first wins
+    local f = dlpack.randn({2999, 301}, "float32")
+    for c = 1, 301, 7 do f:set(2000 + c, c, 0 / 0) end -- a NaN in a late part
+    for c = 1, 301, 11 do -- two NaNs: the first
+      f:set(1500, c, 0 / 0)
+      f:set(2900, c, -(0 / 0))
+    end
+    local z = dlpack.zeros({2500, 100}, "float64")
+    for c = 1, 100 do z:set(2400, c, -0.0) end -- a later zero of the other sign: the first stays
+    local three = dlpack.randn({60, 50, 130}, "float64") -- two reduced dims: positions among both
+    local h = dlpack.randn({1500, 200}, "float16") -- converted into the accumulator first
+    same_on_all_counts(function()
+      local v1, i1 = dlpack.max(ties, 1)
+      local v2, i2 = dlpack.min(ties, 1)
+      local v3, i3 = dlpack.max(f, 1)
+      local v4, i4 = dlpack.min(f, 1)
+      local v5, i5 = dlpack.max(z, 1)
+      local v6, i6 = dlpack.max(three, {1, 2})
+      local v7, i7 = dlpack.min(h, 1)
+      return {v1, i1, v2, i2, v3, i3, v4, i4, v5, i5, v6, i6, v7, i7, dlpack.argmin(three, {1, 2})}
+    end)
+    -- and the answers are right (one element at a time here), on several threads
+    dlpack.set_num_threads(3)
+    local v1, i1 = dlpack.max(ties, 1)
+    local _, i3 = dlpack.max(f, 1)
+    local v5, i5 = dlpack.max(z, 1)
+    local v6, i6 = dlpack.max(three, {1, 2})
+    dlpack.set_num_threads(default)
+    for c = 1, 257 do
+      local best, at = ties:get(1, c), 1
+      for r = 2, 3001 do
+        local x = ties:get(r, c)
+        if x > best then best, at = x, r end
+      end
+      assert.are.equal(best, v1[c])
+      assert.are.equal(at, i1[c])
+    end
+    for c = 1, 301 do
+      local nan_at = c % 11 == 1 and 1500 or c % 7 == 1 and 2000 + c or nil
+      if nan_at then assert.are.equal(nan_at, i3[c]) end
+    end
+    for c = 1, 100 do
+      assert.are.equal(1, i5[c])
+      assert.are.equal(1 / 0, 1 / v5[c]) -- +0
+    end
+    for c = 1, 130, 13 do
+      local best, at = -1 / 0, 0
+      for p = 1, 3000 do
+        local x = three:get(math.floor((p - 1) / 50) + 1, (p - 1) % 50 + 1, c)
+        if x > best then best, at = x, p end
+      end
+      assert.are.equal(best, v6[c])
+      assert.are.equal(at, i6[c])
+    end
+  end)
+
   it("a long product multiplies fixed parts (from its length only): one thread's value on any number", function()
     local n = 2 ^ 20 + 7 -- 16 parts of 65536 elements (the last 7 shorter)
     local x = dlpack.add(dlpack.mul(dlpack.rand({n}, "float64"), 2 ^ -10), 1 - 2 ^ -11)

@@ -413,6 +413,9 @@ void dlp_check_no_more(lua_State *L, int first, const char *what, const char *ho
 typedef void (*dlp_TaskFn)(void *ctx, int64_t i);
 void dlp_parallel_for(int64_t n_tasks, dlp_TaskFn task, void *ctx);
 int dlp_parallel_enabled(void);
+/* How many threads the pool now runs a job on (the caller among them); 0 under a host's job
+ * system, whose width the module does not know. Only for splits whose results cannot depend on it. */
+int dlp_parallel_width(void);
 void dlp_threads_register(lua_State *L, int module); /* dlpack.set_num_threads, get_num_threads */
 
 /* ---- iter.c: one walk over the elements of several operands (the computing functions') ----

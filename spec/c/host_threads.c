@@ -36,8 +36,9 @@ static void check(int ok, const char *what) {
 }
 
 /* Large operations whose results depend on how work is split if anything does: elementwise with
- * broadcasting and strides, whole and per-dimension float sums, means and variances. The chunk
- * returns all results as one string. */
+ * broadcasting and strides, whole and per-dimension float sums, means and variances; and max and
+ * argmin over outer dims, whose parts of rows are joined (a job system's width is not known: they
+ * split into a fixed number of parts there). The chunk returns all results as one string. */
 static const char *const WORK =
     "local dlpack = require 'dlpack'\n"
     "local threads = ...\n"
@@ -47,7 +48,9 @@ static const char *const WORK =
     "local b = dlpack.randn({1031}, 'float32')\n"
     "local y = dlpack.randn({1000003}, 'float64')\n"
     "local rows = dlpack.randn({517 * 89, 3}, 'float32')\n"
+    "local top, at = dlpack.max(a, 1)\n"
     "return table.concat({\n"
+    "  top:tobytes(), at:tobytes(), dlpack.argmin(a.T, 2):tobytes(),\n"
     "  dlpack.add(a, b):tobytes(), dlpack.exp(a.T):tobytes(),\n"
     "  dlpack.add(rows, dlpack.tensor({1, 2, 3}, 'float32')):tobytes(),\n"
     "  string.format('%.17g %.17g %.17g', dlpack.sum(a), dlpack.sum(y), dlpack.var(y)),\n"

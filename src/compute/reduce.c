@@ -18,6 +18,7 @@
  * the value itself, mean unchanged and var's squared deviations counted that many times. So a
  * reduction over an expanded dimension of 2^62 elements costs nothing. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "compute/cuda/args.h"
@@ -87,6 +88,7 @@ typedef int32_t v4i __attribute__((vector_size(16)));
 typedef int64_t v2l __attribute__((vector_size(16)));
 #if defined(__x86_64__) || defined(__i386__)
 #define HAVE_AVX2_VARIANT 1
+#include <immintrin.h>
 typedef float v8f __attribute__((vector_size(32)));
 typedef double v4d __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
@@ -643,66 +645,73 @@ DEFINE_HIT_FLOAT(hit_o_f64_min, double, ld_f64, <)
  * through the loop). Float32 and float64 with AVX2 or AVX-512; the others none. */
 #define NO_COLS(vp, ip, x, n, pos) 0
 #if defined(HAVE_AVX2_VARIANT)
-#define DEFINE_COLS_F32(name, ATTR, V, M, H, W, lanes, CMP)                                      \
-  ATTR static inline int name##_any(M m) {                                                   \
-    H half[2];                                                                               \
-    memcpy(half, &m, sizeof(M));                                                             \
-    half[0] |= half[1];                                                                      \
-    int32_t lane[lanes / 2];                                                                 \
-    memcpy(lane, &half[0], sizeof(H));                                                       \
-    int32_t any = 0;                                                                         \
-    for (int k = 0; k < lanes / 2; k++) any |= lane[k];                                      \
-    return any != 0;                                                                         \
-  }                                                                                          \
-  ATTR static int64_t name(char *vp, char *ip, const char *x, int64_t n, int64_t pos) {        \
-    W at;                                                                                    \
-    for (int k = 0; k < lanes / 2; k++) at[k] = pos;                                         \
-    int64_t j = 0;                                                                           \
-    for (; j + lanes <= n; j += lanes) {                                                     \
-      V v, b;                                                                                \
-      H half[2];                                                                             \
-      memcpy(&v, x + j * 4, sizeof(V));                                                      \
-      memcpy(&b, vp + j * 4, sizeof(V));                                                     \
-      M take = (v CMP b) | ((v != v) & (b == b)), r = ((M)v & take) | ((M)b & ~take);        \
-      memcpy(vp + j * 4, &r, sizeof(V));                                                     \
-      if (!name##_any(take)) continue; /* most rows past the first few change nothing */      \
-      memcpy(half, &take, sizeof(M));                                                        \
-      for (int h = 0; h < 2; h++) {                                                          \
-        W wide = __builtin_convertvector(half[h], W), old;                                   \
-        char *p = ip + (j + h * (lanes / 2)) * 8;                                            \
-        memcpy(&old, p, sizeof(W));                                                          \
-        old = (old & ~wide) | (at & wide);                                                   \
-        memcpy(p, &old, sizeof(W));                                                          \
-      }                                                                                      \
-    }                                                                                        \
-    return j;                                                                                \
+/* AVX2: the compare's lanes to a bit mask (movemask), so that a row that changes nothing (most
+ * rows past the first few) stores nothing; the lanes that do are blended in, values and positions. */
+#define DEFINE_COLS_F32_AVX2(name, CMP)                                                          \
+  AVX2 static int64_t name(char *vp, char *ip, const char *x, int64_t n, int64_t pos) {          \
+    __m256i at = _mm256_set1_epi64x(pos);                                                        \
+    int64_t j = 0;                                                                               \
+    for (; j + 8 <= n; j += 8) {                                                                 \
+      __m256 v = _mm256_loadu_ps((const void *)(x + j * 4)), b = _mm256_loadu_ps((const void *)(vp + j * 4)); \
+      __m256 take = _mm256_or_ps(_mm256_cmp_ps(v, b, CMP),                                       \
+                                 _mm256_and_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q), _mm256_cmp_ps(b, b, _CMP_ORD_Q))); \
+      if (!_mm256_movemask_ps(take)) continue;                                                   \
+      _mm256_storeu_ps((void *)(vp + j * 4), _mm256_blendv_ps(b, v, take));                      \
+      __m256i low = _mm256_cvtepi32_epi64(_mm_castps_si128(_mm256_castps256_ps128(take)));        \
+      __m256i high = _mm256_cvtepi32_epi64(_mm_castps_si128(_mm256_extractf128_ps(take, 1)));     \
+      void *p = ip + j * 8, *q = ip + (j + 4) * 8;                                               \
+      _mm256_storeu_si256(p, _mm256_blendv_epi8(_mm256_loadu_si256(p), at, low));                \
+      _mm256_storeu_si256(q, _mm256_blendv_epi8(_mm256_loadu_si256(q), at, high));               \
+    }                                                                                            \
+    return j;                                                                                    \
   }
-#define DEFINE_COLS_F64(name, ATTR, V, M, lanes, CMP)                                            \
-  ATTR static int64_t name(char *vp, char *ip, const char *x, int64_t n, int64_t pos) {        \
-    M at;                                                                                    \
-    for (int k = 0; k < lanes; k++) at[k] = pos;                                             \
-    int64_t j = 0;                                                                           \
-    for (; j + lanes <= n; j += lanes) {                                                     \
-      V v, b;                                                                                \
-      M old;                                                                                 \
-      memcpy(&v, x + j * 8, sizeof(V));                                                      \
-      memcpy(&b, vp + j * 8, sizeof(V));                                                     \
-      memcpy(&old, ip + j * 8, sizeof(M));                                                   \
-      M take = (v CMP b) | ((v != v) & (b == b)), r = ((M)v & take) | ((M)b & ~take);        \
-      old = (old & ~take) | (at & take);                                                     \
-      memcpy(vp + j * 8, &r, sizeof(V));                                                     \
-      memcpy(ip + j * 8, &old, sizeof(M));                                                   \
-    }                                                                                        \
-    return j;                                                                                \
+#define DEFINE_COLS_F64_AVX2(name, CMP)                                                          \
+  AVX2 static int64_t name(char *vp, char *ip, const char *x, int64_t n, int64_t pos) {          \
+    __m256i at = _mm256_set1_epi64x(pos);                                                        \
+    int64_t j = 0;                                                                               \
+    for (; j + 4 <= n; j += 4) {                                                                 \
+      __m256d v = _mm256_loadu_pd((const void *)(x + j * 8)), b = _mm256_loadu_pd((const void *)(vp + j * 8)); \
+      __m256d take = _mm256_or_pd(_mm256_cmp_pd(v, b, CMP),                                      \
+                                  _mm256_and_pd(_mm256_cmp_pd(v, v, _CMP_UNORD_Q), _mm256_cmp_pd(b, b, _CMP_ORD_Q))); \
+      if (!_mm256_movemask_pd(take)) continue;                                                   \
+      _mm256_storeu_pd((void *)(vp + j * 8), _mm256_blendv_pd(b, v, take));                      \
+      void *p = ip + j * 8;                                                                      \
+      _mm256_storeu_si256(p, _mm256_blendv_epi8(_mm256_loadu_si256(p), at, _mm256_castpd_si256(take))); \
+    }                                                                                            \
+    return j;                                                                                    \
   }
-DEFINE_COLS_F32(cols_o_f32_max_avx2, AVX2, v8f, v8i, v4i, v4l, 8, >)
-DEFINE_COLS_F32(cols_o_f32_min_avx2, AVX2, v8f, v8i, v4i, v4l, 8, <)
-DEFINE_COLS_F64(cols_o_f64_max_avx2, AVX2, v4d, v4l, 4, >)
-DEFINE_COLS_F64(cols_o_f64_min_avx2, AVX2, v4d, v4l, 4, <)
-DEFINE_COLS_F32(cols_o_f32_max_avx512, AVX512, v16f, v16i, v8i, v8l, 16, >)
-DEFINE_COLS_F32(cols_o_f32_min_avx512, AVX512, v16f, v16i, v8i, v8l, 16, <)
-DEFINE_COLS_F64(cols_o_f64_max_avx512, AVX512, v8d, v8l, 8, >)
-DEFINE_COLS_F64(cols_o_f64_min_avx512, AVX512, v8d, v8l, 8, <)
+DEFINE_COLS_F32_AVX2(cols_o_f32_max_avx2, _CMP_GT_OQ)
+DEFINE_COLS_F32_AVX2(cols_o_f32_min_avx2, _CMP_LT_OQ)
+DEFINE_COLS_F64_AVX2(cols_o_f64_max_avx2, _CMP_GT_OQ)
+DEFINE_COLS_F64_AVX2(cols_o_f64_min_avx2, _CMP_LT_OQ)
+#undef DEFINE_COLS_F32_AVX2
+#undef DEFINE_COLS_F64_AVX2
+/* AVX-512's compares give a mask: the lanes to take are known without reducing a vector, and
+ * only their values and positions are stored (a row that changes nothing stores nothing). */
+#define DEFINE_COLS_AVX512(name, V, lanes, loadu, cmp_mask, mask_storeu, CMP)                    \
+  AVX512 static int64_t name(char *vp, char *ip, const char *x, int64_t n, int64_t pos) {          \
+    const int size = 64 / lanes;                                                                 \
+    __m512i at = _mm512_set1_epi64(pos);                                                         \
+    int64_t j = 0;                                                                               \
+    for (; j + lanes <= n; j += lanes) {                                                         \
+      V v = loadu((const void *)(x + j * size)), b = loadu((const void *)(vp + j * size));        \
+      unsigned take = cmp_mask(v, b, CMP) | (cmp_mask(v, v, _CMP_UNORD_Q) & cmp_mask(b, b, _CMP_ORD_Q)); \
+      if (!take) continue; /* most rows past the first few */                                 \
+      mask_storeu((void *)(vp + j * size), take, v);                                            \
+      for (int h = 0; h < lanes / 8; h++)                                                        \
+        _mm512_mask_storeu_epi64((void *)(ip + (j + 8 * h) * 8), (__mmask8)(take >> (8 * h)), at); \
+    }                                                                                            \
+    return j;                                                                                    \
+  }
+DEFINE_COLS_AVX512(cols_o_f32_max_avx512, __m512, 16, _mm512_loadu_ps, _mm512_cmp_ps_mask, _mm512_mask_storeu_ps,
+                   _CMP_GT_OQ)
+DEFINE_COLS_AVX512(cols_o_f32_min_avx512, __m512, 16, _mm512_loadu_ps, _mm512_cmp_ps_mask, _mm512_mask_storeu_ps,
+                   _CMP_LT_OQ)
+DEFINE_COLS_AVX512(cols_o_f64_max_avx512, __m512d, 8, _mm512_loadu_pd, _mm512_cmp_pd_mask, _mm512_mask_storeu_pd,
+                   _CMP_GT_OQ)
+DEFINE_COLS_AVX512(cols_o_f64_min_avx512, __m512d, 8, _mm512_loadu_pd, _mm512_cmp_pd_mask, _mm512_mask_storeu_pd,
+                   _CMP_LT_OQ)
+#undef DEFINE_COLS_AVX512
 #define COLS_DISPATCH(name)                                                                         \
   static int64_t name(char *vp, char *ip, const char *x, int64_t n, int64_t pos) {                 \
     return have_avx512() ? name##_avx512(vp, ip, x, n, pos) : have_avx2() ? name##_avx2(vp, ip, x, n, pos) : 0; \
@@ -712,8 +721,6 @@ COLS_DISPATCH(cols_o_f32_min)
 COLS_DISPATCH(cols_o_f64_max)
 COLS_DISPATCH(cols_o_f64_min)
 #undef COLS_DISPATCH
-#undef DEFINE_COLS_F32
-#undef DEFINE_COLS_F64
 #else
 #define cols_o_f32_max NO_COLS
 #define cols_o_f32_min NO_COLS
@@ -884,67 +891,121 @@ static void walk(const dlp_Iter *it, Walk *w) {
 /* The walk of min, max, argmin and argmax on several threads. The best of a run of elements
  * joined with the best of the run after it (the later wins only when it beats the earlier:
  * greater or less, or a NaN after none) is what one walk over both finds, value and position, so
- * any split gives one walk's result bit for bit. Several outputs: tasks of whole outputs along
- * the largest kept dimension (the cols loops count positions by the task's outputs). One output:
- * tasks of consecutive positions, each into a slot of its own (positions from the task's start),
- * the slots then joined in order by the cols loop. */
+ * any split gives one walk's result bit for bit. Three splits:
+ * - one output: tasks of consecutive positions, each into a slot of its own (positions from the
+ *   task's start), the slots then joined in order by the cols loop;
+ * - rows of at most ROWS_SPLIT_OUTPUTS outputs (the reduced dimensions outer): one task of
+ *   consecutive rows per thread, each into outputs of its own, joined in order the same way.
+ *   Split along the outputs instead, each task would read a part of every row: two cores reading
+ *   halves of the 4 KiB rows of a {4096, 1024} float32 max(1) took longer than one core reading
+ *   them whole; and 16 tasks of rows on 2 threads took twice as long as 2;
+ * - otherwise tasks of whole outputs along the largest kept dimension (the cols loops count
+ *   positions by the task's outputs). */
 #define ORDERED_PARTS 64
+#define ROWS_SPLIT_OUTPUTS 4096
+#define ROWS_PARTS 8 /* under a host's job system */
+enum { SPLIT_ONE_OUTPUT = -1, SPLIT_ROWS = -2 };
 typedef struct OrderedTasks {
   const dlp_Iter *it;
   const Walk *w;
-  int dim; /* the kept dimension split, or -1: the positions of the one output */
+  int dim; /* the kept dimension split, or SPLIT_ONE_OUTPUT or SPLIT_ROWS */
   int64_t chunk;
+  char *rows; /* SPLIT_ROWS: the outputs of tasks 1 on (task 0 writes the walk's), K values then K positions each */
   _Alignas(16) char value[ORDERED_PARTS][8]; /* the accumulators: real, at most 8 bytes */
   int64_t index[ORDERED_PARTS];
 } OrderedTasks;
 
+static char *rows_part(const OrderedTasks *t, int64_t i) {
+  return t->rows + (i - 1) * t->w->K * (t->w->acc_size + 8);
+}
+
 static void ordered_task(void *ctx, int64_t i) {
   OrderedTasks *t = ctx;
   Walk own = *t->w;
-  if (t->dim >= 0) {
-    int64_t lo = i * t->chunk, size = t->it->shape[t->dim], hi = size - lo < t->chunk ? size : lo + t->chunk;
-    own.K = t->w->K / size * (hi - lo);
-    dlp_iter_run_slice(t->it, t->dim, lo, hi, walk_loop, &own);
+  dlp_Iter part = *t->it;
+  if (t->dim == SPLIT_ONE_OUTPUT) {
+    int64_t start = i * t->chunk, end = t->it->numel - start < t->chunk ? t->it->numel : start + t->chunk;
+    part.data[0] = t->value[i];
+    part.data[1] = (char *)&t->index[i];
+    own.m = end - start;
+    dlp_iter_run_range(&part, start, end, walk_loop, &own);
+    t->index[i] += start;
     return;
   }
-  int64_t start = i * t->chunk, end = t->it->numel - start < t->chunk ? t->it->numel : start + t->chunk;
-  dlp_Iter part = *t->it;
-  part.data[0] = t->value[i];
-  part.data[1] = (char *)&t->index[i];
-  own.m = end - start;
-  dlp_iter_run_range(&part, start, end, walk_loop, &own);
-  t->index[i] += start;
+  int dim = t->dim == SPLIT_ROWS ? 0 : t->dim;
+  int64_t lo = i * t->chunk, size = t->it->shape[dim], hi = size - lo < t->chunk ? size : lo + t->chunk;
+  if (t->dim == SPLIT_ROWS && i > 0) {
+    part.data[0] = rows_part(t, i);
+    part.data[1] = rows_part(t, i) + t->w->K * t->w->acc_size;
+  } else if (t->dim != SPLIT_ROWS) {
+    own.K = t->w->K / size * (hi - lo);
+  }
+  dlp_iter_run_slice(&part, dim, lo, hi, walk_loop, &own);
+}
+
+/* The rows split's parts joined into the walk's outputs, in order: the cols loop marks the
+ * outputs a part beats with an impossible position, which then becomes the part's own. */
+static void join_rows(const OrderedTasks *t, int64_t tasks) {
+  const dlp_Iter *it = t->it;
+  const Walk *w = t->w;
+  int64_t K = w->K, per_row = it->numel / it->shape[0] / K; /* positions per index of dimension 0 */
+  char *acc = it->data[0];
+  int64_t *idx = (int64_t *)(void *)it->data[1];
+  for (int64_t i = 1; i < tasks; i++) {
+    char *values = rows_part(t, i);
+    const int64_t *positions = (const int64_t *)(void *)(values + K * w->acc_size);
+    w->cols(acc, w->acc_size, (char *)idx, 8, values, w->acc_size, K, INT64_MAX);
+    for (int64_t j = 0; j < K; j++)
+      if (idx[j] == INT64_MAX) idx[j] = positions[j] + i * t->chunk * per_row;
+  }
 }
 
 /* min, max, argmin or argmax over the walk `it` into its operands 0 (the values) and 1 (the
  * positions among the walked elements), as dlp_iter_run(it, walk_loop, w) from a fresh w (pos and
  * visited 0) gives them, on several threads when the walk is large. */
 static void ordered_walk(const dlp_Iter *it, Walk *w) {
-  int one_output = it->numel >= 2 * DLP_TASK_ELEMENTS && it->ndim > 0 && w->K == 1;
-  int dim = one_output ? -1 : split_dimension(it);
-  if ((!one_output && dim < 0) || !dlp_parallel_enabled()) {
-    dlp_iter_run(it, walk_loop, w);
-    return;
-  }
+  int large = it->numel >= 2 * DLP_TASK_ELEMENTS && it->ndim > 0;
+  int rows = large && w->K > 1 && w->K <= ROWS_SPLIT_OUTPUTS && it->ndim >= 2 && it->shape[0] >= 2 &&
+             it->strides[0][0] == 0 && it->strides[0][it->ndim - 1] != 0;
   OrderedTasks t;
-  int64_t tasks;
-  t.it = it, t.w = w, t.dim = dim;
-  if (one_output) {
+  int64_t tasks = 0;
+  t.it = it, t.w = w, t.rows = NULL;
+  t.dim = large && w->K == 1 ? SPLIT_ONE_OUTPUT : rows ? SPLIT_ROWS : split_dimension(it);
+  if (dlp_parallel_enabled() && t.dim == SPLIT_ONE_OUTPUT) {
     t.chunk = (it->numel + ORDERED_PARTS - 1) / ORDERED_PARTS;
     if (t.chunk < DLP_TASK_ELEMENTS) t.chunk = DLP_TASK_ELEMENTS;
     tasks = (it->numel + t.chunk - 1) / t.chunk;
-  } else {
-    int64_t size = it->shape[dim];
-    tasks = task_count(it, dim);
+  } else if (dlp_parallel_enabled() && t.dim == SPLIT_ROWS) {
+    int64_t size = it->shape[0], most = it->numel / DLP_TASK_ELEMENTS;
+    tasks = dlp_parallel_width();
+    if (tasks == 0) tasks = ROWS_PARTS;
+    if (tasks > most) tasks = most;
+    if (tasks > size) tasks = size;
+    t.chunk = (size + tasks - 1) / tasks;
+    tasks = (size + t.chunk - 1) / t.chunk;
+    t.rows = malloc((size_t)((tasks - 1) * w->K * (w->acc_size + 8)));
+    if (!t.rows) tasks = 0; /* one walk: it needs no more memory */
+  } else if (dlp_parallel_enabled() && t.dim >= 0) {
+    int64_t size = it->shape[t.dim];
+    tasks = task_count(it, t.dim);
     t.chunk = (size + tasks - 1) / tasks;
     tasks = (size + t.chunk - 1) / t.chunk;
   }
+  if (tasks < 2) {
+    free(t.rows);
+    dlp_iter_run(it, walk_loop, w);
+    return;
+  }
   dlp_parallel_for(tasks, ordered_task, &t);
-  if (!one_output) return;
-  char *acc = it->data[0], *idx = it->data[1];
-  memcpy(acc, t.value[0], (size_t)w->acc_size);
-  memcpy(idx, &t.index[0], 8);
-  for (int64_t i = 1; i < tasks; i++) w->cols(acc, 0, idx, 0, t.value[i], 0, 1, t.index[i]);
+  if (t.dim == SPLIT_ROWS) {
+    join_rows(&t, tasks);
+    free(t.rows);
+  } else if (t.dim == SPLIT_ONE_OUTPUT) {
+    char *acc = it->data[0], *idx = it->data[1];
+    memcpy(acc, t.value[0], (size_t)w->acc_size);
+    memcpy(idx, &t.index[0], 8);
+    for (int64_t i = 1; i < tasks; i++) w->cols(acc, 0, idx, 0, t.value[i], 0, 1, t.index[i]);
+  }
 }
 
 /* ---- finishing: stride-0 repeats, means, variances ---- */

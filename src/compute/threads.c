@@ -2,7 +2,10 @@
  *
  * An operation that splits its work calls dlp_parallel_for(n_tasks, task, ctx) after every Lua-side
  * check, allocation and conversion is done. How it splits depends on its sizes only, never on how
- * many threads there are (a sum is the same on any thread count); this file only decides who runs
+ * many threads there are (a sum is the same on any thread count), but for splits that give the
+ * same result however they split, which may take one part per thread (dlp_parallel_width: min and
+ * max over rows, where parts that alternate between the threads measured twice as slow as one
+ * part for each on a 2-core machine). This file only decides who runs
  * the tasks: the host's parallel_for when one is installed (dlpack_lua_set_parallel_for), else the
  * calling thread with dlpack.get_num_threads() - 1 threads of the pool, else the calling thread
  * alone. The settings are process-wide, as the threads are: a host runs one job system per
@@ -147,6 +150,14 @@ int dlp_parallel_enabled(void) {
   int yes = host_parallel_for != NULL || (wanted ? wanted : default_threads) > 1;
   dlp_mutex_unlock(&lock);
   return yes;
+}
+
+int dlp_parallel_width(void) {
+  dlp_call_once(&init_once, init);
+  dlp_mutex_lock(&lock);
+  int n = host_parallel_for ? 0 : wanted ? wanted : default_threads;
+  dlp_mutex_unlock(&lock);
+  return n;
 }
 
 void dlp_parallel_for(int64_t n_tasks, dlp_TaskFn task, void *ctx) {
