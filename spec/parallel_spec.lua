@@ -189,6 +189,17 @@ describe("threads", function()
     for c = 1, 100 do z:set(2400, c, -0.0) end -- a later zero of the other sign: the first stays
     local three = dlpack.randn({60, 50, 130}, "float64") -- two reduced dims: positions among both
     local h = dlpack.randn({1500, 200}, "float16") -- converted into the accumulator first
+    -- between one task's size and two (65536 < n < 131072): not split, whatever the outputs
+    local mid = dlpack.arange(100000, "float64"):view(50, 2000)
+    same_on_all_counts(function()
+      local mv, mi = dlpack.max(mid, 1)
+      local wv, wi = dlpack.max(mid:view(2, 50000), 2)
+      assert.are.equal(99999, wv[2])
+      assert.are.equal(50000, wi[2])
+      assert.are.equal(50, mi[2000])
+      assert.are.equal(400, dlpack.argmax(mid:view(400, 250), 1)[250])
+      return {mv, mi, wv, wi, dlpack.argmin(mid:view(400, 250), 1)}
+    end)
     same_on_all_counts(function()
       local v1, i1 = dlpack.max(ties, 1)
       local v2, i2 = dlpack.min(ties, 1)

@@ -904,19 +904,25 @@ static void walk(const dlp_Iter *it, Walk *w) {
 #define ORDERED_PARTS 64
 #define ROWS_SPLIT_OUTPUTS 4096
 #define ROWS_PARTS 8 /* under a host's job system */
-enum { SPLIT_ONE_OUTPUT = -1, SPLIT_ROWS = -2 };
+enum { SPLIT_ONE_OUTPUT = -2, SPLIT_ROWS = -3 }; /* split_dimension's -1 is "none" */
 typedef struct OrderedTasks {
   const dlp_Iter *it;
   const Walk *w;
   int dim; /* the kept dimension split, or SPLIT_ONE_OUTPUT or SPLIT_ROWS */
   int64_t chunk;
-  char *rows; /* SPLIT_ROWS: the outputs of tasks 1 on (task 0 writes the walk's), K values then K positions each */
+  char *rows; /* SPLIT_ROWS: the outputs of tasks 1 on (task 0 writes the walk's), rows_part */
   _Alignas(16) char value[ORDERED_PARTS][8]; /* the accumulators: real, at most 8 bytes */
   int64_t index[ORDERED_PARTS];
 } OrderedTasks;
 
+/* A part of the rows split: K positions, then K values (from an 8-byte boundary: positions
+ * first keeps both aligned whatever the values' size). */
+static int64_t rows_part_size(const Walk *w) {
+  return w->K * 8 + ((w->K * w->acc_size + 7) & ~(int64_t)7);
+}
+
 static char *rows_part(const OrderedTasks *t, int64_t i) {
-  return t->rows + (i - 1) * t->w->K * (t->w->acc_size + 8);
+  return t->rows + (i - 1) * rows_part_size(t->w);
 }
 
 static void ordered_task(void *ctx, int64_t i) {
@@ -935,8 +941,8 @@ static void ordered_task(void *ctx, int64_t i) {
   int dim = t->dim == SPLIT_ROWS ? 0 : t->dim;
   int64_t lo = i * t->chunk, size = t->it->shape[dim], hi = size - lo < t->chunk ? size : lo + t->chunk;
   if (t->dim == SPLIT_ROWS && i > 0) {
-    part.data[0] = rows_part(t, i);
-    part.data[1] = rows_part(t, i) + t->w->K * t->w->acc_size;
+    part.data[0] = rows_part(t, i) + t->w->K * 8;
+    part.data[1] = rows_part(t, i);
   } else if (t->dim != SPLIT_ROWS) {
     own.K = t->w->K / size * (hi - lo);
   }
@@ -952,8 +958,8 @@ static void join_rows(const OrderedTasks *t, int64_t tasks) {
   char *acc = it->data[0];
   int64_t *idx = (int64_t *)(void *)it->data[1];
   for (int64_t i = 1; i < tasks; i++) {
-    char *values = rows_part(t, i);
-    const int64_t *positions = (const int64_t *)(void *)(values + K * w->acc_size);
+    const int64_t *positions = (const int64_t *)(void *)rows_part(t, i);
+    char *values = rows_part(t, i) + K * 8;
     w->cols(acc, w->acc_size, (char *)idx, 8, values, w->acc_size, K, INT64_MAX);
     for (int64_t j = 0; j < K; j++)
       if (idx[j] == INT64_MAX) idx[j] = positions[j] + i * t->chunk * per_row;
@@ -983,7 +989,7 @@ static void ordered_walk(const dlp_Iter *it, Walk *w) {
     if (tasks > size) tasks = size;
     t.chunk = (size + tasks - 1) / tasks;
     tasks = (size + t.chunk - 1) / t.chunk;
-    t.rows = malloc((size_t)((tasks - 1) * w->K * (w->acc_size + 8)));
+    t.rows = malloc((size_t)((tasks - 1) * rows_part_size(w)));
     if (!t.rows) tasks = 0; /* one walk: it needs no more memory */
   } else if (dlp_parallel_enabled() && t.dim >= 0) {
     int64_t size = it->shape[t.dim];
