@@ -78,6 +78,22 @@ for _, dt in ipairs({"float32", "float64"}) do
   print("reduce_outer_" .. dt, hex(rows:max(1)), hex(rows:argmax(1)), hex(rows:min(1)), hex(rows:argmin(1)),
         hex(rows:narrow(2, 2, 60):max(1)))
 end
+-- the same over the integer dtypes (AVX-512's compares, signed or unsigned): 131 outputs (two
+-- 64-lane blocks of int8 and a tail), extremes, equal values in one column (the first position)
+for _, dt in ipairs({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}) do
+  local size, signed = #dlpack.zeros({1}, dt):tobytes(), dt:sub(1, 1) == "i"
+  local top = signed and string.rep("\255", size - 1) .. "\127" or string.rep("\255", size) -- little-endian
+  local bottom = signed and string.rep("\0", size - 1) .. "\128" or string.rep("\0", size)
+  local rows = dlpack.randint(0, 100, {200, 131}, "int64"):to(dt)
+  if signed then rows = rows - 50 end
+  rows:narrow(1, 150, 1):narrow(2, 5, 1):copy(dlpack.frombytes(top, dt):reshape({1, 1}))
+  rows:narrow(1, 30, 1):narrow(2, 6, 1):copy(dlpack.frombytes(bottom, dt):reshape({1, 1}))
+  rows:narrow(1, 90, 1):narrow(2, 9, 1):copy(dlpack.frombytes(top, dt):reshape({1, 1}))
+  rows:narrow(1, 91, 1):narrow(2, 9, 1):copy(dlpack.frombytes(bottom, dt):reshape({1, 1}))
+  rows:narrow(2, 7, 1):fill(3)
+  print("reduce_outer_" .. dt, hex(rows:max(1)), hex(rows:argmax(1)), hex(rows:min(1)), hex(rows:argmin(1)),
+        hex(rows:narrow(2, 2, 100):max(1)))
+end
 -- float32 math against float64 rounded once (the correctly rounded result but for
 -- rare ties), in units in the last place: the distance of the bit patterns (all results >= 0)
 local function bits(t) return dlpack.frombytes(t:tobytes(), "int32"):to("int64") end

@@ -642,7 +642,7 @@ DEFINE_HIT_FLOAT(hit_o_f64_min, double, ld_f64, <)
 /* Outputs in a row (the reduced dimension outer: a row of elements, one for each output), each
  * lane compared on its own by the cols loop's rule (greater or less, or the first NaN); lanes that
  * take the new element take its position too. Returns how many outputs were done (the rest go
- * through the loop). Float32 and float64 with AVX2 or AVX-512; the others none. */
+ * through the loop). Float32 and float64 with AVX2 or AVX-512, integers with AVX-512; else none. */
 #define NO_COLS(vp, ip, x, n, pos) 0
 #if defined(HAVE_AVX2_VARIANT)
 /* AVX2: the compare's lanes to a bit mask (movemask), so that a row that changes nothing (most
@@ -712,6 +712,44 @@ DEFINE_COLS_AVX512(cols_o_f64_max_avx512, __m512d, 8, _mm512_loadu_pd, _mm512_cm
 DEFINE_COLS_AVX512(cols_o_f64_min_avx512, __m512d, 8, _mm512_loadu_pd, _mm512_cmp_pd_mask, _mm512_mask_storeu_pd,
                    _CMP_LT_OQ)
 #undef DEFINE_COLS_AVX512
+/* Integers (AVX-512 only; BW for the 8- and 16-bit ones, which the AVX-512 level includes): no
+ * NaN, so the compare alone; signed or unsigned by the compare's name (epi or epu). */
+#define AVX512BW __attribute__((target("avx512f,avx512bw")))
+#define DEFINE_COLS_INT_AVX512(name, bytes, cmp_mask, mask_storeu, CMP)                          \
+  AVX512BW static int64_t name(char *vp, char *ip, const char *x, int64_t n, int64_t pos) {      \
+    const int lanes = 64 / bytes;                                                                \
+    __m512i at = _mm512_set1_epi64(pos);                                                         \
+    int64_t j = 0;                                                                               \
+    for (; j + lanes <= n; j += lanes) {                                                         \
+      __m512i v = _mm512_loadu_si512((const void *)(x + j * bytes));                             \
+      uint64_t take = cmp_mask(v, _mm512_loadu_si512((const void *)(vp + j * bytes)), CMP);      \
+      if (!take) continue;                                                                       \
+      mask_storeu((void *)(vp + j * bytes), take, v);                                            \
+      for (int h = 0; h < lanes / 8; h++)                                                        \
+        if ((uint8_t)(take >> (8 * h)))                                                          \
+          _mm512_mask_storeu_epi64((void *)(ip + (j + 8 * h) * 8), (__mmask8)(take >> (8 * h)), at); \
+    }                                                                                            \
+    return j;                                                                                    \
+  }
+#define DEFINE_COLS_INT(name, bytes, cmp_mask, mask_storeu)                                             \
+  DEFINE_COLS_INT_AVX512(cols_##name##_max_avx512, bytes, cmp_mask, mask_storeu, _MM_CMPINT_NLE)       \
+  DEFINE_COLS_INT_AVX512(cols_##name##_min_avx512, bytes, cmp_mask, mask_storeu, _MM_CMPINT_LT)        \
+  static int64_t cols_##name##_max(char *vp, char *ip, const char *x, int64_t n, int64_t pos) {         \
+    return have_avx512() ? cols_##name##_max_avx512(vp, ip, x, n, pos) : 0;                            \
+  }                                                                                                     \
+  static int64_t cols_##name##_min(char *vp, char *ip, const char *x, int64_t n, int64_t pos) {         \
+    return have_avx512() ? cols_##name##_min_avx512(vp, ip, x, n, pos) : 0;                            \
+  }
+DEFINE_COLS_INT(o_i8, 1, _mm512_cmp_epi8_mask, _mm512_mask_storeu_epi8)
+DEFINE_COLS_INT(o_i16, 2, _mm512_cmp_epi16_mask, _mm512_mask_storeu_epi16)
+DEFINE_COLS_INT(o_i32, 4, _mm512_cmp_epi32_mask, _mm512_mask_storeu_epi32)
+DEFINE_COLS_INT(o_i64, 8, _mm512_cmp_epi64_mask, _mm512_mask_storeu_epi64)
+DEFINE_COLS_INT(o_u8, 1, _mm512_cmp_epu8_mask, _mm512_mask_storeu_epi8)
+DEFINE_COLS_INT(o_u16, 2, _mm512_cmp_epu16_mask, _mm512_mask_storeu_epi16)
+DEFINE_COLS_INT(o_u32, 4, _mm512_cmp_epu32_mask, _mm512_mask_storeu_epi32)
+DEFINE_COLS_INT(o_u64, 8, _mm512_cmp_epu64_mask, _mm512_mask_storeu_epi64)
+#undef DEFINE_COLS_INT
+#undef DEFINE_COLS_INT_AVX512
 #define COLS_DISPATCH(name)                                                                         \
   static int64_t name(char *vp, char *ip, const char *x, int64_t n, int64_t pos) {                 \
     return have_avx512() ? name##_avx512(vp, ip, x, n, pos) : have_avx2() ? name##_avx2(vp, ip, x, n, pos) : 0; \
@@ -726,12 +764,28 @@ COLS_DISPATCH(cols_o_f64_min)
 #define cols_o_f32_min NO_COLS
 #define cols_o_f64_max NO_COLS
 #define cols_o_f64_min NO_COLS
+#define cols_o_i8_max NO_COLS
+#define cols_o_i8_min NO_COLS
+#define cols_o_i16_max NO_COLS
+#define cols_o_i16_min NO_COLS
+#define cols_o_i32_max NO_COLS
+#define cols_o_i32_min NO_COLS
+#define cols_o_i64_max NO_COLS
+#define cols_o_i64_min NO_COLS
+#define cols_o_u8_max NO_COLS
+#define cols_o_u8_min NO_COLS
+#define cols_o_u16_max NO_COLS
+#define cols_o_u16_min NO_COLS
+#define cols_o_u32_max NO_COLS
+#define cols_o_u32_min NO_COLS
+#define cols_o_u64_max NO_COLS
+#define cols_o_u64_min NO_COLS
 #endif
 #define DEFINE_MINMAX(name, T, load, ISNAN)                          \
   DEFINE_HIT(hit_##name##_max, T, load, >)                          \
   DEFINE_HIT(hit_##name##_min, T, load, <)                          \
-  DEFINE_ORDERED(name##_max, T, load, ISNAN, BEATS_MAX, hit_##name##_max, NO_COLS) \
-  DEFINE_ORDERED(name##_min, T, load, ISNAN, BEATS_MIN, hit_##name##_min, NO_COLS)
+  DEFINE_ORDERED(name##_max, T, load, ISNAN, BEATS_MAX, hit_##name##_max, cols_##name##_max) \
+  DEFINE_ORDERED(name##_min, T, load, ISNAN, BEATS_MIN, hit_##name##_min, cols_##name##_min)
 #define DEFINE_MINMAX_FLOAT(name, T, load)                              \
   DEFINE_ORDERED(name##_max, T, load, FLOAT_NAN, BEATS_MAX, hit_##name##_max, cols_##name##_max) \
   DEFINE_ORDERED(name##_min, T, load, FLOAT_NAN, BEATS_MIN, hit_##name##_min, cols_##name##_min)
