@@ -642,7 +642,7 @@ DEFINE_HIT_FLOAT(hit_o_f64_min, double, ld_f64, <)
 /* Outputs in a row (the reduced dimension outer: a row of elements, one for each output), each
  * lane compared on its own by the cols loop's rule (greater or less, or the first NaN); lanes that
  * take the new element take its position too. Returns how many outputs were done (the rest go
- * through the loop). Float32 and float64 with AVX2 or AVX-512, integers with AVX-512; else none. */
+ * through the loop). Float32, float64 and the integers with AVX2 or AVX-512; else none. */
 #define NO_COLS(vp, ip, x, n, pos) 0
 #if defined(HAVE_AVX2_VARIANT)
 /* AVX2: the compare's lanes to a bit mask (movemask), so that a row that changes nothing (most
@@ -731,24 +731,56 @@ DEFINE_COLS_AVX512(cols_o_f64_min_avx512, __m512d, 8, _mm512_loadu_pd, _mm512_cm
     }                                                                                            \
     return j;                                                                                    \
   }
-#define DEFINE_COLS_INT(name, bytes, cmp_mask, mask_storeu)                                             \
+/* AVX2 compares signed lanes only, and by greater: unsigned lanes are compared with their sign
+ * bits flipped, and less is greater with the operands swapped. The rare row that changes a lane
+ * writes the positions one lane at a time (movemask gives a bit per byte). */
+#define DEFINE_COLS_INT_AVX2(name, bytes, cmpgt, FLIP, LESS)                                       \
+  AVX2 static int64_t name(char *vp, char *ip, const char *x, int64_t n, int64_t pos) {          \
+    const int lanes = 32 / bytes;                                                                \
+    const __m256i flip = FLIP;                                                                   \
+    int64_t j = 0;                                                                               \
+    for (; j + lanes <= n; j += lanes) {                                                         \
+      __m256i v = _mm256_loadu_si256((const void *)(x + j * bytes));                             \
+      __m256i b = _mm256_loadu_si256((const void *)(vp + j * bytes));                            \
+      __m256i fv = _mm256_xor_si256(v, flip), fb = _mm256_xor_si256(b, flip);                    \
+      __m256i take = LESS ? cmpgt(fb, fv) : cmpgt(fv, fb);                                       \
+      uint32_t bits = (uint32_t)_mm256_movemask_epi8(take);                                      \
+      if (!bits) continue;                                                                       \
+      _mm256_storeu_si256((void *)(vp + j * bytes), _mm256_blendv_epi8(b, v, take));             \
+      for (int k = 0; k < lanes; k++)                                                            \
+        if ((bits >> (k * bytes)) & 1) memcpy(ip + (j + k) * 8, &pos, 8);                        \
+    }                                                                                            \
+    return j;                                                                                    \
+  }
+#define DEFINE_COLS_INT(name, bytes, cmp_mask, mask_storeu, cmpgt, FLIP)                                \
   DEFINE_COLS_INT_AVX512(cols_##name##_max_avx512, bytes, cmp_mask, mask_storeu, _MM_CMPINT_NLE)       \
   DEFINE_COLS_INT_AVX512(cols_##name##_min_avx512, bytes, cmp_mask, mask_storeu, _MM_CMPINT_LT)        \
+  DEFINE_COLS_INT_AVX2(cols_##name##_max_avx2, bytes, cmpgt, FLIP, 0)                                  \
+  DEFINE_COLS_INT_AVX2(cols_##name##_min_avx2, bytes, cmpgt, FLIP, 1)                                  \
   static int64_t cols_##name##_max(char *vp, char *ip, const char *x, int64_t n, int64_t pos) {         \
-    return have_avx512() ? cols_##name##_max_avx512(vp, ip, x, n, pos) : 0;                            \
+    return have_avx512() ? cols_##name##_max_avx512(vp, ip, x, n, pos)                                 \
+           : have_avx2() ? cols_##name##_max_avx2(vp, ip, x, n, pos) : 0;                               \
   }                                                                                                     \
   static int64_t cols_##name##_min(char *vp, char *ip, const char *x, int64_t n, int64_t pos) {         \
-    return have_avx512() ? cols_##name##_min_avx512(vp, ip, x, n, pos) : 0;                            \
+    return have_avx512() ? cols_##name##_min_avx512(vp, ip, x, n, pos)                                 \
+           : have_avx2() ? cols_##name##_min_avx2(vp, ip, x, n, pos) : 0;                               \
   }
-DEFINE_COLS_INT(o_i8, 1, _mm512_cmp_epi8_mask, _mm512_mask_storeu_epi8)
-DEFINE_COLS_INT(o_i16, 2, _mm512_cmp_epi16_mask, _mm512_mask_storeu_epi16)
-DEFINE_COLS_INT(o_i32, 4, _mm512_cmp_epi32_mask, _mm512_mask_storeu_epi32)
-DEFINE_COLS_INT(o_i64, 8, _mm512_cmp_epi64_mask, _mm512_mask_storeu_epi64)
-DEFINE_COLS_INT(o_u8, 1, _mm512_cmp_epu8_mask, _mm512_mask_storeu_epi8)
-DEFINE_COLS_INT(o_u16, 2, _mm512_cmp_epu16_mask, _mm512_mask_storeu_epi16)
-DEFINE_COLS_INT(o_u32, 4, _mm512_cmp_epu32_mask, _mm512_mask_storeu_epi32)
-DEFINE_COLS_INT(o_u64, 8, _mm512_cmp_epu64_mask, _mm512_mask_storeu_epi64)
+#define SIGNED _mm256_setzero_si256()
+DEFINE_COLS_INT(o_i8, 1, _mm512_cmp_epi8_mask, _mm512_mask_storeu_epi8, _mm256_cmpgt_epi8, SIGNED)
+DEFINE_COLS_INT(o_i16, 2, _mm512_cmp_epi16_mask, _mm512_mask_storeu_epi16, _mm256_cmpgt_epi16, SIGNED)
+DEFINE_COLS_INT(o_i32, 4, _mm512_cmp_epi32_mask, _mm512_mask_storeu_epi32, _mm256_cmpgt_epi32, SIGNED)
+DEFINE_COLS_INT(o_i64, 8, _mm512_cmp_epi64_mask, _mm512_mask_storeu_epi64, _mm256_cmpgt_epi64, SIGNED)
+DEFINE_COLS_INT(o_u8, 1, _mm512_cmp_epu8_mask, _mm512_mask_storeu_epi8, _mm256_cmpgt_epi8,
+                _mm256_set1_epi8((char)0x80))
+DEFINE_COLS_INT(o_u16, 2, _mm512_cmp_epu16_mask, _mm512_mask_storeu_epi16, _mm256_cmpgt_epi16,
+                _mm256_set1_epi16((short)0x8000))
+DEFINE_COLS_INT(o_u32, 4, _mm512_cmp_epu32_mask, _mm512_mask_storeu_epi32, _mm256_cmpgt_epi32,
+                _mm256_set1_epi32(INT32_MIN))
+DEFINE_COLS_INT(o_u64, 8, _mm512_cmp_epu64_mask, _mm512_mask_storeu_epi64, _mm256_cmpgt_epi64,
+                _mm256_set1_epi64x(INT64_MIN))
+#undef SIGNED
 #undef DEFINE_COLS_INT
+#undef DEFINE_COLS_INT_AVX2
 #undef DEFINE_COLS_INT_AVX512
 #define COLS_DISPATCH(name)                                                                         \
   static int64_t name(char *vp, char *ip, const char *x, int64_t n, int64_t pos) {                 \
