@@ -1059,15 +1059,16 @@ static void ordered_walk(const dlp_Iter *it, Walk *w) {
   int large = it->numel >= 2 * DLP_TASK_ELEMENTS && it->ndim > 0;
   int rows = large && w->K > 1 && w->K <= ROWS_SPLIT_OUTPUTS && it->ndim >= 2 && it->shape[0] >= 2 &&
              it->strides[0][0] == 0 && it->strides[0][it->ndim - 1] != 0;
+  int parallel = dlp_parallel_enabled();
   OrderedTasks t;
   int64_t tasks = 0;
   t.it = it, t.w = w, t.rows = NULL;
   t.dim = large && w->K == 1 ? SPLIT_ONE_OUTPUT : rows ? SPLIT_ROWS : split_dimension(it);
-  if (dlp_parallel_enabled() && t.dim == SPLIT_ONE_OUTPUT) {
+  if (parallel && t.dim == SPLIT_ONE_OUTPUT) {
     t.chunk = (it->numel + ORDERED_PARTS - 1) / ORDERED_PARTS;
     if (t.chunk < DLP_TASK_ELEMENTS) t.chunk = DLP_TASK_ELEMENTS;
     tasks = (it->numel + t.chunk - 1) / t.chunk;
-  } else if (dlp_parallel_enabled() && t.dim == SPLIT_ROWS) {
+  } else if (parallel && t.dim == SPLIT_ROWS) {
     int64_t size = it->shape[0], most = it->numel / DLP_TASK_ELEMENTS;
     tasks = dlp_parallel_width();
     if (tasks == 0) tasks = ROWS_PARTS;
@@ -1077,7 +1078,7 @@ static void ordered_walk(const dlp_Iter *it, Walk *w) {
     tasks = (size + t.chunk - 1) / t.chunk;
     t.rows = malloc((size_t)((tasks - 1) * rows_part_size(w)));
     if (!t.rows) tasks = 0; /* one walk: it needs no more memory */
-  } else if (dlp_parallel_enabled() && t.dim >= 0) {
+  } else if (parallel && t.dim >= 0) {
     int64_t size = it->shape[t.dim];
     tasks = task_count(it, t.dim);
     t.chunk = (size + tasks - 1) / tasks;
