@@ -297,6 +297,7 @@ static void check_integer(lua_State *L, int idx, int dtype, const char *what, dl
   }
 }
 
+/* A Lua integer subtype (5.3 on); never before, where lua_isinteger is compat.h's "integral". */
 #if DLP_LUA_INTEGERS
 #define IS_LUA_INTEGER(L, idx) lua_isinteger((L), (idx))
 #else
@@ -329,12 +330,10 @@ void dlp_check_element(lua_State *L, int idx, int dtype, void *out, const char *
       luaL_error(L, "%s: %s %s element takes a number, got %s", what, article(name), name, luaL_typename(L, idx));
     s.kind = DLP_S_FLOAT;
     s.re = (double)lua_tonumber(L, idx);
-#if DLP_LUA_INTEGERS
-    if (lua_isinteger(L, idx)) { /* rounded once, to the element's dtype (dlp_store) */
+    if (IS_LUA_INTEGER(L, idx)) { /* rounded once, to the element's dtype (dlp_store) */
       s.kind = DLP_S_INT;
       s.i = lua_tointeger(L, idx);
     }
-#endif
   }
   dlp_store(dtype, out, &s);
 }
