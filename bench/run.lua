@@ -499,6 +499,23 @@ elseif wanted("add_f32_2threads") or wanted("sum_f32_2threads") or wanted("max_f
       "the same on 1 thread")
 end
 
+why = lacks("sort", "set_num_threads")
+if why then
+  skip_row("dlpack.sort(x, 2) {4096, 1000} float32, 2 threads", why)
+elseif wanted("sort_2threads") then
+  -- functions of whole lines (softmax, scans, sorts) split the lines into parts (docs/api.md,
+  -- "Threads"): sorting them on 2 threads of the module's pool against 1
+  local lines = dlpack.rand({4096, 1000}, "float32")
+  local function on(threads)
+    return function(n)
+      dlpack.set_num_threads(threads)
+      for _ = 1, n do local _, _ = dlpack.sort(lines, 2) end
+      dlpack.set_num_threads(0)
+    end
+  end
+  row("sort_2threads", "dlpack.sort(x, 2) {4096, 1000} float32, 2 threads", 0.6, on(2), on(1), "the same on 1 thread")
+end
+
 why = lacks("argmax")
 if why then
   skip_row("dlpack.argmax(a) float32 4M", why)

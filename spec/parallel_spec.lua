@@ -1,6 +1,7 @@
 -- Large CPU operations on several threads (docs/api.md, "Threads"): the same bytes on 1, 2, 3 and
--- 7 threads for elementwise operations (any layout, broadcasting, conversions, out=) and for
--- reductions (floating-point sums included: the split depends on the sizes only), and the
+-- 7 threads for elementwise operations (any layout, broadcasting, conversions, out=), for
+-- reductions (floating-point sums included: the split depends on the sizes only) and for
+-- functions of whole lines (softmax, scans, sorts), and the
 -- settings' argument checks. The host's job system (dlpack_lua_set_parallel_for) is tested by
 -- spec/c/host_threads.c (stage 30), the pool under ThreadSanitizer by spec/threads_spec.lua.
 local dlpack = require "dlpack"
@@ -243,6 +244,45 @@ describe("threads", function()
       assert.are.equal(best, v6[c])
       assert.are.equal(at, i6[c])
     end
+  end)
+
+  it("functions of whole lines (softmax, scans, sorts) split the lines into parts: one thread's bytes", function()
+    -- each part of the lines has its own scratch: lines read through it (strided, float16, float64)
+    -- would mix if two parts shared one; the parts are of whole lines, the last one shorter
+    dlpack.manual_seed(23)
+    local x = dlpack.randn({600, 301}, "float32") -- 218 lines of 301 a part: 3 parts, the last of 164
+    x:set(5, 7, 0 / 0) -- a line of NaN results, and a NaN sorted last (its line gathers by position)
+    x:set(400, 1, -1 / 0)
+    x:narrow(1, 9, 1):fill(-1 / 0) -- a line of -inf only: NaN, as torch
+    local h = dlpack.randn({700, 200}, "float16")
+    local d = dlpack.randn({300, 500}, "float64")
+    local i = dlpack.randint(-1000, 1000, {400, 400}, "int32")
+    local u = dlpack.randint(0, 2 ^ 40, {260, 600}, "int64")
+    local cube = dlpack.randn({40, 50, 80}, "float32")
+    same_on_all_counts(function()
+      local v, at = dlpack.sort(x, 2)
+      local tv, ti = dlpack.topk(d, 7, 1)
+      local cv, ci = dlpack.sort(cube, 2, {descending = true})
+      return {
+        dlpack.softmax(x, 2), dlpack.softmax(x, 1), dlpack.log_softmax(x, 2), dlpack.log_softmax(x.T, 1),
+        dlpack.softmax(h, 2), dlpack.softmax(h, 1), dlpack.softmax(d, 1), dlpack.log_softmax(d, 2),
+        dlpack.softmax(i, 2), dlpack.softmax(cube, 2),
+        dlpack.cumsum(x, 2), dlpack.cumsum(x, 1), dlpack.cumprod(h, 2), dlpack.cumsum(i, 1), dlpack.cumprod(d, 2),
+        v, at, dlpack.argsort(x, 1), dlpack.sort(x, 2, {indices = false}), dlpack.sort(h, 1, true),
+        dlpack.sort(i, 1, {descending = true}), dlpack.argsort(u, 2), dlpack.sort(u.T, 2),
+        tv, ti, cv, ci, dlpack.median(d, 2), dlpack.quantile(x, 0.25, 1),
+      }
+    end)
+    -- and what one thread gives is right: a line in the middle of a part, by itself
+    dlpack.set_num_threads(3)
+    local line = x:narrow(1, 300, 1)
+    assert.are.equal(dlpack.softmax(line, 2):tobytes(), dlpack.softmax(x, 2):narrow(1, 300, 1):tobytes())
+    assert.are.equal(dlpack.sort(line, 2):tobytes(), dlpack.sort(x, 2):narrow(1, 300, 1):tobytes())
+    assert.are.equal(dlpack.cumsum(line, 2):tobytes(), dlpack.cumsum(x, 2):narrow(1, 300, 1):tobytes())
+    local s = dlpack.softmax(x, 2)
+    assert.is_true(s:get(5, 1) ~= s:get(5, 1)) -- NaN: the line holds one
+    assert.is_true(s:get(9, 300) ~= s:get(9, 300)) -- NaN: the line is -inf only
+    assert.is_true(math.abs(dlpack.sum(s:narrow(1, 300, 1)) - 1) < 1e-5)
   end)
 
   it("a long product multiplies fixed parts (from its length only): one thread's value on any number", function()

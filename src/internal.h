@@ -448,9 +448,16 @@ void dlp_iter_run_range(const dlp_Iter *it, int64_t start, int64_t end, dlp_Iter
 /* dlp_iter_run over indices [lo, hi) of dimension dim only (the others whole). */
 void dlp_iter_run_slice(const dlp_Iter *it, int dim, int64_t lo, int64_t hi, dlp_IterLoop loop, void *ctx);
 /* Call fn once per line along dimension dim (0-based) of the nops tensors (the same shape but
- * along dim, where each may have its own size): p[k] is where operand k's line starts (host memory). */
-typedef void (*dlp_LineFn)(void *ctx, char *const *p);
-void dlp_each_line(int nops, const dlp_Tensor *const *t, int dim, dlp_LineFn fn, void *ctx);
+ * along dim, where each may have its own size): p[k] is where operand k's line starts (host memory).
+ * With parts > 1 (dlp_line_parts of t[0], asked before the scratch was made) the lines are split
+ * into that many parts of consecutive lines at most, run as tasks (dlp_parallel_for): fn then
+ * keeps nothing between lines outside its part's scratch (scratch + part * scratch_bytes; NULL
+ * when fn needs none), and every line's output is memory of its own (a new result). Each line is
+ * computed as on one thread, so the results do not depend on the split. */
+typedef void (*dlp_LineFn)(void *ctx, char *const *p, char *scratch);
+int64_t dlp_line_parts(const dlp_Tensor *t, int dim); /* 1: one walk on this thread */
+void dlp_each_line(int nops, const dlp_Tensor *const *t, int dim, dlp_LineFn fn, void *ctx, int64_t parts,
+                   char *scratch, size_t scratch_bytes);
 /* The broadcast shape of n shapes (NumPy's rule); raises naming the two shapes that differ. */
 int dlp_broadcast_shapes(lua_State *L, int n, const dlp_Tensor *const *tensors, int64_t *shape, const char *what);
 /* t's byte strides for walking it as `shape` (its own shape aligned at the last dimension): 0

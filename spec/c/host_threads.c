@@ -36,9 +36,19 @@ static void check(int ok, const char *what) {
 }
 
 /* Large operations whose results depend on how work is split if anything does: elementwise with
- * broadcasting and strides, whole and per-dimension float sums, means and variances; and max and
+ * broadcasting and strides, whole and per-dimension float sums, means and variances; max and
  * argmin over outer dims, whose parts of rows are joined (a job system's width is not known: they
- * split into a fixed number of parts there). The chunk returns all results as one string. */
+ * split into a fixed number of parts there); and functions of whole lines (softmax, scans, sorts),
+ * whose parts of lines each have a scratch of their own. The chunk returns all results as one
+ * string. */
+#define LINES                                                                                         \
+  "  dlpack.softmax(a, 2):tobytes(), dlpack.log_softmax(a, 1):tobytes(), dlpack.cumsum(a, 1):tobytes(),\n" \
+  "  dlpack.sort(a, 2):tobytes(), dlpack.argsort(a, 1):tobytes(), dlpack.sort(a, 2, {indices = false}):tobytes(),\n"
+/* Only the functions of whole lines, each of which should call the job system. */
+static const char *const LINE_WORK =
+    "local dlpack = require 'dlpack'\n"
+    "local a = dlpack.randn({517, 1031}, 'float32')\n"
+    "return table.concat({\n" LINES "})\n";
 static const char *const WORK =
     "local dlpack = require 'dlpack'\n"
     "local threads = ...\n"
@@ -55,17 +65,18 @@ static const char *const WORK =
     "  dlpack.add(rows, dlpack.tensor({1, 2, 3}, 'float32')):tobytes(),\n"
     "  string.format('%.17g %.17g %.17g', dlpack.sum(a), dlpack.sum(y), dlpack.var(y)),\n"
     "  dlpack.sum(a, 1):tobytes(), dlpack.mean(a, 2):tobytes(), dlpack.var(a.T, 2):tobytes(),\n"
+    LINES
     "})\n";
 
-/* Runs WORK in a fresh lua_State (threads: set_num_threads first, 0 for no call); returns its
+/* Runs chunk in a fresh lua_State (threads: set_num_threads first, 0 for no call); returns its
  * result, malloc'd, or NULL after printing why. */
-static char *compute(int threads) {
+static char *run_chunk(const char *chunk, int threads) {
   lua_State *L = luaL_newstate();
   luaL_openlibs(L);
   luaL_requiref(L, "dlpack", luaopen_dlpack, 0);
   lua_pop(L, 1);
   char *result = NULL;
-  if (luaL_loadstring(L, WORK) != LUA_OK) {
+  if (luaL_loadstring(L, chunk) != LUA_OK) {
     printf("# %s\n", lua_tostring(L, -1));
   } else {
     if (threads) lua_pushinteger(L, threads);
@@ -82,6 +93,10 @@ static char *compute(int threads) {
   }
   lua_close(L);
   return result;
+}
+
+static char *compute(int threads) {
+  return run_chunk(WORK, threads);
 }
 
 static int same(const char *a, const char *b) {
@@ -273,6 +288,12 @@ int main(void) {
     free(got);
   }
   check(atomic_load(&off_caller) == atomic_load(&tasks_run), "the one other thread ran every task");
+  reset_counts();
+  dlpack_lua_set_parallel_for(inline_forward, NULL);
+  free(run_chunk(LINE_WORK, 0));
+  check(atomic_load(&calls) == 6 && atomic_load(&tasks_run) > 6,
+        "softmax, log_softmax, cumsum, sort and argsort of long lines each split them into parts (6 calls)");
+  printf("# lines: %d calls, %d tasks\n", atomic_load(&calls), atomic_load(&tasks_run));
 
   Pool pool;
   memset(&pool, 0, sizeof pool);

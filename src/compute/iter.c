@@ -247,6 +247,7 @@ typedef struct LineWalk {
   dlp_LineFn fn;
   void *ctx;
   int nops;
+  char *scratch; /* the part's own */
 } LineWalk;
 
 static void line_loop(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
@@ -254,11 +255,40 @@ static void line_loop(void *ctx, char *const *data, const int64_t *steps, int64_
   char *p[DLP_ITER_MAX_OPS];
   for (int64_t i = 0; i < n; i++) {
     for (int op = 0; op < w->nops; op++) p[op] = data[op] + i * steps[op];
-    w->fn(w->ctx, p);
+    w->fn(w->ctx, p, w->scratch);
   }
 }
 
-void dlp_each_line(int nops, const dlp_Tensor *const *t, int dim, dlp_LineFn fn, void *ctx) {
+/* Lines per part: each part at least a task's worth of elements, and at most 256 parts. */
+static int64_t lines_per_part(int64_t line_size, int64_t lines) {
+  int64_t least = (DLP_TASK_ELEMENTS + line_size - 1) / line_size, even = (lines + 255) / 256;
+  return least > even ? least : even;
+}
+
+int64_t dlp_line_parts(const dlp_Tensor *t, int dim) {
+  int64_t numel = dlp_numel(t), n = t->dl.shape[dim];
+  if (numel < 2 * DLP_TASK_ELEMENTS || n == numel || !dlp_parallel_enabled()) return 1;
+  int64_t lines = numel / n, per = lines_per_part(n, lines);
+  return (lines + per - 1) / per;
+}
+
+typedef struct LineParts {
+  const dlp_Iter *it;
+  LineWalk walk;
+  int64_t per; /* lines per part, the last one's fewer */
+  size_t scratch_bytes;
+} LineParts;
+
+static void line_part(void *ctx, int64_t i) {
+  const LineParts *lp = ctx;
+  LineWalk w = lp->walk;
+  if (w.scratch) w.scratch += (size_t)i * lp->scratch_bytes;
+  int64_t start = i * lp->per, end = lp->it->numel - start < lp->per ? lp->it->numel : start + lp->per;
+  dlp_iter_run_range(lp->it, start, end, line_loop, &w);
+}
+
+void dlp_each_line(int nops, const dlp_Tensor *const *t, int dim, dlp_LineFn fn, void *ctx, int64_t parts,
+                   char *scratch, size_t scratch_bytes) {
   int64_t shape[DLP_MAX_NDIM], st[DLP_ITER_MAX_OPS][DLP_MAX_NDIM];
   char *data[DLP_ITER_MAX_OPS];
   int ndim = t[0]->dl.ndim;
@@ -267,8 +297,14 @@ void dlp_each_line(int nops, const dlp_Tensor *const *t, int dim, dlp_LineFn fn,
     for (int op = 0; op < nops; op++) st[op][i] = dlp_walk_stride(t[op], i);
   }
   for (int op = 0; op < nops; op++) data[op] = dlp_first_element(t[op]);
-  LineWalk w = {fn, ctx, nops};
+  LineWalk w = {fn, ctx, nops, scratch};
   dlp_Iter it;
   dlp_iter_init(&it, nops, ndim, shape, data, (const int64_t(*)[DLP_MAX_NDIM])st, 1);
-  dlp_iter_run(&it, line_loop, &w);
+  if (parts < 2 || it.numel < 2) {
+    dlp_iter_run(&it, line_loop, &w);
+    return;
+  }
+  /* as many parts as were asked for at most (their scratch is there), each of whole lines */
+  LineParts lp = {&it, w, (it.numel + parts - 1) / parts, scratch_bytes};
+  dlp_parallel_for((it.numel + lp.per - 1) / lp.per, line_part, &lp);
 }

@@ -113,8 +113,9 @@ typedef struct ScanLine {
   dlp_RowFn convert;
 } ScanLine;
 
-static void scan_line(void *ctx, char *const *p) {
+static void scan_line(void *ctx, char *const *p, char *unused) {
   const ScanLine *s = ctx;
+  (void)unused; /* a scan keeps nothing but its output */
   s->convert(p[1], s->out_step, p[0], s->in_step, s->n);
   scan_in_place(s->dtype, s->prod, p[1], s->out_step, s->n);
 }
@@ -318,16 +319,16 @@ static int scan(lua_State *L, int prod, const char *what) {
     s.in_step = t->dl.ndim == 1 ? dlp_walk_stride(t, 0) : dlp_dtypes[t->dtype].itemsize;
     s.out_step = dlp_dtypes[dtype].itemsize;
     char *p[2] = {dlp_first_element(t), dlp_first_element(r)};
-    if (s.n > 0) scan_line(&s, p);
+    if (s.n > 0) scan_line(&s, p, NULL);
   } else if (dim < 0) {
     char *p[2] = {dlp_first_element(t), dlp_first_element(r)};
-    scan_line(&s, p);
+    scan_line(&s, p, NULL);
   } else {
     const dlp_Tensor *ops[2] = {t, r};
     s.n = t->dl.shape[dim];
     s.in_step = dlp_walk_stride(t, dim);
     s.out_step = dlp_walk_stride(r, dim);
-    dlp_each_line(2, ops, dim, scan_line, &s);
+    dlp_each_line(2, ops, dim, scan_line, &s, dlp_line_parts(t, dim), NULL, 0); /* r is new: lines of its own */
   }
   if (out_idx) into_out(L, out_idx, r_idx, what);
   return 1;
@@ -503,16 +504,16 @@ typedef struct SoftmaxLine {
   int direct_in, direct_out;   /* float32 rows read / written where they are */
   int64_t n, in_step, out_step;
   dlp_RowFn load, store;       /* the input into the compute dtype, the compute dtype into the result */
-  char *line;                  /* scratch: n elements of float64, or 2n of float32 */
 } SoftmaxLine;
 
-static void softmax_line(void *ctx, char *const *p) {
+/* line: the part's scratch, n elements of float64 or 2n of float32 */
+static void softmax_line(void *ctx, char *const *p, char *line) {
   const SoftmaxLine *s = ctx;
   int64_t n = s->n;
   if (n == 0) return;
   if (s->wide) {
-    s->load(s->line, 8, p[0], s->in_step, n);
-    double *x = (double *)(void *)s->line, m = x[0];
+    s->load(line, 8, p[0], s->in_step, n);
+    double *x = (double *)(void *)line, m = x[0];
     for (int64_t i = 1; i < n; i++) m = x[i] > m || x[i] != x[i] ? x[i] : m;
     if (m != m) { /* NaN: every result is NaN */
       for (int64_t i = 0; i < n; i++) x[i] = m;
@@ -528,13 +529,13 @@ static void softmax_line(void *ctx, char *const *p) {
         for (int64_t i = 0; i < n; i++) x[i] = exp(x[i] - m) * inv;
       }
     }
-    s->store(p[1], s->out_step, s->line, 8, n);
+    s->store(p[1], s->out_step, line, 8, n);
   } else {
     /* float32 lines read and written in place when they are (aligned) rows of float32 */
-    const float *x = (const float *)(const void *)s->line;
-    float *y = (float *)(void *)s->line;
+    const float *x = (const float *)(const void *)line;
+    float *y = (float *)(void *)line;
     if (s->direct_in && (uintptr_t)p[0] % 4 == 0) x = (const float *)(const void *)p[0];
-    else s->load(s->line, 4, p[0], s->in_step, n);
+    else s->load(line, 4, p[0], s->in_step, n);
     int direct_out = s->direct_out && (uintptr_t)p[1] % 4 == 0, nan;
     if (direct_out) y = (float *)(void *)p[1];
     float m = max_f32(x, n, &nan);
@@ -542,7 +543,7 @@ static void softmax_line(void *ctx, char *const *p) {
       for (int64_t i = 0; i < n; i++) y[i] = NAN;
     } else if (s->log) {
       if (m == -INFINITY) m = 0;
-      float sum = exp_sum_f32((float *)(void *)s->line + n, x, n, m); /* the exps in the scratch's second half */
+      float sum = exp_sum_f32((float *)(void *)line + n, x, n, m); /* the exps in the scratch's second half */
       float logsum = logf(sum);
       for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) - logsum; /* torch's order: x - m is exact near m */
     } else {
@@ -550,7 +551,7 @@ static void softmax_line(void *ctx, char *const *p) {
       float inv = 1 / exp_sum_f32(y, x, n, m);
       for (int64_t i = 0; i < n; i++) y[i] *= inv;
     }
-    if (!direct_out) s->store(p[1], s->out_step, s->line, 4, n);
+    if (!direct_out) s->store(p[1], s->out_step, line, 4, n);
   }
 }
 
@@ -640,7 +641,11 @@ static int softmax(lua_State *L, int log, const char *what) {
   int64_t n = dim < 0 ? 1 : t->dl.shape[dim];
   if (dlp_numel(t) == 0) n = 0;
   if ((uint64_t)n > SIZE_MAX / 16) luaL_error(L, "%s: a line of %I elements is too long", what, (lua_Integer)n);
-  s.line = lua_newuserdatauv(L, (size_t)(n > 0 ? n : 1) * 8, 0); /* n float64 or 2n float32 */
+  /* a scratch of n float64 or 2n float32 for each part of the lines (parts <= the lines: it fits) */
+  int64_t parts = dim < 0 ? 1 : dlp_line_parts(t, dim);
+  size_t line_bytes = (size_t)(n > 0 ? n : 1) * 8;
+  if (line_bytes > SIZE_MAX / (size_t)parts) parts = 1;
+  char *scratch = lua_newuserdatauv(L, line_bytes * (size_t)parts, 0);
   dlp_Tensor *mid = NULL;
   if (t->dtype != dtype && dtype != cdtype) /* float16/bfloat16 from another dtype: rounded to it first */
     mid = new_result(L, t, 0, dtype, what);
@@ -657,14 +662,14 @@ static int softmax(lua_State *L, int log, const char *what) {
   if (dim < 0) {
     char *p[2] = {dlp_first_element(t), dlp_first_element(r)};
     s.in_step = s.out_step = 0;
-    softmax_line(&s, p);
+    softmax_line(&s, p, scratch);
   } else {
     const dlp_Tensor *ops[2] = {t, r};
     s.in_step = dlp_walk_stride(t, dim);
     s.out_step = dlp_walk_stride(r, dim);
     s.direct_in = t->dtype == DLP_FLOAT32 && s.in_step == 4;
     s.direct_out = dtype == DLP_FLOAT32 && s.out_step == 4;
-    dlp_each_line(2, ops, dim, softmax_line, &s);
+    dlp_each_line(2, ops, dim, softmax_line, &s, parts, scratch, line_bytes); /* r is new: lines of its own */
   }
   lua_pushvalue(L, r_idx);
   return 1;

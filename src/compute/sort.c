@@ -361,8 +361,9 @@ static void gather(char *d, int64_t dstep, const char *src, int64_t sstep, const
   }
 }
 
-static void sort_line(void *ctx, char *const *p) {
-  SortLine *s = ctx;
+/* part: the SortLine of this part of the lines (run_sort's copies), or NULL for one walk (ctx's) */
+static void sort_line(void *ctx, char *const *p, char *part) {
+  SortLine *s = part ? (SortLine *)(void *)part : ctx;
   const char *keys;
   int special, op = 1;
   /* the values' own memory holds the keys when it can (contiguous, as wide as the keys) */
@@ -615,25 +616,47 @@ static void run_sort(lua_State *L, dlp_Tensor *t, int dim, int descending, int64
                     dlp_cpu_level() >= DLP_CPU_AVX512;
   }
   dlp_live(L, t, what); /* then no Lua code runs until the scratch is freed */
-  dlp_Owner *block = s.vector_sort ? NULL : scratch(&s, s.n); /* sort_avx512.c needs none */
-  if (!block && !s.vector_sort) luaL_error(L, "%s: not enough memory for the scratch of lines of %I elements", what, (lua_Integer)s.n);
   const dlp_Tensor *ops[3] = {t, NULL, NULL};
   int nops = 1;
   if (values) ops[nops++] = values;
   if (indices) ops[nops++] = indices;
-  if (dim < 0) { /* a 0-d tensor */
-    char *p[3];
-    for (int i = 0; i < nops; i++) p[i] = dlp_first_element(ops[i]);
-    sort_line(&s, p);
-  } else {
+  if (dim >= 0) {
     s.in_step = dlp_walk_stride(t, dim);
     if (values) s.val_step = dlp_walk_stride(values, dim);
     if (indices) s.idx_step = dlp_walk_stride(indices, dim);
-    dlp_each_line(nops, ops, dim, sort_line, &s);
   }
-  if (s.allocated) free(s.ix);
-  if (block) dlp_owner_release(block);
-  if (s.failed) luaL_error(L, "%s: not enough memory", what);
+  /* each part of the lines sorts with a SortLine and scratch of its own (the results are new
+   * tensors: lines of their own); sort_avx512.c needs no scratch */
+  int64_t parts = dim < 0 ? 1 : dlp_line_parts(t, dim);
+  SortLine *part = malloc(sizeof *part * (size_t)parts);
+  dlp_Owner **block = calloc((size_t)parts, sizeof *block);
+  int failed = !part || !block;
+  int64_t made = 0; /* the parts whose SortLine is set */
+  while (!failed && made < parts) {
+    part[made] = s;
+    failed = !s.vector_sort && !(block[made] = scratch(&part[made], s.n));
+    made++;
+  }
+  if (!failed) {
+    if (dim < 0) { /* a 0-d tensor */
+      char *p[3];
+      for (int i = 0; i < nops; i++) p[i] = dlp_first_element(ops[i]);
+      sort_line(part, p, NULL);
+    } else { /* parts > 1: each its own SortLine, given as the part's scratch */
+      dlp_each_line(nops, ops, dim, sort_line, part, parts, parts > 1 ? (char *)part : NULL, sizeof *part);
+    }
+  }
+  int scratch_failed = failed;
+  for (int64_t i = 0; i < made; i++) {
+    if (part[i].allocated) free(part[i].ix);
+    if (block[i]) dlp_owner_release(block[i]);
+    failed |= part[i].failed;
+  }
+  free(part);
+  free(block);
+  if (scratch_failed)
+    luaL_error(L, "%s: not enough memory for the scratch of lines of %I elements", what, (lua_Integer)s.n);
+  if (failed) luaL_error(L, "%s: not enough memory", what);
 }
 
 /* A new tensor of t's shape but for `size` along dim, on t's device (host memory: the CPU). */
@@ -736,8 +759,9 @@ typedef struct StatLine {
   const double *q;
 } StatLine;
 
-static void stat_line(void *ctx, char *const *p) {
+static void stat_line(void *ctx, char *const *p, char *unused) {
   const StatLine *s = ctx;
+  (void)unused;
   int64_t n = s->n;
   int d = s->out_dtype;
   dlp_Scalar out = {DLP_S_FLOAT, 0, 0, 0, 0};
@@ -915,7 +939,7 @@ static int statistic(lua_State *L, dlp_Tensor *t, int dim_arg, int keepdim, cons
   StatLine s = {v->dtype, out_dtype, median, number, v->dl.shape[line], dlp_walk_stride(v, line),
                 dlp_walk_stride(r, line), nq, q};
   const dlp_Tensor *ops[2] = {v, r};
-  dlp_each_line(2, ops, line, stat_line, &s);
+  dlp_each_line(2, ops, line, stat_line, &s, 1, NULL, 0);
   if (full && number && !keepdim) { /* a Lua value */
     dlp_push_element(L, out_dtype, dlp_first_element(r));
     return 1;
