@@ -581,17 +581,28 @@ else
            function(n) for _ = 1, n do local _ = dlpack.matmul(ma, mb) end end, "numpy", "a @ b")
   -- The module's own kernel (the one without BLAS) against OpenBLAS on one thread, with the core
   -- type the module picks: in a child process, where DLPACK_LUA_BLAS=none leaves the module
-  -- without BLAS and the baseline calls the library itself.
+  -- without BLAS and the baseline calls the library itself; both on one thread
+  -- (DLPACK_LUA_NUM_THREADS=1), and then the own kernel on 2 threads against 1.
   if CHILD then
     local library = os.getenv("DLPACK_BENCH_BLAS")
+    local function own(x, y) return function(n) for _ = 1, n do local _ = dlpack.matmul(x, y) end end end
     for _, dt in ipairs({"float32", "float64"}) do
       local x, y, z = ma:to(dt), mb:to(dt), dlpack.empty({512, 512}, dt)
-      row("matmul_own_" .. dt, "  own kernel " .. dt .. " 512x512 (no BLAS)", 2.0,
-          function(n) for _ = 1, n do local _ = dlpack.matmul(x, y) end end,
+      row("matmul_own_" .. dt, "  own kernel " .. dt .. " 512x512 (no BLAS)", 2.0, own(x, y),
           function(n) base.gemm(library, z, x, y, n) end, "OpenBLAS, one thread")
     end
+    local function on(threads, fn)
+      return function(n)
+        dlpack.set_num_threads(threads)
+        fn(n)
+        dlpack.set_num_threads(1)
+      end
+    end
+    row("matmul_own_2threads", "  own kernel float32 512x512, 2 threads", 0.6, on(2, own(ma, mb)), on(1, own(ma, mb)),
+        "the same on 1 thread")
   elseif type(info) == "table" and info.coretype and wanted("matmul_own") and base.gemm then
     local command = string.format("env DLPACK_BENCH_CHILD=1 DLPACK_LUA_BLAS=none DLPACK_BENCH_ONLY=matmul_own " ..
+                                  "DLPACK_LUA_NUM_THREADS=1 " ..
                                   "DLPACK_BENCH_BLAS=%s OPENBLAS_CORETYPE=%s OPENBLAS_NUM_THREADS=1 %s bench/run.lua",
                                   blas, info.coretype, arg[-1] or "lua")
     local pipe = assert(io.popen(command))

@@ -106,7 +106,65 @@ for _, f in ipairs(failures) do print(f) end
 print("checked " .. checked)
 ]==]
 
+-- Products large enough to split their rows into parts (each packing its own blocks of A, all
+-- reading one packed block of B): the same bytes on 1, 2, 3 and 7 threads, and the reference's
+-- values where it is quick. Prints one line per difference, then "compared N".
+local SPLITS = [==[
+local dlpack = require "dlpack"
+assert(dlpack.blas() == nil, "a BLAS computes")
+dlpack.manual_seed(11)
+local failures, compared = {}, 0
+local function operands(m, k, n, dt)
+  if dt == "float32" or dt == "float64" then return dlpack.rand({m, k}, dt) - 0.5, dlpack.rand({k, n}, dt) - 0.5 end
+  return dlpack.randint(-1000, 1000, {m, k}, "int64"):to(dt), dlpack.randint(-1000, 1000, {k, n}, "int64"):to(dt)
+end
+-- rows in 5 parts; 14 parts of 72 rows; two blocks of B's columns (NC 2048); three of K (KC 256);
+-- under the size that splits
+local SHAPES = {{200, 300, 150}, {1000, 40, 64}, {75, 40, 2100}, {150, 600, 40}, {40, 40, 40}}
+for _, dt in ipairs({"float32", "float64", "int32", "int64"}) do
+  for _, s in ipairs(SHAPES) do
+    local a, b = operands(s[1], s[2], s[3], dt)
+    local layouts = {{a, b}, {a:transpose(1, 2):contiguous():transpose(1, 2), b:flip({1})}}
+    for l, ops in ipairs(layouts) do
+      local one
+      for _, threads in ipairs({1, 2, 3, 7}) do
+        dlpack.set_num_threads(threads)
+        local bytes = dlpack.matmul(ops[1], ops[2]):tobytes()
+        one = one or bytes
+        compared = compared + 1
+        if bytes ~= one then
+          failures[#failures + 1] = string.format("%s %dx%dx%d layout %d: %d threads differ from one", dt, s[1],
+                                                  s[2], s[3], l, threads)
+        end
+      end
+    end
+  end
+end
+-- one split product against the reference, row by row (float64: within its rounding)
+local a, b = operands(200, 300, 150, "float64")
+local r = dlpack.matmul(a, b)
+for _, i in ipairs({1, 47, 48, 49, 96, 200}) do -- the first and last rows of parts
+  local want = dlpack.sum(dlpack.mul(a:narrow(1, i, 1):view(300, 1), b), 1)
+  compared = compared + 1
+  if not dlpack.allclose(r:narrow(1, i, 1):view(150), want, 1e-12, 1e-12) then
+    failures[#failures + 1] = "row " .. i .. " differs from the reference"
+  end
+end
+for _, f in ipairs(failures) do print(f) end
+print("compared " .. compared)
+]==]
+
 describe("the module's own matrix-product kernel", function()
+  for _, build in ipairs({"", "avx2", "portable"}) do
+    local name = build == "" and "the widest build this processor runs" or "the " .. build .. " build"
+    it("splits large products into parts of rows: the same bytes on any number of threads in " .. name, function()
+      local env = {DLPACK_LUA_BLAS = "none", LUA_PATH = package.path, LUA_CPATH = package.cpath}
+      if build ~= "" then env.DLPACK_LUA_GEMM = build end
+      local out = support.run_lua(SPLITS, env)
+      assert.are.equal("compared 166\n", out)
+    end)
+  end
+
   for _, build in ipairs({"", "avx2", "portable"}) do
     local name = build == "" and "the widest build this processor runs" or "the " .. build .. " build"
     it("agrees with a plain triple loop in " .. name .. " (odd shapes, every layout, k = 0, empty)", function()

@@ -16,7 +16,12 @@
  * bits), then added to the sum of the blocks before it.
  *
  * Integers: unsigned arithmetic, exact in any order; a tile of C accumulates in registers while
- * blocks of A and B (rows contiguous) are read in place. The AVX2 build doubles the lanes. */
+ * blocks of A and B (rows contiguous) are read in place. The AVX2 build doubles the lanes.
+ *
+ * Large products split the rows of C into parts run as tasks (dlp_parallel_for): for the floats,
+ * each step of the blocks packs B's block once, then each part packs its own blocks of A; for the
+ * integers each part is a product of its own rows. How rows are grouped changes no element's
+ * arithmetic, so the bits are the same on any number of threads. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,10 +74,28 @@ DEFINE_PACKS(double)
 
 #define UNROLL _Pragma("GCC unroll 32")
 
+/* One step of a float product: the columns [j0, j0 + nc) of C from the k0 block of kc rows of B,
+ * packed at pb (by one task), then the rows of C split into parts that run as tasks, each packing
+ * its blocks of A into a scratch of its own (pa + part * pa_bytes). */
+typedef struct FloatStep {
+  const dlp_Gemm *g;
+  int64_t j0, nc, k0, kc;
+  int64_t rows; /* per part, the last one's fewer */
+  char *pa, *pb;
+  size_t pa_bytes;
+  const struct FloatKernel *kernel;
+} FloatStep;
+
+typedef struct FloatKernel {
+  void (*pack_b)(const FloatStep *st);
+  void (*rows)(const FloatStep *st, int64_t lo, int64_t hi, char *pa);
+} FloatKernel;
+
 /* name##_tile: the MR x NR tile at c (row stride ldc; its first mr x nr elements exist) from kc
  * steps of the packed slivers a and b; `first` stores it, else adds it to what c holds.
- * name: the whole product through the blocks, into C (row stride ldc). V is a vector of L = NR /
- * NV elements of T; SPLAT(x) a V of x, FMA(a, b, c) a * b + c. */
+ * name: the FloatKernel of a build, its steps as FloatStep says. V is a vector of L = NR / NV
+ * elements of T; SPLAT(x) a V of x, FMA(a, b, c) a * b + c. Which rows share a tile or a block
+ * changes no element's arithmetic: the split into parts does not change a bit. */
 #define DEFINE_FLOAT_GEMM(name, T, V, MR, NV, MC, NC, SPLAT, FMA, ATTR)                                     \
   ATTR static void name##_tile(int64_t kc, const T *a, const T *b, T *c, int64_t ldc, int64_t mr, int64_t nr,  \
                                int first) {                                                                  \
@@ -105,25 +128,29 @@ DEFINE_PACKS(double)
         for (int64_t v = 0; v < nr; v++) c[r * ldc + v] = first ? tile[r][v] : c[r * ldc + v] + tile[r][v]; \
     }                                                                                                        \
   }                                                                                                          \
-  ATTR static void name(int64_t M, int64_t N, int64_t K, const T *A, int64_t rsa, int64_t csa, const T *B,      \
-                        int64_t rsb, int64_t csb, T *C, int64_t ldc, T *pa, T *pb) {                            \
+  /* B's block of this step packed, in slivers of NR columns */                                           \
+  ATTR static void name##_pack_b(const FloatStep *st) {                                                      \
+    const dlp_Gemm *g = st->g;                                                                               \
+    pack_b_##T((T *)(void *)st->pb, (const T *)g->B + st->k0 * g->rsb + st->j0 * g->csb, g->rsb, g->csb, st->kc, \
+               st->nc, NV * (int)(sizeof(V) / sizeof(T)));                                                   \
+  }                                                                                                          \
+  /* rows [lo, hi) of C in this step: their blocks of A packed into pa, each tile from the packed B */       \
+  ATTR static void name##_rows(const FloatStep *st, int64_t lo, int64_t hi, char *pa_) {                      \
     enum { NR = NV * (sizeof(V) / sizeof(T)) };                                                              \
-    for (int64_t j0 = 0; j0 < N; j0 += NC) {                                                                 \
-      int64_t nc = N - j0 < NC ? N - j0 : NC;                                                                \
-      for (int64_t k0 = 0; k0 < K; k0 += KC) {                                                               \
-        int64_t kc = K - k0 < KC ? K - k0 : KC;                                                              \
-        pack_b_##T(pb, B + k0 * rsb + j0 * csb, rsb, csb, kc, nc, NR);                                       \
-        for (int64_t i0 = 0; i0 < M; i0 += MC) {                                                             \
-          int64_t mc = M - i0 < MC ? M - i0 : MC;                                                            \
-          pack_a_##T(pa, A + i0 * rsa + k0 * csa, rsa, csa, mc, kc, MR);                                     \
-          for (int64_t j = 0; j < nc; j += NR)                                                               \
-            for (int64_t i = 0; i < mc; i += MR)                                                             \
-              name##_tile(kc, pa + i * kc, pb + j * kc, C + (i0 + i) * ldc + j0 + j, ldc,                    \
-                          mc - i < MR ? mc - i : MR, nc - j < NR ? nc - j : NR, k0 == 0);                    \
-        }                                                                                                    \
-      }                                                                                                      \
+    const dlp_Gemm *g = st->g;                                                                               \
+    T *pa = (T *)(void *)pa_, *C = g->C;                                                                      \
+    const T *A = g->A, *pb = (const T *)(const void *)st->pb;                                                \
+    int64_t kc = st->kc, nc = st->nc, ldc = g->N;                                                            \
+    for (int64_t i0 = lo; i0 < hi; i0 += MC) {                                                               \
+      int64_t mc = hi - i0 < MC ? hi - i0 : MC;                                                              \
+      pack_a_##T(pa, A + i0 * g->rsa + st->k0 * g->csa, g->rsa, g->csa, mc, kc, MR);                         \
+      for (int64_t j = 0; j < nc; j += NR)                                                                   \
+        for (int64_t i = 0; i < mc; i += MR)                                                                 \
+          name##_tile(kc, pa + i * kc, pb + j * kc, C + (i0 + i) * ldc + st->j0 + j, ldc,                    \
+                      mc - i < MR ? mc - i : MR, nc - j < NR ? nc - j : NR, st->k0 == 0);                    \
     }                                                                                                        \
-  }
+  }                                                                                                          \
+  static const FloatKernel name = {name##_pack_b, name##_rows};
 
 /* the portable build: 16-byte vectors, a multiply then an add */
 typedef float f32x4 __attribute__((vector_size(16)));
@@ -167,8 +194,10 @@ DEFINE_FLOAT_GEMM(gemm_f64_avx512, double, f64x8, 12, 2, 96, 1024, SPLAT_F64X8, 
 #define NC 512
 
 #define DEFINE_GEMM(name, T, MR, NR, ATTR)                                                                 \
-  ATTR static void name(int64_t M, int64_t N, int64_t K, const T *A, int64_t lda, const T *B, int64_t ldb, T *C, \
-                   int64_t ldc) {                                                                          \
+  ATTR static void name(int64_t M, int64_t N, int64_t K, const void *A_, int64_t lda, const void *B_, int64_t ldb, \
+                        void *C_, int64_t ldc) {                                                           \
+    const T *A = A_, *B = B_;                                                                              \
+    T *C = C_;                                                                                             \
     for (int64_t j0 = 0; j0 < N; j0 += NC) {                                                               \
       int64_t jn = N - j0 < NC ? N - j0 : NC;                                                              \
       for (int64_t k0 = 0; k0 < K; k0 += KC) {                                                             \
@@ -257,52 +286,94 @@ static void float_blocks(int cd, int64_t *mr, int64_t *nr, int64_t *mc, int64_t 
   *nc = build == WITH_AVX512 || build == WITH_AVX2 ? (f32 ? 2048 : 1024) : 1024;
 }
 
-size_t dlp_gemm_scratch(int cd, int64_t M, int64_t N, int64_t K) {
-  if (cd != DLP_FLOAT32 && cd != DLP_FLOAT64) return 0;
-  int64_t mr, nr, mc, nc, kc = K < KC ? K : KC;
-  float_blocks(cd, &mr, &nr, &mc, &nc);
-  if (M < mc) mc = (M + mr - 1) / mr * mr;
-  if (N < nc) nc = (N + nr - 1) / nr * nr;
-  /* two blocks, each aligned to 64 bytes */
-  return (size_t)((mc + nc) * kc) * dlp_dtypes[cd].itemsize + 128;
+/* Rows per part of C, a multiple of mr (or all M: one part): at most 16 parts of at least three
+ * slivers of mr rows, for products of at least 2^21 multiply-adds. From the sizes only, so that
+ * the scratch dlp_gemm_scratch sized is the one dlp_gemm uses. */
+#define PARTS_MAX 16
+#define PART_WORK (2.0 * 1024 * 1024)
+static int64_t rows_per_part(int64_t M, int64_t N, int64_t K, int64_t mr) {
+  int64_t parts = M / (3 * mr);
+  if (parts > PARTS_MAX) parts = PARTS_MAX;
+  if (parts < 2 || (double)M * (double)N * (double)K < PART_WORK) return M;
+  int64_t rows = (M + parts - 1) / parts;
+  return (rows + mr - 1) / mr * mr;
 }
 
-static void *aligned64(void *p) { return (char *)p + (64 - (uintptr_t)p % 64) % 64; }
+/* The bytes of B's block and of one part's block of A (rows: the part's), rounded up to 64. */
+static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
+static size_t b_block_bytes(int cd, int64_t N, int64_t K, int64_t nr, int64_t nc) {
+  return round64((size_t)((N < nc ? (N + nr - 1) / nr * nr : nc) * (K < KC ? K : KC)) * dlp_dtypes[cd].itemsize);
+}
+static size_t a_block_bytes(int cd, int64_t rows, int64_t K, int64_t mr, int64_t mc) {
+  return round64((size_t)((rows < mc ? (rows + mr - 1) / mr * mr : mc) * (K < KC ? K : KC)) * dlp_dtypes[cd].itemsize);
+}
+
+size_t dlp_gemm_scratch(int cd, int64_t M, int64_t N, int64_t K) {
+  if (cd != DLP_FLOAT32 && cd != DLP_FLOAT64) return 0;
+  int64_t mr, nr, mc, nc;
+  float_blocks(cd, &mr, &nr, &mc, &nc);
+  int64_t rows = rows_per_part(M, N, K, mr), parts = (M + rows - 1) / rows;
+  /* B's block, then each part's block of A, each at a multiple of 64 bytes */
+  return 64 + b_block_bytes(cd, N, K, nr, nc) + (size_t)parts * a_block_bytes(cd, rows, K, mr, mc);
+}
+
+static char *aligned64(char *p) { return p + (64 - (uintptr_t)p % 64) % 64; }
+
+static void float_part(void *ctx, int64_t part) {
+  const FloatStep *st = ctx;
+  int64_t lo = part * st->rows, hi = st->g->M - lo < st->rows ? st->g->M : lo + st->rows;
+  st->kernel->rows(st, lo, hi, st->pa + (size_t)part * st->pa_bytes);
+}
+
+static void float_product(const dlp_Gemm *g, const FloatKernel *kernel) {
+  int64_t mr, nr, mc, nc_max;
+  float_blocks(g->cd, &mr, &nr, &mc, &nc_max);
+  FloatStep st = {g, 0, 0, 0, 0, rows_per_part(g->M, g->N, g->K, mr), NULL, NULL, 0, kernel};
+  int64_t parts = (g->M + st.rows - 1) / st.rows;
+  st.pb = aligned64(g->scratch);
+  st.pa = st.pb + b_block_bytes(g->cd, g->N, g->K, nr, nc_max);
+  st.pa_bytes = a_block_bytes(g->cd, st.rows, g->K, mr, mc);
+  for (st.j0 = 0; st.j0 < g->N; st.j0 += nc_max) {
+    st.nc = g->N - st.j0 < nc_max ? g->N - st.j0 : nc_max;
+    for (st.k0 = 0; st.k0 < g->K; st.k0 += KC) {
+      st.kc = g->K - st.k0 < KC ? g->K - st.k0 : KC;
+      kernel->pack_b(&st);
+      dlp_parallel_for(parts, float_part, &st);
+    }
+  }
+}
+
+/* The integers: each part of the rows one call of the kernel on them (no scratch). */
+typedef struct IntProduct {
+  const dlp_Gemm *g;
+  int64_t rows;
+  void (*kernel)(int64_t M, int64_t N, int64_t K, const void *A, int64_t lda, const void *B, int64_t ldb, void *C,
+                 int64_t ldc);
+} IntProduct;
+
+static void int_part(void *ctx, int64_t part) {
+  const IntProduct *ip = ctx;
+  const dlp_Gemm *g = ip->g;
+  int64_t lo = part * ip->rows, rows = g->M - lo < ip->rows ? g->M - lo : ip->rows;
+  size_t isz = dlp_dtypes[g->cd].itemsize;
+  ip->kernel(rows, g->N, g->K, (const char *)g->A + lo * g->rsa * (int64_t)isz, g->rsa, g->B, g->rsb,
+             (char *)g->C + lo * g->N * (int64_t)isz, g->N);
+}
 
 void dlp_gemm(const dlp_Gemm *g) {
+  int build = build_for_this_cpu(), f32 = g->cd == DLP_FLOAT32;
   if (g->cd == DLP_FLOAT32 || g->cd == DLP_FLOAT64) {
-    int build = build_for_this_cpu();
-    int64_t mr, nr, mc, nc;
-    float_blocks(g->cd, &mr, &nr, &mc, &nc);
-    size_t isz = dlp_dtypes[g->cd].itemsize;
-    char *pa = aligned64(g->scratch);
-    int64_t pa_size = (g->M < mc ? (g->M + mr - 1) / mr * mr : mc) * (g->K < KC ? g->K : KC);
-    char *pb = aligned64(pa + pa_size * (int64_t)isz);
-#define CALL(fn, T) fn(g->M, g->N, g->K, g->A, g->rsa, g->csa, g->B, g->rsb, g->csb, g->C, g->N, (T *)(void *)pa, (T *)(void *)pb) /* aligned64 */
+    const FloatKernel *kernel = f32 ? &gemm_f32_plain : &gemm_f64_plain;
 #ifdef X86_KERNELS
-    if (build == WITH_AVX512) {
-      if (g->cd == DLP_FLOAT32) CALL(gemm_f32_avx512, float);
-      else CALL(gemm_f64_avx512, double);
-      return;
-    }
-    if (build == WITH_AVX2) {
-      if (g->cd == DLP_FLOAT32) CALL(gemm_f32_avx2, float);
-      else CALL(gemm_f64_avx2, double);
-      return;
-    }
+    if (build == WITH_AVX512) kernel = f32 ? &gemm_f32_avx512 : &gemm_f64_avx512;
+    else if (build == WITH_AVX2) kernel = f32 ? &gemm_f32_avx2 : &gemm_f64_avx2;
 #endif
-    if (g->cd == DLP_FLOAT32) CALL(gemm_f32_plain, float);
-    else CALL(gemm_f64_plain, double);
-#undef CALL
+    float_product(g, kernel);
     return;
   }
+  IntProduct ip = {g, rows_per_part(g->M, g->N, g->K, 4), g->cd == DLP_UINT32 ? gemm_u32 : gemm_u64};
 #ifdef X86_KERNELS
-  if (build_for_this_cpu() != PLAIN) {
-    if (g->cd == DLP_UINT32) gemm_u32_avx2(g->M, g->N, g->K, g->A, g->rsa, g->B, g->rsb, g->C, g->N);
-    else gemm_u64_avx2(g->M, g->N, g->K, g->A, g->rsa, g->B, g->rsb, g->C, g->N);
-    return;
-  }
+  if (build != PLAIN) ip.kernel = g->cd == DLP_UINT32 ? gemm_u32_avx2 : gemm_u64_avx2;
 #endif
-  if (g->cd == DLP_UINT32) gemm_u32(g->M, g->N, g->K, g->A, g->rsa, g->B, g->rsb, g->C, g->N);
-  else gemm_u64(g->M, g->N, g->K, g->A, g->rsa, g->B, g->rsb, g->C, g->N);
+  dlp_parallel_for((g->M + ip.rows - 1) / ip.rows, int_part, &ip);
 }
