@@ -250,7 +250,7 @@ describe("threads", function()
     -- each part of the lines has its own scratch: lines read through it (strided, float16, float64)
     -- would mix if two parts shared one; the parts are of whole lines, the last one shorter
     dlpack.manual_seed(23)
-    local x = dlpack.randn({600, 301}, "float32") -- 218 lines of 301 a part: 3 parts, the last of 164
+    local x = dlpack.randn({600, 301}, "float32") -- parts of at least 218 lines: 3 at most, the last of 164
     x:set(5, 7, 0 / 0) -- a line of NaN results, and a NaN sorted last (its line gathers by position)
     x:set(400, 1, -1 / 0)
     x:narrow(1, 9, 1):fill(-1 / 0) -- a line of -inf only: NaN, as torch

@@ -449,8 +449,9 @@ void dlp_iter_run_range(const dlp_Iter *it, int64_t start, int64_t end, dlp_Iter
 void dlp_iter_run_slice(const dlp_Iter *it, int dim, int64_t lo, int64_t hi, dlp_IterLoop loop, void *ctx);
 /* Call fn once per line along dimension dim (0-based) of the nops tensors (the same shape but
  * along dim, where each may have its own size): p[k] is where operand k's line starts (host memory).
- * With parts > 1 (dlp_line_parts of t[0], asked before the scratch was made) the lines are split
- * into that many parts of consecutive lines at most, run as tasks (dlp_parallel_for): fn then
+ * With parts > 1 (dlp_line_parts of t[0], asked before the scratch was made: one per thread at
+ * most) the lines are split into that many parts of consecutive lines at most, run as tasks
+ * (dlp_parallel_for): fn then
  * keeps nothing between lines outside its part's scratch (scratch + part * scratch_bytes; NULL
  * when fn needs none), and every line's output is memory of its own (a new result). Each line is
  * computed as on one thread, so the results do not depend on the split. */

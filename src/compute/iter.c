@@ -259,17 +259,18 @@ static void line_loop(void *ctx, char *const *data, const int64_t *steps, int64_
   }
 }
 
-/* Lines per part: each part at least a task's worth of elements, and at most 256 parts. */
-static int64_t lines_per_part(int64_t line_size, int64_t lines) {
-  int64_t least = (DLP_TASK_ELEMENTS + line_size - 1) / line_size, even = (lines + 255) / 256;
-  return least > even ? least : even;
-}
-
+/* Parts of whole lines: each at least a task's worth of elements, and one per thread of the pool
+ * at most (8 under a host's job system): each part has a scratch of a line or more, so the
+ * scratch grows with the threads, not with the tensor. Every line is computed alone, so how they
+ * split changes no bit. */
+#define HOST_LINE_PARTS 8
 int64_t dlp_line_parts(const dlp_Tensor *t, int dim) {
   int64_t numel = dlp_numel(t), n = t->dl.shape[dim];
   if (numel < 2 * DLP_TASK_ELEMENTS || n == numel || !dlp_parallel_enabled()) return 1;
-  int64_t lines = numel / n, per = lines_per_part(n, lines);
-  return (lines + per - 1) / per;
+  int64_t lines = numel / n, least = (DLP_TASK_ELEMENTS + n - 1) / n; /* lines in a task's worth */
+  int64_t parts = (lines + least - 1) / least, width = dlp_parallel_width();
+  if (width <= 0) width = HOST_LINE_PARTS;
+  return parts < width ? parts : width;
 }
 
 typedef struct LineParts {
