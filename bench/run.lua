@@ -459,6 +459,15 @@ else
   peer_row("sum_f32", "  the same vs NumPy", 1.0, sum, "numpy", "np.sum(a)")
 end
 
+-- fn(n) on `threads` threads of the module's pool, then the default again
+local function on_threads(threads, fn)
+  return function(n)
+    dlpack.set_num_threads(threads)
+    fn(n)
+    dlpack.set_num_threads(0)
+  end
+end
+
 why = lacks("add", "sum", "max", "argmin", "prod", "set_num_threads")
 if why then
   skip_row("add, sum, max, argmin, prod float32 16M on 2 threads", why)
@@ -469,28 +478,21 @@ elseif wanted("add_f32_2threads") or wanted("sum_f32_2threads") or wanted("max_f
   local M16 = 16 * 1024 * 1024
   local x16, y16, z16 = dlpack.rand({M16}, "float32"), dlpack.rand({M16}, "float32"), dlpack.empty({M16}, "float32")
   local into_z16 = {out = z16}
-  local function on(threads, fn)
-    return function(n)
-      dlpack.set_num_threads(threads)
-      fn(n)
-      dlpack.set_num_threads(0)
-    end
-  end
   local function add16(n) for _ = 1, n do dlpack.add(x16, y16, into_z16) end end
   local function sum16(n) for _ = 1, n do local _ = dlpack.sum(x16) end end
-  row("add_f32_2threads", "add(a, b, {out = c}) float32 16M, 2 threads", 0.6, on(2, add16), on(1, add16),
-      "the same on 1 thread")
-  row("sum_f32_2threads", "dlpack.sum(a) float32 16M, 2 threads", 0.6, on(2, sum16), on(1, sum16),
+  row("add_f32_2threads", "add(a, b, {out = c}) float32 16M, 2 threads", 0.6, on_threads(2, add16),
+      on_threads(1, add16), "the same on 1 thread")
+  row("sum_f32_2threads", "dlpack.sum(a) float32 16M, 2 threads", 0.6, on_threads(2, sum16), on_threads(1, sum16),
       "the same on 1 thread")
   local function max16(n) for _ = 1, n do local _ = dlpack.max(x16) end end
   local function argmin16(n) for _ = 1, n do local _ = dlpack.argmin(x16) end end
   local p16 = dlpack.add(dlpack.mul(x16, 2 ^ -20), 1) -- near 1: no overflow
   local function prod16(n) for _ = 1, n do local _ = dlpack.prod(p16) end end
-  row("max_f32_2threads", "dlpack.max(a) float32 16M, 2 threads", 0.6, on(2, max16), on(1, max16),
+  row("max_f32_2threads", "dlpack.max(a) float32 16M, 2 threads", 0.6, on_threads(2, max16), on_threads(1, max16),
       "the same on 1 thread")
-  row("argmin_f32_2threads", "dlpack.argmin(a) float32 16M, 2 threads", 0.6, on(2, argmin16), on(1, argmin16),
-      "the same on 1 thread")
-  row("prod_f32_2threads", "dlpack.prod(a) float32 16M, 2 threads", 0.6, on(2, prod16), on(1, prod16),
+  row("argmin_f32_2threads", "dlpack.argmin(a) float32 16M, 2 threads", 0.6, on_threads(2, argmin16),
+      on_threads(1, argmin16), "the same on 1 thread")
+  row("prod_f32_2threads", "dlpack.prod(a) float32 16M, 2 threads", 0.6, on_threads(2, prod16), on_threads(1, prod16),
       "the same on 1 thread")
   -- the bound of the rows above on this machine: what a second core brings to a C loop reading
   -- the same memory (where it is above 0.6, the memory, not the module, misses the goal)
@@ -506,14 +508,9 @@ elseif wanted("sort_2threads") then
   -- functions of whole lines (softmax, scans, sorts) split the lines into parts (docs/api.md,
   -- "Threads"): sorting them on 2 threads of the module's pool against 1
   local lines = dlpack.rand({4096, 1000}, "float32")
-  local function on(threads)
-    return function(n)
-      dlpack.set_num_threads(threads)
-      for _ = 1, n do local _, _ = dlpack.sort(lines, 2) end
-      dlpack.set_num_threads(0)
-    end
-  end
-  row("sort_2threads", "dlpack.sort(x, 2) {4096, 1000} float32, 2 threads", 0.6, on(2), on(1), "the same on 1 thread")
+  local function sort(n) for _ = 1, n do local _, _ = dlpack.sort(lines, 2) end end
+  row("sort_2threads", "dlpack.sort(x, 2) {4096, 1000} float32, 2 threads", 0.6, on_threads(2, sort),
+      on_threads(1, sort), "the same on 1 thread")
 end
 
 why = lacks("argmax")
@@ -591,15 +588,8 @@ else
       row("matmul_own_" .. dt, "  own kernel " .. dt .. " 512x512 (no BLAS)", 2.0, own(x, y),
           function(n) base.gemm(library, z, x, y, n) end, "OpenBLAS, one thread")
     end
-    local function on(threads, fn)
-      return function(n)
-        dlpack.set_num_threads(threads)
-        fn(n)
-        dlpack.set_num_threads(1)
-      end
-    end
-    row("matmul_own_2threads", "  own kernel float32 512x512, 2 threads", 0.6, on(2, own(ma, mb)), on(1, own(ma, mb)),
-        "the same on 1 thread")
+    row("matmul_own_2threads", "  own kernel float32 512x512, 2 threads", 0.6, on_threads(2, own(ma, mb)),
+        on_threads(1, own(ma, mb)), "the same on 1 thread")
   elseif type(info) == "table" and info.coretype and wanted("matmul_own") and base.gemm then
     local command = string.format("env DLPACK_BENCH_CHILD=1 DLPACK_LUA_BLAS=none DLPACK_BENCH_ONLY=matmul_own " ..
                                   "DLPACK_LUA_NUM_THREADS=1 " ..
