@@ -27,6 +27,7 @@
  *
  * Several states on several threads may compute at once: one job at a time uses the pool; a
  * second caller meanwhile runs its tasks on its own thread (same results: the split is the same). */
+#include <fenv.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -34,12 +35,16 @@
 
 #define MAX_THREADS 256 /* what set_num_threads and DLPACK_LUA_NUM_THREADS accept */
 
+/* Tasks run in the caller's floating-point environment (rounding, and the x87 precision that
+ * Windows' C library uses for exp and log: a new thread there starts with less precision than
+ * the main one, so a task's exp gave other bits on a worker than on the caller). */
 typedef struct Job {
   dlp_TaskFn task;
   void *ctx;
   int64_t n_tasks;
   int64_t next; /* the next task to claim (atomic) */
   int active;   /* pool workers in the job now (under the lock) */
+  fenv_t env;   /* the caller's */
 } Job;
 
 static dlp_once_flag init_once = DLP_ONCE_INIT;
@@ -115,7 +120,11 @@ static void worker_main(void *arg) {
         Job *j = job;
         j->active++;
         dlp_mutex_unlock(&lock);
+        fenv_t own;
+        fegetenv(&own);
+        fesetenv(&j->env);
         run_tasks(j);
+        fesetenv(&own);
         dlp_mutex_lock(&lock);
         if (--j->active == 0) dlp_cond_signal(&finished);
         continue;
@@ -125,18 +134,24 @@ static void worker_main(void *arg) {
   }
 }
 
-/* A host's parallel_for runs this around each task: the mark for nested splits, on whatever thread. */
+/* A host's parallel_for runs this around each task: the mark for nested splits and the caller's
+ * floating-point environment, on whatever thread. */
 typedef struct Marked {
   dlp_TaskFn task;
   void *ctx;
+  fenv_t env;
 } Marked;
 
 static void marked_task(void *ctx, int64_t i) {
   const Marked *m = ctx;
   void *before = in_task_ok ? dlp_thread_key_get(in_task) : NULL;
+  fenv_t own;
+  fegetenv(&own);
+  fesetenv(&m->env);
   if (in_task_ok) dlp_thread_key_set(in_task, &in_task_marker);
   m->task(m->ctx, i);
   if (in_task_ok) dlp_thread_key_set(in_task, before);
+  fesetenv(&own);
 }
 
 static void run_inline(int64_t n_tasks, dlp_TaskFn task, void *ctx) {
@@ -173,7 +188,10 @@ void dlp_parallel_for(int64_t n_tasks, dlp_TaskFn task, void *ctx) {
   if (host || threads <= 1 || busy) {
     dlp_mutex_unlock(&lock);
     if (host) {
-      Marked m = {task, ctx};
+      Marked m;
+      m.task = task;
+      m.ctx = ctx;
+      fegetenv(&m.env);
       host(host_ctx, n_tasks, marked_task, &m);
     } else {
       run_inline(n_tasks, task, ctx);
@@ -187,7 +205,13 @@ void dlp_parallel_for(int64_t n_tasks, dlp_TaskFn task, void *ctx) {
     if (!dlp_thread_start(&workers[started], worker_main, (void *)(intptr_t)started)) break; /* work for fewer */
     started++;
   }
-  Job j = {task, ctx, n_tasks, 0, 0};
+  Job j;
+  j.task = task;
+  j.ctx = ctx;
+  j.n_tasks = n_tasks;
+  j.next = 0;
+  j.active = 0;
+  fegetenv(&j.env);
   job = &j;
   job_workers = helpers < started ? helpers : started;
   generation++;
