@@ -361,9 +361,10 @@ static void gather(char *d, int64_t dstep, const char *src, int64_t sstep, const
   }
 }
 
-/* part: the SortLine of this part of the lines (run_sort's copies), or NULL for one walk (ctx's) */
-static void sort_line(void *ctx, char *const *p, char *part) {
-  SortLine *s = part ? (SortLine *)(void *)part : ctx;
+/* part: the SortLine of this part of the lines (run_sort's copies, given as the parts' scratch) */
+static void sort_line(void *unused, char *const *p, char *part) {
+  SortLine *s = (SortLine *)(void *)part;
+  (void)unused;
   const char *keys;
   int special, op = 1;
   /* the values' own memory holds the keys when it can (contiguous, as wide as the keys) */
@@ -641,9 +642,9 @@ static void run_sort(lua_State *L, dlp_Tensor *t, int dim, int descending, int64
     if (dim < 0) { /* a 0-d tensor */
       char *p[3];
       for (int i = 0; i < nops; i++) p[i] = dlp_first_element(ops[i]);
-      sort_line(part, p, NULL);
-    } else { /* parts > 1: each its own SortLine, given as the part's scratch */
-      dlp_each_line(nops, ops, dim, sort_line, part, parts, parts > 1 ? (char *)part : NULL, sizeof *part);
+      sort_line(NULL, p, (char *)part);
+    } else {
+      dlp_each_line(nops, ops, dim, sort_line, NULL, parts, (char *)part, sizeof *part);
     }
   }
   int scratch_failed = failed;
