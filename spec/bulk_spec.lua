@@ -201,6 +201,50 @@ describe("copies in bulk", function()
     end
   end
 
+  -- The register transposes move blocks of 16x16 bytes, 8x8 of 2 bytes, 8x8 (AVX2) or 4x4 of 4,
+  -- 4x4 or 2x2 of 8 and 2x2 or 1x1 of 16, in tiles of 64x64 elements: shapes that leave blocks
+  -- and tiles over on either side, checked byte for byte against the source's bytes moved in Lua.
+  it("moves the bytes of transposes of every element size through the register blocks", function()
+    local function transposed_bytes(bytes, n, m, size) -- bytes of an n x m row-major tensor, transposed
+      local out = {}
+      for j = 0, m - 1 do
+        for i = 0, n - 1 do
+          local at = (i * m + j) * size
+          out[#out + 1] = bytes:sub(at + 1, at + size)
+        end
+      end
+      return table.concat(out)
+    end
+    local function same_bytes(want, got, what) -- the first byte that differs, not both strings
+      if want == got then return end
+      local k = 1
+      while want:byte(k) == got:byte(k) do k = k + 1 end
+      error(string.format("%s: byte %d of %d differs (%s, want %s)", what, k, #want, tostring(got:byte(k)),
+        tostring(want:byte(k))), 2)
+    end
+    local REAL_PART = {complex64 = "float32", complex128 = "float64"}
+    for _, dtype in ipairs({"uint8", "bfloat16", "float32", "complex64", "complex128"}) do
+      for _, shape in ipairs({{130, 75}, {64, 64}, {16, 16}, {17, 200}, {200, 23}, {3, 100}}) do
+        local n, m = shape[1], shape[2]
+        local name = dtype .. " " .. n .. "x" .. m
+        local parts = counting({n, m, 2}, REAL_PART[dtype] or dtype)
+        local t = parts:select(3, 1):contiguous()
+        if REAL_PART[dtype] then t = dlpack.frombytes(parts:tobytes(), dtype, {n, m}) end -- from both parts
+        local bytes = t:tobytes()
+        local want = transposed_bytes(bytes, n, m, #bytes / (n * m))
+        local tt = t:transpose(1, 2)
+        same_bytes(want, tt:contiguous():tobytes(), name .. " contiguous()")
+        same_bytes(want, tt:tobytes(), name .. " tobytes")
+        local dst = dlpack.zeros({m, n}, dtype)
+        dst:transpose(1, 2):copy(t) -- the destination transposed, the source contiguous
+        same_bytes(want, dst:tobytes(), name .. " into a transposed destination")
+        -- the tiled dimensions inside a third one, strided: a 3-d permute of two copies
+        local two = dlpack.stack({t, t})
+        same_bytes(want .. want, two:permute({1, 3, 2}):contiguous():tobytes(), name .. " permute")
+      end
+    end
+  end)
+
   it("permutes 3-d tensors as element access does", function()
     local t = counting({6, 35, 33}, "float32")
     local p = t:permute({3, 1, 2})

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #if defined(__SSE2__)
-#include <emmintrin.h>
+#include <immintrin.h>
 #endif
 
 #include "internal.h"
@@ -14,9 +14,10 @@
  * elements go row by row along the dimension the destination is contiguous in, through one
  * typed row function. When the source is contiguous along another dimension (a transpose,
  * a permutation), the two dimensions are walked in TILE x TILE blocks, so that both sides
- * stay in cache. */
+ * stay in cache (dimensions of at least TILED_FROM elements each). */
 
-#define TILE 32
+#define TILE 64
+#define TILED_FROM 16
 
 typedef struct Walk {
   int ndim;
@@ -24,12 +25,15 @@ typedef struct Walk {
   int64_t ds[DLP_MAX_NDIM], ss[DLP_MAX_NDIM]; /* byte strides of the destination and source */
 } Walk;
 
+/* Moves an la x lb tile of one dtype across (tile_function below). */
+typedef void (*TileFn)(char *d, int64_t dsb, const char *s, int64_t ssa, int64_t la, int64_t lb);
+
 /* What each row does: a row function (copy or convert), or a fill with `value`. */
 typedef struct Job {
   dlp_RowFn row;
   const void *value;
   size_t itemsize;
-  int move; /* same dtype: a tile may be transposed in registers */
+  TileFn tile; /* same dtype: what moves a tile (NULL: the tiles go row by row) */
 } Job;
 
 static void do_row(const Job *job, char *d, int64_t ds, const char *s, int64_t ss, int64_t n) {
@@ -102,49 +106,146 @@ static void visit_row(const Walk *w, int a, int b, const Job *job, char *d, cons
   do_row(job, d, w->ds[a], s, w->ss[a], w->shape[a]);
 }
 
-#if defined(__SSE2__)
-/* Transpose an la x lb tile in registers, for elements of 4 or 8 bytes: destination element
- * (i, j) at d + i*size + j*dsb, source element at s + i*ssa + j*size. Returns 0 (nothing done)
- * for other sizes. The moves are shuffles: the bits are copied as they are. The loads and stores are
- * the unaligned ones, so the byte pointers go to them as void * (no alignment claimed). */
-static int transpose_tile(char *d, int64_t dsb, const char *s, int64_t ssa, int64_t la, int64_t lb, size_t size) {
-  int64_t i, j;
-  if (size == 4) {
-    for (j = 0; j + 4 <= lb; j += 4) {
-      for (i = 0; i + 4 <= la; i += 4) {
-        const char *q = s + i * ssa + j * 4;
-        __m128 r0 = _mm_loadu_ps((const void *)q), r1 = _mm_loadu_ps((const void *)(q + ssa));
-        __m128 r2 = _mm_loadu_ps((const void *)(q + 2 * ssa)), r3 = _mm_loadu_ps((const void *)(q + 3 * ssa));
-        _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-        char *p = d + i * 4 + j * dsb;
-        _mm_storeu_ps((void *)p, r0);
-        _mm_storeu_ps((void *)(p + dsb), r1);
-        _mm_storeu_ps((void *)(p + 2 * dsb), r2);
-        _mm_storeu_ps((void *)(p + 3 * dsb), r3);
-      }
-      for (; i < la; i++) /* the last columns of these rows */
-        for (int64_t k = j; k < j + 4; k++) memcpy(d + i * 4 + k * dsb, s + i * ssa + k * 4, 4);
-    }
-  } else if (size == 8) {
-    for (j = 0; j + 2 <= lb; j += 2) {
-      for (i = 0; i + 2 <= la; i += 2) {
-        const char *q = s + i * ssa + j * 8;
-        __m128d r0 = _mm_loadu_pd((const void *)q), r1 = _mm_loadu_pd((const void *)(q + ssa));
-        char *p = d + i * 8 + j * dsb;
-        _mm_storeu_pd((void *)p, _mm_unpacklo_pd(r0, r1));
-        _mm_storeu_pd((void *)(p + dsb), _mm_unpackhi_pd(r0, r1));
-      }
-      for (; i < la; i++)
-        for (int64_t k = j; k < j + 2; k++) memcpy(d + i * 8 + k * dsb, s + i * ssa + k * 8, 8);
-    }
-  } else {
-    return 0;
+/* ---- moving a tile of one dtype across: destination element (i, j) at d + i*size + j*dsb,
+ * source element (i, j) at s + i*ssa + j*size ----
+ * Each tile function moves an la x lb tile in B x B blocks transposed in registers, then the
+ * columns and rows left over one element at a time; the moves copy bits as they are. */
+
+#define INLINE static inline __attribute__((always_inline))
+
+#define DEFINE_TILE(name, B, size, block, target)                                                           \
+  target static void name(char *d, int64_t dsb, const char *s, int64_t ssa, int64_t la, int64_t lb) {        \
+    int64_t i, j;                                                                                            \
+    for (j = 0; j + B <= lb; j += B) {                                                                       \
+      for (i = 0; i + B <= la; i += B) block(d + i * size + j * dsb, dsb, s + i * ssa + j * size, ssa);       \
+      for (; i < la; i++)                                                                                    \
+        for (int64_t k = j; k < j + B; k++) memcpy(d + i * size + k * dsb, s + i * ssa + k * size, size);     \
+    }                                                                                                        \
+    for (; j < lb; j++)                                                                                      \
+      for (i = 0; i < la; i++) memcpy(d + i * size + j * dsb, s + i * ssa + j * size, size);                 \
   }
-  for (; j < lb; j++) /* the last rows */
-    for (i = 0; i < la; i++) memcpy(d + i * size + j * dsb, s + i * ssa + j * size, size);
-  return 1;
+
+/* The loads and stores are the unaligned ones, so byte pointers go to them as void * (no
+ * alignment claimed). */
+#if defined(__SSE2__)
+/* n rows of 16 bytes (n = 16 / width elements of width bytes) transposed by one step done
+ * log2(n) times: rows k and k + n/2 interleaved into rows 2k and 2k + 1. A step rotates each
+ * element's index bits (row bits, then column bits) left by one, so log2(n) steps swap the
+ * row and the column. */
+INLINE void block_sse2(char *d, int64_t dsb, const char *s, int64_t ssa, int n, int steps, int width) {
+  __m128i r[16], t[16];
+#pragma GCC unroll 16
+  for (int k = 0; k < n; k++) r[k] = _mm_loadu_si128((const void *)(s + k * ssa));
+  for (int step = 0; step < steps; step++) {
+#pragma GCC unroll 8
+    for (int k = 0; k < n / 2; k++) {
+      __m128i a = r[k], b = r[k + n / 2];
+      t[2 * k] = width == 1   ? _mm_unpacklo_epi8(a, b)
+                 : width == 2 ? _mm_unpacklo_epi16(a, b)
+                 : width == 4 ? _mm_unpacklo_epi32(a, b)
+                              : _mm_unpacklo_epi64(a, b);
+      t[2 * k + 1] = width == 1   ? _mm_unpackhi_epi8(a, b)
+                     : width == 2 ? _mm_unpackhi_epi16(a, b)
+                     : width == 4 ? _mm_unpackhi_epi32(a, b)
+                                  : _mm_unpackhi_epi64(a, b);
+    }
+#pragma GCC unroll 16
+    for (int k = 0; k < n; k++) r[k] = t[k];
+  }
+#pragma GCC unroll 16
+  for (int k = 0; k < n; k++) _mm_storeu_si128((void *)(d + k * dsb), r[k]);
 }
+INLINE void block_1(char *d, int64_t dsb, const char *s, int64_t ssa) { block_sse2(d, dsb, s, ssa, 16, 4, 1); }
+INLINE void block_2(char *d, int64_t dsb, const char *s, int64_t ssa) { block_sse2(d, dsb, s, ssa, 8, 3, 2); }
+INLINE void block_4(char *d, int64_t dsb, const char *s, int64_t ssa) { block_sse2(d, dsb, s, ssa, 4, 2, 4); }
+INLINE void block_8(char *d, int64_t dsb, const char *s, int64_t ssa) { block_sse2(d, dsb, s, ssa, 2, 1, 8); }
+DEFINE_TILE(tile_1, 16, 1, block_1, )
+DEFINE_TILE(tile_2, 8, 2, block_2, )
+DEFINE_TILE(tile_4, 4, 4, block_4, )
+DEFINE_TILE(tile_8, 2, 8, block_8, )
+
+/* AVX2, chosen at run time: 8 x 8 blocks of 4 bytes, 4 x 4 of 8 bytes, 2 x 2 of 16 bytes. */
+#define AVX2 __attribute__((target("avx2")))
+AVX2 INLINE void block_4_avx2(char *d, int64_t dsb, const char *s, int64_t ssa) {
+  __m256 r[8], t[8];
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; k++) r[k] = _mm256_loadu_ps((const void *)(s + k * ssa));
+#pragma GCC unroll 4
+  for (int k = 0; k < 8; k += 2) { /* t[k]: columns 0, 1, 4, 5 of rows k, k + 1, interleaved; t[k + 1]: 2, 3, 6, 7 */
+    t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
+    t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
+  }
+#pragma GCC unroll 2
+  for (int k = 0; k < 8; k += 4) { /* r[k + c]: column c, and c + 4 in the upper half, of rows k to k + 3 */
+    r[k] = _mm256_shuffle_ps(t[k], t[k + 2], 0x44);
+    r[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], 0xEE);
+    r[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0x44);
+    r[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; c++) {
+    _mm256_storeu_ps((void *)(d + c * dsb), _mm256_permute2f128_ps(r[c], r[c + 4], 0x20));
+    _mm256_storeu_ps((void *)(d + (c + 4) * dsb), _mm256_permute2f128_ps(r[c], r[c + 4], 0x31));
+  }
+}
+AVX2 INLINE void block_8_avx2(char *d, int64_t dsb, const char *s, int64_t ssa) {
+  __m256d r0 = _mm256_loadu_pd((const void *)s), r1 = _mm256_loadu_pd((const void *)(s + ssa));
+  __m256d r2 = _mm256_loadu_pd((const void *)(s + 2 * ssa)), r3 = _mm256_loadu_pd((const void *)(s + 3 * ssa));
+  __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1); /* columns 0, 2 and 1, 3 */
+  __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
+  _mm256_storeu_pd((void *)d, _mm256_permute2f128_pd(t0, t2, 0x20));
+  _mm256_storeu_pd((void *)(d + dsb), _mm256_permute2f128_pd(t1, t3, 0x20));
+  _mm256_storeu_pd((void *)(d + 2 * dsb), _mm256_permute2f128_pd(t0, t2, 0x31));
+  _mm256_storeu_pd((void *)(d + 3 * dsb), _mm256_permute2f128_pd(t1, t3, 0x31));
+}
+AVX2 INLINE void block_16_avx2(char *d, int64_t dsb, const char *s, int64_t ssa) {
+  __m256d r0 = _mm256_loadu_pd((const void *)s), r1 = _mm256_loadu_pd((const void *)(s + ssa));
+  _mm256_storeu_pd((void *)d, _mm256_permute2f128_pd(r0, r1, 0x20));
+  _mm256_storeu_pd((void *)(d + dsb), _mm256_permute2f128_pd(r0, r1, 0x31));
+}
+DEFINE_TILE(tile_4_avx2, 8, 4, block_4_avx2, AVX2)
+DEFINE_TILE(tile_8_avx2, 4, 8, block_8_avx2, AVX2)
+DEFINE_TILE(tile_16_avx2, 2, 16, block_16_avx2, AVX2)
 #endif
+
+/* One element a block: 16-byte elements (complex128), and every size where SSE2 is missing. */
+#define MOVE(size)                                                                                 \
+  INLINE void move_##size(char *d, int64_t dsb, const char *s, int64_t ssa) {                      \
+    (void)dsb;                                                                                     \
+    (void)ssa;                                                                                     \
+    memcpy(d, s, size);                                                                            \
+  }                                                                                                \
+  DEFINE_TILE(tile_one_##size, 1, size, move_##size, )
+MOVE(16)
+#if !defined(__SSE2__)
+MOVE(1)
+MOVE(2)
+MOVE(4)
+MOVE(8)
+#endif
+
+/* The tile function for elements of size bytes (NULL: none, the tiles go row by row). */
+static TileFn tile_function(size_t size) {
+  switch (size) {
+#if defined(__SSE2__)
+  case 1: return tile_1;
+  case 2: return tile_2;
+  case 4: return dlp_cpu_has_avx2() ? tile_4_avx2 : tile_4;
+  case 8: return dlp_cpu_has_avx2() ? tile_8_avx2 : tile_8;
+#else
+  case 1: return tile_one_1;
+  case 2: return tile_one_2;
+  case 4: return tile_one_4;
+  case 8: return tile_one_8;
+#endif
+#if defined(__SSE2__)
+  case 16: return dlp_cpu_has_avx2() ? tile_16_avx2 : tile_one_16;
+#else
+  case 16: return tile_one_16;
+#endif
+  default: return NULL;
+  }
+}
 
 /* Rows along a, a TILE x TILE block of (a, b) at a time. */
 static void visit_tiles(const Walk *w, int a, int b, const Job *job, char *d, const char *s) {
@@ -155,13 +256,9 @@ static void visit_tiles(const Walk *w, int a, int b, const Job *job, char *d, co
       int64_t la = na - i0 < TILE ? na - i0 : TILE;
       char *dp = d + i0 * w->ds[a] + j0 * w->ds[b];
       const char *sp = s + i0 * w->ss[a] + j0 * w->ss[b];
-#if defined(__SSE2__)
       /* the fast dimensions run forward on both sides (negative strides take the rows) */
-      if (job->move && w->ds[a] > 0 && w->ss[b] > 0 &&
-          transpose_tile(dp, w->ds[b], sp, w->ss[a], la, lb, job->itemsize))
-        continue;
-#endif
-      for (int64_t j = 0; j < lb; j++) do_row(job, dp + j * w->ds[b], w->ds[a], sp + j * w->ss[b], w->ss[a], la);
+      if (job->tile && w->ds[a] > 0 && w->ss[b] > 0) job->tile(dp, w->ds[b], sp, w->ss[a], la, lb);
+      else for (int64_t j = 0; j < lb; j++) do_row(job, dp + j * w->ds[b], w->ds[a], sp + j * w->ss[b], w->ss[a], la);
     }
   }
 }
@@ -174,7 +271,7 @@ static void run(const Walk *w, const Job *job, char *d, const char *s, size_t ds
   }
   int a = fastest(w, w->ds), b = fastest(w, w->ss);
   if (a != b && magnitude(w->ds[a]) == (int64_t)dsize && magnitude(w->ss[b]) == (int64_t)ssize &&
-      w->shape[a] >= TILE / 2 && w->shape[b] >= TILE / 2) {
+      w->shape[a] >= TILED_FROM && w->shape[b] >= TILED_FROM) {
     walk_outer(w, a, b, job, d, s, visit_tiles);
     return;
   }
@@ -211,8 +308,8 @@ static void copy_elements(dlp_Tensor *dst, const dlp_Tensor *src) {
     }
   }
   if (!simplify(&w, dst->dl.ndim, shape, ds, ss)) return;
-  Job job = {dlp_row_function(dst->dtype, src->dtype), NULL, dlp_dtypes[dst->dtype].itemsize,
-             dst->dtype == src->dtype};
+  size_t size = dlp_dtypes[dst->dtype].itemsize;
+  Job job = {dlp_row_function(dst->dtype, src->dtype), NULL, size, dst->dtype == src->dtype ? tile_function(size) : NULL};
   run(&w, &job, dlp_first_element(dst), from, dlp_dtypes[dst->dtype].itemsize, dlp_dtypes[src->dtype].itemsize);
 }
 
@@ -224,7 +321,7 @@ void dlp_gather(char *out, const dlp_Tensor *t) {
   dlp_contiguous_strides(t->dl.ndim, t->dl.shape, ds);
   for (int i = 0; i < t->dl.ndim; i++) ds[i] *= itemsize; /* fits: the output is t's size */
   if (!simplify(&w, t->dl.ndim, t->dl.shape, ds, ss)) return;
-  Job job = {dlp_row_function(t->dtype, t->dtype), NULL, (size_t)itemsize, 1};
+  Job job = {dlp_row_function(t->dtype, t->dtype), NULL, (size_t)itemsize, tile_function((size_t)itemsize)};
   run(&w, &job, out, dlp_first_element(t), (size_t)itemsize, (size_t)itemsize);
 }
 
@@ -362,7 +459,7 @@ void dlp_fill(lua_State *L, dlp_Tensor *t, int idx, const char *what) {
   for (int i = 0; i < t->dl.ndim; i++) shape[i] = strides[i] == 0 && t->dl.shape[i] > 0 ? 1 : t->dl.shape[i];
   if (!simplify(&w, t->dl.ndim, shape, strides, strides)) return;
   size_t itemsize = dlp_dtypes[t->dtype].itemsize;
-  Job job = {NULL, value, itemsize, 0};
+  Job job = {NULL, value, itemsize, NULL};
   run(&w, &job, dlp_first_element(t), dlp_first_element(t), itemsize, itemsize);
 }
 
