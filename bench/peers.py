@@ -79,6 +79,8 @@ if np is not None:
     report("convert_i32_f64", "numpy", lambda: np.copyto(d64, s32, casting="unsafe"))
     report("convert_f32_f16", "numpy", lambda: np.copyto(h16, src32, casting="unsafe"))
     report("transpose", "numpy", lambda: np.copyto(sq_dst, sq.T))
+    sq8, sq8_dst = np.ones((2048, 2048), np.uint8), np.empty((2048, 2048), np.uint8)
+    report("transpose_u8", "numpy", lambda: np.copyto(sq8_dst, sq8.T))
     report("permute_clone", "numpy", lambda: np.ascontiguousarray(cube.transpose(2, 0, 1)))
     report("clone", "numpy", lambda: f32.copy())
     report("make_drop", "numpy", lambda: np.zeros(262144, np.float32))

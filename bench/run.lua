@@ -350,6 +350,12 @@ row("transpose", "dst:copy(src:transpose(1, 2)) 2048^2 float32", 1.2,
     function(n) for _ = 1, n do sq_dst:copy(sq_t) end end, function(n) base.transpose(sq_dst, sq, n) end,
     "32x32-blocked C transpose")
 
+-- bytes (an image's planes): 16x16 blocks of them transposed in SSE2 registers
+local sq8 = dlpack.full({2048, 2048}, 1, "uint8")
+local sq8_t, sq8_dst = sq8:transpose(1, 2), dlpack.empty({2048, 2048}, "uint8")
+peer_row("transpose_u8", "dst:copy(src:transpose(1, 2)) 2048^2 uint8", 1,
+         function(n) for _ = 1, n do sq8_dst:copy(sq8_t) end end, "numpy", "np.copyto(dst, src.T)")
+
 local cube = dlpack.full({64, 256, 256}, 1, "float32")
 local cube_p = cube:permute({3, 1, 2})
 row("permute_clone", "t:permute({3, 1, 2}):clone() 16 MiB float32", 1.2,
