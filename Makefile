@@ -105,7 +105,7 @@ GEN_MODULE  = $(BUILD)/gen/dlpack/core.$(SO)
 
 # `all`: what is installed, the module and the static library. `test-build` adds the test-only
 # libraries the specs load (never installed): the fake CUDA driver, the module that fabricates
-# foreign tensors, and the module with short capsule generations.
+# foreign tensors, and the test build of the module (short capsule generations, small tasks).
 all: $(MODULE) $(STATIC)
 
 test-build: all $(FABRICATE) $(FAKECUDA) $(FAKECUDA_OLD) $(GEN_MODULE)
@@ -203,9 +203,13 @@ $(STATIC): $(OBJECTS)
 	$(Q)$(AR) rcs $@ $(OBJECTS)
 
 # Test-only: the module with 2-bit capsule generations, so that a spec reaches the end of a
-# capsule slot's life in a few hundred capsules (spec/safety_spec.lua), and with an AVX-512 sort
+# capsule slot's life in a few hundred capsules (spec/safety_spec.lua), with an AVX-512 sort
 # whose depth limit stops it after one partition, so that a spec runs its heap sort
-# (spec/sort_spec.lua); never installed.
+# (spec/sort_spec.lua), and with tasks of 256 elements (DLP_TASK_ELEMENTS), so that operations
+# split on several threads at sizes a spec draws by the hundred (spec/parallel_spec.lua); never
+# installed.
+GEN_TASKS = -DDLPACK_LUA_TEST_TASK_ELEMENTS=256
+GEN_SPLITTING = reduce elementwise iter
 $(BUILD)/gen/capsule.o: src/exchange/capsule.c $(HEADERS)
 	@mkdir -p $(@D)
 	$(say) CC '$< (test: 2-bit generations)'
@@ -213,11 +217,17 @@ $(BUILD)/gen/capsule.o: src/exchange/capsule.c $(HEADERS)
 
 $(BUILD)/gen/sort_avx512.o: src/compute/sort_avx512.c $(HEADERS)
 	@mkdir -p $(@D)
-	$(say) CC '$< (test: heap sort after one partition)'
-	$(Q)$(CC) $(ALL_CFLAGS) $(KERNEL_FLAGS) -DDLPACK_LUA_TEST_SORT_DEPTH=1 -c $< -o $@
+	$(say) CC '$< (test: heap sort after one partition, small tasks)'
+	$(Q)$(CC) $(ALL_CFLAGS) $(KERNEL_FLAGS) -DDLPACK_LUA_TEST_SORT_DEPTH=1 $(GEN_TASKS) -c $< -o $@
 
-$(GEN_MODULE): $(filter-out $(BUILD)/obj/exchange/capsule.o $(BUILD)/obj/compute/sort_avx512.o,$(OBJECTS)) \
-               $(BUILD)/gen/capsule.o $(BUILD)/gen/sort_avx512.o
+$(GEN_SPLITTING:%=$(BUILD)/gen/%.o): $(BUILD)/gen/%.o: src/compute/%.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(say) CC '$< (test: small tasks)'
+	$(Q)$(CC) $(ALL_CFLAGS) $(GEN_TASKS) -c $< -o $@
+
+GEN_REPLACED = exchange/capsule compute/sort_avx512 $(GEN_SPLITTING:%=compute/%)
+$(GEN_MODULE): $(filter-out $(GEN_REPLACED:%=$(BUILD)/obj/%.o),$(OBJECTS)) \
+               $(BUILD)/gen/capsule.o $(BUILD)/gen/sort_avx512.o $(GEN_SPLITTING:%=$(BUILD)/gen/%.o)
 	@mkdir -p $(@D)
 	$(say) LD '$@'
 	$(Q)$(CC) -shared $(ALL_CFLAGS) -o $@ $^ $(MODULE_LIBS) $(LDLIBS)

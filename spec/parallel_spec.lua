@@ -321,4 +321,102 @@ describe("threads", function()
       assert.are.equal(one, dlpack.sum(x))
     end
   end)
+
+  -- The test build in build/gen splits work into tasks of 256 elements (the module's: 65536), so
+  -- that layouts drawn at random, a few thousand elements each, run in dozens of tasks: every
+  -- splitting path (the walks of elementwise operations and reductions, the parts of rows and
+  -- lines, the pairwise sums) against drawn shapes, strides, flips and broadcasts. It runs in a
+  -- new process of the interpreter, or here when this is the test build (stage 52 loads the one
+  -- built with ThreadSanitizer so, where new processes cannot run).
+  local DRAWN = [=[
+    local dlpack = require "dlpack"
+    math.randomseed(20261129)
+    local R = math.random
+    local DTYPES = {"float32", "float64", "float16", "int32", "int64", "uint8"}
+    local FLOAT = {float32 = true, float64 = true, float16 = true}
+    local function result(ok, v, w) -- the bytes of what an operation gave, or its error
+      if not ok then return "error " .. tostring(v) end
+      local parts = {}
+      for _, x in ipairs({v, w}) do
+        parts[#parts + 1] = type(x) == "userdata" and x:tobytes() or string.format("%s %.17g", type(x),
+          x == true and 1 or x or 0)
+      end
+      return table.concat(parts, "|")
+    end
+    local checked = 0
+    for case = 1, 120 do
+      local dtype = DTYPES[R(#DTYPES)]
+      local ndim = R(1, 4)
+      local shape, numel = {}, 1
+      for d = 1, ndim do
+        shape[d] = R(1, math.max(2, math.floor((6000 / numel) ^ (1 / (ndim - d + 1))) * 2))
+        numel = numel * shape[d]
+      end
+      local x = FLOAT[dtype] and dlpack.randn(shape, dtype) or dlpack.randint(-100, 100, shape, "int64"):to(dtype)
+      local how = {dtype, table.concat(shape, "x")}
+      for _ = 1, R(0, 3) do -- views: a transpose, a flip, a slice with a step
+        local kind, d = R(3), R(ndim)
+        if kind == 1 and ndim > 1 then
+          local e = R(ndim)
+          x = x:transpose(d, e)
+          how[#how + 1] = ("transpose(%d, %d)"):format(d, e)
+        elseif kind == 2 then
+          x = x:flip({d})
+          how[#how + 1] = ("flip(%d)"):format(d)
+        elseif x:size(d) > 2 then
+          x = x:slice(d, 1, -1, 2)
+          how[#how + 1] = ("slice(%d, 1, -1, 2)"):format(d)
+        end
+      end
+      local d = R(x:dim())
+      local row = FLOAT[dtype] and dlpack.randn({x:size(x:dim())}, dtype) or dlpack.ones({x:size(x:dim())}, dtype)
+      local ops = {
+        add = function() return dlpack.add(x, row) end, -- broadcast along the last dimension
+        mul = function() return dlpack.mul(x, 3) end,
+        exp = function() return dlpack.exp(x) end,
+        where = function() return dlpack.where(dlpack.gt(x, 0), x, row) end,
+        sum = function() return dlpack.sum(x) end,
+        sum_dim = function() return dlpack.sum(x, d) end,
+        mean_dim = function() return dlpack.mean(x, d) end,
+        prod_dim = function() return dlpack.prod(x, d) end,
+        max = function() return dlpack.max(x) end,
+        max_dim = function() return dlpack.max(x, d) end,
+        argmin_dim = function() return dlpack.argmin(x, d) end,
+        any_dim = function() return dlpack.any(dlpack.gt(x, 1), d) end,
+        softmax = function() return dlpack.softmax(x, d) end,
+        cumsum = function() return dlpack.cumsum(x, d) end,
+        sort = function() return dlpack.sort(x, d) end,
+        topk = function() return dlpack.topk(x, math.min(3, x:size(d)), d) end,
+      }
+      for name, op in pairs(ops) do
+        dlpack.set_num_threads(1)
+        local one = result(pcall(op))
+        dlpack.set_num_threads(3)
+        local three = result(pcall(op))
+        if one ~= three then
+          error(("case %d, %s of %s along %d: 3 threads differ from one (%s)"):format(case, name,
+            table.concat(how, " "), d, one:sub(1, 80)))
+        end
+        checked = checked + 1
+      end
+    end
+    return checked
+  ]=]
+  local gen = support.BUILD .. "/gen/dlpack/core." .. support.SO
+  local built = io.open(gen, "rb")
+  if built then built:close() end
+  local name = "splits drawn layouts of small tensors into small tasks: one thread's bytes (the test build)"
+  if support.BUILD:match("[/\\]gen$") then
+    it(name, function() assert.are.equal(1920, assert((loadstring or load)(DRAWN))()) end)
+  elseif not built then
+    pending(name .. ": " .. gen .. " (make test-build) is not built")
+  elseif os.getenv("LD_PRELOAD") then
+    pending(name .. ": it runs a new process of the interpreter, which a preloaded sanitizer runtime crashes")
+  else
+    it(name, function()
+      local out = support.run_lua("print(assert((loadstring or load)(" .. string.format("%q", DRAWN) .. "))())",
+                                  {LUA_PATH = package.path, LUA_CPATH = support.BUILD .. "/gen/?." .. support.SO .. ";;"})
+      assert.are.equal("1920\n", out)
+    end)
+  end
 end)

@@ -218,7 +218,7 @@ describe("sort", function()
     -- Past its depth limit the quicksort heap-sorts the rest of a range; no input above reaches
     -- it. The test build in build/gen stops after one partition, so that there every line longer
     -- than the networks' 256 keys is partitioned once and both sides heap-sorted (on two threads
-    -- from 131072), zeros and NaNs then refilled as always.
+    -- from 512 elements: that build's tasks are of 256), zeros and NaNs then refilled as always.
     local gen = support.BUILD .. "/gen/dlpack/core." .. support.SO
     local f = io.open(gen, "rb")
     if dlpack.cpu() ~= "avx512" then

@@ -409,7 +409,11 @@ void dlp_check_no_more(lua_State *L, int first, const char *what, const char *ho
  * into tasks depends on the operation's sizes only (DLP_TASK_ELEMENTS), never on the number of
  * threads, so that results are the same on any. dlp_parallel_enabled: whether splitting can pay
  * (more than one thread, or a host's job system, and not already inside a task). */
+#ifdef DLPACK_LUA_TEST_TASK_ELEMENTS /* the test build's (Makefile: GEN_TASKS) */
+#define DLP_TASK_ELEMENTS ((int64_t)DLPACK_LUA_TEST_TASK_ELEMENTS)
+#else
 #define DLP_TASK_ELEMENTS ((int64_t)1 << 16) /* the least work worth a task of its own */
+#endif
 typedef void (*dlp_TaskFn)(void *ctx, int64_t i);
 void dlp_parallel_for(int64_t n_tasks, dlp_TaskFn task, void *ctx);
 int dlp_parallel_enabled(void);
