@@ -121,10 +121,10 @@ local i = dlpack.arange(-300, 300, "int32")
 print("int_add", hex(dlpack.add(i, i:flip({1}))), hex(dlpack.lt(i, 7)), hex(i:to("float32")))
 local z = dlpack.tensor({1, 2, 3, 4, -1.5, 0.25}, "float64"):to("complex128")
 print("complex_div", hex(dlpack.div(z, z:flip({1}))), hex(dlpack.exp(z)))
--- transposes move the bits as they are, through each build's register blocks (AVX2: 8x8 of 4
--- bytes, 4x4 of 8, 2x2 of 16): a 64x64 tile, blocks and elements left over
+-- transposes move the bits as they are, through the AVX2 build's register blocks (8x8 of 4
+-- bytes, 4x4 of 8, 2x2 of 16) or the baseline's: a 64x64 tile, blocks and elements left over
 local counts = dlpack.arange(0, 70 * 67, "float64"):mul(1.25):reshape({70, 67})
-for _, dt in ipairs({"uint8", "bfloat16", "float32", "float64", "complex128"}) do
+for _, dt in ipairs({"float32", "float64", "complex128"}) do
   print("transpose_" .. dt, hex(counts:to(dt):transpose(1, 2)))
 end
 ]]

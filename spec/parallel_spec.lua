@@ -407,15 +407,16 @@ describe("threads", function()
   if built then built:close() end
   local name = "splits drawn layouts of small tensors into small tasks: one thread's bytes (the test build)"
   if support.BUILD:match("[/\\]gen$") then
-    it(name, function() assert.are.equal(1920, assert((loadstring or load)(DRAWN))()) end)
+    it(name, function() assert.are.equal(1920, assert((rawget(_G, "loadstring") or load)(DRAWN))()) end)
   elseif not built then
     pending(name .. ": " .. gen .. " (make test-build) is not built")
   elseif os.getenv("LD_PRELOAD") then
     pending(name .. ": it runs a new process of the interpreter, which a preloaded sanitizer runtime crashes")
   else
     it(name, function()
+      local cpath = support.BUILD .. "/gen/?." .. support.SO .. ";;"
       local out = support.run_lua("print(assert((loadstring or load)(" .. string.format("%q", DRAWN) .. "))())",
-                                  {LUA_PATH = package.path, LUA_CPATH = support.BUILD .. "/gen/?." .. support.SO .. ";;"})
+                                  {LUA_PATH = package.path, LUA_CPATH = cpath})
       assert.are.equal("1920\n", out)
     end)
   end

@@ -5,6 +5,9 @@
 #include <string.h>
 #if defined(__SSE2__)
 #include <immintrin.h>
+#if defined(__x86_64__) || defined(_M_X64)
+#define AVX2_BLOCKS 1 /* chosen at run time: dlp_cpu_has_avx2 (platform.h) is x86-64's */
+#endif
 #endif
 
 #include "internal.h"
@@ -163,7 +166,9 @@ DEFINE_TILE(tile_1, 16, 1, block_1, )
 DEFINE_TILE(tile_2, 8, 2, block_2, )
 DEFINE_TILE(tile_4, 4, 4, block_4, )
 DEFINE_TILE(tile_8, 2, 8, block_8, )
+#endif
 
+#if defined(AVX2_BLOCKS)
 /* AVX2, chosen at run time: 8 x 8 blocks of 4 bytes, 4 x 4 of 8 bytes, 2 x 2 of 16 bytes. */
 #define AVX2 __attribute__((target("avx2")))
 AVX2 INLINE void block_4_avx2(char *d, int64_t dsb, const char *s, int64_t ssa) {
@@ -226,23 +231,23 @@ MOVE(8)
 
 /* The tile function for elements of size bytes (NULL: none, the tiles go row by row). */
 static TileFn tile_function(size_t size) {
+#if defined(AVX2_BLOCKS)
+  if (dlp_cpu_has_avx2() && (size == 4 || size == 8 || size == 16))
+    return size == 4 ? tile_4_avx2 : size == 8 ? tile_8_avx2 : tile_16_avx2;
+#endif
   switch (size) {
 #if defined(__SSE2__)
   case 1: return tile_1;
   case 2: return tile_2;
-  case 4: return dlp_cpu_has_avx2() ? tile_4_avx2 : tile_4;
-  case 8: return dlp_cpu_has_avx2() ? tile_8_avx2 : tile_8;
+  case 4: return tile_4;
+  case 8: return tile_8;
 #else
   case 1: return tile_one_1;
   case 2: return tile_one_2;
   case 4: return tile_one_4;
   case 8: return tile_one_8;
 #endif
-#if defined(__SSE2__)
-  case 16: return dlp_cpu_has_avx2() ? tile_16_avx2 : tile_one_16;
-#else
   case 16: return tile_one_16;
-#endif
   default: return NULL;
   }
 }
