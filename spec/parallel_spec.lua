@@ -387,6 +387,14 @@ describe("threads", function()
         cumsum = function() return dlpack.cumsum(x, d) end,
         sort = function() return dlpack.sort(x, d) end,
         topk = function() return dlpack.topk(x, math.min(3, x:size(d)), d) end,
+        mean = function() return dlpack.mean(x) end,
+        var_dim = function() return dlpack.var(x, d) end,
+        argmax = function() return dlpack.argmax(x) end,
+        all_dim = function() return dlpack.all(dlpack.lt(x, 2), d) end,
+        log_softmax = function() return dlpack.log_softmax(x, d) end,
+        cumprod = function() return dlpack.cumprod(x, d) end,
+        argsort = function() return dlpack.argsort(x, d, {descending = true}) end,
+        median = function() return dlpack.median(x, d) end,
       }
       for name, op in pairs(ops) do
         dlpack.set_num_threads(1)
@@ -407,7 +415,7 @@ describe("threads", function()
   if built then built:close() end
   local name = "splits drawn layouts of small tensors into small tasks: one thread's bytes (the test build)"
   if support.BUILD:match("[/\\]gen$") then
-    it(name, function() assert.are.equal(1920, assert((rawget(_G, "loadstring") or load)(DRAWN))()) end)
+    it(name, function() assert.are.equal(2880, assert((rawget(_G, "loadstring") or load)(DRAWN))()) end)
   elseif not built then
     pending(name .. ": " .. gen .. " (make test-build) is not built")
   elseif os.getenv("LD_PRELOAD") then
@@ -417,7 +425,7 @@ describe("threads", function()
       local cpath = support.BUILD .. "/gen/?." .. support.SO .. ";;"
       local out = support.run_lua("print(assert((loadstring or load)(" .. string.format("%q", DRAWN) .. "))())",
                                   {LUA_PATH = package.path, LUA_CPATH = cpath})
-      assert.are.equal("1920\n", out)
+      assert.are.equal("2880\n", out)
     end)
   end
 end)
