@@ -202,10 +202,10 @@ describe("copies in bulk", function()
   end
 
   -- The register transposes move blocks of 16x16 bytes, 8x8 of 2 bytes, 8x8 (AVX2) or 4x4 of 4,
-  -- 4x4 or 2x2 of 8 and 2x2 or 1x1 of 16, in tiles of 64x64 elements: shapes that leave blocks
-  -- and tiles over on either side, checked byte for byte against the source's bytes moved in Lua,
-  -- here and in a process whose loops are the baseline's (DLPACK_LUA_CPU=baseline: the SSE2 blocks
-  -- for every size).
+  -- 4x4 or 2x2 of 8 and 2x2 of 16 (AVX2; row by row without), in tiles of 64x64 elements: shapes
+  -- that leave blocks and tiles over on either side, checked byte for byte against the source's
+  -- bytes moved in Lua, here and in a process whose loops are the baseline's
+  -- (DLPACK_LUA_CPU=baseline: the SSE2 blocks, and 16-byte tiles row by row).
   local TRANSPOSES = [=[
     local dlpack = require "dlpack"
     local function transposed_bytes(bytes, n, m, size) -- bytes of an n x m row-major tensor, transposed

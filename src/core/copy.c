@@ -112,7 +112,9 @@ static void visit_row(const Walk *w, int a, int b, const Job *job, char *d, cons
 /* ---- moving a tile of one dtype across: destination element (i, j) at d + i*size + j*dsb,
  * source element (i, j) at s + i*ssa + j*size ----
  * Each tile function moves an la x lb tile in B x B blocks transposed in registers, then the
- * columns and rows left over one element at a time; the moves copy bits as they are. */
+ * columns and rows left over one element at a time; the moves copy bits as they are. Where the
+ * processor has no blocks for a size (16 bytes without AVX2, every size without SSE2) the tiles
+ * go row by row. */
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -213,23 +215,8 @@ DEFINE_TILE(tile_8_avx2, 4, 8, block_8_avx2, AVX2)
 DEFINE_TILE(tile_16_avx2, 2, 16, block_16_avx2, AVX2)
 #endif
 
-/* One element a block: 16-byte elements (complex128), and every size where SSE2 is missing. */
-#define MOVE(size)                                                                                 \
-  INLINE void move_##size(char *d, int64_t dsb, const char *s, int64_t ssa) {                      \
-    (void)dsb;                                                                                     \
-    (void)ssa;                                                                                     \
-    memcpy(d, s, size);                                                                            \
-  }                                                                                                \
-  DEFINE_TILE(tile_one_##size, 1, size, move_##size, )
-MOVE(16)
-#if !defined(__SSE2__)
-MOVE(1)
-MOVE(2)
-MOVE(4)
-MOVE(8)
-#endif
-
-/* The tile function for elements of size bytes (NULL: none, the tiles go row by row). */
+/* The tile function for elements of size bytes (NULL: none, the tiles go row by row through the
+ * job's row function, which moves the elements as they are too). */
 static TileFn tile_function(size_t size) {
 #if defined(AVX2_BLOCKS)
   if (dlp_cpu_has_avx2() && (size == 4 || size == 8 || size == 16))
@@ -241,13 +228,7 @@ static TileFn tile_function(size_t size) {
   case 2: return tile_2;
   case 4: return tile_4;
   case 8: return tile_8;
-#else
-  case 1: return tile_one_1;
-  case 2: return tile_one_2;
-  case 4: return tile_one_4;
-  case 8: return tile_one_8;
 #endif
-  case 16: return tile_one_16;
   default: return NULL;
   }
 }
