@@ -75,10 +75,50 @@ describe("threads", function()
     local unset = support.run_lua(script, {DLPACK_LUA_NUM_THREADS = ""}) -- the processors' count
     assert.is_truthy(unset:match("^%d+\n$"), unset)
     assert.are.equal("5\n", support.run_lua(script, {DLPACK_LUA_NUM_THREADS = "5"}))
-    for _, ignored in ipairs({"0", "many", "300", "-2", "2.5"}) do
+    for _, ignored in ipairs({"0", "many", "300", "-2", "2.5", " 3", "+3", "3 ", "0x10", "2.0"}) do
       assert.are.equal(unset, support.run_lua(script, {DLPACK_LUA_NUM_THREADS = ignored}))
     end
   end)
+
+  -- A job wakes only the pool threads it takes. Counted by the threads' voluntary context switches
+  -- (Linux's /proc): a thread that wakes and finds no work sleeps again, one switch each time.
+  local status = io.open("/proc/self/stat")
+  local pid = status and status:read("*l"):match("^(%d+)")
+  if status then status:close() end
+  local tasks = pid and io.popen("ls /proc/" .. pid .. "/task 2>/dev/null")
+  local listed = tasks and tasks:read("*a") or ""
+  if tasks then tasks:close() end
+  local function switches() -- thread id -> voluntary context switches, for all threads but the main one
+    local by_thread, ls = {}, io.popen("ls /proc/" .. pid .. "/task")
+    for tid in ls:read("*a"):gmatch("%d+") do
+      local f = tid ~= pid and io.open("/proc/" .. pid .. "/task/" .. tid .. "/status")
+      if f then
+        by_thread[tid] = tonumber(f:read("*a"):match("voluntary_ctxt_switches:%s*(%d+)"))
+        f:close()
+      end
+    end
+    ls:close()
+    return by_thread
+  end
+  local name = "a 2-task operation wakes one pool thread, not every started one"
+  if not listed:match("%d") then
+    pending(name .. ": needs Linux's /proc/<pid>/task")
+  else
+    it(name, function()
+      dlpack.set_num_threads(64)
+      assert.is_number(dlpack.sum(dlpack.ones({64 * 2 * 65536}, "float32"))) -- 128 tasks: 63 threads start
+      dlpack.set_num_threads(2)
+      local x = dlpack.rand({2 * 65536 + 8}, "float32") -- 2 tasks: the caller and one pool thread
+      local before = switches()
+      for _ = 1, 300 do dlpack.exp(x) end
+      -- the threads that woke: one (all 63 did before)
+      local woke = 0
+      for tid, n in pairs(switches()) do
+        if before[tid] and n > before[tid] then woke = woke + 1 end
+      end
+      assert(woke <= 2, woke .. " pool threads woke for 300 operations of 2 tasks")
+    end)
+  end
 
   it("elementwise results are the same on any number of threads: odd shapes, strides, broadcasting", function()
     dlpack.manual_seed(7)

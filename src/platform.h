@@ -104,14 +104,12 @@ typedef CONDITION_VARIABLE dlp_cond;
 static inline void dlp_cond_init(dlp_cond *c) { InitializeConditionVariable(c); }
 static inline void dlp_cond_wait(dlp_cond *c, dlp_mutex *m) { SleepConditionVariableSRW(c, m, INFINITE, 0); }
 static inline void dlp_cond_signal(dlp_cond *c) { WakeConditionVariable(c); }
-static inline void dlp_cond_broadcast(dlp_cond *c) { WakeAllConditionVariable(c); }
 #else
 typedef pthread_t dlp_thread;
 typedef pthread_cond_t dlp_cond;
 static inline void dlp_cond_init(dlp_cond *c) { pthread_cond_init(c, NULL); }
 static inline void dlp_cond_wait(dlp_cond *c, dlp_mutex *m) { pthread_cond_wait(c, m); }
 static inline void dlp_cond_signal(dlp_cond *c) { pthread_cond_signal(c); }
-static inline void dlp_cond_broadcast(dlp_cond *c) { pthread_cond_broadcast(c); }
 #endif
 int dlp_thread_start(dlp_thread *t, void (*fn)(void *), void *arg);
 void dlp_thread_join(dlp_thread t);
