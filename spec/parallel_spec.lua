@@ -100,11 +100,11 @@ describe("threads", function()
     ls:close()
     return by_thread
   end
-  local name = "a 2-task operation wakes one pool thread, not every started one"
+  local wakes = "a 2-task operation wakes one pool thread, not every started one"
   if not listed:match("%d") then
-    pending(name .. ": needs Linux's /proc/<pid>/task")
+    pending(wakes .. ": needs Linux's /proc/<pid>/task")
   else
-    it(name, function()
+    it(wakes, function()
       dlpack.set_num_threads(64)
       assert.is_number(dlpack.sum(dlpack.ones({64 * 2 * 65536}, "float32"))) -- 128 tasks: 63 threads start
       dlpack.set_num_threads(2)
