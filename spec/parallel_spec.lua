@@ -82,7 +82,7 @@ describe("threads", function()
 
   -- A job wakes only the pool threads it takes. Counted by the threads' voluntary context switches
   -- (Linux's /proc): a thread that wakes and finds no work sleeps again, one switch each time.
-  local status = io.open("/proc/self/stat")
+  local status = not support.WINDOWS and io.open("/proc/self/stat")
   local pid = status and status:read("*l"):match("^(%d+)")
   if status then status:close() end
   local tasks = pid and io.popen("ls /proc/" .. pid .. "/task 2>/dev/null")
