@@ -138,6 +138,23 @@ describe("unsafe.wrap and dlpack.ffi under LuaJIT", function()
     assert.are.equal(5, p[1 * strides[1] + 1 * strides[2]])
   end)
 
+  it("gives a pointer to const elements for a read-only tensor: a write raises, also on a mapped file", function()
+    local p = dlffi.pointer(dlpack.tensor({1, 2, 3}, "float32"):as_readonly())
+    assert.is_true(ffi.istype("const float *", p))
+    assert.are.equal(2, p[1])
+    support.raises_plain(function() p[1] = 7 end, "constant")
+    local path = os.tmpname()
+    dlpack.save(path, dlpack.arange(4, "float64"))
+    local mapped = dlpack.load(path, {mmap = true})
+    local q = dlffi.pointer(mapped)
+    assert.is_true(ffi.istype("const double *", q))
+    support.raises_plain(function() q[0] = 7 end, "constant")
+    assert.are.equal(3, q[3])
+    mapped:release()
+    os.remove(path)
+    assert.is_true(ffi.istype("float *", (dlffi.pointer(dlpack.zeros({2}, "float32"))))) -- writable stays writable
+  end)
+
   it("refuses a value that is not a tensor, naming dlpack.ffi.pointer and the argument", function()
     for _, v in ipairs({{}, "t", 1, io.stdout, rawget(_G, "newproxy")(true), ffi.new("int[1]")}) do
       support.raises_plain(function() dlffi.pointer(v) end,

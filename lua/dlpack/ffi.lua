@@ -7,7 +7,8 @@
 --
 -- The pointer is valid while t's memory is: the returned cdata keeps t from being collected (its
 -- finalizer refers to t), but pointers derived from it by arithmetic do not, and t:release()
--- ends its validity as it does t's. Only host memory (cpu, pinned, managed) is readable.
+-- ends its validity as it does t's. Only host memory (cpu, pinned, managed) is readable. A
+-- read-only tensor gives a pointer to const elements (a write through it raises).
 -- PUC Lua has no ffi module: say what is needed rather than listing the whole search path.
 local has_ffi, ffi = pcall(require, "ffi")
 if not has_ffi then error("dlpack.ffi needs LuaJIT (its ffi module); this is " .. _VERSION, 2) end
@@ -28,12 +29,14 @@ M.ctypes = {
   complex64 = "complex float", complex128 = "complex double",
 }
 
-local pointer_types = {}
-local function pointer_type(dtype)
-  local ct = pointer_types[dtype]
+-- A read-only tensor's pointer points to const elements: its memory may be a read-only mapping
+-- (dlpack.load's mmap), where a write through a plain pointer would kill the process.
+local pointer_types = {[false] = {}, [true] = {}}
+local function pointer_type(dtype, readonly)
+  local ct = pointer_types[readonly][dtype]
   if not ct then
-    ct = ffi.typeof((M.ctypes[dtype] or "uint8_t") .. " *")
-    pointer_types[dtype] = ct
+    ct = ffi.typeof((readonly and "const " or "") .. (M.ctypes[dtype] or "uint8_t") .. " *")
+    pointer_types[readonly][dtype] = ct
   end
   return ct
 end
@@ -51,7 +54,7 @@ function M.pointer(t)
   if not HOST[device:match("^[%a_]+")] then
     error("dlpack.ffi.pointer: the tensor is on " .. device .. ", which the CPU cannot read", 2)
   end
-  local p = ffi.cast(pointer_type(t.dtype), t:data_ptr())
+  local p = ffi.cast(pointer_type(t.dtype, t.readonly), t:data_ptr())
   return ffi.gc(p, function() return t end), t.strides
 end
 
