@@ -503,6 +503,25 @@ describe("dlpack.load refuses hostile files with an error naming the problem", f
     raises_plain(function() dlpack.save(fifo, dlpack.zeros({1})) end, "dlpack.save: cannot open")
   end)
 
+  it("a FIFO that a reader drains: a save goes past the pipe's buffer (64 KiB)", function()
+    if support.WINDOWS then return pending(support.NOT_WINDOWS) end
+    local fifo = tmp()
+    os.remove(fifo)
+    os.execute("mkfifo '" .. fifo .. "'")
+    local reader = io.popen("cat '" .. fifo .. "' | wc -c")
+    local saved, why
+    for _ = 1, 200 do -- until the reader has opened its end (a save opens without waiting)
+      saved, why = pcall(dlpack.save, fifo, dlpack.zeros({300000}, "float32"))
+      if saved then break end
+      assert(why:match("cannot open"), why)
+      os.execute("sleep 0.05")
+    end
+    assert(saved, why)
+    assert.are.equal(128 + 1200000, tonumber(reader:read("*a")))
+    reader:close()
+    os.remove(fifo)
+  end)
+
   it("a file this process may not read (as another user when run as root)", function()
     if support.WINDOWS then return pending("chmod has no effect on reading under Windows") end
     local path = tmp()

@@ -186,10 +186,19 @@ void dlp_pages_advise_huge(void *p, size_t nbytes) {
 #endif
 }
 
-/* O_NONBLOCK: opening a FIFO would wait for its other end (it changes nothing for regular files). */
+/* O_NONBLOCK: opening a FIFO would wait for its other end (it changes nothing for regular files).
+ * Once open, the file blocks again: a FIFO or pipe that a reader drains takes more than its
+ * buffer (64 KiB) instead of failing with EAGAIN. */
 FILE *dlp_file_open(const char *path, int write) {
   int fd = open(path, (write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY) | O_NONBLOCK | O_CLOEXEC, 0666);
   if (fd < 0) return NULL;
+  int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
+    int err = errno;
+    close(fd);
+    errno = err;
+    return NULL;
+  }
   FILE *f = fdopen(fd, write ? "wb" : "rb");
   if (!f) {
     int err = errno;

@@ -1536,10 +1536,13 @@ static int reduce_named(lua_State *L, int op, const char *what) {
   int64_t shape[DLP_MAX_NDIM], in_st[DLP_MAX_NDIM], out_el[DLP_MAX_NDIM], rsize[DLP_MAX_NDIM];
   int walked[DLP_MAX_NDIM], nr = 0, any_dropped = 0;
   int64_t s = 1;
+  /* an empty input walks nothing: its output strides stay 0 (its other sizes may be up to 2^63 - 1,
+   * whose products with an element's size overflow) */
+  int empty = dlp_numel(t) == 0;
   for (int i = ndim - 1; i >= 0; i--) {
     shape[i] = t->dl.shape[i];
     in_st[i] = dlp_walk_stride(t, i);
-    out_el[i] = reduced[i] ? 0 : s;
+    out_el[i] = reduced[i] || empty ? 0 : s;
     if (!reduced[i]) s = saturating_mul(s, shape[i]);
   }
   for (int i = 0; i < ndim; i++) {

@@ -323,7 +323,7 @@ static int scan(lua_State *L, int prod, const char *what) {
   } else if (dim < 0) {
     char *p[2] = {dlp_first_element(t), dlp_first_element(r)};
     scan_line(&s, p, NULL);
-  } else {
+  } else if (dlp_numel(t) > 0) { /* an empty tensor's other sizes may be up to 2^63 - 1 lines of none */
     const dlp_Tensor *ops[2] = {t, r};
     s.n = t->dl.shape[dim];
     s.in_step = dlp_walk_stride(t, dim);
@@ -663,7 +663,7 @@ static int softmax(lua_State *L, int log, const char *what) {
     char *p[2] = {dlp_first_element(t), dlp_first_element(r)};
     s.in_step = s.out_step = 0;
     softmax_line(&s, p, scratch);
-  } else {
+  } else if (dlp_numel(t) > 0) { /* an empty tensor's other sizes may be up to 2^63 - 1 lines of none */
     const dlp_Tensor *ops[2] = {t, r};
     s.in_step = dlp_walk_stride(t, dim);
     s.out_step = dlp_walk_stride(r, dim);
