@@ -68,6 +68,8 @@ void dlp_pages_unmap(void *p, size_t nbytes) {
 void dlp_pages_advise_huge(void *p, size_t nbytes) { (void)p, (void)nbytes; } /* large pages need a privilege */
 
 FILE *dlp_file_open(const char *path, int write) { return fopen(path, write ? "wb" : "rb"); }
+int dlp_file_truncate(FILE *f) { return (void)f, 1; } /* "wb" did */
+int dlp_file_identity(FILE *f, uint64_t id[2]) { return (void)f, (void)id, 0; }
 
 int64_t dlp_file_size(FILE *f, char *why, size_t whylen) {
   struct _stat64 st;
@@ -190,7 +192,7 @@ void dlp_pages_advise_huge(void *p, size_t nbytes) {
  * Once open, the file blocks again: a FIFO or pipe that a reader drains takes more than its
  * buffer (64 KiB) instead of failing with EAGAIN. */
 FILE *dlp_file_open(const char *path, int write) {
-  int fd = open(path, (write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY) | O_NONBLOCK | O_CLOEXEC, 0666);
+  int fd = open(path, (write ? O_WRONLY | O_CREAT : O_RDONLY) | O_NONBLOCK | O_CLOEXEC, 0666);
   if (fd < 0) return NULL;
   int flags = fcntl(fd, F_GETFL);
   if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
@@ -206,6 +208,20 @@ FILE *dlp_file_open(const char *path, int write) {
     errno = err;
   }
   return f;
+}
+
+int dlp_file_truncate(FILE *f) {
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0) return 0;
+  return !S_ISREG(st.st_mode) || ftruncate(fileno(f), 0) == 0; /* a FIFO or device has no length */
+}
+
+int dlp_file_identity(FILE *f, uint64_t id[2]) {
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+  id[0] = (uint64_t)st.st_dev;
+  id[1] = (uint64_t)st.st_ino;
+  return 1;
 }
 
 int64_t dlp_file_size(FILE *f, char *why, size_t whylen) {

@@ -12,7 +12,8 @@
  *                         dlp_library_pin_self, dlp_library_export_at (platform.c), DLP_CALLER
  *   memory                dlp_aligned_alloc, dlp_aligned_free, dlp_pages_map, dlp_pages_unmap,
  *                         dlp_pages_advise_huge (platform.c)
- *   files                 dlp_file_open, dlp_file_size, dlp_file_map_readonly, dlp_file_unmap
+ *   files                 dlp_file_open, dlp_file_truncate, dlp_file_identity, dlp_file_size,
+ *                         dlp_file_map_readonly, dlp_file_unmap
  *                         (platform.c)
  *   the processor         dlp_cpu_level, dlp_cpu_detected_level, dlp_cpu_level_name (platform.c),
  *                         dlp_cpu_has_avx2
@@ -143,15 +144,21 @@ void dlp_pages_unmap(void *p, size_t nbytes);
 void dlp_pages_advise_huge(void *p, size_t nbytes);
 
 /* ---- files: platform.c ----
- * dlp_file_open: path opened for reading, or for writing (created or truncated), in binary mode
- * (on POSIX not inherited by programs it executes); NULL with errno set. On POSIX opening never
- * waits: a FIFO without a peer is refused (ENXIO) or opened, to be refused as not a regular file.
+ * dlp_file_open: path opened for reading, or for writing (created), in binary mode (on POSIX not
+ * inherited by programs it executes); NULL with errno set. On POSIX opening never waits: a FIFO
+ * without a peer is refused (ENXIO) or opened, to be refused as not a regular file. A file opened
+ * for writing keeps its content until dlp_file_truncate (0 with errno set when it fails), so that
+ * the caller can look first at what it is: Windows truncates at once, and refuses a file with a
+ * mapped view itself. dlp_file_identity: 1 and the regular file's device and inode in id (POSIX),
+ * else 0 (Windows, other kinds of files).
  * dlp_file_size: the size of the regular file open as f, or -1 with why filled in (a directory, a
  * device, a pipe: anything whose size is not its content's). dlp_file_map_readonly: the first
  * `length` bytes (> 0, within the file) of the file open as f mapped read-only and shared (a
  * change to the file shows through; a write to the mapping faults), or NULL with why filled in;
  * the mapping outlives f. dlp_file_unmap undoes it (any thread). */
 FILE *dlp_file_open(const char *path, int write);
+int dlp_file_truncate(FILE *f);
+int dlp_file_identity(FILE *f, uint64_t id[2]);
 int64_t dlp_file_size(FILE *f, char *why, size_t whylen);
 void *dlp_file_map_readonly(FILE *f, size_t length, char *why, size_t whylen);
 void dlp_file_unmap(void *p, size_t length);

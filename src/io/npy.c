@@ -8,8 +8,9 @@
  * writes (not by an evaluator), every number in it is range-checked, and the data it describes
  * must be in the file before a byte of it is read or mapped. With {mmap = true} the file is
  * mapped read-only and the tensor (read-only) is a view of the mapping, which goes when the
- * last tensor on it does; a file that another process truncates after that is the caller's risk
- * (a touch of a page past its new end is SIGBUS), as it is with NumPy's mmap_mode.
+ * last tensor on it does; a save over a file this process maps is refused (the list of mapped
+ * files below), but a file that another process truncates after that is the caller's risk (a
+ * touch of a page past its new end is SIGBUS), as it is with NumPy's mmap_mode.
  *
  * Both open files by path, which a sandbox does not grant (a script that can write a file can
  * overwrite the host's): dlpack.deny_file_access(), which a host calls before its scripts run,
@@ -359,10 +360,43 @@ typedef struct Mapping {
   DLManagedTensorVersioned managed;
   void *base;
   size_t length;
+  /* in the list below while mapped, when the system says which file it is */
+  uint64_t file[2];
+  struct Mapping *next, **pprev;
 } Mapping;
+
+/* The files this process maps, by device and inode: dlpack.save refuses to write one of them,
+ * since cutting a file under its mapping makes a touch of the pages past the new end SIGBUS (a
+ * save of a mapped tensor onto its own file killed the process). Process-wide, under a lock: a
+ * mapped tensor may outlive its lua_State, and an export's deleter may run on any thread. */
+static dlp_mutex mapped_lock = DLP_MUTEX_INIT;
+static Mapping *mapped_files;
+
+static void list_mapping(Mapping *map) {
+  dlp_mutex_lock(&mapped_lock);
+  map->next = mapped_files;
+  if (map->next) map->next->pprev = &map->next;
+  map->pprev = &mapped_files;
+  mapped_files = map;
+  dlp_mutex_unlock(&mapped_lock);
+}
+
+static int is_mapped(const uint64_t file[2]) {
+  dlp_mutex_lock(&mapped_lock);
+  const Mapping *m = mapped_files;
+  while (m && !(m->file[0] == file[0] && m->file[1] == file[1])) m = m->next;
+  dlp_mutex_unlock(&mapped_lock);
+  return m != NULL;
+}
 
 static void unmap_deleter(DLManagedTensorVersioned *m) {
   Mapping *map = m->manager_ctx;
+  if (map->pprev) {
+    dlp_mutex_lock(&mapped_lock);
+    *map->pprev = map->next;
+    if (map->next) map->next->pprev = map->pprev;
+    dlp_mutex_unlock(&mapped_lock);
+  }
   dlp_file_unmap(map->base, map->length);
   free(map);
 }
@@ -404,6 +438,7 @@ static dlp_Tensor *push_mapped(lua_State *L, Box *box, const Npy *n, const char 
     luaL_error(L, WHAT_LOAD ": not enough memory");
     return NULL;
   }
+  if (dlp_file_identity(box->f, map->file)) list_mapping(map);
   t->owner = o;
   t->dl.data = data;
   t->dl.device.device_type = kDLCPU;
@@ -433,7 +468,7 @@ static void read_load_options(lua_State *L, int arg, int *mmap, int *has_device,
   if (lua_isnoneornil(L, arg)) return;
   luaL_checktype(L, arg, LUA_TTABLE);
   lua_pushnil(L);
-  while (lua_next(L, arg)) { /* raw: no metamethod runs; unknown keys are refused */
+  while (lua_next(L, arg)) { /* the keys it has, raw: unknown ones are refused */
     size_t len;
     const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &len) : NULL;
     if (!k || !((len == 4 && memcmp(k, "mmap", 4) == 0) || (len == 6 && memcmp(k, "device", 6) == 0)))
@@ -441,7 +476,7 @@ static void read_load_options(lua_State *L, int arg, int *mmap, int *has_device,
                                             k ? dlp_push_quoted(L, k, len) : luaL_typename(L, -2)));
     lua_pop(L, 1);
   }
-  lua_getfield(L, arg, "mmap");
+  lua_getfield(L, arg, "mmap"); /* the two options as every option is read: __index may give them */
   if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
     luaL_argerror(L, arg, lua_pushfstring(L, "mmap must be a boolean, got %s", luaL_typename(L, -1)));
   *mmap = lua_toboolean(L, -1);
@@ -544,6 +579,18 @@ static int l_save(lua_State *L) {
   Box *box = push_box(L);
   if ((box->f = dlp_file_open(path, 1)) == NULL)
     return luaL_error(L, WHAT_SAVE ": cannot open '%s': %s", path, strerror(errno));
+  uint64_t file[2];
+  int mapped = dlp_file_identity(box->f, file) && is_mapped(file), cut = !mapped && dlp_file_truncate(box->f);
+  if (!cut) { /* closed now, not when the collector finds the box */
+    int err = errno;
+    fclose(box->f);
+    box->f = NULL;
+    if (mapped)
+      return luaL_error(L, WHAT_SAVE ": '%s' is mapped by a tensor of this process (dlpack.load with mmap = true), "
+                           "which writing it would cut from under; save to another path, or release that tensor first",
+                        path);
+    return luaL_error(L, WHAT_SAVE ": cannot truncate '%s': %s", path, strerror(err));
+  }
   dlp_Tensor *s = lua_touserdata(L, src);
   dlp_live(L, s, WHAT_SAVE); /* no Lua code runs from here to the last byte written */
   size_t hlen = format_header(s, header, sizeof header);
