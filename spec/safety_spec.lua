@@ -287,6 +287,13 @@ describe("sizes at the int64 edge make no signed overflow (UBSan runs this too)"
     assert.are.equal(2 ^ 40 * 4, dlpack.zeros({1}):expand({2 ^ 40}).nbytes)
   end)
 
+  it("refuses arguments to tobytes and totable, which take none (a nil is none)", function()
+    local t = dlpack.zeros({2}, "int8")
+    raises(function() return t:tobytes(1) end, "unexpected argument %(tobytes takes no arguments%)")
+    raises(function() return t:totable(nil, "x") end, "unexpected argument %(totable takes no arguments%)")
+    assert.are.equal("\0\0", t:tobytes(nil))
+  end)
+
   it("names tobytes when memory for the bytes of a view runs out", function()
     -- 2^47 float64 on one: a petabyte, more than any address space holds, and not contiguous
     -- (Lua 5.5 gathers it into a block of its own allocator, earlier Luas into a scratch block)

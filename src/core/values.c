@@ -118,6 +118,7 @@ static void push_nested(lua_State *L, const dlp_Tensor *t, int dim, const char *
 
 static int l_totable(lua_State *L) {
   dlp_Tensor *t = dlp_tensor_check(L, 1);
+  dlp_check_no_more(L, 2, "totable", "no arguments");
   dlp_check_host(L, t, "totable");
   dlp_check_access(L, t->dtype);
   /* an empty tensor may have a size of 2^63 - 1 in front of its 0: refused, not walked for ever */
@@ -137,6 +138,7 @@ static int l_totable(lua_State *L) {
 
 static int l_tobytes(lua_State *L) {
   dlp_Tensor *t = dlp_tensor_check(L, 1);
+  dlp_check_no_more(L, 2, "tobytes", "no arguments");
   dlp_check_host(L, t, "tobytes");
   lua_settop(L, 1);
   dlp_Tensor *held = dlp_tensor_alias(L, 1, t->dl.device, "tobytes"); /* at 2 */
