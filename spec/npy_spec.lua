@@ -366,6 +366,48 @@ describe("dlpack.load with {mmap = true}", function()
     m:release()
   end)
 
+  -- a finalizer that runs inside load (the tensor's allocation runs the collector) and saves a
+  -- small file over the one being mapped: the load maps all of it or raises, never a mapping
+  -- longer than the file (SIGBUS at the first read)
+  it("maps all of a file, or raises, when a save cuts it during the load", function()
+    local path = tmp()
+    local whole = dlpack.arange(1, 16385, "float32")
+    local small = dlpack.zeros({1}, "float32")
+    local inside = false
+    local saves = {__gc = function() if inside then pcall(dlpack.save, path, small) end end}
+    -- a minor collection every few allocations (5.4's arguments; 5.5 names its parameters), or
+    -- the incremental collector never pausing (earlier Luas)
+    local generational = _VERSION == "Lua 5.4" or _VERSION == "Lua 5.5"
+    local pause
+    if _VERSION == "Lua 5.4" then
+      collectgarbage("generational", 1, 100)
+    elseif _VERSION == "Lua 5.5" then
+      collectgarbage("generational")
+      pause = collectgarbage("param", "minormul", 1)
+    else
+      pause = collectgarbage("setpause", 1)
+    end
+    for i = 1, 800 do
+      dlpack.save(path, whole)
+      setmetatable({}, saves)
+      local _ = string.rep("x", 40 + i % 64 * 8) -- a little garbage of many sizes: collections at every point
+      inside = true
+      local ok, m = pcall(dlpack.load, path, {mmap = true})
+      inside = false
+      if ok then
+        if m.shape[1] == 16384 then assert.are.equal(16384 * 16385 / 2, m:sum()) end -- every page is there
+        m:release()
+      else
+        assert.is_truthy(m:match("got shorter while it was loaded") or m:match("too short"), m)
+      end
+    end
+    if generational then collectgarbage("incremental") end
+    if _VERSION == "Lua 5.5" then collectgarbage("param", "minormul", pause)
+    elseif not generational then collectgarbage("setpause", pause) end
+    collect()
+    os.remove(path)
+  end)
+
   -- cutting a file under its mapping makes a touch of the pages past the new end SIGBUS: a save
   -- of a mapped tensor onto its own file killed the process
   it("keeps a save from writing a file this process maps, until the last tensor on it goes", function()
@@ -543,6 +585,26 @@ describe("dlpack.load refuses hostile files with an error naming the problem", f
     end
     assert(saved, why)
     assert.are.equal(128 + 1200000, tonumber(reader:read("*a")))
+    reader:close()
+    os.remove(fifo)
+  end)
+
+  it("a FIFO whose reader leaves early: the save raises (no SIGPIPE kills the process)", function()
+    if support.WINDOWS then return pending(support.NOT_WINDOWS) end
+    local fifo = tmp()
+    os.remove(fifo)
+    os.execute("mkfifo '" .. fifo .. "'")
+    local reader = io.popen("head -c 10 < '" .. fifo .. "' | wc -c")
+    local why
+    for _ = 1, 200 do -- until the reader has opened its end
+      local saved
+      saved, why = pcall(dlpack.save, fifo, dlpack.zeros({1000000}, "float32"))
+      assert(not saved, "a reader of 10 bytes took 4 MB")
+      if not why:match("cannot open") then break end
+      os.execute("sleep 0.05")
+    end
+    assert.is_truthy(why:match("dlpack.save: writing '.*' failed: Broken pipe"), why)
+    assert.are.equal(10, tonumber(reader:read("*a")))
     reader:close()
     os.remove(fifo)
   end)

@@ -69,6 +69,8 @@ void dlp_pages_advise_huge(void *p, size_t nbytes) { (void)p, (void)nbytes; } /*
 
 FILE *dlp_file_open(const char *path, int write) { return fopen(path, write ? "wb" : "rb"); }
 int dlp_file_truncate(FILE *f) { return (void)f, 1; } /* "wb" did */
+void dlp_pipe_quiet_begin(dlp_PipeQuiet *q) { q->unused = 0; }
+void dlp_pipe_quiet_end(dlp_PipeQuiet *q) { (void)q; }
 int dlp_file_identity(FILE *f, uint64_t id[2]) { return (void)f, (void)id, 0; }
 
 int64_t dlp_file_size(FILE *f, char *why, size_t whylen) {
@@ -208,6 +210,24 @@ FILE *dlp_file_open(const char *path, int write) {
     errno = err;
   }
   return f;
+}
+
+void dlp_pipe_quiet_begin(dlp_PipeQuiet *q) {
+  sigset_t pipe, pending;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  q->was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+  pthread_sigmask(SIG_BLOCK, &pipe, &q->old);
+}
+
+void dlp_pipe_quiet_end(dlp_PipeQuiet *q) {
+  sigset_t pipe, pending;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  int sig;
+  /* pending now and not before: the writes raised it (sigwait returns at once then) */
+  if (!q->was_pending && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) sigwait(&pipe, &sig);
+  pthread_sigmask(SIG_SETMASK, &q->old, NULL);
 }
 
 int dlp_file_truncate(FILE *f) {

@@ -165,6 +165,10 @@ static int l_singular_norm(lua_State *L) {
   double *out = (double *)(void *)dlp_first_element(r), *a = (double *)(void *)dlp_first_element(work);
   double *sv = a + tall * wide;
   for (int64_t b = 0; b < batch; b++) {
+    if (wide == 0) { /* an empty matrix: no singular value, and nothing to walk (its other size may be 2^62) */
+      out[b] = 0;
+      continue;
+    }
     const double *mat = all + b * m * n; /* row-major m x n */
     int nan = 0;
     for (int64_t i = 0; i < m; i++) /* column-major tall x wide: the matrix, or its transpose */

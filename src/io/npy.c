@@ -372,20 +372,16 @@ typedef struct Mapping {
 static dlp_mutex mapped_lock = DLP_MUTEX_INIT;
 static Mapping *mapped_files;
 
-static void list_mapping(Mapping *map) {
-  dlp_mutex_lock(&mapped_lock);
+static void list_mapping_locked(Mapping *map) {
   map->next = mapped_files;
   if (map->next) map->next->pprev = &map->next;
   map->pprev = &mapped_files;
   mapped_files = map;
-  dlp_mutex_unlock(&mapped_lock);
 }
 
-static int is_mapped(const uint64_t file[2]) {
-  dlp_mutex_lock(&mapped_lock);
+static int is_mapped_locked(const uint64_t file[2]) {
   const Mapping *m = mapped_files;
   while (m && !(m->file[0] == file[0] && m->file[1] == file[1])) m = m->next;
-  dlp_mutex_unlock(&mapped_lock);
   return m != NULL;
 }
 
@@ -413,14 +409,25 @@ static void account_mapping(lua_State *L) {
 /* The tensor on a read-only mapping of the file in box (whose header n describes), pushed. */
 static dlp_Tensor *push_mapped(lua_State *L, Box *box, const Npy *n, const char *path) {
   char why[200];
-  dlp_Tensor *t = dlp_tensor_push(L, n->h.ndim); /* first: it may run finalizers */
+  dlp_Tensor *t = dlp_tensor_push(L, n->h.ndim); /* first: it may run finalizers (a save among them) */
   size_t length = (size_t)(n->data_offset + n->nbytes);
   Mapping *map = malloc(sizeof *map);
   if (!map) luaL_error(L, WHAT_LOAD ": not enough memory");
   memset(map, 0, sizeof *map);
-  void *base = dlp_file_map_readonly(box->f, length, why, sizeof why);
+  /* the size again, the mapping and its place in the list under the lock a save truncates
+   * under: a save (by a finalizer above, or on another thread) cuts the file before the size is
+   * read here, or finds the file listed, never in between */
+  int known = dlp_file_identity(box->f, map->file);
+  dlp_mutex_lock(&mapped_lock);
+  int64_t size = dlp_file_size(box->f, why, sizeof why);
+  void *base = size >= (int64_t)length ? dlp_file_map_readonly(box->f, length, why, sizeof why) : NULL;
+  if (base && known) list_mapping_locked(map);
+  dlp_mutex_unlock(&mapped_lock);
   if (!base) {
     free(map);
+    if (size >= 0 && size < (int64_t)length)
+      luaL_error(L, WHAT_LOAD ": '%s' got shorter while it was loaded (%I bytes, %I needed)", path, (lua_Integer)size,
+                 (lua_Integer)length);
     luaL_error(L, WHAT_LOAD ": cannot map '%s': %s", path, why);
     return NULL;
   }
@@ -438,7 +445,6 @@ static dlp_Tensor *push_mapped(lua_State *L, Box *box, const Npy *n, const char 
     luaL_error(L, WHAT_LOAD ": not enough memory");
     return NULL;
   }
-  if (dlp_file_identity(box->f, map->file)) list_mapping(map);
   t->owner = o;
   t->dl.data = data;
   t->dl.device.device_type = kDLCPU;
@@ -580,25 +586,30 @@ static int l_save(lua_State *L) {
   if ((box->f = dlp_file_open(path, 1)) == NULL)
     return luaL_error(L, WHAT_SAVE ": cannot open '%s': %s", path, strerror(errno));
   uint64_t file[2];
-  int mapped = dlp_file_identity(box->f, file) && is_mapped(file), cut = !mapped && dlp_file_truncate(box->f);
+  int known = dlp_file_identity(box->f, file);
+  dlp_mutex_lock(&mapped_lock); /* looked at and cut at once (see push_mapped) */
+  int mapped = known && is_mapped_locked(file), cut = !mapped && dlp_file_truncate(box->f), cut_err = errno;
+  dlp_mutex_unlock(&mapped_lock);
   if (!cut) { /* closed now, not when the collector finds the box */
-    int err = errno;
     fclose(box->f);
     box->f = NULL;
     if (mapped)
       return luaL_error(L, WHAT_SAVE ": '%s' is mapped by a tensor of this process (dlpack.load with mmap = true), "
                            "which writing it would cut from under; save to another path, or release that tensor first",
                         path);
-    return luaL_error(L, WHAT_SAVE ": cannot truncate '%s': %s", path, strerror(err));
+    return luaL_error(L, WHAT_SAVE ": cannot truncate '%s': %s", path, strerror(cut_err));
   }
   dlp_Tensor *s = lua_touserdata(L, src);
   dlp_live(L, s, WHAT_SAVE); /* no Lua code runs from here to the last byte written */
   size_t hlen = format_header(s, header, sizeof header);
   int64_t nbytes = dlp_nbytes(s);
+  dlp_PipeQuiet quiet; /* a FIFO's reader that leaves early: EPIPE, not a killed process */
+  dlp_pipe_quiet_begin(&quiet);
   int ok = write_all(box->f, header, hlen) && (nbytes == 0 || write_all(box->f, dlp_first_element(s), (size_t)nbytes));
   int err = ok ? 0 : errno;
   if (fclose(box->f) != 0 && ok) ok = 0, err = errno; /* a full disk may show only here */
   box->f = NULL;
+  dlp_pipe_quiet_end(&quiet);
   if (!ok) return luaL_error(L, WHAT_SAVE ": writing '%s' failed: %s", path, strerror(err));
   if (src == 3) dlp_tensor_release(lua_touserdata(L, 3)); /* the copy's memory goes now */
   return 0;
