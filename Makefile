@@ -209,7 +209,7 @@ $(STATIC): $(OBJECTS)
 # split on several threads at sizes a spec draws by the hundred (spec/parallel_spec.lua); never
 # installed.
 GEN_TASKS = -DDLPACK_LUA_TEST_TASK_ELEMENTS=256
-GEN_SPLITTING = reduce elementwise iter
+GEN_SPLITTING = compute/reduce compute/elementwise compute/iter core/copy
 $(BUILD)/gen/capsule.o: src/exchange/capsule.c $(HEADERS)
 	@mkdir -p $(@D)
 	$(say) CC '$< (test: 2-bit generations)'
@@ -220,12 +220,12 @@ $(BUILD)/gen/sort_avx512.o: src/compute/sort_avx512.c $(HEADERS)
 	$(say) CC '$< (test: heap sort after one partition, small tasks)'
 	$(Q)$(CC) $(ALL_CFLAGS) $(KERNEL_FLAGS) -DDLPACK_LUA_TEST_SORT_DEPTH=1 $(GEN_TASKS) -c $< -o $@
 
-$(GEN_SPLITTING:%=$(BUILD)/gen/%.o): $(BUILD)/gen/%.o: src/compute/%.c $(HEADERS)
+$(GEN_SPLITTING:%=$(BUILD)/gen/%.o): $(BUILD)/gen/%.o: src/%.c $(HEADERS)
 	@mkdir -p $(@D)
 	$(say) CC '$< (test: small tasks)'
 	$(Q)$(CC) $(ALL_CFLAGS) $(GEN_TASKS) -c $< -o $@
 
-GEN_REPLACED = exchange/capsule compute/sort_avx512 $(GEN_SPLITTING:%=compute/%)
+GEN_REPLACED = exchange/capsule compute/sort_avx512 $(GEN_SPLITTING)
 $(GEN_MODULE): $(filter-out $(GEN_REPLACED:%=$(BUILD)/obj/%.o),$(OBJECTS)) \
                $(BUILD)/gen/capsule.o $(BUILD)/gen/sort_avx512.o $(GEN_SPLITTING:%=$(BUILD)/gen/%.o)
 	@mkdir -p $(@D)

@@ -326,6 +326,40 @@ describe("threads", function()
     assert.is_true(math.abs(dlpack.sum(s:narrow(1, 300, 1)) - 1) < 1e-5)
   end)
 
+  it("large copies, conversions and fills split into parts: one thread's bytes, and the right ones", function()
+    -- a copy of at least 3 MiB is cut along its largest dimension (whole 64 x 64 tiles when a
+    -- transpose is tiled along it); each dtype size has its own tile code
+    dlpack.manual_seed(29)
+    local m = dlpack.randn({1031, 1517}, "float32")       -- 6 MiB
+    local cube = dlpack.randn({97, 101, 103}, "float64")  -- 7.7 MiB
+    local bytes = dlpack.randint(0, 256, {2011, 2003}, "uint8")
+    local halves = dlpack.randn({1501, 1499}, "float16")
+    local wide = dlpack.randn({701, 733}, "float64"):to("complex128") -- 16-byte elements
+    local over = dlpack.from_dlpack((require("fabricate").versioned {shape = {1500, 1500}, strides = {1, 1}}))
+    same_on_all_counts(function()
+      local filled = dlpack.zeros({1517, 2063}, "float32")
+      filled:slice(2, 1, -1, 2):fill(7)                  -- a strided fill
+      local into = dlpack.zeros({1517, 1031}, "float32").T
+      into:copy(m)                                      -- into a transposed destination
+      over:copy(dlpack.arange(1500 * 1500, "float32"):view(1500, 1500)) -- writes bytes twice: one thread
+      return {
+        m.T:contiguous(), m.T:clone(), m:slice(1, -1, 1, -1):clone(), cube:permute({3, 1, 2}):clone(),
+        cube:transpose(1, 3):to("float32"), bytes.T:clone(), halves.T:to("float32"), wide.T:clone(),
+        dlpack.frombytes(m.T:tobytes(), "uint8"), filled, into, over:clone(),
+      }
+    end)
+    dlpack.set_num_threads(3)
+    local t, p, c = m.T:contiguous(), cube:permute({3, 1, 2}):clone(), m:slice(1, -1, 1, -1):clone()
+    dlpack.set_num_threads(default)
+    for _, at in ipairs({{1, 1}, {1517, 1031}, {64, 65}, {700, 1000}, {1500, 2}}) do
+      assert.are.equal(m:get(at[2], at[1]), t:get(at[1], at[2]))
+      assert.are.equal(m:get(1032 - at[2], at[1]), c:get(at[2], at[1]))
+    end
+    for _, at in ipairs({{1, 1, 1}, {97, 101, 103}, {50, 64, 65}, {1, 101, 77}}) do
+      assert.are.equal(cube:get(at[1], at[2], at[3]), p:get(at[3], at[1], at[2]))
+    end
+  end)
+
   it("a long product multiplies fixed parts (from its length only): one thread's value on any number", function()
     local n = 2 ^ 20 + 7 -- 16 parts of 65536 elements (the last 7 shorter)
     local x = dlpack.add(dlpack.mul(dlpack.rand({n}, "float64"), 2 ^ -10), 1 - 2 ^ -11)
@@ -375,6 +409,7 @@ describe("threads", function()
     local R = math.random
     local DTYPES = {"float32", "float64", "float16", "int32", "int64", "uint8"}
     local FLOAT = {float32 = true, float64 = true, float16 = true}
+    local COPIES = {clone = true, to = true, copy_into_transposed = true}
     local function result(ok, v, w) -- the bytes of what an operation gave, or its error
       if not ok then return "error " .. tostring(v) end
       local parts = {}
@@ -436,6 +471,15 @@ describe("threads", function()
         cumprod = function() return dlpack.cumprod(x, d) end,
         argsort = function() return dlpack.argsort(x, d, {descending = true}) end,
         median = function() return dlpack.median(x, d) end,
+        clone = function() return x:clone() end, -- copies: split along their largest dimension
+        to = function() return x:to(dtype == "float64" and "float32" or "float64") end,
+        copy_into_transposed = function()
+          local n = x:size(x:dim())
+          local m = math.floor(x:numel() / n)
+          local into = dlpack.empty({n, m}, dtype).T
+          into:copy(x:reshape({m, n}))
+          return into
+        end,
       }
       for name, op in pairs(ops) do
         dlpack.set_num_threads(1)
@@ -445,6 +489,9 @@ describe("threads", function()
         if one ~= three then
           error(("case %d, %s of %s along %d: 3 threads differ from one (%s)"):format(case, name,
             table.concat(how, " "), d, one:sub(1, 80)))
+        end
+        if COPIES[name] and one:match("^error") then -- every copy can be done: an error is a bug
+          error(("case %d, %s of %s: %s"):format(case, name, table.concat(how, " "), one))
         end
         checked = checked + 1
       end
@@ -456,7 +503,7 @@ describe("threads", function()
   if built then built:close() end
   local name = "splits drawn layouts of small tensors into small tasks: one thread's bytes (the test build)"
   if support.BUILD:match("[/\\]gen$") then
-    it(name, function() assert.are.equal(2880, assert((rawget(_G, "loadstring") or load)(DRAWN))()) end)
+    it(name, function() assert.are.equal(3240, assert((rawget(_G, "loadstring") or load)(DRAWN))()) end)
   elseif not built then
     pending(name .. ": " .. gen .. " (make test-build) is not built")
   elseif os.getenv("LD_PRELOAD") then
@@ -466,7 +513,7 @@ describe("threads", function()
       local cpath = support.BUILD .. "/gen/?." .. support.SO .. ";;"
       local out = support.run_lua("print(assert((loadstring or load)(" .. string.format("%q", DRAWN) .. "))())",
                                   {LUA_PATH = package.path, LUA_CPATH = cpath})
-      assert.are.equal("2880\n", out)
+      assert.are.equal("3240\n", out)
     end)
   end
 end)
