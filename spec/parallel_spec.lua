@@ -1,9 +1,10 @@
 -- Large CPU operations on several threads (docs/api.md, "Threads"): the same bytes on 1, 2, 3 and
 -- 7 threads for elementwise operations (any layout, broadcasting, conversions, out=), for
 -- reductions (floating-point sums included: the split depends on the sizes only) and for
--- functions of whole lines (softmax, scans, sorts), and the
--- settings' argument checks. The host's job system (dlpack_lua_set_parallel_for) is tested by
--- spec/c/host_threads.c (stage 30), the pool under ThreadSanitizer by spec/threads_spec.lua.
+-- functions of whole lines (softmax, scans, sorts), for copies (strided, converting, fills) and
+-- gathers (take, gather, index_select: the first bad index named), and the settings' argument
+-- checks. The host's job system (dlpack_lua_set_parallel_for) is tested by spec/c/host_threads.c
+-- (stage 30), the pool under ThreadSanitizer by spec/threads_spec.lua.
 local dlpack = require "dlpack"
 local support = require "support"
 
@@ -360,6 +361,38 @@ describe("threads", function()
     end
   end)
 
+  it("large gathers (take, gather, index_select) split into tasks: one thread's bytes and first bad index", function()
+    dlpack.manual_seed(31)
+    local src = dlpack.randn({4 * 1024 * 1024}, "float32")
+    local m = dlpack.randn({2000, 700}, "float64")
+    local flat = dlpack.randint(1, 4 * 1024 * 1024 + 1, {1000003}, "int64")
+    local rows = dlpack.randint(1, 2001, {1500, 700}, "int32")
+    local picks = dlpack.randint(-2000, 0, {300001}, "int64") -- negative: from the end
+    local narrow = dlpack.randint(1, 256, {600000}, "uint8")
+    local within = dlpack.randint(1, 1400001, {700000}, "int64")
+    same_on_all_counts(function()
+      return {
+        dlpack.take(src, flat), dlpack.gather(m, 1, rows), dlpack.index_select(m, 1, picks),
+        dlpack.take(src, narrow), dlpack.take(m.T, within),
+        dlpack.gather(m.T, 2, rows.T), dlpack.take(src:view(1024, 4096), flat:view(1000003)),
+      }
+    end)
+    local t = dlpack.take(src, flat)
+    for _, i in ipairs({1, 500000, 1000003}) do assert.are.equal(src[flat[i]], t[i]) end
+    -- two bad indices in the last quarter: the first one is named, on any number of threads
+    local bad = flat:clone()
+    bad[900000] = 0
+    bad[950000] = 4 * 1024 * 1024 + 5
+    bad[1000000] = -1
+    for _, n in ipairs(COUNTS) do
+      dlpack.set_num_threads(n)
+      raises(function() dlpack.take(src, bad) end, "index 0 out of range %(4194304 elements; indices start at 1%)")
+      local out = dlpack.zeros({1000003}, "float32")
+      raises(function() dlpack.take(src, bad, {out = out}) end, "index 0 out of range")
+    end
+    dlpack.set_num_threads(default)
+  end)
+
   it("a long product multiplies fixed parts (from its length only): one thread's value on any number", function()
     local n = 2 ^ 20 + 7 -- 16 parts of 65536 elements (the last 7 shorter)
     local x = dlpack.add(dlpack.mul(dlpack.rand({n}, "float64"), 2 ^ -10), 1 - 2 ^ -11)
@@ -409,7 +442,7 @@ describe("threads", function()
     local R = math.random
     local DTYPES = {"float32", "float64", "float16", "int32", "int64", "uint8"}
     local FLOAT = {float32 = true, float64 = true, float16 = true}
-    local COPIES = {clone = true, to = true, copy_into_transposed = true}
+    local COPIES = {clone = true, to = true, copy_into_transposed = true, take = true, gather = true}
     local function result(ok, v, w) -- the bytes of what an operation gave, or its error
       if not ok then return "error " .. tostring(v) end
       local parts = {}
@@ -445,6 +478,9 @@ describe("threads", function()
         end
       end
       local d = R(x:dim())
+      local flat_index = dlpack.randint(1, x:numel() + 1, {R(1, 2 * x:numel())}, "int64")
+      local along_d = dlpack.randint(-x:size(d), x:size(d) + 1, x:size(), R(2) == 1 and "int64" or "int32")
+      along_d = dlpack.where(dlpack.eq(along_d, 0), 1, along_d):to(along_d.dtype) -- no 0: 1-based or from the end
       local row = FLOAT[dtype] and dlpack.randn({x:size(x:dim())}, dtype) or dlpack.ones({x:size(x:dim())}, dtype)
       local ops = {
         add = function() return dlpack.add(x, row) end, -- broadcast along the last dimension
@@ -471,6 +507,8 @@ describe("threads", function()
         cumprod = function() return dlpack.cumprod(x, d) end,
         argsort = function() return dlpack.argsort(x, d, {descending = true}) end,
         median = function() return dlpack.median(x, d) end,
+        take = function() return dlpack.take(x, flat_index) end, -- gathers: runs of indices
+        gather = function() return dlpack.gather(x, d, along_d) end,
         clone = function() return x:clone() end, -- copies: split along their largest dimension
         to = function() return x:to(dtype == "float64" and "float32" or "float64") end,
         copy_into_transposed = function()
@@ -490,7 +528,7 @@ describe("threads", function()
           error(("case %d, %s of %s along %d: 3 threads differ from one (%s)"):format(case, name,
             table.concat(how, " "), d, one:sub(1, 80)))
         end
-        if COPIES[name] and one:match("^error") then -- every copy can be done: an error is a bug
+        if COPIES[name] and one:match("^error") then -- every copy and gather here can be done: an error is a bug
           error(("case %d, %s of %s: %s"):format(case, name, table.concat(how, " "), one))
         end
         checked = checked + 1
@@ -503,7 +541,7 @@ describe("threads", function()
   if built then built:close() end
   local name = "splits drawn layouts of small tensors into small tasks: one thread's bytes (the test build)"
   if support.BUILD:match("[/\\]gen$") then
-    it(name, function() assert.are.equal(3240, assert((rawget(_G, "loadstring") or load)(DRAWN))()) end)
+    it(name, function() assert.are.equal(3480, assert((rawget(_G, "loadstring") or load)(DRAWN))()) end)
   elseif not built then
     pending(name .. ": " .. gen .. " (make test-build) is not built")
   elseif os.getenv("LD_PRELOAD") then
@@ -513,7 +551,7 @@ describe("threads", function()
       local cpath = support.BUILD .. "/gen/?." .. support.SO .. ";;"
       local out = support.run_lua("print(assert((loadstring or load)(" .. string.format("%q", DRAWN) .. "))())",
                                   {LUA_PATH = package.path, LUA_CPATH = cpath})
-      assert.are.equal("3240\n", out)
+      assert.are.equal("3480\n", out)
     end)
   end
 end)

@@ -446,6 +446,14 @@ void dlp_iter_run(const dlp_Iter *it, dlp_IterLoop loop, void *ctx);
  * twice; each task starts at a multiple of `align` elements along the innermost row. The loop must
  * keep nothing of its own between calls (ctx is shared by the tasks). */
 void dlp_iter_run_parallel(const dlp_Iter *it, dlp_IterLoop loop, void *ctx, int64_t out_itemsize, int64_t align);
+/* dlp_iter_run split into tasks of consecutive elements, each task with a context of its own
+ * (a loop that records what it met, such as the first bad index). dlp_iter_split says into how
+ * many (at most max_tasks; 0: not split, when the walk is small, the threads are not there or the
+ * output, operand 0 with elements of out_itemsize bytes, may write a byte twice; out_itemsize 0:
+ * operand 0 is not written); dlp_iter_run_tasks runs them, task i on ctxs + i * ctx_size, tasks
+ * of equal length (the last shorter) in the walk's order: the first task's elements come first. */
+int64_t dlp_iter_split(const dlp_Iter *it, int64_t max_tasks, int64_t out_itemsize);
+void dlp_iter_run_tasks(const dlp_Iter *it, int64_t tasks, dlp_IterLoop loop, void *ctxs, size_t ctx_size);
 /* dlp_iter_run over elements [start, end) of the walk only, in row-major order of its dimensions
  * (0 < ndim, start < end <= numel). */
 void dlp_iter_run_range(const dlp_Iter *it, int64_t start, int64_t end, dlp_IterLoop loop, void *ctx);

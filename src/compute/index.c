@@ -186,6 +186,26 @@ static int index_error(lua_State *L, const Pick *p, int dim, const char *what) {
  * every index before writing any, or only checking. */
 enum { PICK_FUSED, PICK_CHECK_FIRST, PICK_CHECK_ONLY };
 
+/* A large gather runs in tasks (compute/threads.c), each with a Pick of its own: the first task
+ * that met a bad index says which (the walk stops at the first one, as on one thread). Scatters
+ * stay on one thread: the last write of a destination element wins. */
+#define PICK_TASKS 64
+static void run_pick(const dlp_Iter *it, dlp_IterLoop loop, Pick *p) {
+  Pick parts[PICK_TASKS];
+  int64_t tasks = p->scatter ? 0 : dlp_iter_split(it, PICK_TASKS, p->write ? p->itemsize : 0);
+  if (!tasks) {
+    dlp_iter_run(it, loop, p);
+    return;
+  }
+  for (int64_t i = 0; i < tasks; i++) parts[i] = *p;
+  dlp_iter_run_tasks(it, tasks, loop, parts, sizeof *parts);
+  for (int64_t i = 0; i < tasks; i++)
+    if (parts[i].failed) {
+      *p = parts[i];
+      return;
+    }
+}
+
 /* Run the picking loop over `shape` (ndim) with the operands' data and byte strides; row-major
  * order when `ordered` (scatter: the last write wins). Raises for an index out of range. */
 static void pick(lua_State *L, Pick *p, int index_dtype, int ndim, const int64_t *shape, char *const *data,
@@ -196,12 +216,12 @@ static void pick(lua_State *L, Pick *p, int index_dtype, int ndim, const int64_t
   p->failed = 0;
   if (mode != PICK_FUSED) {
     p->write = 0;
-    dlp_iter_run(&it, loop, p);
+    run_pick(&it, loop, p);
     if (p->failed) index_error(L, p, dim, what);
     if (mode == PICK_CHECK_ONLY) return;
   }
   p->write = 1;
-  dlp_iter_run(&it, loop, p);
+  run_pick(&it, loop, p);
   if (p->failed) index_error(L, p, dim, what);
 }
 

@@ -209,14 +209,28 @@ static int writes_each_byte_once(const dlp_Iter *it, int64_t itemsize) {
 typedef struct RangeTasks {
   const dlp_Iter *it;
   dlp_IterLoop loop;
-  void *ctx;
-  int64_t chunk; /* elements per task, the last one's fewer */
+  char *ctx;
+  size_t ctx_size; /* 0: the tasks share ctx; else task i has ctx + i * ctx_size */
+  int64_t chunk;   /* elements per task, the last one's fewer */
 } RangeTasks;
 
 static void range_task(void *ctx, int64_t i) {
   const RangeTasks *r = ctx;
   int64_t start = i * r->chunk, end = r->it->numel - start < r->chunk ? r->it->numel : start + r->chunk;
-  dlp_iter_run_range(r->it, start, end, r->loop, r->ctx);
+  dlp_iter_run_range(r->it, start, end, r->loop, r->ctx + (size_t)i * r->ctx_size);
+}
+
+int64_t dlp_iter_split(const dlp_Iter *it, int64_t max_tasks, int64_t out_itemsize) {
+  if (it->numel < 2 * DLP_TASK_ELEMENTS || it->ndim == 0 || max_tasks < 2 ||
+      (out_itemsize && !writes_each_byte_once(it, out_itemsize)) || !dlp_parallel_enabled())
+    return 0;
+  int64_t tasks = it->numel / DLP_TASK_ELEMENTS;
+  return tasks < max_tasks ? tasks : max_tasks;
+}
+
+void dlp_iter_run_tasks(const dlp_Iter *it, int64_t tasks, dlp_IterLoop loop, void *ctxs, size_t ctx_size) {
+  RangeTasks r = {it, loop, ctxs, ctx_size, (it->numel + tasks - 1) / tasks};
+  dlp_parallel_for((it->numel + r.chunk - 1) / r.chunk, range_task, &r);
 }
 
 void dlp_iter_run_parallel(const dlp_Iter *it, dlp_IterLoop loop, void *ctx, int64_t out_itemsize, int64_t align) {
@@ -229,7 +243,7 @@ void dlp_iter_run_parallel(const dlp_Iter *it, dlp_IterLoop loop, void *ctx, int
    * divides the innermost size, so each task starts at one) */
   int64_t chunk = it->numel / 256 > DLP_TASK_ELEMENTS ? it->numel / 256 : DLP_TASK_ELEMENTS;
   chunk = (chunk + align - 1) / align * align;
-  RangeTasks r = {it, loop, ctx, chunk};
+  RangeTasks r = {it, loop, ctx, 0, chunk};
   dlp_parallel_for((it->numel + chunk - 1) / chunk, range_task, &r);
 }
 
