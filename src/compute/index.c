@@ -63,6 +63,10 @@ typedef struct Pick {
   int bad_is_unsigned;
   int64_t bad;
   uint64_t bad_unsigned;
+  /* split gathers (run_pick): this task's number, and the lowest number of a task that failed,
+   * shared: a task after it stops (the error is known), one before it runs on */
+  int64_t task;
+  atomic_llong *first_failed;
 } Pick;
 
 static inline void copy_element(char *d, const char *s, int itemsize) {
@@ -75,12 +79,27 @@ static inline void copy_element(char *d, const char *s, int itemsize) {
   }
 }
 
+static void pick_failed(Pick *p) {
+  p->failed = 1;
+  if (!p->first_failed) return;
+  long long first = atomic_load_explicit(p->first_failed, memory_order_relaxed);
+  while (p->task < first &&
+         !atomic_compare_exchange_weak_explicit(p->first_failed, &first, p->task, memory_order_relaxed,
+                                                memory_order_relaxed)) {
+  }
+}
+
+/* Whether the pass stops: this task met a bad index, or an earlier task did. */
+static inline int pick_stopped(const Pick *p) {
+  return p->failed || (p->first_failed && atomic_load_explicit(p->first_failed, memory_order_relaxed) < p->task);
+}
+
 /* The 0-based index k of the index value v (type T), checked against size: out of range, the
  * pass stops with the value kept for the error. */
 #define PICK_INDEX(T, IS_UNSIGNED, v, k)                                                           \
   if (IS_UNSIGNED) {                                                                               \
     if ((uint64_t)v - 1 >= (uint64_t)size) { /* 0 wraps to the largest */                         \
-      p->failed = 1;                                                                               \
+      pick_failed(p);                                                                              \
       p->bad_is_unsigned = 1;                                                                      \
       p->bad_unsigned = (uint64_t)v;                                                               \
       return;                                                                                      \
@@ -90,7 +109,7 @@ static inline void copy_element(char *d, const char *s, int itemsize) {
     int64_t w = (int64_t)v;                                                                        \
     k = w < 0 ? w + size : w - 1; /* no overflow: size >= 0 */                                     \
     if ((uint64_t)k >= (uint64_t)size) {                                                           \
-      p->failed = 1;                                                                               \
+      pick_failed(p);                                                                              \
       p->bad = w;                                                                                  \
       return;                                                                                      \
     }                                                                                              \
@@ -122,7 +141,7 @@ static inline void copy_element(char *d, const char *s, int itemsize) {
 #define PICK_LOOP(NAME, T, IS_UNSIGNED)                                                             \
   static void NAME(void *ctx, char *const *data, const int64_t *steps, int64_t n) {               \
     Pick *p = ctx;                                                                                \
-    if (p->failed) return;                                                                        \
+    if (pick_stopped(p)) return;                                                                  \
     char *d = data[0];                                                                            \
     const char *x = data[1], *s = data[2];                                                        \
     int64_t size = p->size, step = p->step;                                                       \
@@ -187,17 +206,25 @@ static int index_error(lua_State *L, const Pick *p, int dim, const char *what) {
 enum { PICK_FUSED, PICK_CHECK_FIRST, PICK_CHECK_ONLY };
 
 /* A large gather runs in tasks (compute/threads.c), each with a Pick of its own: the first task
- * that met a bad index says which (the walk stops at the first one, as on one thread). Scatters
- * stay on one thread: the last write of a destination element wins. */
+ * that met a bad index says which (the walk stops at the first one, as on one thread), and the
+ * tasks after it stop at their next row or do not start (a bad first index made a gather on 2
+ * threads do all its work for an error, 100 times one thread's time). Scatters stay on one
+ * thread: the last write of a destination element wins. */
 #define PICK_TASKS 64
 static void run_pick(const dlp_Iter *it, dlp_IterLoop loop, Pick *p) {
   Pick parts[PICK_TASKS];
+  atomic_llong first_failed;
   int64_t tasks = p->scatter ? 0 : dlp_iter_split(it, PICK_TASKS, p->write ? p->itemsize : 0);
   if (!tasks) {
     dlp_iter_run(it, loop, p);
     return;
   }
-  for (int64_t i = 0; i < tasks; i++) parts[i] = *p;
+  atomic_init(&first_failed, PICK_TASKS);
+  for (int64_t i = 0; i < tasks; i++) {
+    parts[i] = *p;
+    parts[i].task = i;
+    parts[i].first_failed = &first_failed;
+  }
   dlp_iter_run_tasks(it, tasks, loop, parts, sizeof *parts);
   for (int64_t i = 0; i < tasks; i++)
     if (parts[i].failed) {
@@ -281,7 +308,7 @@ static void check_on_device(lua_State *L, int idx, int64_t size, int dim, const 
   lua_settop(L, top);
   if (!bad) return;
   dlp_Tensor *copy = dlp_clone(L, idx, index->dtype, host, NULL, what);
-  Pick p = {size, 0, 1, 0, 0, 0, 0, 0, 0};
+  Pick p = {size, 0, 1, 0, 0, 0, 0, 0, 0, 0, NULL};
   char *hdata[3] = {NULL, dlp_first_element(copy), NULL};
   for (int i = 0; i < ndim; i++) strides[0][i] = strides[2][i] = 0;
   walk_strides(copy, -1, strides[1]);
@@ -395,7 +422,7 @@ static void gather_into(lua_State *L, Result *r, dlp_Tensor *src, int index_at, 
   dlp_live(L, src, what);
   dlp_live(L, index, what);
   dlp_live(L, r->into, what);
-  Pick p = {size, step, dlp_dtypes[src->dtype].itemsize, 0, 0, 0, 0, 0, 0};
+  Pick p = {size, step, dlp_dtypes[src->dtype].itemsize, 0, 0, 0, 0, 0, 0, 0, NULL};
   char *data[3] = {dlp_first_element(r->into), dlp_first_element(index), dlp_first_element(src)};
   int empty = 0;
   for (int i = 0; i < ndim; i++) empty |= shape[i] == 0;
@@ -607,7 +634,7 @@ static int scatter(lua_State *L, int inplace) {
   dlp_live(L, d, what);
   dlp_live(L, index, what);
   if (src) dlp_live(L, src, what);
-  Pick p = {d->dl.shape[dim], dlp_walk_stride(d, dim), dlp_dtypes[t->dtype].itemsize, 0, 1, 0, 0, 0, 0};
+  Pick p = {d->dl.shape[dim], dlp_walk_stride(d, dim), dlp_dtypes[t->dtype].itemsize, 0, 1, 0, 0, 0, 0, 0, NULL};
   char *data[3] = {dlp_first_element(d), dlp_first_element(index), src ? dlp_first_element(src) : (char *)value};
   walk_strides(index, -1, strides[1]);
   pick(L, &p, index->dtype, ndim, index->dl.shape, data, (const int64_t(*)[DLP_MAX_NDIM])strides,
