@@ -446,6 +446,10 @@ void dlp_iter_run(const dlp_Iter *it, dlp_IterLoop loop, void *ctx);
  * twice; each task starts at a multiple of `align` elements along the innermost row. The loop must
  * keep nothing of its own between calls (ctx is shared by the tasks). */
 void dlp_iter_run_parallel(const dlp_Iter *it, dlp_IterLoop loop, void *ctx, int64_t out_itemsize, int64_t align);
+/* Whether a walk of `shape` (ndim) with these byte strides writes no byte twice: its dimensions,
+ * by stride, each step past all the elements of the ones inside it (a sufficient test; a stride
+ * of 0 fails it). Elements of itemsize bytes. */
+int dlp_writes_each_byte_once(int ndim, const int64_t *shape, const int64_t *strides, int64_t itemsize);
 /* dlp_iter_run split into tasks of consecutive elements, each task with a context of its own
  * (a loop that records what it met, such as the first bad index). dlp_iter_split says into how
  * many (at most max_tasks; 0: not split, when the walk is small, the threads are not there or the

@@ -187,23 +187,25 @@ void dlp_iter_run_range(const dlp_Iter *it, int64_t start, int64_t end, dlp_Iter
   }
 }
 
-/* Whether operand 0 writes no byte twice: its dimensions, by stride, each step past all the
- * elements of the ones inside it (a sufficient test; a stride of 0 fails it). */
-static int writes_each_byte_once(const dlp_Iter *it, int64_t itemsize) {
+int dlp_writes_each_byte_once(int ndim, const int64_t *shape, const int64_t *strides, int64_t itemsize) {
   int64_t stride[DLP_MAX_NDIM], size[DLP_MAX_NDIM], extent = itemsize;
-  int n = it->ndim;
-  for (int i = 0; i < n; i++) { /* insertion sort by stride, smallest first */
-    int64_t s = magnitude(it->strides[0][i]), z = it->shape[i];
+  for (int i = 0; i < ndim; i++) { /* insertion sort by stride, smallest first */
+    int64_t s = magnitude(strides[i]), z = shape[i];
     int j = i;
     for (; j > 0 && stride[j - 1] > s; j--) stride[j] = stride[j - 1], size[j] = size[j - 1];
     stride[j] = s, size[j] = z;
   }
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; i < ndim; i++) {
     int64_t span;
     if (stride[i] < extent || !dlp_mul(stride[i], size[i] - 1, &span) || span > INT64_MAX - extent) return 0;
     extent += span;
   }
   return 1;
+}
+
+/* Whether operand 0 writes no byte twice. */
+static int writes_each_byte_once(const dlp_Iter *it, int64_t itemsize) {
+  return dlp_writes_each_byte_once(it->ndim, it->shape, it->strides[0], itemsize);
 }
 
 typedef struct RangeTasks {

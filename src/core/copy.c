@@ -250,8 +250,8 @@ static void visit_tiles(const Walk *w, int a, int b, const Job *job, char *d, co
 }
 
 /* ---- large walks on several threads (compute/threads.c) ----
- * A walk of at least three tasks' worth of destination bytes is cut along its largest dimension
- * into parts, whole tiles each when that dimension is tiled; the parts run as tasks. A copy
+ * A walk of at least three tasks' worth of destination bytes is cut along one dimension
+ * (cut_dimension) into parts, whole tiles each when that dimension is tiled; the parts run as tasks. A copy
  * gives the same bytes however it is cut, so only a destination that some byte of would be
  * written twice (overlapping strides) stays on one thread, where the last write wins as before.
  * A copy moves a byte in a fraction of the time an op computes one, so its tasks are larger than
@@ -278,24 +278,6 @@ static void run_part(void *ctx, int64_t i) {
   walk_outer(&part, p->a, p->b, p->job, p->d + lo * part.ds[p->k], p->s + lo * part.ss[p->k], p->visit);
 }
 
-/* Whether the destination's dimensions, by stride, each step past all the elements of those
- * inside it (a sufficient test that no byte is written twice). */
-static int writes_each_byte_once(const Walk *w, int64_t dsize) {
-  int64_t stride[DLP_MAX_NDIM], size[DLP_MAX_NDIM], extent = dsize;
-  for (int i = 0; i < w->ndim; i++) { /* insertion sort by stride, smallest first */
-    int64_t st = magnitude(w->ds[i]), z = w->shape[i];
-    int j = i;
-    for (; j > 0 && stride[j - 1] > st; j--) stride[j] = stride[j - 1], size[j] = size[j - 1];
-    stride[j] = st, size[j] = z;
-  }
-  for (int i = 0; i < w->ndim; i++) {
-    int64_t span;
-    if (stride[i] < extent || !dlp_mul(stride[i], size[i] - 1, &span) || span > INT64_MAX - extent) return 0;
-    extent += span;
-  }
-  return 1;
-}
-
 /* The dimension to cut: the largest, but for the rows' own (a part of each row, for every row,
  * made a copy of a narrowed {3000, 3001} 3 times slower on one thread), which is cut only when
  * it is the walk's one dimension, in whole cache lines. */
@@ -311,7 +293,7 @@ static void walk_all(const Walk *w, int a, int b, const Job *job, char *d, const
   int64_t numel = 1;
   for (int i = 0; i < w->ndim; i++) numel *= w->shape[i]; /* fits: at most the tensors' element count */
   /* a destination that writes each byte once has no more bytes than int64 counts */
-  if (numel >= 3 * TASK_BYTES / (int64_t)dsize && writes_each_byte_once(w, (int64_t)dsize) &&
+  if (numel >= 3 * TASK_BYTES / (int64_t)dsize && dlp_writes_each_byte_once(w->ndim, w->shape, w->ds, (int64_t)dsize) &&
       dlp_parallel_enabled()) {
     int64_t per_index = numel / w->shape[k] * (int64_t)dsize;
     int64_t per = (TASK_BYTES + per_index - 1) / per_index; /* a task's worth */
