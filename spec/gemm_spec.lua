@@ -118,7 +118,8 @@ local function operands(m, k, n, dt)
   if dt == "float32" or dt == "float64" then return dlpack.rand({m, k}, dt) - 0.5, dlpack.rand({k, n}, dt) - 0.5 end
   return dlpack.randint(-1000, 1000, {m, k}, "int64"):to(dt), dlpack.randint(-1000, 1000, {k, n}, "int64"):to(dt)
 end
--- rows in 5 parts; 14 parts of 72 rows; two blocks of B's columns (NC 2048); three of K (KC 256);
+-- rows in parts (as many as share out evenly among the threads: one part on 1 thread, others on 2,
+-- 3 and 7); 1000 rows in up to 16 parts; two blocks of B's columns (NC 2048); three of K (KC 256);
 -- under the size that splits
 local SHAPES = {{200, 300, 150}, {1000, 40, 64}, {75, 40, 2100}, {150, 600, 40}, {40, 40, 40}}
 for _, dt in ipairs({"float32", "float64", "int32", "int64"}) do

@@ -286,17 +286,32 @@ static void float_blocks(int cd, int64_t *mr, int64_t *nr, int64_t *mc, int64_t 
   *nc = build == WITH_AVX512 || build == WITH_AVX2 ? (f32 ? 2048 : 1024) : 1024;
 }
 
-/* Rows per part of C, a multiple of mr (or all M: one part): at most 16 parts of at least three
- * slivers of mr rows, for products of at least 2^21 multiply-adds. From the sizes only, so that
- * the scratch dlp_gemm_scratch sized is the one dlp_gemm uses. */
+/* Rows per part of C, a multiple of mr (or all M: one part), for products of at least 2^21
+ * multiply-adds: at most 16 parts of at least three slivers of mr rows, as many as share out
+ * evenly among the pool's threads now (width; 0 under a host's job system, whose width is not
+ * known: then as many as allowed). Of the splits whose busiest thread has the fewest slivers,
+ * the one in the most parts, which a thread slowed by others' work hands on best: 512 rows of
+ * 12-row slivers on 2 threads are 4 parts of 132 rows, where 11 parts of 48 gave one thread 288
+ * rows and the other 224. Only the time depends on it: a part's rows are computed as alone. */
 #define PARTS_MAX 16
 #define PART_WORK (2.0 * 1024 * 1024)
-static int64_t rows_per_part(int64_t M, int64_t N, int64_t K, int64_t mr) {
-  int64_t parts = M / (3 * mr);
-  if (parts > PARTS_MAX) parts = PARTS_MAX;
-  if (parts < 2 || (double)M * (double)N * (double)K < PART_WORK) return M;
-  int64_t rows = (M + parts - 1) / parts;
-  return (rows + mr - 1) / mr * mr;
+static int64_t rows_per_part(int64_t M, int64_t N, int64_t K, int64_t mr, int width) {
+  int64_t slivers = (M + mr - 1) / mr, most = slivers / 3;
+  if (most > PARTS_MAX) most = PARTS_MAX;
+  if (most < 2 || width == 1 || (double)M * (double)N * (double)K < PART_WORK) return M;
+  int64_t best = (slivers + most - 1) / most, best_load = -1;
+  for (int64_t parts = width > 1 ? width : most; parts <= most; parts += width > 1 ? width : most) {
+    int64_t per = (slivers + parts - 1) / parts, made = (slivers + per - 1) / per;
+    int64_t load = width > 1 ? (made + width - 1) / width * per : per;
+    if (best_load < 0 || load <= best_load) best = per, best_load = load;
+  }
+  return best * mr;
+}
+
+int64_t dlp_gemm_rows(int cd, int64_t M, int64_t N, int64_t K) {
+  int64_t mr = 4, nr, mc, nc;
+  if (cd == DLP_FLOAT32 || cd == DLP_FLOAT64) float_blocks(cd, &mr, &nr, &mc, &nc);
+  return rows_per_part(M, N, K, mr, dlp_parallel_width());
 }
 
 /* The bytes of B's block and of one part's block of A (rows: the part's), rounded up to 64. */
@@ -308,11 +323,10 @@ static size_t a_block_bytes(int cd, int64_t rows, int64_t K, int64_t mr, int64_t
   return round64((size_t)((rows < mc ? (rows + mr - 1) / mr * mr : mc) * (K < KC ? K : KC)) * dlp_dtypes[cd].itemsize);
 }
 
-size_t dlp_gemm_scratch(int cd, int64_t M, int64_t N, int64_t K) {
+size_t dlp_gemm_scratch(int cd, int64_t M, int64_t N, int64_t K, int64_t rows) {
   if (cd != DLP_FLOAT32 && cd != DLP_FLOAT64) return 0;
-  int64_t mr, nr, mc, nc;
+  int64_t mr, nr, mc, nc, parts = (M + rows - 1) / rows;
   float_blocks(cd, &mr, &nr, &mc, &nc);
-  int64_t rows = rows_per_part(M, N, K, mr), parts = (M + rows - 1) / rows;
   /* B's block, then each part's block of A, each at a multiple of 64 bytes */
   return 64 + b_block_bytes(cd, N, K, nr, nc) + (size_t)parts * a_block_bytes(cd, rows, K, mr, mc);
 }
@@ -328,7 +342,7 @@ static void float_part(void *ctx, int64_t part) {
 static void float_product(const dlp_Gemm *g, const FloatKernel *kernel) {
   int64_t mr, nr, mc, nc_max;
   float_blocks(g->cd, &mr, &nr, &mc, &nc_max);
-  FloatStep st = {g, 0, 0, 0, 0, rows_per_part(g->M, g->N, g->K, mr), NULL, NULL, 0, kernel};
+  FloatStep st = {g, 0, 0, 0, 0, g->rows, NULL, NULL, 0, kernel};
   int64_t parts = (g->M + st.rows - 1) / st.rows;
   st.pb = aligned64(g->scratch);
   st.pa = st.pb + b_block_bytes(g->cd, g->N, g->K, nr, nc_max);
@@ -371,7 +385,7 @@ void dlp_gemm(const dlp_Gemm *g) {
     float_product(g, kernel);
     return;
   }
-  IntProduct ip = {g, rows_per_part(g->M, g->N, g->K, 4), g->cd == DLP_UINT32 ? gemm_u32 : gemm_u64};
+  IntProduct ip = {g, g->rows, g->cd == DLP_UINT32 ? gemm_u32 : gemm_u64};
 #ifdef X86_KERNELS
   if (build != PLAIN) ip.kernel = g->cd == DLP_UINT32 ? gemm_u32_avx2 : gemm_u64_avx2;
 #endif

@@ -53,6 +53,7 @@ typedef struct Plan {
   const dlp_Blas *blas; /* NULL: the module's kernel */
   int cbuf;            /* the result goes through a compute-type buffer (another dtype) */
   int gpu;             /* the CUDA device of the operands, -1: the host */
+  int64_t gemm_rows;   /* the kernel's rows per part (dlp_gemm_rows), fixed with its scratch */
 } Plan;
 
 /* int64 and int32 elements are read and written as the unsigned integers they equal modulo
@@ -158,7 +159,7 @@ static void product(const Plan *p, const char *a, const char *b, char *c, char *
       p->blas->dgemm(CBLAS_ROW_MAJOR, ta, tb, (int)p->M, (int)p->N, (int)p->K, 1.0, (const void *)A, (int)lda,
                      (const void *)B, (int)ldb, 0.0, (void *)C, (int)p->N);
   } else {
-    dlp_Gemm g = {p->cd, p->M, p->N, p->K, A, B, lda, csa, ldb, csb, C, gs};
+    dlp_Gemm g = {p->cd, p->M, p->N, p->K, A, B, lda, csa, ldb, csb, C, gs, p->gemm_rows};
     dlp_gemm(&g);
   }
   if (p->cbuf) {
@@ -242,6 +243,7 @@ static int plan_of(lua_State *L, Plan *p, int64_t *shape, const char *what) {
   /* CBLAS takes int sizes: larger products go to the kernel */
   const dlp_Blas *blas = p->cd == DLP_FLOAT32 || p->cd == DLP_FLOAT64 ? dlp_blas() : NULL;
   if (blas && p->M <= INT_MAX && p->N <= INT_MAX && p->K <= INT_MAX) p->blas = blas;
+  else p->gemm_rows = dlp_gemm_rows(p->cd, p->M, p->N, p->K);
   choose_layout(p, &p->a);
   choose_layout(p, &p->b);
   p->cbuf = !same_bits(p->dtype, p->cd);
@@ -253,7 +255,7 @@ static int plan_of(lua_State *L, Plan *p, int64_t *shape, const char *what) {
  * fit. */
 static char *scratch(lua_State *L, const Plan *p, char *t[4], const char *what) {
   int64_t na = 0, nb = 0, nc = 0, total = 0; /* read only when ok, else luaL_error raises */
-  size_t ng = p->blas ? 0 : dlp_gemm_scratch(p->cd, p->M, p->N, p->K); /* bounded by the blocks */
+  size_t ng = p->blas ? 0 : dlp_gemm_scratch(p->cd, p->M, p->N, p->K, p->gemm_rows); /* bounded by the blocks */
   int ok = (p->a.direct || dlp_mul(p->M, p->K, &na)) && (p->b.direct || dlp_mul(p->K, p->N, &nb)) &&
            (!p->cbuf || dlp_mul(p->M, p->N, &nc)) && dlp_add(na, nb, &total) && dlp_add(total, nc, &total) &&
            dlp_mul(total, (int64_t)p->isz, &total) && dlp_add(total, (int64_t)ng, &total) &&
