@@ -478,7 +478,8 @@ why = lacks("add", "sum", "max", "argmin", "prod", "set_num_threads")
 if why then
   skip_row("add, sum, max, argmin, prod float32 16M on 2 threads", why)
 elseif wanted("add_f32_2threads") or wanted("sum_f32_2threads") or wanted("max_f32_2threads") or
-    wanted("argmin_f32_2threads") or wanted("prod_f32_2threads") or wanted("c_sum_f32_2threads") then
+    wanted("argmin_f32_2threads") or wanted("prod_f32_2threads") or wanted("c_sum_f32_2threads") or
+    wanted("add_f32_past_cache") then
   -- the same operation on 2 threads of the module's pool against 1 (docs/api.md, "Threads"): the
   -- ratio says what the second core brings (a machine busy with other work brings less)
   local M16 = 16 * 1024 * 1024
@@ -486,6 +487,11 @@ elseif wanted("add_f32_2threads") or wanted("sum_f32_2threads") or wanted("max_f
   local into_z16 = {out = z16}
   local function add16(n) for _ = 1, n do dlpack.add(x16, y16, into_z16) end end
   local function sum16(n) for _ = 1, n do local _ = dlpack.sum(x16) end end
+  -- a 64 MB output, larger than most last-level caches, is stored past the cache (docs/api.md,
+  -- "The processor"): against a C loop whose plain stores read each line before writing it
+  row("add_f32_past_cache", string.format("add(a, b, {out = c}) float32 16M, 1 thread (past the cache from %d MiB)",
+      math.floor((select(3, dlpack.cpu()) or 0) / 1048576)), 0.9, on_threads(1, add16),
+      function(n) base.add_f32(z16, x16, y16, n) end, "C loop c[i] = a[i] + b[i]")
   row("add_f32_2threads", "add(a, b, {out = c}) float32 16M, 2 threads", 0.6, on_threads(2, add16),
       on_threads(1, add16), "the same on 1 thread")
   row("sum_f32_2threads", "dlpack.sum(a) float32 16M, 2 threads", 0.6, on_threads(2, sum16), on_threads(1, sum16),

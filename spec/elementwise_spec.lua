@@ -644,3 +644,105 @@ describe("the short path for two tensors of one dtype and shape", function()
     support.raises(function() return b * a end, "mul: the tensor was released before the call")
   end)
 end)
+
+-- Outputs larger than the last-level cache are stored past it, a chunk at a time (elementwise.c,
+-- run_streamed). DLPACK_LUA_STREAM_FROM=1 streams every output row of 8 KiB or more, 0 none: a
+-- child process of each saves the results of the same operations, and they must be the same
+-- bytes (odd lengths, a periodic broadcast, conversions through float16 and into an out= of
+-- another dtype, an output 4 bytes off 16-byte alignment, in place, three operands, bool and
+-- complex128 outputs, transposed inputs; on 1 and on 3 threads).
+describe("outputs stored past the cache", function()
+  local STREAMED = [=[
+    local dlpack = require "dlpack"
+    local prefix = assert(os.getenv("DLPACK_SPEC_PREFIX"))
+    local N = 100003
+    local function f32(...) return dlpack.randn({...}, "float32") end
+    local cases = {
+      function() return dlpack.add(f32(N), f32(N)) end,
+      function() return dlpack.mul(f32(20001, 3), dlpack.tensor({1, -2, 3}, "float32")) end, -- periodic
+      function() return dlpack.sub(dlpack.randint(-9, 9, {N}, "int64"), 7) end,
+      function() return dlpack.exp(f32(N):to("float16")) end, -- through float32
+      function() return dlpack.gt(f32(N), 0) end, -- bool
+      function()
+        local a = f32(N)
+        a:add_(f32(N))
+        return a
+      end,
+      function()
+        local big = dlpack.zeros({N + 1}, "float32")
+        dlpack.mul(f32(N), 3, {out = big:narrow(1, 2, N)}) -- 4 bytes past the allocation's alignment
+        return big
+      end,
+      function() return dlpack.add(f32(N), f32(N), {out = dlpack.empty({N}, "float64")}) end,
+      function() return dlpack.where(dlpack.gt(f32(N), 0), f32(N), f32(N)) end,
+      function() return dlpack.mul(f32(1001, 2):to("complex128"), f32(1001, 2):to("complex128")) end,
+      function() return dlpack.add(f32(300, 400):transpose(1, 2), 1) end,
+      function() return dlpack.add(dlpack.randint(0, 9, {N}, "int32"), f32(N)) end, -- promoted
+    }
+    for _, threads in ipairs({1, 3}) do
+      dlpack.set_num_threads(threads)
+      for i, make in ipairs(cases) do
+        dlpack.manual_seed(i)
+        dlpack.save(prefix .. threads .. "_" .. i .. ".npy", make())
+      end
+    end
+    print(select(3, dlpack.cpu()) .. " " .. #cases)
+  ]=]
+
+  -- the results of the chunk run with the module at cpath and DLPACK_LUA_STREAM_FROM=from, as
+  -- {dtype, size, bytes} per case and thread count
+  local function results(cpath, from)
+    local prefix = support.tmpname()
+    os.remove(prefix)
+    local out = support.run_lua(STREAMED, {DLPACK_LUA_STREAM_FROM = from, DLPACK_SPEC_PREFIX = prefix,
+                                           LUA_PATH = package.path, LUA_CPATH = cpath})
+    assert.are.equal(from .. " 12\n", out)
+    local got = {}
+    for _, threads in ipairs({1, 3}) do
+      for i = 1, 12 do
+        local file = prefix .. threads .. "_" .. i .. ".npy"
+        local t = dlpack.load(file)
+        os.remove(file)
+        got[#got + 1] = {t.dtype, t:size(), t:tobytes(), ("case %d on %d threads"):format(i, threads)}
+      end
+    end
+    return got
+  end
+  local function same_results(plain, streamed)
+    for k, p in ipairs(plain) do
+      local s = streamed[k]
+      assert.are.equal(p[1], s[1], p[4])
+      assert.are.same(p[2], s[2], p[4])
+      assert(p[3] == s[3], p[4] .. " differs")
+    end
+  end
+
+  local gen = support.BUILD .. "/gen/dlpack/core." .. support.SO
+  local built = io.open(gen, "rb")
+  if built then built:close() end
+  local name = "gives the bytes of plain stores (DLPACK_LUA_STREAM_FROM=1 against 0)"
+  local small = "gives the bytes of plain stores in chunks of 256 bytes (the test build)"
+  if os.getenv("LD_PRELOAD") then
+    local why = ": it runs new processes of the interpreter, which a preloaded sanitizer runtime crashes"
+    pending(name .. why)
+    pending(small .. why)
+  else
+    it(name, function() same_results(results(package.cpath, "0"), results(package.cpath, "1")) end)
+    if built then
+      it(small, function()
+        same_results(results(package.cpath, "0"), results(support.BUILD .. "/gen/?." .. support.SO .. ";;", "1"))
+      end)
+    else
+      pending(small .. ": " .. gen .. " (make test-build) is not built")
+    end
+  end
+
+  it("streams outputs of at least the last-level cache's size by default (dlpack.cpu's third value)", function()
+    local from = select(3, dlpack.cpu())
+    if support.BUILD:match("[/\\]gen$") then
+      assert.are.equal(4096, from) -- the test build streams small outputs
+    else -- 0 off x86-64
+      assert(from == 0 or from >= 4 * 1024 * 1024, "stores past the cache from " .. tostring(from) .. " bytes")
+    end
+  end)
+end)

@@ -584,6 +584,8 @@ int dlp_reduce_all(lua_State *L, int idx, const char *what);
 
 /* ---- elementwise.c: arithmetic, comparisons, math, where, clamp, the operators ---- */
 void dlp_elementwise_register(lua_State *L, int module, int methods, int meta);
+/* The output bytes from which results are stored past the cache (0: never; run_streamed). */
+int64_t dlp_stream_from(void);
 
 /* ---- values.c: Lua values <-> tensors ---- */
 void dlp_format_register(lua_State *L, int module, int methods, int meta);

@@ -132,6 +132,8 @@ int dlp_cpu_count(void) {
   return n > 0 ? n : 1;
 }
 
+size_t dlp_last_level_cache(void) { return 0; }
+
 #else
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -293,6 +295,23 @@ int dlp_cpu_count(void) {
 #endif
   if (n <= 0) n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (n < 4096 ? (int)n : 4096) : 1;
+}
+
+/* Linux's sysfs says what the first processor shares its last level with (on an AMD EPYC, one
+ * core complex's 32 MiB, where sysconf's _SC_LEVEL3_CACHE_SIZE said 320 MiB, every complex's). */
+size_t dlp_last_level_cache(void) {
+  size_t best = 0;
+  for (int i = 0; i < 8; i++) {
+    char path[64];
+    unsigned long long kib = 0;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+    FILE *f = fopen(path, "r");
+    if (!f) break;
+    if (fscanf(f, "%lluK", &kib) == 1 && kib < (unsigned long long)SIZE_MAX / 1024 && kib * 1024 > best)
+      best = (size_t)kib * 1024;
+    fclose(f);
+  }
+  return best;
 }
 #endif
 

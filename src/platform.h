@@ -8,6 +8,7 @@
  *   threads               dlp_thread_id, dlp_thread_self, dlp_thread_equal, dlp_thread_yield,
  *                         dlp_thread_key (a per-thread pointer), dlp_thread_start, dlp_thread_join,
  *                         dlp_cond (condition variables with dlp_mutex), dlp_cpu_count (platform.c)
+ *   caches                dlp_last_level_cache (platform.c)
  *   libraries             dlp_library_open, dlp_library_symbol, dlp_library_close,
  *                         dlp_library_pin_self, dlp_library_export_at (platform.c), DLP_CALLER
  *   memory                dlp_aligned_alloc, dlp_aligned_free, dlp_pages_map, dlp_pages_unmap,
@@ -116,6 +117,9 @@ static inline void dlp_cond_signal(dlp_cond *c) { pthread_cond_signal(c); }
 int dlp_thread_start(dlp_thread *t, void (*fn)(void *), void *arg);
 void dlp_thread_join(dlp_thread t);
 int dlp_cpu_count(void);
+/* The bytes of the largest cache the first processor has, as the system reports them (Linux's
+ * sysfs), 0 where it does not. */
+size_t dlp_last_level_cache(void);
 
 /* ---- libraries opened at run time (the CUDA driver, a BLAS): platform.c ----
  * dlp_library_open: a handle, or NULL with why filled in. `name` is a file name the system

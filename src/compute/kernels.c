@@ -696,11 +696,13 @@ dlp_IterLoop dlp_mixed_kernel(int op, int x_unsigned) {
   return mixed_loops[op - DLP_OP_EQ][x_unsigned];
 }
 
-/* dlpack.cpu() -> the level whose loops run, the level the processor and system allow */
+/* dlpack.cpu() -> the level whose loops run, the level the processor and system allow, the
+ * output bytes from which elementwise results are stored past the cache (0: never) */
 static int l_cpu(lua_State *L) {
   lua_pushstring(L, dlp_cpu_level_name(dlp_cpu_level()));
   lua_pushstring(L, dlp_cpu_level_name(dlp_cpu_detected_level()));
-  return 2;
+  lua_pushinteger(L, (lua_Integer)dlp_stream_from());
+  return 3;
 }
 
 void dlp_kernels_register(lua_State *L, int module) {
