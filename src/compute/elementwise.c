@@ -162,18 +162,17 @@ static void run_row(const Run *r, char *const *data, const int64_t *steps, int64
  * not stay there anyway, so its rows are computed a chunk at a time into a buffer in the first
  * level and stored from there with non-temporal stores, which write whole lines to memory
  * without reading them (x86-64; elsewhere the chunk is copied). Measured on a 2-core AMD EPYC,
- * one thread: add of two float32 16M into a third, 7.5-8.1 ms with plain stores in a C loop,
- * 5.0 ms with non-temporal ones. The chunks hold whole periods of a periodic input; an output
- * that is also an input (in place) is read a chunk ahead of being written, as by the kernel. */
+ * one thread: add of two float32 16M into a third, 6.3-6.9 ms with plain stores in a C loop,
+ * 5.1-5.3 ms through chunks of 256 bytes stored so. Which runs stream: streamable. */
 
-/* The chunk's bytes hold a whole period (MAX_PERIOD elements) of the widest dtype (16 bytes).
- * The test build streams outputs of 4 KiB and more in chunks of 256 bytes, so that the specs'
- * layouts, in tasks of 256 elements, go this way. */
-#ifdef DLPACK_LUA_TEST_TASK_ELEMENTS
+/* Small chunks keep the loads and the stores going at once: in a C test on that machine chunks
+ * of 256 bytes ran at 5.3 ms, of 8 KiB at 7.5-8.3 ms (the stores then come in bursts the loads
+ * wait for). The test build streams outputs of 4 KiB and more, so that the specs' layouts go
+ * this way. */
 #define STREAM_CHUNK 256
+#ifdef DLPACK_LUA_TEST_TASK_ELEMENTS
 #define STREAM_LEAST ((int64_t)4096)
 #else
-#define STREAM_CHUNK 8192
 #define STREAM_LEAST ((int64_t)4 << 20)
 #endif
 #define STREAM_UNKNOWN ((int64_t)32 << 20) /* where the system does not say its cache's size */
@@ -231,25 +230,46 @@ static void store_past_cache(char *dst, const char *chunk, int64_t n) {
 #endif
 }
 
-/* A row of a contiguous output in chunks: each computed into a buffer, then stored past the cache. */
+/* A row of a contiguous output in chunks: each computed by the kernel into a buffer, then stored
+ * past the cache (the run converts nothing and has no periodic input: streamable). */
 static void run_streamed(const Run *r, char *const *data, const int64_t *steps, int64_t n) {
   _Alignas(64) char chunk[STREAM_CHUNK];
   char *ptr[DLP_ITER_MAX_OPS];
   int64_t step[DLP_ITER_MAX_OPS], size = steps[0], per = STREAM_CHUNK / size;
-  for (int k = 1; k < r->nops; k++)
-    if (r->period[k]) per = per / r->period[k] * r->period[k]; /* a periodic input's stride is 0 */
   ptr[0] = chunk;
   step[0] = size;
   for (int k = 1; k < r->nops; k++) step[k] = steps[k];
   for (int64_t start = 0; start < n; start += per) {
     int64_t m = n - start < per ? n - start : per;
     for (int k = 1; k < r->nops; k++) ptr[k] = dlp_offset(data[k], start * steps[k]);
-    run_row(r, ptr, step, m);
+    r->kernel(r->kernel_ctx, ptr, step, m);
     store_past_cache(dlp_offset(data[0], start * size), chunk, m * size);
   }
 #if defined(__SSE2__)
   _mm_sfence(); /* the stores are seen before the task is done (they are weakly ordered) */
 #endif
+}
+
+/* Whether the run's rows may stream: a loop cheap enough that memory bounds it, which storing
+ * past the cache speeds up (float32 16M on one thread of the AMD EPYC: add 7.7 -> 6.0 ms, mul
+ * 8.1 -> 5.3, int32 add 6.5 -> 5.5; an integer mod, which computes longer, 72 -> 76 ms, and exp
+ * 4.3 -> 5.2 stay with plain stores), without conversions or periodic inputs (whose buffers and
+ * tiles each chunk would fill again), into an output no input overlaps (in place, the output's
+ * lines are in the cache already, just read, and a store past it would evict them: a:add_(b)
+ * 4.6 -> 5.4 ms). */
+static int streamable(int op, const Run *r, const dlp_Tensor *out, dlp_Tensor *const *source, int n) {
+  if (r->converts || r->periodic) return 0;
+  for (int k = 0; k < n; k++)
+    if (source[k] && dlp_overlaps(out, source[k])) return 0;
+  switch (op) {
+    case DLP_OP_ADD: case DLP_OP_SUB: case DLP_OP_MUL: case DLP_OP_MAXIMUM: case DLP_OP_MINIMUM:
+    case DLP_OP_EQ: case DLP_OP_NE: case DLP_OP_LT: case DLP_OP_LE: case DLP_OP_GT: case DLP_OP_GE:
+    case DLP_OP_LOGICAL_AND: case DLP_OP_LOGICAL_OR: case DLP_OP_LOGICAL_XOR:
+    case DLP_OP_BAND: case DLP_OP_BOR: case DLP_OP_BXOR:
+      return 1;
+    default:
+      return 0;
+  }
 }
 
 static void run_rows(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
@@ -277,7 +297,6 @@ static void plan_conversion(Run *r, int k, int from, int mid, int to) {
  * row along the next one (stride 0 there), the two dimensions become one long row, and the
  * repeating inputs are read from a tile of their period (run_rows). */
 #define MAX_PERIOD 16
-_Static_assert(STREAM_CHUNK >= MAX_PERIOD * 16, "a chunk holds a whole period of the widest dtype");
 
 static void fold_periodic(dlp_Iter *it, Run *r) {
   int nd = it->ndim, inner = nd - 1, outer = nd - 2;
@@ -812,7 +831,7 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
     for (int k = 1; k < run.nops; k++)
       if (run.period[k]) period = run.period[k];
     run.out_size = dlp_dtypes[out->dtype].itemsize;
-    run.stream = streams(numel * run.out_size);
+    run.stream = streamable(c->op, &run, out, source, n) && streams(numel * run.out_size);
     dlp_iter_run_parallel(&it, run_rows, &run, dlp_dtypes[out->dtype].itemsize, period);
   }
   for (int k = 0; k < n; k++)
