@@ -97,8 +97,7 @@ typedef struct Run {
   int64_t mid_size[DLP_ITER_MAX_OPS];
   /* a periodic input repeats `period` elements, `pstep` bytes apart, along the row (fold_periodic) */
   int64_t period[DLP_ITER_MAX_OPS], pstep[DLP_ITER_MAX_OPS];
-  int stream;       /* the output is larger than the cache: its rows go to memory past it (run_streamed) */
-  int64_t out_size; /* the output's itemsize (its storage dtype's) */
+  int stream; /* the output is larger than the cache: its rows go to memory past it (run_streamed) */
 } Run;
 
 /* One row: the kernel straight on the operands when no operand needs converting or tiling; else
@@ -251,9 +250,9 @@ static void run_streamed(const Run *r, char *const *data, const int64_t *steps, 
 }
 
 /* Whether the run's rows may stream: a loop cheap enough that memory bounds it, which storing
- * past the cache speeds up (float32 16M on one thread of the AMD EPYC: add 7.7 -> 6.0 ms, mul
- * 8.1 -> 5.3, int32 add 6.5 -> 5.5; an integer mod, which computes longer, 72 -> 76 ms, and exp
- * 4.3 -> 5.2 stay with plain stores), without conversions or periodic inputs (whose buffers and
+ * past the cache speeds up (float32 16M on one thread of the AMD EPYC: add 7.7-8.0 -> 5.3-5.9 ms,
+ * mul 7.8-8.1 -> 5.3-5.9, int32 add 6.9-7.1 -> 5.2-5.7; an integer mod, which computes longer,
+ * 72 -> 76 ms, and exp 4.3 -> 5.2 stay with plain stores), without conversions or periodic inputs (whose buffers and
  * tiles each chunk would fill again), into an output no input overlaps (in place, the output's
  * lines are in the cache already, just read, and a store past it would evict them: a:add_(b)
  * 4.6 -> 5.4 ms). */
@@ -274,7 +273,8 @@ static int streamable(int op, const Run *r, const dlp_Tensor *out, dlp_Tensor *c
 
 static void run_rows(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
   const Run *r = ctx;
-  if (r->stream && steps[0] == r->out_size && n * steps[0] >= STREAM_CHUNK) run_streamed(r, data, steps, n);
+  /* a run that streams converts nothing: the output's itemsize is the loop's, size[0] */
+  if (r->stream && steps[0] == r->size[0] && n * steps[0] >= STREAM_CHUNK) run_streamed(r, data, steps, n);
   else run_row(r, data, steps, n);
 }
 
@@ -830,8 +830,7 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
     int64_t period = 1; /* a task starts a tile's period from its first element */
     for (int k = 1; k < run.nops; k++)
       if (run.period[k]) period = run.period[k];
-    run.out_size = dlp_dtypes[out->dtype].itemsize;
-    run.stream = streamable(c->op, &run, out, source, n) && streams(numel * run.out_size);
+    run.stream = streamable(c->op, &run, out, source, n) && streams(numel * run.size[0]);
     dlp_iter_run_parallel(&it, run_rows, &run, dlp_dtypes[out->dtype].itemsize, period);
   }
   for (int k = 0; k < n; k++)
