@@ -177,6 +177,9 @@ static void run_row(const Run *r, char *const *data, const int64_t *steps, int64
 #define STREAM_UNKNOWN ((int64_t)32 << 20) /* where the system does not say its cache's size */
 
 static int64_t stream_from = -1; /* output bytes from which rows stream (0: never) */
+/* Rows shorter than a chunk keep plain stores; DLPACK_LUA_STREAM_FROM below a chunk streams
+ * them too (so that a test of small tensors goes this way). */
+static int64_t stream_row_least = STREAM_CHUNK;
 
 /* DLPACK_LUA_STREAM_FROM (bytes; 0 turns streaming off) where set, else the largest cache's
  * size, at least STREAM_LEAST (STREAM_UNKNOWN where the system does not say); never off x86-64.
@@ -201,6 +204,7 @@ static void find_stream_from(void) {
   }
 #endif
   stream_from = from;
+  if (from > 0 && from < STREAM_CHUNK) stream_row_least = from;
 }
 
 static dlp_once_flag stream_once = DLP_ONCE_INIT;
@@ -274,7 +278,7 @@ static int streamable(int op, const Run *r, const dlp_Tensor *out, dlp_Tensor *c
 static void run_rows(void *ctx, char *const *data, const int64_t *steps, int64_t n) {
   const Run *r = ctx;
   /* a run that streams converts nothing: the output's itemsize is the loop's, size[0] */
-  if (r->stream && steps[0] == r->size[0] && n * steps[0] >= STREAM_CHUNK) run_streamed(r, data, steps, n);
+  if (r->stream && steps[0] == r->size[0] && n * steps[0] >= stream_row_least) run_streamed(r, data, steps, n);
   else run_row(r, data, steps, n);
 }
 
