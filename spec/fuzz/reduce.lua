@@ -49,6 +49,7 @@ local function reduced_dims(dim, nd)
   end
   if type(dim) ~= "table" or getmetatable(dim) then return nil, "unknown" end
   if #dim > 64 then return nil, "dim" end
+  if #dim == 0 and next(dim) ~= nil then return nil, "dim" end -- {n = 3}: opts where dim goes, refused
   for i = 1, #dim do
     local d = resolve(dim[i], nd)
     if not d or set[d] then return nil, "dim" end

@@ -114,7 +114,7 @@ local function sort_op(S, env)
   elseif dm == 7 then dim = nd + R(1, 3); dimd = fmt(dim)
   else dim, dimd = S:hostile() end
   local opts, od = draw_opts(S, fn)
-  local extra, ed = {}, {}
+  local extra, ed, drawn_list = {}, {}, false
   if fn == "topk" then
     local k = R(0, 6) - 1
     if R(6) == 1 then k, ed[1] = S:hostile() else ed[1] = fmt(k) end
@@ -123,12 +123,13 @@ local function sort_op(S, env)
     local q = G.pick({ 0, 0.25, 0.5, 1, 1.5, -0.1, 0 / 0 })
     if R(4) == 1 then q = { 0.1, 0.9 } end
     if R(8) == 1 then q, ed[1] = S:hostile() else ed[1] = type(q) == "table" and "{0.1, 0.9}" or fmt(q) end
+    drawn_list = ed[1] == "{0.1, 0.9}" -- a hostile table is not modelled (it may hold {64, 3})
     extra[1] = q
   end
   local method = R(2) == 1
   H.add_victims(S, { t })
   local args = {}
-  for i = 1, #extra do args[#args + 1] = ed[i] end
+  if fn == "topk" or fn == "quantile" then args[1] = ed[1] or "nil" end
   args[#args + 1] = dimd
   if od then args[#args + 1] = od end
   local desc = string.format("%s%s(%s, %s)", method and "T." or "dlpack.", fn, t.desc, table.concat(args, ", "))
@@ -139,7 +140,8 @@ local function sort_op(S, env)
     dim = nil
     desc = string.format("%s%s(%s%s)", method and "T." or "dlpack.", fn, t.desc, od and (", " .. od) or "")
     ok, r1, r2 = S:call(desc, f, t.v, opts)
-  elseif #extra > 0 then ok, r1, r2 = S:call(desc, f, t.v, extra[1], dim, opts)
+  elseif fn == "topk" or fn == "quantile" then -- (k or q may be a hostile nil)
+    ok, r1, r2 = S:call(desc, f, t.v, extra[1], dim, opts)
   else ok, r1, r2 = S:call(desc, f, t.v, dim, opts) end
   local function done()
     if type(r1) == "userdata" then pcall(env.T.release, r1) end
@@ -155,7 +157,7 @@ local function sort_op(S, env)
   else err = H.operand_error({ kt }) end
   if not err and type(opts) == "table" then
     if getmetatable(opts) then unknown = true end
-    for name, v in pairs(opts) do
+    for name, v in next, opts do -- (not pairs: opts may have a hostile __pairs)
       local ty = OPTS[fn][name]
       if not ty then err = "unknown option"
       elseif ty == "boolean" and type(v) ~= "boolean" then err = "option type"
@@ -206,7 +208,7 @@ local function sort_op(S, env)
     elseif type(extra[1]) == "number" then
       local q = extra[1]
       if not (q >= 0 and q <= 1) then err = "q range" elseif line == 0 then err = "empty" end
-    elseif type(extra[1]) == "table" and not getmetatable(extra[1]) then
+    elseif drawn_list then
       if line == 0 then err = "empty" end
     else unknown = true end
   end
