@@ -300,6 +300,8 @@ int64_t dlp_numel(const dlp_Tensor *t);                     /* fits: checked whe
 int64_t dlp_walk_stride(const dlp_Tensor *t, int i);
 /* p moved by n bytes, as integer arithmetic (p may be NULL for empty tensors). */
 static inline char *dlp_offset(const char *p, int64_t n) { return (char *)((uintptr_t)p + (uintptr_t)n); }
+/* |v|, for the byte strides of tensors the module accepted (whose extents fit in int64). */
+static inline int64_t dlp_magnitude(int64_t v) { return v < 0 ? -v : v; }
 int64_t dlp_nbytes(const dlp_Tensor *t);                    /* likewise */
 int dlp_is_contiguous(const dlp_Tensor *t);
 char *dlp_first_element(const dlp_Tensor *t);               /* data + byte_offset, for host memory */

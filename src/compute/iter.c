@@ -8,8 +8,6 @@
 
 #include "internal.h"
 
-static int64_t magnitude(int64_t v) { return v < 0 ? -v : v; }
-
 int dlp_broadcast_shapes(lua_State *L, int n, const dlp_Tensor *const *tensors, int64_t *shape, const char *what) {
   int ndim = 0, same = n > 0;
   for (int k = 1; k < n && same; k++) { /* the common case first: one shape (small calls notice the rest) */
@@ -80,7 +78,7 @@ void dlp_iter_init(dlp_Iter *it, int nops, int ndim, const int64_t *shape, char 
       while (b > 0) {
         int e = order[b - 1], outer = 0, decided = 0;
         for (int op = 0; op < nops && !decided; op++) {
-          int64_t sd = magnitude(strides[op][d]), se = magnitude(strides[op][e]);
+          int64_t sd = dlp_magnitude(strides[op][d]), se = dlp_magnitude(strides[op][e]);
           if (sd == 0 || se == 0 || sd == se) continue;
           decided = 1;
           outer = sd > se; /* d should come before e */
@@ -190,7 +188,7 @@ void dlp_iter_run_range(const dlp_Iter *it, int64_t start, int64_t end, dlp_Iter
 int dlp_writes_each_byte_once(int ndim, const int64_t *shape, const int64_t *strides, int64_t itemsize) {
   int64_t stride[DLP_MAX_NDIM], size[DLP_MAX_NDIM], extent = itemsize;
   for (int i = 0; i < ndim; i++) { /* insertion sort by stride, smallest first */
-    int64_t s = magnitude(strides[i]), z = shape[i];
+    int64_t s = dlp_magnitude(strides[i]), z = shape[i];
     int j = i;
     for (; j > 0 && stride[j - 1] > s; j--) stride[j] = stride[j - 1], size[j] = size[j - 1];
     stride[j] = s, size[j] = z;

@@ -70,13 +70,11 @@ static int64_t simplify(Walk *w, int ndim, const int64_t *shape, const int64_t *
   return n;
 }
 
-static int64_t magnitude(int64_t v) { return v < 0 ? -v : v; }
-
 /* The dimension whose byte stride is smallest in magnitude (-1 for none). */
 static int fastest(const Walk *w, const int64_t *strides) {
   int best = -1;
   for (int i = 0; i < w->ndim; i++)
-    if (best < 0 || magnitude(strides[i]) < magnitude(strides[best])) best = i;
+    if (best < 0 || dlp_magnitude(strides[i]) < dlp_magnitude(strides[best])) best = i;
   return best;
 }
 
@@ -318,12 +316,12 @@ static void run(const Walk *w, const Job *job, char *d, const char *s, size_t ds
     return;
   }
   int a = fastest(w, w->ds), b = fastest(w, w->ss);
-  if (a != b && magnitude(w->ds[a]) == (int64_t)dsize && magnitude(w->ss[b]) == (int64_t)ssize &&
+  if (a != b && dlp_magnitude(w->ds[a]) == (int64_t)dsize && dlp_magnitude(w->ss[b]) == (int64_t)ssize &&
       w->shape[a] >= TILED_FROM && w->shape[b] >= TILED_FROM) {
     walk_all(w, a, b, job, d, s, visit_tiles, dsize);
     return;
   }
-  if (magnitude(w->ds[a]) != (int64_t)dsize && magnitude(w->ss[b]) == (int64_t)ssize) a = b;
+  if (dlp_magnitude(w->ds[a]) != (int64_t)dsize && dlp_magnitude(w->ss[b]) == (int64_t)ssize) a = b;
   walk_all(w, a, a, job, d, s, visit_row, dsize);
 }
 
