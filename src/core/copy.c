@@ -17,9 +17,13 @@
  * elements go row by row along the dimension the destination is contiguous in, through one
  * typed row function. When the source is contiguous along another dimension (a transpose,
  * a permutation), the two dimensions are walked in TILE x TILE blocks, so that both sides
- * stay in cache (dimensions of at least TILED_FROM elements each). */
+ * stay in cache (dimensions of at least TILED_FROM elements each). Tiles of 128 rather than 64:
+ * a longer run down the source's rows and along the destination's moved float32 transposes
+ * whose rows are near a multiple of 4 KiB (whose lines share cache sets) 2-2.5x faster on one
+ * thread of an AMD EPYC (1023^2 0.32 -> 0.16 ns an element, 1025^2 0.63 -> 0.25), 2000^2 to
+ * 4096^2 1.15-1.35x faster, 1000^2 as fast; int16, uint8 and float64 1025^2 1.1-1.4x faster. */
 
-#define TILE 64
+#define TILE 128
 #define TILED_FROM 16
 
 typedef struct Walk {
