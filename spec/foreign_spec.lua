@@ -445,6 +445,27 @@ describe("foreign tensors", function()
       end
     end)
 
+    -- the computing functions give cpu tensors for them, whatever family they belong to: the
+    -- scans once allocated their results on the operand's device (a cuda_host result needs the
+    -- CUDA driver: "CUDA is not available" where there is none)
+    it("computes on host-accessible device kinds into cpu tensors", function()
+      for _, d in ipairs { { 3, "cuda_host" }, { 11, "rocm_host" }, { 13, "cuda_managed" } } do
+        local t = import { device_type = d[1], shape = { 2, 2 }, data = f32(1, 2, 3, 4) }
+        local results = {
+          add = dlpack.add(t, t), sum = dlpack.sum(t, 1), sort = dlpack.sort(t, 2),
+          cumsum = dlpack.cumsum(t, 2), cumsum_flat = dlpack.cumsum(t), cumprod = dlpack.cumprod(t, 1),
+          softmax = dlpack.softmax(t, 2), log_softmax = dlpack.log_softmax(t, 1),
+          softmax_half = dlpack.softmax(t, 2, { dtype = "float16" }),
+        }
+        for name, r in pairs(results) do assert.are.equal("cpu", r.device, d[2] .. " " .. name) end
+        assert.are.same({ { 1, 3 }, { 3, 7 } }, results.cumsum:totable())
+        assert.are.same({ 1, 3, 6, 10 }, results.cumsum_flat:totable())
+        assert.are.same({ { 1, 2 }, { 3, 8 } }, results.cumprod:totable())
+        assert.is_true(dlpack.allclose(results.softmax, dlpack.softmax(t:to("float32", "cpu"), 2)))
+        t:release()
+      end
+    end)
+
     it("re-exports a foreign device tensor with its device, data and byte_offset", function()
       local cap, base = fab.versioned { device_type = 7, device_id = 1, shape = { 2, 3 },
                                         byte_offset = 24, data = string.rep("\0", 64) }

@@ -135,10 +135,18 @@ static int line_dim(lua_State *L, int arg, const dlp_Tensor *t) {
 
 /* The result tensor: a new contiguous one of t's shape, or shape {n} (cumsum without dim), on
  * t's device. */
+/* Where t's results go: the CUDA device it computes on, else the CPU (pinned and managed memory
+ * compute on the CPU, and their results are cpu tensors, as the other computing functions' are;
+ * a cuda_host result would need the CUDA driver to allocate it). */
+static DLDevice result_device(const dlp_Tensor *t) {
+  DLDevice cpu = {kDLCPU, 0};
+  return dlp_device_is_host(t->dl.device) ? cpu : t->dl.device;
+}
+
 static dlp_Tensor *new_result(lua_State *L, const dlp_Tensor *t, int flat, int dtype, const char *what) {
   int64_t n = dlp_numel(t);
-  if (flat) return dlp_tensor_new(L, dtype, 0, t->dl.device, 1, &n, 0, what);
-  return dlp_tensor_new(L, dtype, 0, t->dl.device, t->dl.ndim, t->dl.shape, 0, what);
+  if (flat) return dlp_tensor_new(L, dtype, 0, result_device(t), 1, &n, 0, what);
+  return dlp_tensor_new(L, dtype, 0, result_device(t), t->dl.ndim, t->dl.shape, 0, what);
 }
 
 /* Raise unless out has the result's shape; copy r into it (converting, overlap-safe). */
@@ -306,7 +314,7 @@ static int scan(lua_State *L, int prod, const char *what) {
     return 1;
   }
   if (flat && t->dl.ndim != 1) { /* row-major order: a contiguous copy, scanned as one line */
-    dlp_clone(L, 1, t->dtype, t->dl.device, NULL, what);
+    dlp_clone(L, 1, t->dtype, result_device(t), NULL, what);
     lua_replace(L, 1);
     t = dlp_tensor_check(L, 1);
   }
