@@ -230,6 +230,20 @@ describe("result dtypes", function()
     -- elements are converted to dtype first, as NumPy: 1.5 + 1.5 in int64 is 2
     assert.are.equal(2, dlpack.tensor({1.5, 1.5}, "float64"):sum(nil, {dtype = "int64"}))
     assert.is_true(dlpack.tensor({1, -1}, "int32"):sum(nil, {dtype = "bool"}))
+    -- also into a half dtype that accumulates in the input's own float32: -1704.375 and 1915.25 are
+    -- float16 -1704 and 1915 (the sum 211, not 210.875); whole, along a dim, with keepdim, in tasks
+    local function num(r) return type(r) == "number" and r or r:item() end
+    local x = dlpack.cat({dlpack.tensor({-1704.375, 1915.25}, "float32"), dlpack.zeros({10}, "float32")})
+    for _, dtype in ipairs({"float16", "bfloat16"}) do
+      local want_sum, want_mean = num(x:to(dtype):sum()), num(x:to(dtype):mean())
+      assert.are.equal(want_sum, num(x:sum(nil, {dtype = dtype})), dtype)
+      assert.are.equal(want_sum, num(x:sum(1, {dtype = dtype})), dtype)
+      assert.are.equal(want_mean, num(x:mean(nil, {dtype = dtype, keepdim = true})), dtype)
+      assert.are.equal(num(x:to(dtype):prod()), num(x:prod(nil, {dtype = dtype})), dtype)
+    end
+    assert.are.equal(211, num(x:sum(nil, {dtype = "float16"})))
+    local big = x:narrow(1, 1, 2):reshape({1, 2}):expand({150000, 2}):contiguous():reshape({2, 150000})
+    assert.are.same(big:to("bfloat16"):sum(2):totable(), big:sum(2, {dtype = "bfloat16"}):totable())
     assert.are.equal("float64", dlpack.tensor({1, 2}, "float32"):var(1, {dtype = "float64"}).dtype)
     raises(function() t:mean(nil, {dtype = "int32"}) end, "dlpack.mean: dtype int32 cannot hold")
     raises(function() t:var(nil, {dtype = "complex128"}) end, "dlpack.var: dtype complex128")

@@ -1372,7 +1372,7 @@ static int reduce_cuda(lua_State *L, dlp_Tensor *t, const Plan *pl, const char *
   /* The CPU converts through the result's dtype (a middle one): the kernels read the input as the
    * accumulator directly, which is the same when the middle dtype holds every value of the input's
    * (bool into int8, int8 into float16); the others are not done on the device yet. */
-  if (t->dtype != acc && (op == R_SUM || op == R_PROD || op == R_MEAN) && pl->result_dtype != t->dtype &&
+  if ((op == R_SUM || op == R_PROD || op == R_MEAN) && pl->result_dtype != t->dtype &&
       pl->result_dtype != acc && dlp_promote(t->dtype, pl->result_dtype) != pl->result_dtype)
     luaL_error(L, "%s: CUDA tensors do not convert inside a computation yet (%s would be converted to %s); "
                "convert with :to first", what, dlp_dtypes[t->dtype].name, dlp_dtypes[pl->result_dtype].name);
@@ -1594,15 +1594,16 @@ static int reduce_named(lua_State *L, int op, const char *what) {
   w->pos = 0;
   w->visited = 0;
   w->conv1 = w->conv2 = NULL;
-  if (t->dtype != acc_dtype) {
-    int mid = result_dtype;
-    if ((op == R_SUM || op == R_PROD || op == R_MEAN) && mid != t->dtype && mid != acc_dtype) {
-      w->conv1 = dlp_row_function(mid, t->dtype);
-      w->conv2 = dlp_row_function(acc_dtype, mid);
-      w->mid_size = dlp_dtypes[mid].itemsize;
-    } else {
-      w->conv1 = dlp_row_function(acc_dtype, t->dtype);
-    }
+  /* sum, prod and mean convert each element to the result's dtype first (NumPy's rule), also when
+   * the accumulator is the input's own dtype: float32 summed with dtype float16 is rounded to
+   * float16 element by element, then accumulated in float32 */
+  int mid = result_dtype;
+  if ((op == R_SUM || op == R_PROD || op == R_MEAN) && mid != t->dtype && mid != acc_dtype) {
+    w->conv1 = dlp_row_function(mid, t->dtype);
+    w->conv2 = dlp_row_function(acc_dtype, mid);
+    w->mid_size = dlp_dtypes[mid].itemsize;
+  } else if (t->dtype != acc_dtype) {
+    w->conv1 = dlp_row_function(acc_dtype, t->dtype);
   }
   if (is_ordered(op)) ordered_kernels(acc_dtype, wants_max(op), &w->rows, &w->cols);
 
