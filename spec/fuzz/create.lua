@@ -75,7 +75,8 @@ local function like(S, env)
     (kind <= 2 or (G.ELEM[eff] and (kind == 3 or vv)))
   if ok then
     local rinf = env.info(res)
-    if valid and rinf then
+    -- (not when t was released under the call: the result may then have t's freed memory)
+    if valid and rinf and S:quiet(e) then
       if not model.same_list(rinf.shape, inf.shape) then S:fail(fname .. ": shape " .. G.fmt_list(rinf.shape)) end
       if rinf.dtype ~= eff then S:fail(fname .. ": dtype " .. rinf.dtype .. ", expected " .. eff) end
       if rinf.device ~= "cpu" then S:fail(fname .. ": device " .. rinf.device) end
