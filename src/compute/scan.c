@@ -133,8 +133,6 @@ static int line_dim(lua_State *L, int arg, const dlp_Tensor *t) {
   return dlp_check_dim(L, arg, t->dl.ndim, 0);
 }
 
-/* The result tensor: a new contiguous one of t's shape, or shape {n} (cumsum without dim), on
- * t's device. */
 /* Where t's results go: the CUDA device it computes on, else the CPU (pinned and managed memory
  * compute on the CPU, and their results are cpu tensors, as the other computing functions' are;
  * a cuda_host result would need the CUDA driver to allocate it). */
@@ -143,6 +141,8 @@ static DLDevice result_device(const dlp_Tensor *t) {
   return dlp_device_is_host(t->dl.device) ? cpu : t->dl.device;
 }
 
+/* The result tensor: a new contiguous one of t's shape, or shape {n} (cumsum without dim), on
+ * result_device(t). */
 static dlp_Tensor *new_result(lua_State *L, const dlp_Tensor *t, int flat, int dtype, const char *what) {
   int64_t n = dlp_numel(t);
   if (flat) return dlp_tensor_new(L, dtype, 0, result_device(t), 1, &n, 0, what);
