@@ -60,12 +60,9 @@ local function order(list, d, descending)
   local function key(v) if d == "bool" then return v and 1 or 0 end return v end
   local function before(i, j) -- strictly before: i's element comes first
     local a, b = key(list[i]), key(list[j])
-    if descending then a, b = b, a end
+    if descending then a, b = b, a end -- (so NaN, last among a < b, comes first)
     local na, nb = is_nan(a), is_nan(b)
-    if na or nb then
-      if descending then return na and not nb end
-      return nb and not na
-    end
+    if na or nb then return nb and not na end
     if d == "uint64" then return math.ult(a, b) end
     return a < b
   end
