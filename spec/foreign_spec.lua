@@ -466,6 +466,17 @@ describe("foreign tensors", function()
       end
     end)
 
+    it("writes an out= of a host-accessible device kind that overlaps its input, through a cpu temporary", function()
+      for _, d in ipairs { { 3, "cuda_host" }, { 11, "rocm_host" }, { 13, "cuda_managed" } } do
+        local t = import { device_type = d[1], shape = { 4 }, data = f32(1, 2, 3, 4) }
+        dlpack.add(t:flip(1), 0, { out = t }) -- read reversed, written forward: a temporary first
+        assert.are.same({ 4, 3, 2, 1 }, t:totable(), d[2] .. " add")
+        dlpack.where(t:gt(2), t:flip(1), 0, { out = t })
+        assert.are.same({ 1, 2, 0, 0 }, t:totable(), d[2] .. " where")
+        t:release()
+      end
+    end)
+
     it("re-exports a foreign device tensor with its device, data and byte_offset", function()
       local cap, base = fab.versioned { device_type = 7, device_id = 1, shape = { 2, 3 },
                                         byte_offset = 24, data = string.rep("\0", 64) }

@@ -671,7 +671,9 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
   for (int k = 0; k < n; k++) /* scalars: in the dtype they take, then the loop's */
     if (!in[k].t) scalar_value(L, &in[k], mid[k] < 0 ? want[k] : mid[k], want[k], c->what);
 
-  /* the output */
+  /* the output; new tensors go on the device the loop runs on: the CPU for pinned and managed
+   * memory too, which only the CUDA driver allocates */
+  DLDevice on = {gpu < 0 ? kDLCPU : kDLCUDA, gpu < 0 ? 0 : gpu};
   int ndim = dlp_broadcast_shapes(L, ntensors, tensors, shape, c->what);
   dlp_Tensor *out = NULL;
   if (c->out) {
@@ -695,14 +697,13 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
                  dlp_dtypes[result].name, dlp_dtypes[out->dtype].name);
     lua_pushvalue(L, c->out);
   } else {
-    DLDevice on = {gpu < 0 ? kDLCPU : kDLCUDA, gpu < 0 ? 0 : gpu};
     out = dlp_tensor_new(L, result, 0, on, ndim, shape, 0, c->what);
   }
   int out_idx = lua_gettop(L);
   int row = !c->out && gpu < 0 && one_row(in, n, ndim, shape);
 
   /* inputs that overlap the output other than element for element are read into temporaries
-   * first (NumPy's rule); allocated before any memory is taken */
+   * first (NumPy's rule), on `on`; allocated before any memory is taken */
   int64_t strides[DLP_ITER_MAX_OPS][DLP_MAX_NDIM], row_steps[DLP_ITER_MAX_OPS];
   char *data[DLP_ITER_MAX_OPS];
   dlp_Tensor *source[3] = {NULL, NULL, NULL};
@@ -715,7 +716,7 @@ static dlp_Tensor *elementwise(lua_State *L, const Call *c) {
       dlp_broadcast_strides(in[k].t, ndim, shape, strides[k + 1]);
       for (int i = 0; same && i < ndim; i++) same = strides[k + 1][i] == strides[0][i];
       if (!same)
-        source[k] = dlp_tensor_new(L, in[k].t->dtype, 0, in[k].t->dl.device, in[k].t->dl.ndim, in[k].t->dl.shape, 0,
+        source[k] = dlp_tensor_new(L, in[k].t->dtype, 0, on, in[k].t->dl.ndim, in[k].t->dl.shape, 0,
                                    c->what);
     }
   }
