@@ -19,9 +19,11 @@ if (os.getenv("OPENBLAS_CORETYPE") or os.getenv("OPENBLAS_L2_SIZE")) and not os.
                       "as a default install (DLPACK_BENCH_KEEP_OPENBLAS=1 keeps them)",
                       tostring(os.getenv("OPENBLAS_CORETYPE")), tostring(os.getenv("OPENBLAS_L2_SIZE"))))
   io.stdout:flush()
-  local ok, _, code = os.execute("env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE " .. (arg[-1] or "lua") ..
-                                 " bench/run.lua")
-  if type(ok) == "number" then os.exit(ok == 0) end -- Lua 5.1: the status alone
+  local command, first = { "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE" }, 0
+  while arg[first - 1] do first = first - 1 end -- the interpreter and its options, as given
+  for k = first, #arg do command[#command + 1] = "'" .. arg[k]:gsub("'", "'\\''") .. "'" end
+  local ok, _, code = os.execute(table.concat(command, " "))
+  if type(ok) == "number" then os.exit(ok == 0 and 0 or 1) end -- Lua 5.1: the status alone
   os.exit(ok == true or code or 1)
 end
 
