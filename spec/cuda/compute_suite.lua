@@ -1324,6 +1324,7 @@ describe("reductions on CUDA tensors", function()
     local f32 = values("float32", 120):view({4, 30})
     local f64 = values("float64", 120):view({4, 30})
     local u64 = values("uint64", 120):view({4, 30})
+    local i64 = values("int64", 120):view({4, 30})
     local b = values("bool", 120):view({4, 30})
     local cases = {
       {"sum", i8, {dtype = "int64"}}, {"sum", i8, {dtype = "float64"}}, {"sum", i8, {dtype = "float32"}},
@@ -1336,6 +1337,9 @@ describe("reductions on CUDA tensors", function()
       {"sum", b, {dtype = "int8"}}, {"mean", b, {dtype = "float64"}}, {"sum", u64, {dtype = "int64"}},
       {"mean", i8, {dtype = "float16"}}, {"prod", b, {dtype = "uint16"}}, {"sum", i8, {dtype = "int16"}},
       {"mean", u64}, {"var", u64}, {"sum", u64, {dtype = "float32"}},
+      -- integers into a narrower integer dtype: converting first or last wraps alike
+      {"sum", i64, {dtype = "int32"}}, {"prod", i64, {dtype = "int16"}}, {"sum", u64, {dtype = "int8"}},
+      {"prod", u64, {dtype = "uint32"}},
     }
     for _, c in ipairs(cases) do
       local label = c[1] .. " " .. c[2].dtype .. " " ..

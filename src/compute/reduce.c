@@ -1371,9 +1371,12 @@ static int reduce_cuda(lua_State *L, dlp_Tensor *t, const Plan *pl, const char *
   DLDevice dev = t->dl.device;
   /* The CPU converts through the result's dtype (a middle one): the kernels read the input as the
    * accumulator directly, which is the same when the middle dtype holds every value of the input's
-   * (bool into int8, int8 into float16); the others are not done on the device yet. */
+   * (bool into int8, int8 into float16), and for integer sums and products into an integer dtype
+   * (both wrap modulo its width alike); the others are not done on the device yet. */
+  int in_kind = dlp_dtype_kind(t->dtype), out_kind = dlp_dtype_kind(pl->result_dtype);
+  int wraps_alike = op != R_MEAN && (in_kind == 1 || in_kind == 2) && (out_kind == 1 || out_kind == 2);
   if ((op == R_SUM || op == R_PROD || op == R_MEAN) && pl->result_dtype != t->dtype &&
-      pl->result_dtype != acc && dlp_promote(t->dtype, pl->result_dtype) != pl->result_dtype)
+      pl->result_dtype != acc && dlp_promote(t->dtype, pl->result_dtype) != pl->result_dtype && !wraps_alike)
     luaL_error(L, "%s: CUDA tensors do not convert inside a computation yet (%s would be converted to %s); "
                "convert with :to first", what, dlp_dtypes[t->dtype].name, dlp_dtypes[pl->result_dtype].name);
 
