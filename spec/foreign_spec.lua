@@ -466,6 +466,59 @@ describe("foreign tensors", function()
       end
     end)
 
+    -- functions composed of others (shape.c, norm, unique along a dim) made their copies, ranges and
+    -- temporaries on the operand's device: "CUDA is not available" without a driver
+    it("computes composed functions of host-accessible device kinds into cpu tensors", function()
+      local function cpu_of(t) return t:to(t.dtype, "cpu") end
+      for _, d in ipairs { { 3, "cuda_host" }, { 11, "rocm_host" }, { 13, "cuda_managed" } } do
+        local t = import { device_type = d[1], shape = { 2, 3 }, data = f32(1, -2, 3, 4, 5, -6) }
+        local v = import { device_type = d[1], shape = { 3 }, data = f32(7, 8, 9) }
+        local i = import { device_type = d[1], shape = { 2 }, data = string.pack("<i8i8", 3, 4), code = 0, bits = 64 }
+        local c, cv, ci = cpu_of(t), cpu_of(v), cpu_of(i)
+        local calls = {
+          tril = function(x) return dlpack.tril(x[1]) end, triu = function(x) return dlpack.triu(x[1], 1) end,
+          diag_of_matrix = function(x) return dlpack.diag(x[1]) end,
+          diag_of_vector = function(x) return dlpack.diag(x[2], -1) end,
+          tile = function(x) return dlpack.tile(x[1], 2, 1) end,
+          ["repeat"] = function(x) return x[1]["repeat"](x[1], 1, 2) end,
+          repeat_interleave = function(x) return dlpack.repeat_interleave(x[1]:transpose(1, 2), 2) end,
+          repeat_interleave_dim = function(x) return dlpack.repeat_interleave(x[1], 2, 1) end,
+          roll = function(x) return dlpack.roll(x[1]:transpose(1, 2), 1) end,
+          roll_none = function(x) return dlpack.roll(x[1], 0) end,
+          outer = function(x) return dlpack.outer(x[1]:transpose(1, 2), x[2]) end,
+          einsum = function(x) return dlpack.einsum("ij,kj->ik", x[1], x[1]) end,
+          einsum_dtype = function(x) return dlpack.einsum("ij->i", x[1], { dtype = "float64" }) end,
+          norm_int = function(x) return dlpack.norm(x[3], 2, 1, true) end,
+          norm_2 = function(x) return dlpack.norm(x[1], 2, { 1, 2 }, true) end,
+          norm_nuc = function(x) return dlpack.norm(x[1], "nuc", { 1, 2 }, true) end,
+          unique_dim = function(x) return (dlpack.unique(x[1], { dim = 2 })) end,
+        }
+        for name, f in pairs(calls) do
+          local ok, r = pcall(f, { t, v, i })
+          assert.is_true(ok, d[2] .. " " .. name .. ": " .. tostring(r))
+          assert.are.equal("cpu", r.device, d[2] .. " " .. name)
+          assert.are.same(f({ c, cv, ci }):totable(), r:totable(), d[2] .. " " .. name)
+        end
+        for _, x in ipairs { t, v, i } do x:release() end
+      end
+    end)
+
+    -- no work can be queued on managed memory where no CUDA driver loads: nothing to order, so
+    -- it is exchanged and relabelled as pinned memory is (with a driver the consumer's stream waits)
+    it("exchanges and relabels managed memory without a CUDA driver", function()
+      if dlpack.cuda.is_available() then return pending("a CUDA driver loads here: managed memory is ordered") end
+      local m = import { device_type = 13, shape = { 2 }, data = f32(1, 2) }
+      local r = dlpack.from_dlpack(m, { device = "cpu" })
+      assert.are.equal("cpu", r.device)
+      assert.are.same({ 1, 2 }, r:totable())
+      assert.are.equal("cuda_managed", dlpack.from_dlpack(m).device)
+      assert.are.equal("cuda_managed", dlpack.from_dlpack(dlpack.to_dlpack(m)).device)
+      assert.are.equal("cuda_managed", dlpack.from_dlpack(m, { stream = 2 }).device)
+      raises(function() return dlpack.from_dlpack(m, { stream = 7 }) end, "stream must be a dlpack.cuda.Stream")
+      r:release()
+      m:release()
+    end)
+
     it("writes an out= of a host-accessible device kind that overlaps its input, through a cpu temporary", function()
       for _, d in ipairs { { 3, "cuda_host" }, { 11, "rocm_host" }, { 13, "cuda_managed" } } do
         local t = import { device_type = d[1], shape = { 4 }, data = f32(1, 2, 3, 4) }

@@ -572,6 +572,11 @@ void dlp_check_out(lua_State *L, const dlp_Tensor *out, int rdtype, int ndim, co
  * naming both (nothing is copied behind the script's back); host tensors must be readable by the
  * CPU; CUDA must be available. */
 int dlp_compute_device(lua_State *L, dlp_Tensor *const *t, int n, const char *what);
+/* Functions composed of others call this on their tensors first: a tensor of pinned or managed
+ * memory (cuda_host, cuda_managed, rocm_host) at idx is replaced by a cpu view of it, so that
+ * what they make on the way (copies, ranges, temporaries) is made on the CPU, where the functions
+ * they call compute such memory, rather than on its device, which only a CUDA driver allocates. */
+void dlp_host_as_cpu(lua_State *L, int idx, const char *what);
 
 /* ---- sort.c: sort argsort topk median quantile unique; scan.c: cumsum cumprod softmax log_softmax ---- */
 void dlp_sort_register(lua_State *L, int module, int methods, int meta);

@@ -47,6 +47,7 @@ static const char norm_chunk[] =
     "    dims = {dim_of(d1, nd), dim_of(d2, nd)}\n"
     "    if dims[1] == dims[2] then fail('dimension ' .. dims[1] .. ' given twice') end\n"
     "  else fail('dim must be a number, a table of two numbers or nil') end\n"
+    "  t = as_cpu(t) -- pinned and managed memory: viewed as cpu memory, computed there\n"
     "  local kind = KIND[t.dtype]\n"
     "  if not kind then fail(t.dtype .. ' tensors do not compute (convert them first)') end\n"
     "  local x = kind == 'i' and t:to('float64') or t\n"
@@ -213,6 +214,11 @@ static int l_kind_of(lua_State *L) {
   lua_pushstring(L, luaL_typename(L, 1));
   return 1;
 }
+static int l_as_cpu(lua_State *L) { /* t, or its cpu view when pinned or managed memory */
+  lua_settop(L, 1);
+  dlp_host_as_cpu(L, 1, "dlpack.norm");
+  return 1;
+}
 static int l_pair(lua_State *L) { /* a plain table of two entries: them, read raw; else nothing */
   if (!lua_istable(L, 1) || lua_getmetatable(L, 1) || lua_rawlen(L, 1) != 2) return 0;
   lua_rawgeti(L, 1, 1);
@@ -223,7 +229,7 @@ static int l_pair(lua_State *L) { /* a plain table of two entries: them, read ra
 void dlp_norm_register(lua_State *L, int module, int methods, int meta) {
   static const luaL_Reg env[] = {
       {"is_tensor_fn", l_is_tensor}, {"raise", l_raise}, {"kind_of", l_kind_of}, {"pair", l_pair},
-      {"singular_norm", l_singular_norm}, {NULL, NULL},
+      {"singular_norm", l_singular_norm}, {"as_cpu", l_as_cpu}, {NULL, NULL},
   };
   (void)meta;
   if (luaL_loadbuffer(L, norm_chunk, sizeof norm_chunk - 1, "=dlpack.norm") != LUA_OK) lua_error(L);

@@ -107,6 +107,16 @@ void dlp_check_out(lua_State *L, const dlp_Tensor *out, int rdtype, int ndim, co
                dlp_dtypes[out->dtype].name, safe ? "safe" : "same_kind");
 }
 
+/* The tensor at idx made a cpu view when it is pinned or managed memory (internal.h). */
+void dlp_host_as_cpu(lua_State *L, int idx, const char *what) {
+  const dlp_Tensor *t = dlp_tensor_test(L, idx);
+  if (!t || !t->owner || t->dl.device.device_type == kDLCPU || !dlp_device_is_host(t->dl.device)) return;
+  DLDevice cpu = {kDLCPU, 0};
+  idx = lua_absindex(L, idx);
+  dlp_tensor_alias(L, idx, cpu, what);
+  lua_replace(L, idx);
+}
+
 /* The device of a computing function's tensors (internal.h). */
 int dlp_compute_device(lua_State *L, dlp_Tensor *const *t, int n, const char *what) {
   const dlp_Tensor *first = NULL;

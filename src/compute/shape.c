@@ -3,7 +3,9 @@
  * repeat_interleave, roll (cat of two views), tril and triu (where with a mask), diag, einsum
  * (views, sums and matmul) and the dtype shorthands t:float() ... (to). Each reads its arguments first (plain numbers and
  * tensors: no script code runs), then calls the module's functions, which check everything
- * again; so these work on every device the functions they call work on. */
+ * again; so these work on every device the functions they call work on. Pinned and managed memory
+ * is first viewed as cpu memory (dlp_host_as_cpu): those functions compute it on the CPU into cpu
+ * tensors, and so do these. */
 #include <stdio.h>
 #include <string.h>
 
@@ -214,6 +216,8 @@ static int l_outer(lua_State *L) {
   check_tensor(L, 1, "outer");
   check_tensor(L, 2, "outer");
   lua_settop(L, 2);
+  dlp_host_as_cpu(L, 1, "outer");
+  dlp_host_as_cpu(L, 2, "outer");
   call_method(L, 1, "ravel", 0); /* 3 */
   lua_pushinteger(L, 2);
   call_method(L, 3, "unsqueeze", 1); /* 4: {m, 1}, a view */
@@ -240,6 +244,7 @@ static int tile(lua_State *L, const char *what) {
     want[2 * i] = r, want[2 * i + 1] = s;
   }
   lua_settop(L, 1);
+  dlp_host_as_cpu(L, 1, what);
   call_method(L, 1, "contiguous", 0); /* 2: t itself when contiguous (views of it follow) */
   if (2 * m <= DLP_MAX_NDIM) {
     push_sizes(L, 2 * m, inter);
@@ -285,6 +290,8 @@ static int l_repeat_interleave(lua_State *L) {
   if (n < 0) return luaL_argerror(L, 2, "the number of repeats must not be negative");
   int flat = lua_isnoneornil(L, 3);
   lua_settop(L, 3);
+  dlp_host_as_cpu(L, 1, "repeat_interleave");
+  t = check_tensor(L, 1, "repeat_interleave");
   if (flat) {
     call_method(L, 1, "ravel", 0);
     lua_replace(L, 1);
@@ -343,6 +350,7 @@ static int l_roll(lua_State *L) {
   if (!flat && ndims != count)
     return luaL_error(L, "roll: %d shifts for %d dimensions (give one shift per dimension)", count, ndims);
   lua_settop(L, 1);
+  dlp_host_as_cpu(L, 1, "roll");
   if (flat) {
     call_method(L, 1, "ravel", 0);
     dims[0] = 0;
@@ -394,6 +402,7 @@ static int triangle(lua_State *L, int upper, const char *what) {
   int64_t rows = t->dl.shape[t->dl.ndim - 2], cols = t->dl.shape[t->dl.ndim - 1];
   int is_bool = t->dtype == DLP_BOOL;
   lua_settop(L, 2);
+  dlp_host_as_cpu(L, 1, what);
   lua_pushstring(L, "device");
   lua_gettable(L, 1); /* 3 */
   /* rows as a column {rows, 1}, columns as a row {cols}, int64 on t's device */
@@ -433,6 +442,8 @@ static int l_diag(lua_State *L) {
   dlp_Tensor *t = check_tensor(L, 1, "diag");
   lua_Integer k = luaL_optinteger(L, 2, 0);
   lua_settop(L, 2);
+  dlp_host_as_cpu(L, 1, "diag");
+  t = check_tensor(L, 1, "diag"); /* the view, when it replaced t */
   if (t->dl.ndim == 2) {
     call_method(L, 1, "diagonal", 1);
     call_method(L, -1, "clone", 0);
@@ -655,6 +666,7 @@ static int l_einsum(lua_State *L) {
   if (n > MAX_OPERANDS) return luaL_error(L, "einsum: at most %d operands", MAX_OPERANDS);
   if (strlen(spec) != len) return luaL_argerror(L, 1, "the subscripts contain an embedded NUL");
   for (int k = 0; k < n; k++) dtypes[k] = check_tensor(L, k + 2, "einsum")->dtype;
+  for (int k = 0; k < n; k++) dlp_host_as_cpu(L, k + 2, "einsum");
   const char *arrow = strstr(spec, "->"), *end = arrow ? arrow : spec + len, *p = spec;
   for (int k = 0; k < n; k++) {
     const char *comma = memchr(p, ',', (size_t)(end - p));

@@ -1192,7 +1192,7 @@ static dlp_Tensor *moved_view(lua_State *L, int idx, int from, int to, const cha
  * the host: a CUDA tensor is copied there, and the results back. */
 static int unique_along(lua_State *L, int dim, int inverse, int counts, const char *what) {
   dlp_Tensor *t = lua_touserdata(L, 1);
-  DLDevice cpu = {kDLCPU, 0}, on = t->dl.device;
+  DLDevice cpu = {kDLCPU, 0}, on = dlp_device_is_host(t->dl.device) ? cpu : t->dl.device; /* pinned: cpu */
   int ndim = t->dl.ndim, dtype = t->dtype;
   int64_t n = t->dl.shape[dim], size = dlp_dtypes[dtype].itemsize, m = 0, shape[DLP_MAX_NDIM];
   int64_t rest = n > 0 ? dlp_numel(t) / n : 0;

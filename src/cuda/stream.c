@@ -126,7 +126,8 @@ dlp_CudaStream *dlp_cuda_check_stream(lua_State *L, int idx, DLDevice on, int df
                  isint && v > 2 ? " (integer handles are raw pointers: see dlpack.unsafe.wrap_stream)"
                  : isint && v == 0 ? " (stream 0 is ambiguous on CUDA; use 1, the legacy default)" : "");
   }
-  if (v == -1) return NULL;
+  /* managed memory where no CUDA driver loads: no work can be queued on it, nothing to order */
+  if (v == -1 || (on.device_type == kDLCUDAManaged && !dlp_cuda_ready())) return NULL;
   holder->s = dlp_cuda_default_stream(v == 1 ? CU_STREAM_LEGACY : CU_STREAM_PER_THREAD, device);
   return holder->s;
 }
