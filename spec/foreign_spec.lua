@@ -481,6 +481,13 @@ describe("foreign tensors", function()
           diag_of_vector = function(x) return dlpack.diag(x[2], -1) end,
           tile = function(x) return dlpack.tile(x[1], 2, 1) end,
           ["repeat"] = function(x) return x[1]["repeat"](x[1], 1, 2) end,
+          -- more dimensions than an expanded view can double: one dimension at a time (t's shape
+          -- was read there after its only reference, the argument, was replaced by the view)
+          tile_deep = function(x)
+            local shape = { 2, 3 }
+            for k = 3, 33 do shape[k] = 1 end
+            return dlpack.tile(x[1]:view(shape), 2)
+          end,
           repeat_interleave = function(x) return dlpack.repeat_interleave(x[1]:transpose(1, 2), 2) end,
           repeat_interleave_dim = function(x) return dlpack.repeat_interleave(x[1], 2, 1) end,
           roll = function(x) return dlpack.roll(x[1]:transpose(1, 2), 1) end,
@@ -501,6 +508,25 @@ describe("foreign tensors", function()
         end
         for _, x in ipairs { t, v, i } do x:release() end
       end
+    end)
+
+    -- tile read t's shape after the view had replaced its only reference, the argument: a
+    -- collector that completes cycles at every allocation freed it (ASan: heap-use-after-free)
+    it("tiles pinned memory whose only reference is the argument, the collector running hard", function()
+      if _VERSION ~= "Lua 5.4" then return pending("the collector's parameters are Lua 5.4's here") end
+      local shape, data = { 256, 256 }, string.rep(f32(1.5), 256 * 256)
+      for k = 3, 33 do shape[k] = 1 end
+      local mode = collectgarbage("incremental", 1, 1000, 63) -- a whole cycle at nearly every step
+      local ok, err = pcall(function()
+        for _ = 1, 4 do
+          local r = dlpack.tile(import { device_type = 3, shape = shape, data = data }:transpose(1, 2), 1)
+          assert.are.equal("cpu", r.device)
+          assert.are.equal(1.5, r:sum() / r:numel())
+        end
+      end)
+      collectgarbage("incremental", 200, 100, 13) -- Lua 5.4's defaults
+      if mode == "generational" then collectgarbage("generational") end
+      assert(ok, err)
     end)
 
     -- no work can be queued on managed memory where no CUDA driver loads: nothing to order, so

@@ -270,6 +270,11 @@ describe("copies: tile, repeat, repeat_interleave, roll, tril, triu, diag, short
     local deep = dlpack.ones(dlpack.tensor({1}):expand(40):totable()) -- 40 dimensions of 1
     assert.are.equal(40, dlpack.tile(deep, 2).ndim)
     assert.are.equal(2, dlpack.tile(deep, 2):numel())
+    -- a copy also when every repeat is 1, as NumPy's (it was a view of a contiguous t)
+    assert.is_false(shares(dlpack.tile(a, 1), a))
+    assert.is_false(shares(a["repeat"](a, {1, 1}), a))
+    assert.is_false(shares(dlpack.tile(deep, 1), deep))
+    assert.are.same(deep.shape, dlpack.tile(deep, 1).shape)
     raises("repeats", dlpack.tile, a, -1)
   end)
 
@@ -279,6 +284,9 @@ describe("copies: tile, repeat, repeat_interleave, roll, tril, triu, diag, short
     assert.are.same({{1, 2}, {1, 2}, {3, 4}, {3, 4}}, m:repeat_interleave(2, 1):totable())
     assert.are.same({{1, 1, 1, 2, 2, 2}, {3, 3, 3, 4, 4, 4}}, m:repeat_interleave(3, -1):totable())
     assert.are.same({0}, dlpack.repeat_interleave(m, 0).shape)
+    assert.is_false(shares(dlpack.repeat_interleave(m, 1, 1), m)) -- a copy, as NumPy's
+    local v = dlpack.tensor({1, 2})
+    assert.is_false(shares(dlpack.repeat_interleave(v, 1), v))
     raises("must not be negative", dlpack.repeat_interleave, m, -1)
   end)
 

@@ -245,13 +245,14 @@ static int tile(lua_State *L, const char *what) {
   }
   lua_settop(L, 1);
   dlp_host_as_cpu(L, 1, what);
+  t = check_tensor(L, 1, what); /* the view, when it replaced t */
   call_method(L, 1, "contiguous", 0); /* 2: t itself when contiguous (views of it follow) */
   if (2 * m <= DLP_MAX_NDIM) {
     push_sizes(L, 2 * m, inter);
     call_method(L, 2, "view", 1); /* 3 */
     push_sizes(L, 2 * m, want);
     call_method(L, 3, "expand", 1); /* 4 */
-    call_method(L, 4, "contiguous", 0);
+    call_method(L, 4, "clone", 0); /* a copy also when every repeat is 1 (NumPy's tile) */
     push_sizes(L, m, final_shape);
     call_method(L, -2, "view", 1);
     return 1;
@@ -262,9 +263,11 @@ static int tile(lua_State *L, const char *what) {
   for (int i = 0; i < m; i++) pad[i] = i < m - nd ? 1 : t->dl.shape[i - (m - nd)];
   push_sizes(L, m, pad);
   call_method(L, 2, "view", 1); /* 3: the padded tensor */
+  int copied = 0;
   for (int i = 0; i < m; i++) {
     int64_t r = i < m - k ? 1 : reps[i - (m - k)];
     if (r == 1) continue;
+    copied = 1;
     if (r > INT32_MAX / 2) return luaL_error(L, "%s: %I repeats of a dimension are too many", what, (lua_Integer)r);
     lua_createtable(L, (int)r, 0);
     for (int j = 1; j <= (int)r; j++) {
@@ -275,6 +278,7 @@ static int tile(lua_State *L, const char *what) {
     call_function(L, "cat", 2);
     lua_remove(L, -2);
   }
+  if (!copied) call_method(L, 3, "clone", 0);
   return 1;
 }
 static int l_tile(lua_State *L) { return tile(L, "tile"); }
@@ -311,7 +315,7 @@ static int l_repeat_interleave(lua_State *L) {
   for (int i = 0, j = 0; i <= nd; i++) want[i] = i == d + 1 ? n : t->dl.shape[j++];
   push_sizes(L, nd + 1, want);
   call_method(L, 4, "expand", 1);
-  call_method(L, -1, "contiguous", 0);
+  call_method(L, -1, "clone", 0); /* a copy also when n is 1 (NumPy's repeat) */
   push_sizes(L, nd, shape);
   call_method(L, -2, "view", 1);
   return 1;
