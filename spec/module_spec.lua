@@ -173,6 +173,23 @@ describe("loading the module again in the same state", function()
     assert.are.equal(getmetatable(t), getmetatable(u))
   end)
 
+  -- they opened the module again for its metatables: a new dlpack.Tensor, which the tensors'
+  -- __index then read, and the script's one (its added methods) no more
+  it("is not opened again by dlpack.unsafe and dlpack.ipc: dlpack.Tensor stays the methods", function()
+    local script = support.run_lua(([[
+      package.path = %q; package.cpath = %q
+      local d = require "dlpack"
+      d.Tensor.twice = function(t) return t * 2 end
+      local t = d.ones({2})
+      local mt = getmetatable(t)
+      require "dlpack.unsafe"
+      pcall(require, "dlpack.ipc") -- (not on every platform)
+      d.Tensor.thrice = function(x) return x * 3 end
+      print(t:twice()[1], t:thrice()[1], getmetatable(t) == mt)
+    ]]):format(package.path, package.cpath))
+    assert.are.equal("2.0\t3.0\ttrue", script:match("^[^\n]*"), script)
+  end)
+
   it("still releases tensors made before", function()
     local t = dlpack.zeros({2})
     reload()

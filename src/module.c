@@ -267,11 +267,22 @@ DLPACK_LUA_API int luaopen_dlpack_core(lua_State *L) {
  * script does to package.cpath, package.searchers or package.loaded, so no script that can
  * only call `require` reaches it. A host opens it through C, or lua/dlpack/unsafe.lua through
  * package.loadlib, which a sandbox removes (README, "Safety"). */
+/* The module opened in L, unless this copy of it is open there already: a second open would
+ * make a new dlpack.Tensor and point the tensors' __index at it, away from the one scripts hold. */
+void dlp_open_once(lua_State *L) {
+  int top = lua_gettop(L);
+  int opened = luaL_getmetatable(L, DLPACK_LUA_TENSOR_MT) != LUA_TNIL &&
+               lua_rawgetp(L, -1, &library_identity) != LUA_TNIL && dlp_state(L) != NULL;
+  lua_settop(L, top);
+  if (opened) return;
+  luaopen_dlpack(L);
+  lua_pop(L, 1);
+}
+
 DLPACK_LUA_API int dlpack_lua_open_unsafe(lua_State *L) {
   /* the tensor and stream metatables first: opened before dlpack (a host's luaL_requiref in any
    * order), wrap and wrap_stream made objects without one, which nothing ever released */
-  luaopen_dlpack(L);
-  lua_pop(L, 1);
+  dlp_open_once(L);
   lua_newtable(L);
   dlp_unsafe_register(L, lua_gettop(L));
   state_open(L);

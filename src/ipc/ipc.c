@@ -1028,8 +1028,7 @@ DLPACK_LUA_API int dlpack_lua_open_ipc(lua_State *L) {
     {"empty", l_empty}, {"zeros", l_zeros}, {"share", l_share}, {"listen", l_listen}, {"connect", l_connect},
     {NULL, NULL},
   };
-  luaopen_dlpack(L); /* the tensor metatable and the state record first */
-  lua_pop(L, 1);
+  dlp_open_once(L); /* the tensor metatable and the state record first */
   open_classes(L);
   lua_newtable(L);
   dlp_register(L, lua_gettop(L), functions);
