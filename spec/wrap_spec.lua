@@ -92,6 +92,19 @@ describe("unsafe.wrap", function()
     assert.are.equal(1, unsafe.wrap(base:data_ptr(), {4}, "int32", "a string owner")[1])
   end)
 
+  -- a wrap keeps its owner alive, and an owner tensor's memory went with release() all the same
+  it("holds the memory of an owner tensor that is released (release, __close) while the wrap lives", function()
+    local base = dlpack.arange(1000, "float32")
+    local t = unsafe.wrap(base:data_ptr(), {1000}, "float32", base)
+    local v = t:narrow(1, 991, 10)
+    base:release()
+    collectgarbage()
+    assert.are.equal(999 * 1000 / 2, t:sum())
+    assert.are.same({990, 991, 992, 993, 994, 995, 996, 997, 998, 999}, v:totable())
+    t:release()
+    assert.are.equal(990, v[1], "a view holds it too")
+  end)
+
   it("is refused by the C API's exports, which cannot copy", function()
     local fab = require "fabricate"
     local base = dlpack.tensor({1, 2, 3}, "float64")

@@ -1,5 +1,6 @@
 /* dlpack.unsafe: raw pointers in and out. Everything here trusts its caller; a host that
  * runs untrusted scripts does not open it (the rest of the module accepts no raw pointer). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -43,6 +44,20 @@ static int l_pointer(lua_State *L) {
   return 1;
 }
 
+/* A wrap whose owner is a tensor of this module also holds that tensor's memory: releasing the
+ * owner tensor (release(), __close) frees its memory while the Lua value, which is all a wrap
+ * keeps, lives on. The hold is a managed tensor of the wrap's owner, whose deleter lets go. */
+typedef struct OwnerHold {
+  DLManagedTensorVersioned managed; /* only its deleter and context are used */
+  dlp_Owner *held;
+} OwnerHold;
+
+static void release_hold(DLManagedTensorVersioned *self) {
+  OwnerHold *h = self->manager_ctx;
+  dlp_owner_release(h->held);
+  free(h);
+}
+
 /* wrap(ptr, shape, dtype [, strides], owner) -> a cpu tensor on memory the Lua value `owner`
  * owns, with no copy. ptr is light userdata or an integer address (lua/dlpack/unsafe.lua turns
  * LuaJIT FFI pointers into one); strides count elements (row-major when absent). Every tensor on
@@ -74,10 +89,24 @@ static int l_wrap(lua_State *L) {
   if (span.numel > 0 && !p) return luaL_argerror(L, 1, "NULL pointer for a non-empty tensor");
   dlp_Tensor *t = dlp_tensor_push(L, ndim);
   dlp_keep(L, -1, owner);
+  /* no Lua code runs from here on: an owner tensor live now stays live until it is held */
+  const dlp_Tensor *owner_tensor = dlp_tensor_test(L, owner);
+  OwnerHold *hold = NULL;
+  if (owner_tensor && owner_tensor->owner) {
+    if (!(hold = malloc(sizeof *hold))) return luaL_error(L, "dlpack.unsafe.wrap: not enough memory");
+    memset(hold, 0, sizeof *hold);
+    hold->managed.manager_ctx = hold;
+    hold->managed.deleter = release_hold;
+    hold->held = owner_tensor->owner;
+  }
   uintptr_t first = (uintptr_t)p;
-  dlp_Owner *o = dlp_owner_new_managed(NULL, 0, (size_t)(span.hi - span.lo), first + (uintptr_t)span.lo,
-                                       first + (uintptr_t)span.hi);
-  if (!o) return luaL_error(L, "dlpack.unsafe.wrap: not enough memory");
+  dlp_Owner *o = dlp_owner_new_managed(hold ? &hold->managed : NULL, hold != NULL, (size_t)(span.hi - span.lo),
+                                       first + (uintptr_t)span.lo, first + (uintptr_t)span.hi);
+  if (!o) {
+    free(hold);
+    return luaL_error(L, "dlpack.unsafe.wrap: not enough memory");
+  }
+  if (hold) dlp_owner_retain(hold->held);
   o->lua_owned = 1;
   t->owner = o;
   t->dl.data = p;
