@@ -5,6 +5,7 @@
 -- same functions on CUDA tensors: spec/cuda/compute_suite.lua; against NumPy on many dtypes and
 -- layouts: spec/peers/oracle.py.
 local dlpack = require "dlpack"
+local support = require "support"
 
 local function raises(pattern, f, ...)
   local ok, err = pcall(f, ...)
@@ -458,6 +459,21 @@ describe("einsum", function()
 end)
 
 describe("attacks on the more functions", function()
+  -- they called the methods through dlpack.Tensor, which scripts extend and may change
+  it("call the methods as they were when the module opened, whatever a script puts in dlpack.Tensor", function()
+    local out = support.run_lua(([[
+      package.path = %q; package.cpath = %q
+      local d = require "dlpack"
+      for _, name in ipairs({"select", "narrow", "sum", "abs", "max", "exp", "sub", "to", "view", "clone"}) do
+        d.Tensor[name] = function() error("the script's " .. name) end
+      end
+      local m = d.tensor({{3, 4}, {0, 0}}, "float64")
+      print(#d.unbind(m), #d.split(d.ones({4}), 2), d.norm(m), d.norm(m, 1), d.roll(d.arange(3), 1)[1],
+            d.tile(d.ones({1}), 2):numel(), d.softmax(d.zeros({2}), 1)[1])
+    ]]):format(package.path, package.cpath))
+    assert.are.equal("2\t2\t5.0\t4.0\t2\t2\t0.5", out:match("^[^\n]*"), out)
+  end)
+
   it("hostile tables and metamethods: sizes, dims and lists are read raw or as plain numbers", function()
     local t = dlpack.arange(6)
     local liar = setmetatable({}, {__len = function() error("__len ran") end,

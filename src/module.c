@@ -195,6 +195,17 @@ static void check_one_library(lua_State *L) {
   lua_settop(L, top);
 }
 
+/* The tensor methods as they were when the module opened: functions made of them call these, so
+ * that a script changing dlpack.Tensor (which adds methods to every tensor) does not change them. */
+static const char methods_key = 0;
+
+void dlp_push_method(lua_State *L, const char *name) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &methods_key);
+  lua_pushstring(L, name);
+  lua_rawget(L, -2);
+  lua_remove(L, -2);
+}
+
 DLPACK_LUA_API int luaopen_dlpack(lua_State *L) {
   int module, methods, meta;
   /* Exported tensors carry deleters that point into this library, and other libraries may call
@@ -236,6 +247,14 @@ DLPACK_LUA_API int luaopen_dlpack(lua_State *L) {
   dlp_hostapi_register(L);
   dlp_npy_register(L, module);
   state_open(L);
+  /* the methods as they are now, for the functions made of them (dlp_push_method) */
+  lua_newtable(L);
+  for (lua_pushnil(L); lua_next(L, methods); lua_pop(L, 1)) {
+    lua_pushvalue(L, -2);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, -5);
+  }
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &methods_key);
   lua_pushvalue(L, methods);
   lua_setfield(L, module, "Tensor"); /* the methods, for extension from Lua */
   lua_pushliteral(L, DLPACK_LUA_VERSION);

@@ -1,9 +1,9 @@
 /* norm: NumPy's linalg.norm, composed of the module's own reductions and elementwise functions;
  * the matrix norms of singular values (2, -2, 'nuc') from a one-sided Jacobi SVD here.
  * It is a Lua chunk (compiled once per state, when the module opens) because every step is a
- * call of another function of the module on a whole tensor: the chunk reaches them through the
- * tensors' methods (the tensor metatable is protected, so a script cannot swap them), and the
- * work is theirs (C loops). Each reduction keeps its dims, so that the last steps (sqrt, the 1/p
+ * call of another function of the module on a whole tensor: the chunk calls the tensor methods
+ * as they were when the module opened (M: a script that changes dlpack.Tensor does not change
+ * norm), and the work is theirs (C loops). Each reduction keeps its dims, so that the last steps (sqrt, the 1/p
  * power) round in the result's dtype, as NumPy's; the reduced dims are dropped at the end. */
 #include <math.h>
 #include <string.h>
@@ -25,8 +25,8 @@ static const char norm_chunk[] =
     "end\n"
     "-- max of |x| (x >= 0) along d, 0 where nothing is reduced (NumPy's max with initial=0 in norm)\n"
     "local function amax(x, d, keep)\n"
-    "  if x:numel() == 0 then return x:sum(d, keep) end\n"
-    "  return (x:max(d, keep))\n"
+    "  if M.numel(x) == 0 then return M.sum(x, d, keep) end\n"
+    "  return (M.max(x, d, keep))\n"
     "end\n"
     "return function(t, ord, dim, keepdim, extra)\n"
     "  if extra ~= nil then fail('unexpected argument (dlpack.norm takes (t [, ord [, dim [, keepdim]]]))') end\n"
@@ -50,27 +50,27 @@ static const char norm_chunk[] =
     "  t = as_cpu(t) -- pinned and managed memory: viewed as cpu memory, computed there\n"
     "  local kind = KIND[t.dtype]\n"
     "  if not kind then fail(t.dtype .. ' tensors do not compute (convert them first)') end\n"
-    "  local x = kind == 'i' and t:to('float64') or t\n"
-    "  local a = x:abs()\n"
-    "  if kind == 'c' then a = a:to(t.dtype == 'complex64' and 'float32' or 'float64') end\n"
+    "  local x = kind == 'i' and M.to(t, 'float64') or t\n"
+    "  local a = M.abs(x)\n"
+    "  if kind == 'c' then a = M.to(a, t.dtype == 'complex64' and 'float32' or 'float64') end\n"
     "  local keep = {keepdim = true}\n"
     "  local r\n"
     "  if #dims == 1 or (dim == nil and ord == nil) then -- a vector norm (over every element without ord)\n"
     "    local d = #dims == 1 and dims[1] or dims\n"
     "    if ord == 'fro' or ord == 'nuc' then fail(\"ord '\" .. ord .. \"' is for matrices\") end\n"
-    "    if ord == nil or ord == 2 then r = (a * a):sum(d, keep):sqrt()\n"
+    "    if ord == nil or ord == 2 then r = M.sqrt(M.sum(a * a, d, keep))\n"
     "    elseif ord == huge then r = amax(a, d, keep)\n"
-    "    elseif ord == -huge then r = (a:min(d, keep))\n"
-    "    elseif ord == 0 then r = a:ne(0):to(a.dtype):sum(d, keep)\n"
-    "    elseif ord == 1 then r = a:sum(d, keep)\n"
-    "    else r = a:pow(ord):sum(d, keep):pow(1 / ord) end\n"
+    "    elseif ord == -huge then r = (M.min(a, d, keep))\n"
+    "    elseif ord == 0 then r = M.sum(M.to(M.ne(a, 0), a.dtype), d, keep)\n"
+    "    elseif ord == 1 then r = M.sum(a, d, keep)\n"
+    "    else r = M.pow(M.sum(M.pow(a, ord), d, keep), 1 / ord) end\n"
     "  else -- a matrix norm over dims[1] (rows) and dims[2] (columns)\n"
     "    local rows, cols = dims[1], dims[2]\n"
-    "    if ord == nil or ord == 'fro' then r = (a * a):sum(dims, keep):sqrt()\n"
-    "    elseif ord == 1 then r = amax(a:sum(rows, keep), cols, keep)\n"
-    "    elseif ord == -1 then r = (a:sum(rows, keep)):min(cols, keep)\n"
-    "    elseif ord == huge then r = amax(a:sum(cols, keep), rows, keep)\n"
-    "    elseif ord == -huge then r = (a:sum(cols, keep)):min(rows, keep)\n"
+    "    if ord == nil or ord == 'fro' then r = M.sqrt(M.sum(a * a, dims, keep))\n"
+    "    elseif ord == 1 then r = amax(M.sum(a, rows, keep), cols, keep)\n"
+    "    elseif ord == -1 then r = (M.min(M.sum(a, rows, keep), cols, keep))\n"
+    "    elseif ord == huge then r = amax(M.sum(a, cols, keep), rows, keep)\n"
+    "    elseif ord == -huge then r = (M.min(M.sum(a, cols, keep), rows, keep))\n"
     "    elseif ord == 2 or ord == -2 or ord == 'nuc' then\n"
     "      if kind == 'c' then fail('matrix ord ' .. ord .. ' of complex tensors is not supported') end\n"
     "      r = singular_norm(x, rows, cols, ord == 2 and 1 or ord == -2 and 2 or 3)\n"
@@ -78,11 +78,11 @@ static const char norm_chunk[] =
     "              ' is not supported (fro, nuc, 1, -1, 2, -2, inf, -inf)') end\n"
     "  end\n"
     "  if keepdim then return r end\n"
-    "  if dim == nil and ord == nil or (dim == nil and #dims == nd) then return r:to('cpu'):item() end\n"
+    "  if dim == nil and ord == nil or (dim == nil and #dims == nd) then return M.item(M.to(r, 'cpu')) end\n"
     "  local shape, drop = {}, {}\n"
     "  for k = 1, #dims do drop[dims[k]] = true end\n"
     "  for k = 1, nd do if not drop[k] then shape[#shape + 1] = t.shape[k] end end\n"
-    "  return r:reshape(shape)\n"
+    "  return M.reshape(r, shape)\n"
     "end\n";
 
 /* ---- singular values ---- */
@@ -236,6 +236,13 @@ void dlp_norm_register(lua_State *L, int module, int methods, int meta) {
   lua_newtable(L);
   dlp_push_metatable(L); /* the module's convention: the tensor metatable as upvalue 1 */
   luaL_setfuncs(L, env, 1);
+  lua_newtable(L); /* M: the methods as they are now */
+  for (lua_pushnil(L); lua_next(L, methods); lua_pop(L, 1)) {
+    lua_pushvalue(L, -2);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, -5);
+  }
+  lua_setfield(L, -2, "M");
 #if LUA_VERSION_NUM >= 502
   lua_setupvalue(L, -2, 1); /* _ENV */
 #else

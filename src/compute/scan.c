@@ -569,7 +569,7 @@ static void softmax_line(void *ctx, char *const *p, char *line) {
  * steps' tensors until the call returns. */
 static int call_method(lua_State *L, int self, const char *name, int nargs) {
   int base = lua_gettop(L) - nargs; /* the arguments are on top */
-  lua_getfield(L, self, name);
+  dlp_push_method(L, name); /* as it was when the module opened */
   lua_pushvalue(L, self);
   for (int i = 1; i <= nargs; i++) lua_pushvalue(L, base + i);
   lua_call(L, nargs + 1, 1);

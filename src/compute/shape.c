@@ -15,7 +15,7 @@
  * its one result. */
 static void call_method(lua_State *L, int idx, const char *name, int nargs) {
   idx = lua_absindex(L, idx);
-  lua_getfield(L, idx, name); /* the methods table through __index: no script code */
+  dlp_push_method(L, name); /* as it was when the module opened: no script code */
   lua_insert(L, -1 - nargs);
   lua_pushvalue(L, idx);
   lua_insert(L, -1 - nargs); /* method, tensor, args */
