@@ -3,8 +3,9 @@
  * It is a Lua chunk (compiled once per state, when the module opens) because every step is a
  * call of another function of the module on a whole tensor: the chunk calls the tensor methods
  * as they were when the module opened (M: a script that changes dlpack.Tensor does not change
- * norm), and the work is theirs (C loops). Each reduction keeps its dims, so that the last steps (sqrt, the 1/p
- * power) round in the result's dtype, as NumPy's; the reduced dims are dropped at the end. */
+ * norm), and the work is theirs (C loops). Each reduction keeps its dims, so that the last steps
+ * (sqrt, the 1/p power) round in the result's dtype, as NumPy's; the reduced dims are dropped at
+ * the end. */
 #include <math.h>
 #include <string.h>
 
