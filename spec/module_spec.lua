@@ -185,9 +185,9 @@ describe("loading the module again in the same state", function()
       require "dlpack.unsafe"
       pcall(require, "dlpack.ipc") -- (not on every platform)
       d.Tensor.thrice = function(x) return x * 3 end
-      print(t:twice()[1], t:thrice()[1], getmetatable(t) == mt)
+      print(string.format("%%g %%g %%s", t:twice()[1], t:thrice()[1], tostring(getmetatable(t) == mt)))
     ]]):format(package.path, package.cpath))
-    assert.are.equal("2.0\t3.0\ttrue", script:match("^[^\n]*"), script)
+    assert.are.equal("2 3 true", script:match("^[^\n]*"), script)
   end)
 
   it("still releases tensors made before", function()
