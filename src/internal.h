@@ -83,7 +83,9 @@ dlp_State *dlp_state(lua_State *L);
 /* Opens the module in L (as luaopen_dlpack, nothing pushed) unless it is open there: what the
  * modules that need its metatables and record call (dlpack.unsafe, dlpack.ipc). */
 void dlp_open_once(lua_State *L);
-/* Pushes the tensor method `name` as it was when the module opened in L (nil before that). */
+/* Push the tensor methods as they were when the module opened in L (a copy; norm's excepted),
+ * and one of them by name. */
+void dlp_push_methods(lua_State *L);
 void dlp_push_method(lua_State *L, const char *name);
 /* Call before making a tensor, capsule, stream or event (`kind` names it: "a tensor"). Lua runs
  * no finalizer for objects made during lua_close (5.1 to 5.4), and finalizers made before

@@ -199,8 +199,12 @@ static void check_one_library(lua_State *L) {
  * that a script changing dlpack.Tensor (which adds methods to every tensor) does not change them. */
 static const char methods_key = 0;
 
-void dlp_push_method(lua_State *L, const char *name) {
+void dlp_push_methods(lua_State *L) {
   lua_rawgetp(L, LUA_REGISTRYINDEX, &methods_key);
+}
+
+void dlp_push_method(lua_State *L, const char *name) {
+  dlp_push_methods(L);
   lua_pushstring(L, name);
   lua_rawget(L, -2);
   lua_remove(L, -2);
@@ -243,11 +247,7 @@ DLPACK_LUA_API int luaopen_dlpack(lua_State *L) {
   dlp_elementwise_register(L, module, methods, meta);
   dlp_kernels_register(L, module);
   dlp_shape_register(L, module, methods, meta); /* after the functions it calls */
-  dlp_norm_register(L, module, methods, meta);
-  dlp_hostapi_register(L);
-  dlp_npy_register(L, module);
-  state_open(L);
-  /* the methods as they are now, for the functions made of them (dlp_push_method) */
+  /* the methods as they are now, for the functions made of them (dlp_push_method): norm's too */
   lua_newtable(L);
   for (lua_pushnil(L); lua_next(L, methods); lua_pop(L, 1)) {
     lua_pushvalue(L, -2);
@@ -255,6 +255,10 @@ DLPACK_LUA_API int luaopen_dlpack(lua_State *L) {
     lua_rawset(L, -5);
   }
   lua_rawsetp(L, LUA_REGISTRYINDEX, &methods_key);
+  dlp_norm_register(L, module, methods, meta);
+  dlp_hostapi_register(L);
+  dlp_npy_register(L, module);
+  state_open(L);
   lua_pushvalue(L, methods);
   lua_setfield(L, module, "Tensor"); /* the methods, for extension from Lua */
   lua_pushliteral(L, DLPACK_LUA_VERSION);
@@ -282,10 +286,6 @@ DLPACK_LUA_API int luaopen_dlpack_core(lua_State *L) {
   return luaopen_dlpack(L);
 }
 
-/* Not a luaopen_ name on purpose: `require` only ever calls luaopen_* functions, whatever a
- * script does to package.cpath, package.searchers or package.loaded, so no script that can
- * only call `require` reaches it. A host opens it through C, or lua/dlpack/unsafe.lua through
- * package.loadlib, which a sandbox removes (README, "Safety"). */
 /* The module opened in L, unless this copy of it is open there already: a second open would
  * make a new dlpack.Tensor and point the tensors' __index at it, away from the one scripts hold. */
 void dlp_open_once(lua_State *L) {
@@ -298,6 +298,10 @@ void dlp_open_once(lua_State *L) {
   lua_pop(L, 1);
 }
 
+/* Not a luaopen_ name on purpose: `require` only ever calls luaopen_* functions, whatever a
+ * script does to package.cpath, package.searchers or package.loaded, so no script that can
+ * only call `require` reaches it. A host opens it through C, or lua/dlpack/unsafe.lua through
+ * package.loadlib, which a sandbox removes (README, "Safety"). */
 DLPACK_LUA_API int dlpack_lua_open_unsafe(lua_State *L) {
   /* the tensor and stream metatables first: opened before dlpack (a host's luaL_requiref in any
    * order), wrap and wrap_stream made objects without one, which nothing ever released */

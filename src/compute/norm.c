@@ -237,12 +237,7 @@ void dlp_norm_register(lua_State *L, int module, int methods, int meta) {
   lua_newtable(L);
   dlp_push_metatable(L); /* the module's convention: the tensor metatable as upvalue 1 */
   luaL_setfuncs(L, env, 1);
-  lua_newtable(L); /* M: the methods as they are now */
-  for (lua_pushnil(L); lua_next(L, methods); lua_pop(L, 1)) {
-    lua_pushvalue(L, -2);
-    lua_pushvalue(L, -2);
-    lua_rawset(L, -5);
-  }
+  dlp_push_methods(L); /* M */
   lua_setfield(L, -2, "M");
 #if LUA_VERSION_NUM >= 502
   lua_setupvalue(L, -2, 1); /* _ENV */

@@ -93,8 +93,7 @@ static int l_wrap(lua_State *L) {
   const dlp_Tensor *owner_tensor = dlp_tensor_test(L, owner);
   OwnerHold *hold = NULL;
   if (owner_tensor && owner_tensor->owner) {
-    if (!(hold = malloc(sizeof *hold))) return luaL_error(L, "dlpack.unsafe.wrap: not enough memory");
-    memset(hold, 0, sizeof *hold);
+    if (!(hold = calloc(1, sizeof *hold))) return luaL_error(L, "dlpack.unsafe.wrap: not enough memory");
     hold->managed.manager_ctx = hold;
     hold->managed.deleter = release_hold;
     hold->held = owner_tensor->owner;
