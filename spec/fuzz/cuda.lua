@@ -21,7 +21,8 @@ cuEventQuery, cuEventRecord, cuStreamWaitEvent, cuMemcpyAsync, cuMemAlloc_v2,
 ...), computing on CUDA tensors (elementwise functions, reductions, matrix products,
 Lua's operators, joins, equal/allclose, indexing, sorting and quantiles, cumsum/cumprod/shuffle) checked
 against the module's CPU path on
-the same values, operands on two devices and streams of another device (which
+the same values, the functions made of others (tile, roll, outer, einsum, norm, ...) on pinned and
+managed memory (cpu results, the CPU path's bytes), operands on two devices and streams of another device (which
 must raise naming both), and the device argument of the creating functions
 (valid, lying and hostile). A value model follows every tensor: after fake.sync_all() (the GPU
 catching up) each tensor must hold what the copies imply. The fake's queues
@@ -1582,8 +1583,9 @@ op("index", 6, function(st, injected)
     if idt:sub(1, 1) == "i" and values[i] % 3 == 0 and (idt ~= "int8" or len <= 128) then v = v - len - 1 end
     list[i] = v
   end
-  if bad and n > 0 then -- 0 or one past the end (0 where that does not fit an int8 index)
-    list[1] = (values[8] % 2 == 0 or (idt == "int8" and len >= 127)) and 0 or len + 1
+  if bad and n > 0 then -- 0 or one past the end (0 where that does not fit an int8 or uint8 index)
+    local top = ({ int8 = 127, uint8 = 255 })[idt]
+    list[1] = (values[8] % 2 == 0 or (top and len >= top)) and 0 or len + 1
   end
   local hosts = st:host_roots({ a, b })
   local okx, index = pcall(dlpack.tensor, list, idt)
@@ -1692,6 +1694,66 @@ op("sort", 5, function(st, injected)
           st:fail(string.format("%s: result %d differs from the CPU's (%s)", text, i - 1, tostring(rh)))
         end
         pcall(T.release, rd)
+      end
+    end
+  end
+end)
+
+-- The functions made of the module's own, on pinned and managed memory, which the CPU reads: they
+-- run on the CPU and give cpu tensors, the bytes (or numbers, or errors) of the same call on a cpu
+-- copy of the values
+local COMPOSED = { "tile", "repeat", "repeat_interleave", "roll", "outer", "diag", "tril", "einsum", "norm", "unique" }
+op("composed", 3, function(st, injected)
+  local on = R(2) == 1 and "cuda_host" or "cuda_managed"
+  local fi, s1, k = R(#COMPOSED), R(NSLOT), R(0, 3)
+  local pool = st:on_device(on)
+  if #pool == 0 then return end
+  local a = pool[(s1 - 1) % #pool + 1]
+  st:catch_up() -- the GPU's writes to this memory land first: the CPU reads it without a stream
+  local ha = host_tensor(a.kind, decode(a.kind, a.t:tobytes(), a.len), a.len)
+  local name = COMPOSED[fi]
+  local fn, dargs, hargs, shown = dlpack[name], { a.t }, { ha }
+  if name == "tile" or name == "repeat" then
+    dargs[2], hargs[2], shown = { k, 1 }, { k, 1 }, string.format("{%d, 1}", k)
+  elseif name == "outer" then
+    dargs[2], hargs[2], shown = a.t, ha, a.name
+  elseif name == "einsum" then
+    local eq = ({ "i->", "i,i->", "i,j->ij", "i->i" })[k + 1]
+    fn, dargs, hargs, shown = dlpack.einsum, { eq, a.t, a.t }, { eq, ha, ha }, string.format("%q, %s", eq, a.name)
+    if not eq:find(",") then dargs[3], hargs[3] = nil, nil end
+  elseif name == "norm" then
+    local ord = ({ 2, 1, math.huge, -2 })[k + 1]
+    dargs[2], hargs[2], shown = ord, ord, tostring(ord)
+  elseif name == "unique" then
+    dargs[2], hargs[2], shown = { dim = 1 }, { dim = 1 }, "{dim = 1}"
+  else -- repeat_interleave, roll, diag, tril (of a 1-d tensor: raises alike)
+    dargs[2], hargs[2], shown = k - 1, k - 1, tostring(k - 1)
+  end
+  local text = string.format("R = dlpack.%s(%s, %s)", name, a.name, shown)
+  local dres = table.pack(st:call(text, fn, table.unpack(dargs, 1, 3)))
+  st:disarm(injected)
+  local hres = table.pack(pcall(fn, table.unpack(hargs, 1, 3)))
+  local okd, okh = dres[1], hres[1]
+  if not okd and injected then return end
+  if okd ~= okh then
+    st:fail(string.format("%s: the CPU path %s (%s), %s memory %s (%s)", text, okh and "succeeded" or "raised",
+      tostring(hres[2]), on, okd and "succeeded" or "raised", tostring(dres[2])))
+  elseif not okd then
+    if dres[2] ~= hres[2] then
+      st:fail(string.format("%s: %s memory raised %q, the CPU path %q", text, on, tostring(dres[2]),
+        tostring(hres[2])))
+    end
+  else
+    for i = 2, hres.n do
+      local rd, rh = dres[i], hres[i]
+      if type(rh) ~= "userdata" then
+        if tostring(rd) ~= tostring(rh) then
+          st:fail(string.format("%s: %s memory answered %s, the CPU path %s", text, on, tostring(rd), tostring(rh)))
+        end
+      elseif type(rd) ~= "userdata" or rd.device ~= "cpu" or rd.dtype ~= rh.dtype
+          or not same_bytes(rh.dtype, rd:tobytes(), rh:tobytes()) then
+        st:fail(string.format("%s: result %d (%s) differs from the CPU's (%s)", text, i - 1, tostring(rd),
+          tostring(rh)))
       end
     end
   end
