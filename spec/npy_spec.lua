@@ -609,6 +609,19 @@ describe("dlpack.load refuses hostile files with an error naming the problem", f
     os.remove(fifo)
   end)
 
+  it("a file growing past the size limit (ulimit -f): the save raises (no SIGXFSZ kills the process)", function()
+    if support.WINDOWS then return pending(support.NOT_WINDOWS) end
+    local chunk, target = tmp(), tmp()
+    write(chunk, ("package.path, package.cpath = %q, %q\n"):format(package.path, package.cpath) ..
+      "local dlpack = require 'dlpack'\n" ..
+      ("local saved, why = pcall(dlpack.save, %q, dlpack.zeros({1000000}, 'uint8'))\n"):format(target) ..
+      "print(saved, why)\nprint('alive')\n")
+    local p = assert(io.popen(("ulimit -f 64; exec %s %s 2>&1"):format(support.LUA, chunk)))
+    local out = p:read("*a")
+    p:close()
+    assert.is_truthy(out:match("false\tdlpack.save: writing '.*' failed: File too large\nalive\n$"), out)
+  end)
+
   it("a file this process may not read (as another user when run as root)", function()
     if support.WINDOWS then return pending("chmod has no effect on reading under Windows") end
     local path = tmp()

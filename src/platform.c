@@ -69,8 +69,8 @@ void dlp_pages_advise_huge(void *p, size_t nbytes) { (void)p, (void)nbytes; } /*
 
 FILE *dlp_file_open(const char *path, int write) { return fopen(path, write ? "wb" : "rb"); }
 int dlp_file_truncate(FILE *f) { return (void)f, 1; } /* "wb" did */
-void dlp_pipe_quiet_begin(dlp_PipeQuiet *q) { q->unused = 0; }
-void dlp_pipe_quiet_end(dlp_PipeQuiet *q) { (void)q; }
+void dlp_write_quiet_begin(dlp_WriteQuiet *q) { q->unused = 0; }
+void dlp_write_quiet_end(dlp_WriteQuiet *q) { (void)q; }
 int dlp_file_identity(FILE *f, uint64_t id[2]) { return (void)f, (void)id, 0; }
 
 int64_t dlp_file_size(FILE *f, char *why, size_t whylen) {
@@ -214,21 +214,33 @@ FILE *dlp_file_open(const char *path, int write) {
   return f;
 }
 
-void dlp_pipe_quiet_begin(dlp_PipeQuiet *q) {
-  sigset_t pipe, pending;
-  sigemptyset(&pipe);
-  sigaddset(&pipe, SIGPIPE);
-  q->was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
-  pthread_sigmask(SIG_BLOCK, &pipe, &q->old);
+/* The signals a write to a file can raise, whose default action ends the process. */
+static void write_signals(sigset_t *set) {
+  sigemptyset(set);
+  sigaddset(set, SIGPIPE);
+  sigaddset(set, SIGXFSZ);
 }
 
-void dlp_pipe_quiet_end(dlp_PipeQuiet *q) {
-  sigset_t pipe, pending;
-  sigemptyset(&pipe);
-  sigaddset(&pipe, SIGPIPE);
+void dlp_write_quiet_begin(dlp_WriteQuiet *q) {
+  sigset_t blocked, pending;
+  write_signals(&blocked);
+  int known = sigpending(&pending) == 0;
+  q->was_pending[0] = known && sigismember(&pending, SIGPIPE) == 1;
+  q->was_pending[1] = known && sigismember(&pending, SIGXFSZ) == 1;
+  pthread_sigmask(SIG_BLOCK, &blocked, &q->old);
+}
+
+void dlp_write_quiet_end(dlp_WriteQuiet *q) {
+  static const int signals[2] = {SIGPIPE, SIGXFSZ};
+  sigset_t pending;
   int sig;
-  /* pending now and not before: the writes raised it (sigwait returns at once then) */
-  if (!q->was_pending && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) sigwait(&pipe, &sig);
+  for (int i = 0; i < 2; i++) {
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, signals[i]);
+    /* pending now and not before: the writes raised it (sigwait returns at once then) */
+    if (!q->was_pending[i] && sigpending(&pending) == 0 && sigismember(&pending, signals[i]) == 1) sigwait(&one, &sig);
+  }
   pthread_sigmask(SIG_SETMASK, &q->old, NULL);
 }
 

@@ -14,7 +14,7 @@
  *   memory                dlp_aligned_alloc, dlp_aligned_free, dlp_pages_map, dlp_pages_unmap,
  *                         dlp_pages_advise_huge (platform.c)
  *   files                 dlp_file_open, dlp_file_truncate, dlp_file_identity, dlp_file_size,
- *                         dlp_file_map_readonly, dlp_file_unmap, dlp_pipe_quiet_begin/end
+ *                         dlp_file_map_readonly, dlp_file_unmap, dlp_write_quiet_begin/end
  *                         (platform.c)
  *   the processor         dlp_cpu_level, dlp_cpu_detected_level, dlp_cpu_level_name (platform.c),
  *                         dlp_cpu_has_avx2
@@ -161,22 +161,23 @@ void dlp_pages_advise_huge(void *p, size_t nbytes);
  * `length` bytes (> 0, within the file) of the file open as f mapped read-only and shared (a
  * change to the file shows through; a write to the mapping faults), or NULL with why filled in;
  * the mapping outlives f. dlp_file_unmap undoes it (any thread). */
-/* dlp_pipe_quiet_begin/end, around writes to a file that may be a pipe or a FIFO: a reader that
- * leaves early makes a write fail with EPIPE instead of killing the process with SIGPIPE (POSIX:
- * the signal is blocked on the calling thread meanwhile, and one the writes raised is taken
- * back before the thread's mask is restored; Windows has no SIGPIPE). */
+/* dlp_write_quiet_begin/end, around writes to a file: a pipe's or a FIFO's reader that leaves
+ * early makes a write fail with EPIPE instead of killing the process with SIGPIPE, and a file
+ * growing past the size limit (ulimit -f) with EFBIG instead of SIGXFSZ (POSIX: both signals are
+ * blocked on the calling thread meanwhile, and one the writes raised is taken back before the
+ * thread's mask is restored; Windows has neither). */
 #ifdef _WIN32
-typedef struct dlp_PipeQuiet {
+typedef struct dlp_WriteQuiet {
   int unused;
-} dlp_PipeQuiet;
+} dlp_WriteQuiet;
 #else
-typedef struct dlp_PipeQuiet {
+typedef struct dlp_WriteQuiet {
   sigset_t old;
-  int was_pending;
-} dlp_PipeQuiet;
+  int was_pending[2]; /* SIGPIPE, SIGXFSZ */
+} dlp_WriteQuiet;
 #endif
-void dlp_pipe_quiet_begin(dlp_PipeQuiet *q);
-void dlp_pipe_quiet_end(dlp_PipeQuiet *q);
+void dlp_write_quiet_begin(dlp_WriteQuiet *q);
+void dlp_write_quiet_end(dlp_WriteQuiet *q);
 FILE *dlp_file_open(const char *path, int write);
 int dlp_file_truncate(FILE *f);
 int dlp_file_identity(FILE *f, uint64_t id[2]);

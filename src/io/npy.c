@@ -603,13 +603,13 @@ static int l_save(lua_State *L) {
   dlp_live(L, s, WHAT_SAVE); /* no Lua code runs from here to the last byte written */
   size_t hlen = format_header(s, header, sizeof header);
   int64_t nbytes = dlp_nbytes(s);
-  dlp_PipeQuiet quiet; /* a FIFO's reader that leaves early: EPIPE, not a killed process */
-  dlp_pipe_quiet_begin(&quiet);
+  dlp_WriteQuiet quiet; /* a FIFO's reader that leaves early, ulimit -f: an error, not a killed process */
+  dlp_write_quiet_begin(&quiet);
   int ok = write_all(box->f, header, hlen) && (nbytes == 0 || write_all(box->f, dlp_first_element(s), (size_t)nbytes));
   int err = ok ? 0 : errno;
   if (fclose(box->f) != 0 && ok) ok = 0, err = errno; /* a full disk may show only here */
   box->f = NULL;
-  dlp_pipe_quiet_end(&quiet);
+  dlp_write_quiet_end(&quiet);
   if (!ok) return luaL_error(L, WHAT_SAVE ": writing '%s' failed: %s", path, strerror(err));
   if (src == 3) dlp_tensor_release(lua_touserdata(L, 3)); /* the copy's memory goes now */
   return 0;
