@@ -151,6 +151,18 @@ _munmap.restype = ctypes.c_int
 _munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _MAP_FAILED = ctypes.c_void_p(-1).value
 _PAGE = mmap.PAGESIZE
+_fstatfs = _libc.fstatfs
+_fstatfs.restype = ctypes.c_int
+_fstatfs.argtypes = [ctypes.c_int, ctypes.c_void_p]
+_SHMEM_MAGIC, _HUGETLB_MAGIC = 0x01021994, 0x958458F6  # statfs's f_type (<linux/magic.h>)
+
+
+def _fs_type(fd):
+    """statfs's f_type of the file system fd lies on (its first field, a long), or None."""
+    buf = ctypes.create_string_buffer(256)  # struct statfs is 120 bytes on 64-bit Linux
+    if _fstatfs(fd, buf) != 0:
+        return None
+    return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
 
 
 def _map(fd, length, file_start, writable):
@@ -585,6 +597,11 @@ def _receive(sock, data, ancdata, msg_flags):
                               "that could shrink under the mapping is refused") from None
         if seals & (F_SEAL_SHRINK | F_SEAL_GROW) != F_SEAL_SHRINK | F_SEAL_GROW:
             raise _recv_error("the memfd is not sealed against shrinking and growing (seals 0x%x)" % seals)
+        fs_type = _fs_type(fd)
+        if fs_type == _HUGETLB_MAGIC:  # hugetlb pages a peer punches out are gone at the next touch: SIGBUS
+            raise _recv_error("a hugetlb memfd is refused (its pages can vanish under the mapping: SIGBUS)")
+        if fs_type != _SHMEM_MAGIC:
+            raise _recv_error("the descriptor is not a memfd")
         st = os.fstat(fd)
         if st.st_size != size:
             raise _recv_error("the memfd has %d bytes, the message says %d" % (st.st_size, size))

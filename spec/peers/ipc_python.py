@@ -628,6 +628,15 @@ def hostile_corpus():
     _hostile(raw, ch, "hostile: a write-only descriptor", good, [wo], "write-only")
     os.close(wo)
     os.close(fd)
+    try:  # a hugetlb memfd (2 MiB pages): a peer that punches a page out makes the next touch SIGBUS
+        fd = os.memfd_create("hostile", d.MFD_CLOEXEC | d.MFD_ALLOW_SEALING | os.MFD_HUGETLB)
+        os.ftruncate(fd, 2 << 20)
+        fcntl.fcntl(fd, d.F_ADD_SEALS, d.F_SEAL_SHRINK | d.F_SEAL_GROW)
+    except OSError as e:
+        skip("hostile: a hugetlb memfd", "this kernel makes none (%s)" % e)
+    else:
+        _hostile(raw, ch, "hostile: a hugetlb memfd", message(size=2 << 20), [fd], "hugetlb memfd is refused")
+        os.close(fd)
     fd = sealed(16, d.F_SEAL_SHRINK | d.F_SEAL_GROW | d.F_SEAL_WRITE)
     send_raw(raw, good, [fd])
     os.close(fd)
