@@ -92,6 +92,7 @@ HOST        = $(BUILD)/host$(EXE)
 HOST_CPP    = $(BUILD)/host-cpp
 HOST_IPC    = $(BUILD)/host-ipc
 HOST_THREADS = $(BUILD)/host-threads
+HOST_HOSTILE = $(BUILD)/host-hostile
 CXX        ?= c++
 PEERS       = $(BUILD)/peers
 
@@ -260,6 +261,11 @@ $(HOST_IPC): examples/host_ipc.c $(STATIC)
 
 # Test-only: a host that hands the module its own job system (dlpack_lua_set_parallel_for).
 $(HOST_THREADS): spec/c/host_threads.c $(STATIC)
+	$(say) LD '$@ (test)'
+	$(Q)$(CC) $(ALL_CFLAGS) -fvisibility=default -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)
+
+# Test-only: the C API given NULLs, a state without the module, and its own exports edited.
+$(HOST_HOSTILE): spec/c/host_hostile.c $(STATIC)
 	$(say) LD '$@ (test)'
 	$(Q)$(CC) $(ALL_CFLAGS) -fvisibility=default -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)
 

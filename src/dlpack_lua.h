@@ -60,9 +60,10 @@ DLPACK_LUA_API int dlpack_lua_open_unsafe(lua_State *L);
  * luaL_requiref(L, "dlpack.ipc", dlpack_lua_open_ipc, 0). Not named luaopen_* either: it opens sockets. */
 DLPACK_LUA_API int dlpack_lua_open_ipc(lua_State *L);
 
-/* Push a versioned managed tensor as a tensor, taking ownership; raises (after calling its deleter) if invalid. */
+/* Push a versioned managed tensor as a tensor, taking ownership; raises (after calling its deleter) if invalid or
+ * if the dlpack module is not open in L, and raises for NULL. */
 DLPACK_LUA_API void dlpack_lua_push_versioned(lua_State *L, DLManagedTensorVersioned *managed);
-/* Push a legacy managed tensor as a tensor, taking ownership; raises (after calling its deleter) if invalid. */
+/* Push a legacy managed tensor as a tensor, as dlpack_lua_push_versioned. */
 DLPACK_LUA_API void dlpack_lua_push_legacy(lua_State *L, DLManagedTensor *managed);
 
 /* Borrow the DLTensor of the tensor at idx (valid while the tensor is alive and unreleased); raises if not a tensor. */
@@ -88,9 +89,11 @@ DLPACK_LUA_API void dlpack_lua_push_capsule(lua_State *L, void *managed, int ver
  * module is open in L. */
 DLPACK_LUA_API void dlpack_lua_isolate_capsules(lua_State *L);
 /* Make a capsule (a light userdata) owning a managed tensor, for the host itself (passing a tensor between states or
- * threads): never handed back, the host consumes it. NULL when too many are unconsumed. No lua_State needed. */
+ * threads): never handed back, the host consumes it. NULL when managed is NULL or too many are unconsumed. No
+ * lua_State needed. */
 DLPACK_LUA_API void *dlpack_lua_capsule_new(void *managed, int versioned);
-/* Consume a capsule: on DLPACK_LUA_OK *managed and *versioned are set and the caller owns the tensor. Any thread. */
+/* Consume a capsule: on DLPACK_LUA_OK *managed and *versioned are set (where not NULL) and the caller owns the
+ * tensor. Any thread. */
 DLPACK_LUA_API int dlpack_lua_capsule_consume(void *capsule, void **managed, int *versioned);
 
 /* The cudaStream_t (CUstream) of the dlpack.cuda.Stream at idx; raises if it is not an open stream. */
@@ -116,7 +119,9 @@ DLPACK_LUA_API int dlpack_lua_shared_fd(lua_State *L, int idx, uint64_t *offset)
  * task(task_ctx, i) exactly once for every i in [0, n_tasks), on any threads (the calling one too), in any
  * order, at the same time or not, and return only when every call has returned. Tasks run C loops only:
  * they never touch a lua_State, never raise and never call parallel_for again (a split inside a task runs
- * inline). parallel_for may be called from several threads at once (one per lua_State computing).
+ * inline). parallel_for itself must not raise, and must not run Lua code in the lua_State that computes
+ * (no collection step, no coroutine of it resumed) before it returns: a finalizer could free the memory the
+ * tasks use. parallel_for may be called from several threads at once (one per lua_State computing).
  * Process-wide, for every lua_State; NULL goes back to the module's own pool (dlpack.set_num_threads).
  * Set it before scripts compute, or while no operation runs: job_ctx must stay valid until it is replaced
  * and every call in flight has returned. */

@@ -636,7 +636,7 @@ DLManagedTensorVersioned *dlp_export_versioned(lua_State *L, dlp_Tensor *t, uint
 DLManagedTensor *dlp_export_legacy(lua_State *L, dlp_Tensor *t, const char *what);
 /* Push a tensor for a producer's managed tensor (the C API's push functions); owns it: its
  * deleter runs exactly once, also when this raises. */
-void dlp_import(lua_State *L, void *managed, int versioned);
+void dlp_import(lua_State *L, void *managed, int versioned, const char *what);
 void dlp_protocol_register(lua_State *L, int module, int methods, int meta);
 
 /* ---- cuda.c ---- */

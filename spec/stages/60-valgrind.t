@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The busted specs and build/host under valgrind memcheck: no error and nothing
+# The busted specs, build/host and build/host-hostile under valgrind memcheck: no error and nothing
 # definitely lost (the normal -O2 -g build). Logs: build/stages/valgrind-*.log.
 source "$(dirname "$0")/lib.sh"
 command -v valgrind >/dev/null || skip_all "valgrind not found (install valgrind)"
@@ -20,17 +20,19 @@ if ! run_tap valgrind "${VALGRIND[@]}" --log-file="$specs_log" "$LUA" "$BUSTED" 
   head -n 150 "$specs_log" | sed "s/^/# /"
 fi
 
-host_log=build/stages/valgrind-host.log
+# host_under_valgrind NAME: build/NAME (a C host printing TAP) under valgrind
 host_under_valgrind() {
-  local out rc
+  local out rc log=build/stages/valgrind-$1.log
   out=$(mktemp)
-  "${VALGRIND[@]}" --log-file="$host_log" ./build/host >"$out" 2>&1 </dev/null && ! grep -q '^not ok' "$out"
+  "${VALGRIND[@]}" --log-file="$log" "./build/$1" >"$out" 2>&1 </dev/null && ! grep -q '^not ok' "$out"
   rc=$?
-  ((rc == 0)) || { cat "$host_log"; grep -E '^(not ok|#)' "$out"; }
+  ((rc == 0)) || { cat "$log"; grep -E '^(not ok|#)' "$out"; }
   rm -f "$out"
   return "$rc"
 }
-if build build/host; then
-  step "build/host under valgrind: no errors, nothing definitely lost" host_under_valgrind
-fi
+for host in host host-hostile; do
+  if build "build/$host"; then
+    step "build/$host under valgrind: no errors, nothing definitely lost" host_under_valgrind "$host"
+  fi
+done
 exit 0

@@ -2,11 +2,11 @@
 #include "internal.h"
 
 DLPACK_LUA_API void dlpack_lua_push_versioned(lua_State *L, DLManagedTensorVersioned *managed) {
-  dlp_import(L, managed, 1);
+  dlp_import(L, managed, 1, "dlpack_lua_push_versioned");
 }
 
 DLPACK_LUA_API void dlpack_lua_push_legacy(lua_State *L, DLManagedTensor *managed) {
-  dlp_import(L, managed, 0);
+  dlp_import(L, managed, 0, "dlpack_lua_push_legacy");
 }
 
 /* The tensor at idx, or NULL; the C API runs outside the module, so the metatable comes from the
@@ -49,7 +49,7 @@ DLPACK_LUA_API DLManagedTensor *dlpack_lua_export_legacy(lua_State *L, int idx) 
 }
 
 DLPACK_LUA_API void *dlpack_lua_capsule_new(void *managed, int versioned) {
-  return dlp_capsule_new(managed, versioned, DLP_CAPSULE_HOST);
+  return managed ? dlp_capsule_new(managed, versioned, DLP_CAPSULE_HOST) : NULL; /* a script would consume NULL */
 }
 
 DLPACK_LUA_API void dlpack_lua_push_capsule(lua_State *L, void *managed, int versioned) {
@@ -63,10 +63,15 @@ DLPACK_LUA_API void dlpack_lua_isolate_capsules(lua_State *L) {
 }
 
 DLPACK_LUA_API int dlpack_lua_capsule_consume(void *capsule, void **managed, int *versioned) {
-  return dlp_capsule_consume(capsule, managed, versioned);
+  void *m = NULL;
+  int v = 0, r = dlp_capsule_consume(capsule, &m, &v);
+  if (managed) *managed = m;
+  if (versioned) *versioned = v;
+  return r;
 }
 
 DLPACK_LUA_API void *dlpack_lua_check_stream(lua_State *L, int idx) {
+  idx = lua_absindex(L, idx); /* the error names the argument's place */
   dlp_CudaStream *s = dlp_cuda_test_stream_object(L, idx);
   if (!s) luaL_argexpected(L, 0, idx, "open dlpack.cuda.Stream");
   return (void *)dlp_cuda_stream_handle(s);

@@ -206,27 +206,23 @@ static void import_into(lua_State *L, dlp_Tensor *t, void *managed, int versione
   } else {
     dl = &((DLManagedTensor *)managed)->dl_tensor;
   }
-  /* Our own export coming back: valid by construction, and its owner is shared rather than a
-   * second one stacked on it (its memory is known to the collector already). */
-  dlp_Owner *owner = NULL;
-  int shared;
-  if (versioned && ((DLManagedTensorVersioned *)managed)->deleter == delete_versioned) {
-    ExportVersioned *e = ((DLManagedTensorVersioned *)managed)->manager_ctx;
-    owner = e->owner;
-    c.dtype = e->dtype;
-  } else if (!versioned && ((DLManagedTensor *)managed)->deleter == delete_legacy) {
-    ExportLegacy *e = ((DLManagedTensor *)managed)->manager_ctx;
-    owner = e->owner;
-    c.dtype = e->dtype;
+  /* Checked even when it is our own export coming back: a host owns an export and may have
+   * changed its DLTensor before handing it back. */
+  if (!validate(dl, flags, msg, sizeof msg, &c) ||
+      (dl->ndim != t->dl.ndim && snprintf(msg, sizeof msg, "ndim changed while it was imported"))) {
+    dlp_managed_delete(managed, versioned);
+    dlp_buffer_error(L, "invalid tensor from producer: %s", msg);
   }
-  if ((shared = owner != NULL)) {
-    for (int i = 0; i < dl->ndim; i++) c.strides[i] = dl->strides[i];
-  } else {
-    if (!validate(dl, flags, msg, sizeof msg, &c) ||
-        (dl->ndim != t->dl.ndim && snprintf(msg, sizeof msg, "ndim changed while it was imported"))) {
-      dlp_managed_delete(managed, versioned);
-      dlp_buffer_error(L, "invalid tensor from producer: %s", msg);
-    }
+  if (dlp_dtypes[c.dtype].bits >= 8) flags &= ~(uint64_t)DLP_FLAG_SUBBYTE_PADDED; /* it says nothing there */
+  /* Our own export: its owner is shared rather than a second one stacked on it (its memory is
+   * known to the collector already). */
+  dlp_Owner *owner = NULL;
+  if (versioned && ((DLManagedTensorVersioned *)managed)->deleter == delete_versioned)
+    owner = ((ExportVersioned *)((DLManagedTensorVersioned *)managed)->manager_ctx)->owner;
+  else if (!versioned && ((DLManagedTensor *)managed)->deleter == delete_legacy)
+    owner = ((ExportLegacy *)((DLManagedTensor *)managed)->manager_ctx)->owner;
+  int shared = owner != NULL;
+  if (!shared) {
     owner = dlp_owner_new_managed(managed, versioned, c.nbytes, c.lo, c.hi);
     if (!owner) {
       dlp_managed_delete(managed, versioned);
@@ -269,7 +265,12 @@ static int push_empty_tensor(lua_State *L) {
   return 1;
 }
 
-void dlp_import(lua_State *L, void *managed, int versioned) {
+void dlp_import(lua_State *L, void *managed, int versioned, const char *what) {
+  if (!managed) luaL_error(L, "%s: the managed tensor is NULL", what);
+  if (!dlp_state(L)) { /* without the module the tensor would have no metatable, and no finalizer */
+    dlp_managed_delete(managed, versioned);
+    luaL_error(L, "%s: the dlpack module is not open in this lua_State", what);
+  }
   int ndim = stated_ndim(managed, versioned);
   /* the caller gave us the tensor: making its userdata must not raise before we own it */
   lua_pushcfunction(L, push_empty_tensor);
