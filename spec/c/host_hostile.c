@@ -6,7 +6,8 @@
  *   - a push into a lua_State where the module is not open raises and runs the deleter once;
  *   - dlpack_lua_capsule_consume with NULL out parameters;
  *   - the module's own export, edited by the host before it is pushed back (ndim over 64, a
- *     negative size, NULL strides as DLPack 1.1 producers send), is checked as any producer's;
+ *     negative size, a smaller view, NULL strides as DLPack 1.1 producers send), is checked as
+ *     any producer's;
  *   - the sub-byte padded flag on a float32 tensor is ignored (it says nothing there);
  *   - dlpack_lua_check_stream names the argument's absolute place.
  *   make build/host-hostile && ./build/host-hostile
@@ -94,6 +95,8 @@ static int act(lua_State *L) {
       m->dl_tensor.strides = big_strides;
     } else if (!strcmp(action, "negative size")) {
       m->dl_tensor.shape[0] = -2;
+    } else if (!strcmp(action, "first row")) {
+      m->dl_tensor.shape[0] = 1;
     } else {
       m->dl_tensor.strides = NULL;
     }
@@ -161,6 +164,8 @@ int main(void) {
   check(e && strstr(e, "ndim 100 is out of range"), "an own export edited to ndim 100 and pushed back is refused");
   e = attempt(L, "negative size");
   check(e && strstr(e, "shape[1] is negative"), "an own export edited to a negative size is refused");
+  e = attempt(L, "first row");
+  check(!e && layout_is(L, "{1, 3} {3, 1} float32"), "an own export edited to a view of its first row comes back so");
   e = attempt(L, "versioned NULL strides");
   check(!e && layout_is(L, "{2, 3} {3, 1} float32"), "an own export given NULL strides comes back row-major");
   e = attempt(L, "legacy NULL strides");

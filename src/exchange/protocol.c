@@ -11,12 +11,17 @@
 /* One allocation per export: the managed struct, its owner reference, shape and strides. An
  * export made for a consumer stream also has `after`: the consumer may still have work queued on
  * that stream that uses the memory when it calls the deleter, so the owner is released after it. */
+/* An export keeps what it handed out (sent, and a copy of its shape and strides after them in
+ * dims), so that one handed back as it was needs no check: the host owns it, and may have
+ * edited it first. */
 typedef struct ExportVersioned {
   DLManagedTensorVersioned managed;
   dlp_Owner *owner;
   dlp_CudaHold *after;
   int dtype;
-  int64_t dims[];
+  uint64_t sent_flags;
+  DLTensor sent;
+  int64_t dims[]; /* shape, strides, then their copies */
 } ExportVersioned;
 
 typedef struct ExportLegacy {
@@ -24,6 +29,7 @@ typedef struct ExportLegacy {
   dlp_Owner *owner;
   dlp_CudaHold *after;
   int dtype;
+  DLTensor sent;
   int64_t dims[];
 } ExportLegacy;
 
@@ -53,9 +59,22 @@ static void fill_dltensor(DLTensor *out, const dlp_Tensor *t, int64_t *dims) {
     out->data = dlp_first_element(t);
     out->byte_offset = 0;
   }
-  memcpy(dims, t->dims, 2 * (size_t)t->dl.ndim * sizeof(int64_t));
+  for (int i = 0, n = 2 * t->dl.ndim; i < n; i++) dims[i] = dims[n + i] = t->dims[i]; /* few: no memcpy call */
   out->shape = dims;
   out->strides = dims + t->dl.ndim;
+}
+
+/* Whether dl is still the DLTensor an export sent, with the dims it sent. */
+static int export_intact(const DLTensor *dl, const DLTensor *sent, const int64_t *dims) {
+  int n = 2 * sent->ndim;
+  if (dl->data != sent->data || dl->device.device_type != sent->device.device_type ||
+      dl->device.device_id != sent->device.device_id || dl->ndim != sent->ndim || dl->dtype.code != sent->dtype.code ||
+      dl->dtype.bits != sent->dtype.bits || dl->dtype.lanes != sent->dtype.lanes || dl->shape != dims ||
+      dl->strides != dims + sent->ndim || dl->byte_offset != sent->byte_offset)
+    return 0;
+  for (int i = 0; i < n; i++)
+    if (dims[i] != dims[n + i]) return 0;
+  return 1;
 }
 
 /* Memory a Lua value owns (dlpack.unsafe.wrap) is freed when that value is collected, at the
@@ -71,7 +90,7 @@ static void check_exportable(lua_State *L, const dlp_Tensor *t, const char *what
 DLManagedTensorVersioned *dlp_export_versioned(lua_State *L, dlp_Tensor *t, uint64_t extra_flags, const char *what) {
   dlp_live(L, t, what);
   check_exportable(L, t, what);
-  ExportVersioned *e = malloc(sizeof *e + 2 * (size_t)t->dl.ndim * sizeof(int64_t));
+  ExportVersioned *e = malloc(sizeof *e + 4 * (size_t)t->dl.ndim * sizeof(int64_t));
   if (!e) luaL_error(L, "%s: not enough memory to export a tensor", what);
   e->managed.version.major = DLPACK_MAJOR_VERSION;
   e->managed.version.minor = DLPACK_MINOR_VERSION;
@@ -79,6 +98,8 @@ DLManagedTensorVersioned *dlp_export_versioned(lua_State *L, dlp_Tensor *t, uint
   e->managed.deleter = delete_versioned;
   e->managed.flags = (t->flags & (DLP_FLAG_READ_ONLY | DLP_FLAG_SUBBYTE_PADDED)) | extra_flags;
   fill_dltensor(&e->managed.dl_tensor, t, e->dims);
+  e->sent = e->managed.dl_tensor;
+  e->sent_flags = e->managed.flags;
   e->owner = t->owner;
   e->after = NULL;
   e->dtype = t->dtype;
@@ -94,11 +115,12 @@ DLManagedTensor *dlp_export_legacy(lua_State *L, dlp_Tensor *t, const char *what
                         "read-only (ask for max_version >= {1, 0}, or copy = true)", what);
   if (t->flags & DLP_FLAG_SUBBYTE_PADDED)
     dlp_buffer_error(L, "%s: cannot export a padded sub-byte tensor as a legacy DLManagedTensor", what);
-  ExportLegacy *e = malloc(sizeof *e + 2 * (size_t)t->dl.ndim * sizeof(int64_t));
+  ExportLegacy *e = malloc(sizeof *e + 4 * (size_t)t->dl.ndim * sizeof(int64_t));
   if (!e) luaL_error(L, "%s: not enough memory to export a tensor", what);
   e->managed.manager_ctx = e;
   e->managed.deleter = delete_legacy;
   fill_dltensor(&e->managed.dl_tensor, t, e->dims);
+  e->sent = e->managed.dl_tensor;
   e->owner = t->owner;
   e->after = NULL;
   e->dtype = t->dtype;
@@ -206,21 +228,29 @@ static void import_into(lua_State *L, dlp_Tensor *t, void *managed, int versione
   } else {
     dl = &((DLManagedTensor *)managed)->dl_tensor;
   }
-  /* Checked even when it is our own export coming back: a host owns an export and may have
-   * changed its DLTensor before handing it back. */
-  if (!validate(dl, flags, msg, sizeof msg, &c) ||
-      (dl->ndim != t->dl.ndim && snprintf(msg, sizeof msg, "ndim changed while it was imported"))) {
+  /* Our own export coming back: its owner is shared rather than a second one stacked on it (its
+   * memory is known to the collector already), and it is checked only if it was edited. */
+  dlp_Owner *owner = NULL;
+  int intact = 0;
+  if (versioned && ((DLManagedTensorVersioned *)managed)->deleter == delete_versioned) {
+    ExportVersioned *e = ((DLManagedTensorVersioned *)managed)->manager_ctx;
+    owner = e->owner;
+    intact = ((DLManagedTensorVersioned *)managed)->flags == e->sent_flags && export_intact(dl, &e->sent, e->dims);
+    c.dtype = e->dtype;
+  } else if (!versioned && ((DLManagedTensor *)managed)->deleter == delete_legacy) {
+    ExportLegacy *e = ((DLManagedTensor *)managed)->manager_ctx;
+    owner = e->owner;
+    intact = export_intact(dl, &e->sent, e->dims);
+    c.dtype = e->dtype;
+  }
+  if (intact) {
+    for (int i = 0; i < dl->ndim; i++) c.strides[i] = dl->strides[i];
+  } else if (!validate(dl, flags, msg, sizeof msg, &c) ||
+             (dl->ndim != t->dl.ndim && snprintf(msg, sizeof msg, "ndim changed while it was imported"))) {
     dlp_managed_delete(managed, versioned);
     dlp_buffer_error(L, "invalid tensor from producer: %s", msg);
   }
   if (dlp_dtypes[c.dtype].bits >= 8) flags &= ~(uint64_t)DLP_FLAG_SUBBYTE_PADDED; /* it says nothing there */
-  /* Our own export: its owner is shared rather than a second one stacked on it (its memory is
-   * known to the collector already). */
-  dlp_Owner *owner = NULL;
-  if (versioned && ((DLManagedTensorVersioned *)managed)->deleter == delete_versioned)
-    owner = ((ExportVersioned *)((DLManagedTensorVersioned *)managed)->manager_ctx)->owner;
-  else if (!versioned && ((DLManagedTensor *)managed)->deleter == delete_legacy)
-    owner = ((ExportLegacy *)((DLManagedTensor *)managed)->manager_ctx)->owner;
   int shared = owner != NULL;
   if (!shared) {
     owner = dlp_owner_new_managed(managed, versioned, c.nbytes, c.lo, c.hi);
