@@ -215,31 +215,34 @@ FILE *dlp_file_open(const char *path, int write) {
 }
 
 /* The signals a write to a file can raise, whose default action ends the process. */
-static void write_signals(sigset_t *set) {
-  sigemptyset(set);
-  sigaddset(set, SIGPIPE);
-  sigaddset(set, SIGXFSZ);
-}
+static const int write_signals[2] = {SIGPIPE, SIGXFSZ};
 
+/* Only a signal left to its default action is held off: one the host handles or ignores is its
+ * own business, and its handler still runs. */
 void dlp_write_quiet_begin(dlp_WriteQuiet *q) {
   sigset_t blocked, pending;
-  write_signals(&blocked);
   int known = sigpending(&pending) == 0;
-  q->was_pending[0] = known && sigismember(&pending, SIGPIPE) == 1;
-  q->was_pending[1] = known && sigismember(&pending, SIGXFSZ) == 1;
+  sigemptyset(&blocked);
+  for (int i = 0; i < 2; i++) {
+    struct sigaction now;
+    q->held[i] = sigaction(write_signals[i], NULL, &now) == 0 && now.sa_handler == SIG_DFL &&
+                 !(now.sa_flags & SA_SIGINFO);
+    q->was_pending[i] = known && sigismember(&pending, write_signals[i]) == 1;
+    if (q->held[i]) sigaddset(&blocked, write_signals[i]);
+  }
   pthread_sigmask(SIG_BLOCK, &blocked, &q->old);
 }
 
 void dlp_write_quiet_end(dlp_WriteQuiet *q) {
-  static const int signals[2] = {SIGPIPE, SIGXFSZ};
   sigset_t pending;
   int sig;
   for (int i = 0; i < 2; i++) {
     sigset_t one;
     sigemptyset(&one);
-    sigaddset(&one, signals[i]);
-    /* pending now and not before: the writes raised it (sigwait returns at once then) */
-    if (!q->was_pending[i] && sigpending(&pending) == 0 && sigismember(&pending, signals[i]) == 1) sigwait(&one, &sig);
+    sigaddset(&one, write_signals[i]);
+    /* held, pending now and not before: the writes raised it (sigwait returns at once then) */
+    if (q->held[i] && !q->was_pending[i] && sigpending(&pending) == 0 && sigismember(&pending, write_signals[i]) == 1)
+      sigwait(&one, &sig);
   }
   pthread_sigmask(SIG_SETMASK, &q->old, NULL);
 }

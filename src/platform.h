@@ -163,9 +163,10 @@ void dlp_pages_advise_huge(void *p, size_t nbytes);
  * the mapping outlives f. dlp_file_unmap undoes it (any thread). */
 /* dlp_write_quiet_begin/end, around writes to a file: a pipe's or a FIFO's reader that leaves
  * early makes a write fail with EPIPE instead of killing the process with SIGPIPE, and a file
- * growing past the size limit (ulimit -f) with EFBIG instead of SIGXFSZ (POSIX: both signals are
- * blocked on the calling thread meanwhile, and one the writes raised is taken back before the
- * thread's mask is restored; Windows has neither). */
+ * growing past the size limit (ulimit -f) with EFBIG instead of SIGXFSZ (POSIX: each signal left
+ * to its default action is blocked on the calling thread meanwhile, and one the writes raised is
+ * taken back before the thread's mask is restored; a host's handler runs as it would; Windows
+ * has neither signal). */
 #ifdef _WIN32
 typedef struct dlp_WriteQuiet {
   int unused;
@@ -173,7 +174,7 @@ typedef struct dlp_WriteQuiet {
 #else
 typedef struct dlp_WriteQuiet {
   sigset_t old;
-  int was_pending[2]; /* SIGPIPE, SIGXFSZ */
+  int held[2], was_pending[2]; /* SIGPIPE, SIGXFSZ */
 } dlp_WriteQuiet;
 #endif
 void dlp_write_quiet_begin(dlp_WriteQuiet *q);

@@ -9,11 +9,16 @@
  *     negative size, a smaller view, NULL strides as DLPack 1.1 producers send), is checked as
  *     any producer's;
  *   - the sub-byte padded flag on a float32 tensor is ignored (it says nothing there);
- *   - dlpack_lua_check_stream names the argument's absolute place.
+ *   - dlpack_lua_check_stream names the argument's absolute place;
+ *   - dlpack.save past the file size limit raises, and a SIGXFSZ handler of the host's still runs.
  *   make build/host-hostile && ./build/host-hostile
  */
+#define _POSIX_C_SOURCE 200809L
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <lauxlib.h>
 #include <lua.h>
@@ -63,6 +68,12 @@ static DLManagedTensorVersioned producer(uint64_t flags) {
   m.dl_tensor.dtype.lanes = 1;
   m.dl_tensor.shape = shape23;
   return m;
+}
+
+static volatile sig_atomic_t xfsz_count;
+static void count_xfsz(int sig) {
+  (void)sig;
+  xfsz_count++;
 }
 
 /* Each call below runs in lua_pcall: the action picked by name, its error message kept. */
@@ -172,7 +183,8 @@ int main(void) {
   check(!e && layout_is(L, "{2, 3} {3, 1} float32"), "... also a legacy one");
 
   {
-    DLManagedTensorVersioned m = producer(DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED);
+    static DLManagedTensorVersioned m; /* the tensor's: it lives until lua_close */
+    m = producer(DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED);
     deletes = 0;
     pending = &m;
     e = attempt(L, "push");
@@ -189,6 +201,33 @@ int main(void) {
   e = attempt(L, "check_stream");
   check(e && strstr(e, "bad argument #2") && strstr(e, "dlpack.cuda.Stream"),
         "check_stream(L, -1) names argument #2");
+
+  {
+    struct sigaction on_xfsz, before;
+    struct rlimit limit, saved;
+    char path[64], chunk[160];
+    memset(&on_xfsz, 0, sizeof on_xfsz);
+    on_xfsz.sa_handler = count_xfsz;
+    sigemptyset(&on_xfsz.sa_mask);
+    snprintf(path, sizeof path, "/tmp/dlpack-host-hostile-%ld.npy", (long)getpid());
+    snprintf(chunk, sizeof chunk, "return select(2, pcall(require('dlpack').save, '%s', "
+                                  "require('dlpack').zeros({1000000}, 'uint8')))", path);
+    getrlimit(RLIMIT_FSIZE, &saved);
+    limit = saved;
+    limit.rlim_cur = 65536;
+    xfsz_count = 0;
+    sigaction(SIGXFSZ, &on_xfsz, &before);
+    setrlimit(RLIMIT_FSIZE, &limit);
+    int ran = luaL_dostring(L, chunk) == LUA_OK;
+    setrlimit(RLIMIT_FSIZE, &saved);
+    sigaction(SIGXFSZ, &before, NULL);
+    const char *why = ran ? lua_tostring(L, -1) : NULL;
+    check(why && strstr(why, "File too large") && xfsz_count == 1,
+          "save past ulimit -f raises 'File too large', and the host's SIGXFSZ handler ran once");
+    if (why) printf("# %s (handler ran %d times)\n", why, (int)xfsz_count);
+    lua_settop(L, 0);
+    remove(path);
+    }
 
   lua_close(L);
   check(deletes == 1, "the padded producer's deleter ran once, at lua_close");

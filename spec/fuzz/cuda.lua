@@ -1719,7 +1719,7 @@ op("composed", 3, function(st, injected)
     dargs[2], hargs[2], shown = a.t, ha, a.name
   elseif name == "einsum" then
     local eq = ({ "i->", "i,i->", "i,j->ij", "i->i" })[k + 1]
-    fn, dargs, hargs, shown = dlpack.einsum, { eq, a.t, a.t }, { eq, ha, ha }, string.format("%q, %s", eq, a.name)
+    fn, dargs, hargs = dlpack.einsum, { eq, a.t, a.t }, { eq, ha, ha }
     if not eq:find(",") then dargs[3], hargs[3] = nil, nil end
   elseif name == "norm" then
     local ord = ({ 2, 1, math.huge, -2 })[k + 1]
@@ -1729,7 +1729,12 @@ op("composed", 3, function(st, injected)
   else -- repeat_interleave, roll, diag, tril (of a 1-d tensor: raises alike)
     dargs[2], hargs[2], shown = k - 1, k - 1, tostring(k - 1)
   end
-  local text = string.format("R = dlpack.%s(%s, %s)", name, a.name, shown)
+  local text
+  if name == "einsum" then
+    text = string.format("R = dlpack.einsum(%q, %s%s)", dargs[1], a.name, dargs[3] and ", " .. a.name or "")
+  else
+    text = string.format("R = dlpack.%s(%s, %s)", name, a.name, shown)
+  end
   local dres = table.pack(st:call(text, fn, table.unpack(dargs, 1, 3)))
   st:disarm(injected)
   local hres = table.pack(pcall(fn, table.unpack(hargs, 1, 3)))
