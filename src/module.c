@@ -147,8 +147,9 @@ static int state_gc(lua_State *L) {
     dlp_untrack(node);
     node->close(node);
   }
-  dlp_cuda_settle();
+  /* capsules first: their deleters may put memory on hold behind queued work, which settle frees */
   dlp_capsule_state_closed(st->id);
+  dlp_cuda_settle();
   return 0;
 }
 

@@ -743,6 +743,18 @@ static struct CUevent_st *resolve_event(CUevent h, int f, CUresult *rc) {
     if (cur < 0) MISUSE(E_INVALID_CONTEXT, "%s without a current context", #f);                                        \
   } while (0)
 
+/* FAKECUDA_EXIT_REPORT=1: at exit (after the host's lua_close) say on stderr what is still held:
+ * device memory not even queued for freeing, streams and events. */
+static void exit_report(void) {
+  int held = 0, streams = 0, events = 0;
+  pthread_mutex_lock(&mu);
+  for (size_t i = 0; i < nallocs; i++) held += !allocs[i].freeing;
+  for (struct CUstream_st *s = all_streams; s; s = s->next_all) streams += s->kind == S_CREATED && !s->destroyed;
+  for (struct CUevent_st *e = all_events; e; e = e->next_all) events += !e->destroyed;
+  pthread_mutex_unlock(&mu);
+  fprintf(stderr, "fakecuda at exit: memory=%d streams=%d events=%d\n", held, streams, events);
+}
+
 /* ---- the driver ---- */
 EXPORT CUresult cuInit(unsigned int flags) {
   ENTER(cuInit);
@@ -760,6 +772,7 @@ EXPORT CUresult cuInit(unsigned int flags) {
 #endif
     init_devices();
     initialized = 1;
+    if (getenv("FAKECUDA_EXIT_REPORT")) atexit(exit_report);
   }
   RETURN(E_SUCCESS);
 }

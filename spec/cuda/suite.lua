@@ -96,7 +96,10 @@ end
 local function producer(t)
   local seen = {}
   local obj = setmetatable({}, {
-    __dlpack_device = function() return dlpack.device_type[t.device:match("^[%a_]+")] or 1, 0 end,
+    __dlpack_device = function()
+      local kind, id = t.device:match("^([%a_]+):?(%d*)$")
+      return dlpack.device_type[kind] or 1, tonumber(id) or 0
+    end,
     __dlpack = function(_, opts)
       seen[#seen + 1] = opts
       return dlpack.to_dlpack(t, opts)
@@ -1045,6 +1048,23 @@ describe("importing (the module as consumer)", function()
     dlpack.release_capsule(cap)
   end)
 
+  fake_it("refuses a producer whose __dlpack_device names another device than its capsule's", function()
+    local before = fake.live().device
+    local t = dlpack.zeros({4}, "float32", "cuda:0")
+    for _, id in ipairs({5, 63}) do -- a device that does not exist: the tensor would fail every use, and its free
+      local liar = setmetatable({}, {
+        __dlpack_device = function() return dlpack.device_type.cuda, id end,
+        __dlpack = function(_, opts) return dlpack.to_dlpack(t, opts) end,
+      })
+      raises(function() dlpack.from_dlpack(liar) end, "__dlpack_device said cuda:" .. id ..
+        ", but __dlpack gave a tensor on cuda:0")
+    end
+    t:release()
+    gc()
+    fake.sync_all()
+    assert.are.equal(before, fake.live().device, "the refused tensor's memory went back")
+  end)
+
   multi_it("copies a CUDA producer's tensor to the host for device = 'cpu'", function()
     local t = dlpack.tensor({1, 2, 3}, "int16"):to("cuda:1")
     local obj = producer(t)
@@ -1612,6 +1632,29 @@ describe("device memory from the stream-ordered allocator", function()
     assert.are.equal(2, fake.live().freeing)
     fake.run(1, 0)
     assert.are.equal(live, fake.live().device, "freed with the lua_State gone")
+  end)
+
+  fake_it("capsules for a consumer stream left to the last lua_close: nothing is held after it", function()
+    -- the last state hands the capsules back, whose releases wait on s: the close must let go
+    -- of them itself, as nothing calls the module after it (the fake reports at exit)
+    local i = -1
+    while arg and arg[i - 1] do i = i - 1 end
+    local chunk = os.tmpname()
+    local f = assert(io.open(chunk, "w"))
+    f:write([[
+      local dlpack = require "dlpack"
+      local s = dlpack.cuda.Stream()
+      local g = dlpack.empty({16}, "float32", "cuda:0")
+      _G.caps = {g:__dlpack({stream = s}), g:__dlpack({stream = s})} -- the second's release waits on s
+    ]])
+    f:close()
+    local q = function(v) return "'" .. tostring(v):gsub("'", "'\\''") .. "'" end
+    local p = assert(io.popen(("FAKECUDA_EXIT_REPORT=1 LUA_PATH=%s LUA_CPATH=%s %s %s 2>&1"):format(
+      q(package.path), q(package.cpath), q(arg and arg[i] or "lua5.4"), q(chunk))))
+    local out = p:read("a")
+    p:close()
+    os.remove(chunk)
+    assert.is_truthy(out:find("fakecuda at exit: memory=0 streams=0 events=0", 1, true), out)
   end)
 end)
 

@@ -468,8 +468,17 @@ static void import_from_producer(lua_State *L, int x, int copy, int stream, int 
     luaL_error(L, FROM_DLPACK ": __dlpack must return a capsule, got %s", luaL_typename(L, -1));
   import_capsule(L, -1, copied, FROM_DLPACK);
   lua_remove(L, -2); /* the capsule */
-  /* the producer ordered its work before our stream: what follows on this memory is there */
   dlp_Tensor *t = lua_touserdata(L, -1);
+  /* the stream asked for was the claimed device's: on other memory it orders nothing (and a
+   * device that does not exist would fail every later use of the tensor, and its free) */
+  if (dlp_device_has_streams(t->dl.device) && !dlp_device_equal(t->dl.device, device)) {
+    dlp_tensor_release(t);
+    dlp_push_device_name(L, device);
+    dlp_push_device_name(L, t->dl.device);
+    luaL_error(L, FROM_DLPACK ": __dlpack_device said %s, but __dlpack gave a tensor on %s", lua_tostring(L, -2),
+               lua_tostring(L, -1));
+  }
+  /* the producer ordered its work before our stream: what follows on this memory is there */
   if (consumer && dlp_device_is_cuda(t->dl.device)) dlp_owner_set_stream(t->owner, consumer);
   lua_remove(L, -2); /* the stream holder */
 }
