@@ -579,6 +579,41 @@ describe("streams", function()
     raises(function() cuda.Stream({device = cuda.device_count()}) end, "cuda")
   end, 2)
 
+  fake_it("Stream and Event options that are not integers raise naming the option", function()
+    raises(function() cuda.Stream({device = "x"}) end, "device must be an integer from 0 to 2147483647, got string")
+    raises(function() cuda.Event({device = 1.5}) end, "device must be an integer from 0 to 2147483647, got 1.5")
+    raises(function() cuda.Stream({priority = 2 ^ 32 + 7}) end, "priority must be an integer from %-2147483648")
+    raises(function() cuda.Stream({device = -1}) end, "device must be an integer from 0")
+  end)
+
+  fake_it("a cross-device wait whose context cannot be entered again destroys its event all the same", function()
+    gc()
+    fake.sync_all()
+    local events = fake.live().events
+    for after = 0, 6 do -- each call of cuCtxSetCurrent the export makes fails once, on a fresh thread
+      local r = fab.run_threads(([[
+        local dlpack = require "dlpack"
+        local driver = os.getenv("DLPACK_LUA_CUDA_DRIVER") -- the module's instance of the fake
+        local fake = (driver and package.loadlib(driver, "luaopen_fakecuda") or require)("fakecuda")
+        local g0 = dlpack.arange(0, 64, 1, "float32"):to("cuda:0")
+        local s = dlpack.cuda.Stream({device = 1})
+        fake.fail_next("cuCtxSetCurrent", 999, 1, %d)
+        local ok, cap = pcall(g0.__dlpack, g0, {stream = s})
+        fake.fail_next("cuCtxSetCurrent", 0, 0)
+        if ok then dlpack.release_capsule(cap) end
+        s:close()
+        return true
+      ]]):format(after), 1)
+      assert.is_true(r[1].ok, tostring(r[1].value))
+    end
+    for _ = 1, 3 do
+      gc()
+      fake.sync_all()
+      cuda.legacy_stream:synchronize() -- lets go of what was held for completed work
+    end
+    assert.are.equal(events, fake.live().events, "events left")
+  end, 2)
+
   fake_it("close is idempotent and destroys the stream once", function()
     local s = cuda.Stream()
     local h = s.handle

@@ -265,7 +265,10 @@ CUresult dlp_cuda_make_wait(const dlp_CudaStream *waiter, const dlp_CudaStream *
   rc = dlp_cuda_enter(waiter->device, &scope);
   if (rc == CUDA_SUCCESS) rc = dlp_cuda.fn.cuStreamWaitEvent(waiter->handle, ev, 0);
   dlp_cuda_leave(&scope);
-  if (dlp_cuda_enter(producer->device, &scope) == CUDA_SUCCESS) dlp_cuda.fn.cuEventDestroy_v2(ev); /* freed once unused */
+  /* freed once unused; in its context when that can be entered, and without it otherwise (the
+   * driver destroys an event from any context) rather than leaked */
+  dlp_cuda_enter(producer->device, &scope);
+  dlp_cuda.fn.cuEventDestroy_v2(ev);
   dlp_cuda_leave(&scope);
   return rc;
 }

@@ -1,5 +1,6 @@
 /* The dlpack.cuda table: is_available, device_count, the default streams, and the Lua objects
  * Stream and Event, over the driver, contexts and stream records of cuda.c. */
+#include <limits.h>
 #include <string.h>
 
 #include "cuda_private.h"
@@ -44,6 +45,16 @@ static dlp_CudaStream *check_open_stream(lua_State *L, int idx) {
   return o->s;
 }
 
+/* The integer option `field` of the options table at argument 2 (its value on top), in [lo, hi]. */
+static lua_Integer option_integer(lua_State *L, const char *field, lua_Integer lo, lua_Integer hi) {
+  int isint = 0;
+  lua_Integer v = lua_type(L, -1) == LUA_TNUMBER ? lua_tointegerx(L, -1, &isint) : 0;
+  if (!isint || v < lo || v > hi)
+    luaL_argerror(L, 2, lua_pushfstring(L, "%s must be an integer from %I to %I, got %s", field, lo, hi,
+                                        lua_type(L, -1) == LUA_TNUMBER ? lua_tostring(L, -1) : luaL_typename(L, -1)));
+  return v;
+}
+
 static int l_stream_new(lua_State *L) {
   lua_Integer device = 0, priority = 0;
   CUstream handle = NULL; /* set when rc is CUDA_SUCCESS; dlp_cuda_check raises otherwise */
@@ -51,8 +62,8 @@ static int l_stream_new(lua_State *L) {
   CUresult rc;
   if (!lua_isnoneornil(L, 2)) { /* argument 1 is the Stream table (__call) */
     luaL_checktype(L, 2, LUA_TTABLE);
-    if (lua_getfield(L, 2, "device") != LUA_TNIL) device = luaL_checkinteger(L, -1);
-    if (lua_getfield(L, 2, "priority") != LUA_TNIL) priority = luaL_checkinteger(L, -1);
+    if (lua_getfield(L, 2, "device") != LUA_TNIL) device = option_integer(L, "device", 0, INT_MAX);
+    if (lua_getfield(L, 2, "priority") != LUA_TNIL) priority = option_integer(L, "priority", INT_MIN, INT_MAX);
   }
   dlp_cuda_require(L, "dlpack.cuda.Stream");
   dlp_cuda_check_device(L, device, "dlpack.cuda.Stream");
@@ -232,7 +243,7 @@ static int l_event_new(lua_State *L) {
   int timing = 1;
   if (!lua_isnoneornil(L, 2)) { /* argument 1 is the Event table (__call) */
     luaL_checktype(L, 2, LUA_TTABLE);
-    if (lua_getfield(L, 2, "device") != LUA_TNIL) device = luaL_checkinteger(L, -1);
+    if (lua_getfield(L, 2, "device") != LUA_TNIL) device = option_integer(L, "device", 0, INT_MAX);
     if (lua_getfield(L, 2, "timing") != LUA_TNIL) timing = lua_toboolean(L, -1);
     lua_settop(L, 2);
   }
