@@ -73,6 +73,24 @@ describe("elementwise arithmetic", function()
   end)
 end)
 
+describe("a -0.0 operand", function()
+  it("keeps its sign on every Lua (5.1, 5.2 and LuaJIT count it as a float, as 5.3 and later write it)", function()
+    local nz = -1 / math.huge -- not a literal: Lua 5.1 and LuaJIT merge the constants -0.0 and 0 of a chunk
+    local function negative_zero(v) return v == 0 and 1 / v == -math.huge end
+    local t = dlpack.tensor({1}, "float64")
+    assert.is_true(negative_zero(dlpack.mul(t, nz)[1]))
+    assert.is_true(negative_zero(dlpack.mul(dlpack.tensor({1}, "float32"), nz)[1]))
+    assert.are.equal(-math.huge, dlpack.div(t, nz)[1])
+    assert.is_true(dlpack.atan2(dlpack.zeros({1}, "float64"), nz)[1] > 3.14)
+    assert.is_true(negative_zero(dlpack.where(dlpack.tensor({true}), nz, t)[1]))
+    assert.is_true(negative_zero(dlpack.tensor({1}, "float64"):masked_fill(dlpack.tensor({true}), nz)[1]))
+    assert.are.equal("float64", dlpack.add(dlpack.tensor({1}, "int32"), nz).dtype)
+    local z = dlpack.tensor({nz})
+    assert.are.equal("float64", z.dtype)
+    assert.is_true(negative_zero(z[1]))
+  end)
+end)
+
 describe("result dtypes (NumPy 2)", function()
   local cases = {
     {"int8", "uint8", "int16"}, {"int64", "uint64", "float64"}, {"int32", "float32", "float64"},

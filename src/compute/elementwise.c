@@ -362,9 +362,10 @@ static void read_operand(lua_State *L, int idx, Operand *op, const char *what) {
       isint = lua_isinteger(L, idx);
       if (isint) op->i = lua_tointeger(L, idx);
 #else
-      /* numbers are doubles: an integral one in int64's range counts as an integer */
+      /* numbers are doubles: an integral one in int64's range counts as an integer (not -0.0,
+       * whose sign an integer would lose) */
       lua_Number x = lua_tonumber(L, idx);
-      if (x == floor(x) && x >= -9223372036854775808.0 && x < 9223372036854775808.0) {
+      if (x == floor(x) && x >= -9223372036854775808.0 && x < 9223372036854775808.0 && !(x == 0 && signbit(x))) {
         isint = 1;
         op->i = (lua_Integer)x;
       }
