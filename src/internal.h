@@ -314,6 +314,11 @@ int dlp_is_contiguous(const dlp_Tensor *t);
 char *dlp_first_element(const dlp_Tensor *t);               /* data + byte_offset, for host memory */
 void dlp_check_host(lua_State *L, const dlp_Tensor *t, const char *what);
 void dlp_check_writable(lua_State *L, const dlp_Tensor *t, const char *what);
+/* luaL_checkinteger, luaL_optinteger and luaL_optnumber without Lua's conversion of strings:
+ * "2" is no size, index, dimension or tolerance here (docs/api.md, "Shapes as numbers"). */
+lua_Integer dlp_checkinteger(lua_State *L, int arg);
+lua_Integer dlp_optinteger(lua_State *L, int arg, lua_Integer def);
+lua_Number dlp_optnumber(lua_State *L, int arg, lua_Number def);
 int dlp_check_dim(lua_State *L, int arg, int ndim, int extra); /* 1-based, negative from the end -> 0-based */
 int64_t dlp_check_index(lua_State *L, int arg, int64_t size);   /* 1-based, negative from the end -> 0-based */
 /* A list of at most `max` integers (a shape, a permutation) from the table at arg, each at least

@@ -1096,8 +1096,8 @@ static int l_allclose(lua_State *L) {
   dlp_check_no_more(L, 5, "allclose", "two tensors, rtol and atol");
   int is_complex = dlp_dtype_kind(dlp_tensor_check(L, 1)->dtype) == 4 ||
                    dlp_dtype_kind(dlp_tensor_check(L, 2)->dtype) == 4;
-  tol[0] = luaL_optnumber(L, 3, 1e-5);
-  tol[1] = luaL_optnumber(L, 4, 1e-8);
+  tol[0] = dlp_optnumber(L, 3, 1e-5);
+  tol[1] = dlp_optnumber(L, 4, 1e-8);
   if (!(tol[0] >= 0) || !(tol[1] >= 0) || isinf(tol[0]) || isinf(tol[1]))
     luaL_error(L, "allclose: rtol and atol must be finite and non-negative");
   lua_settop(L, 2);
@@ -1127,8 +1127,8 @@ static int l_isclose(lua_State *L) {
     read_operand(L, k, &probe, "isclose");
     if (probe.t) is_complex |= dlp_dtype_kind(probe.t->dtype) == 4;
   }
-  tol[0] = luaL_optnumber(L, 3, 1e-5);
-  tol[1] = luaL_optnumber(L, 4, 1e-8);
+  tol[0] = dlp_optnumber(L, 3, 1e-5);
+  tol[1] = dlp_optnumber(L, 4, 1e-8);
   if (!(tol[0] >= 0) || !(tol[1] >= 0) || isinf(tol[0]) || isinf(tol[1]))
     luaL_error(L, "isclose: rtol and atol must be finite and non-negative");
   if (!lua_isnoneornil(L, 5) && lua_type(L, 5) != LUA_TBOOLEAN)

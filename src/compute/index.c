@@ -1044,7 +1044,7 @@ static int l_count_nonzero(lua_State *L) {
       return luaL_argerror(L, 2, "dim is a table with no list entries (options go third)");
     lua_settop(L, 3);
   } else if (!lua_isnoneornil(L, 2)) {
-    dims[0] = luaL_checkinteger(L, 2);
+    dims[0] = dlp_checkinteger(L, 2);
     ndims = 1;
   }
   dlp_read_compute_options(L, 3, DLP_COPT_KEEPDIM | DLP_COPT_OUT, &o, what);

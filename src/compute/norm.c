@@ -136,8 +136,8 @@ static int l_singular_norm(lua_State *L) {
   const char *what = "dlpack.norm";
   DLDevice cpu = {kDLCPU, 0};
   dlp_Tensor *x = dlp_tensor_check(L, 1);
-  int rows = (int)luaL_checkinteger(L, 2) - 1, cols = (int)luaL_checkinteger(L, 3) - 1;
-  int which = (int)luaL_checkinteger(L, 4), ndim = x->dl.ndim, dtype = x->dtype;
+  int rows = (int)dlp_checkinteger(L, 2) - 1, cols = (int)dlp_checkinteger(L, 3) - 1;
+  int which = (int)dlp_checkinteger(L, 4), ndim = x->dl.ndim, dtype = x->dtype;
   DLDevice on = x->dl.device;
   int64_t m = x->dl.shape[rows], n = x->dl.shape[cols], shape[DLP_MAX_NDIM], batch = 1;
   lua_settop(L, 1);

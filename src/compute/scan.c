@@ -125,7 +125,7 @@ static void scan_line(void *ctx, char *const *p, char *unused) {
 /* The dimension at arg, 0-based (-1: a 0-d tensor, one line of one element). */
 static int line_dim(lua_State *L, int arg, const dlp_Tensor *t) {
   if (t->dl.ndim == 0) {
-    lua_Integer d = luaL_checkinteger(L, arg);
+    lua_Integer d = dlp_checkinteger(L, arg);
     if (d != 1 && d != -1)
       luaL_argerror(L, arg, lua_pushfstring(L, "dimension %I out of range (tensor has 0)", d));
     return -1;

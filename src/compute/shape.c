@@ -62,7 +62,7 @@ static int l_split(lua_State *L) {
   lua_settop(L, 3);
   lua_newtable(L); /* 4: the pieces */
   if (lua_type(L, 2) == LUA_TNUMBER) {
-    lua_Integer size = luaL_checkinteger(L, 2);
+    lua_Integer size = dlp_checkinteger(L, 2);
     if (size < 1 && !(size == 0 && n == 0))
       return luaL_argerror(L, 2, "the size of the pieces must be at least 1");
     int64_t start = 0, count = 0;
@@ -115,7 +115,7 @@ static int l_split(lua_State *L) {
 static int l_chunk(lua_State *L) {
   dlp_check_no_more(L, 4, "chunk", "a tensor, a number of pieces and a dimension");
   dlp_Tensor *t = check_tensor(L, 1, "chunk");
-  lua_Integer pieces = luaL_checkinteger(L, 2);
+  lua_Integer pieces = dlp_checkinteger(L, 2);
   if (pieces < 1) return luaL_argerror(L, 2, "the number of pieces must be at least 1");
   int d = lua_isnoneornil(L, 3) ? 0 : dlp_check_dim(L, 3, t->dl.ndim, 0);
   if (t->dl.ndim == 0) return luaL_error(L, "chunk: a 0-d tensor has no dimension to split");
@@ -290,7 +290,7 @@ static int l_repeat_interleave(lua_State *L) {
   int64_t shape[DLP_MAX_NDIM];
   dlp_check_no_more(L, 4, "repeat_interleave", "a tensor, a number of repeats and a dimension");
   dlp_Tensor *t = check_tensor(L, 1, "repeat_interleave");
-  lua_Integer n = luaL_checkinteger(L, 2);
+  lua_Integer n = dlp_checkinteger(L, 2);
   if (n < 0) return luaL_argerror(L, 2, "the number of repeats must not be negative");
   int flat = lua_isnoneornil(L, 3);
   lua_settop(L, 3);
@@ -329,7 +329,7 @@ static int l_roll(lua_State *L) {
   dlp_Tensor *t = check_tensor(L, 1, "roll");
   int count, ndims;
   if (lua_type(L, 2) == LUA_TNUMBER) {
-    shifts[0] = luaL_checkinteger(L, 2);
+    shifts[0] = dlp_checkinteger(L, 2);
     count = 1;
   } else {
     count = dlp_check_integers(L, 2, shifts, DLP_MAX_NDIM, INT64_MIN, "shifts");
@@ -401,7 +401,7 @@ static int l_roll(lua_State *L) {
 static int triangle(lua_State *L, int upper, const char *what) {
   dlp_check_no_more(L, 3, what, "a tensor and a diagonal");
   dlp_Tensor *t = check_tensor(L, 1, what);
-  lua_Integer k = luaL_optinteger(L, 2, 0);
+  lua_Integer k = dlp_optinteger(L, 2, 0);
   if (t->dl.ndim < 2) return luaL_error(L, "%s: expects at least 2 dimensions, got %d", what, t->dl.ndim);
   int64_t rows = t->dl.shape[t->dl.ndim - 2], cols = t->dl.shape[t->dl.ndim - 1];
   int is_bool = t->dtype == DLP_BOOL;
@@ -444,7 +444,7 @@ static int l_triu(lua_State *L) { return triangle(L, 1, "triu"); }
 static int l_diag(lua_State *L) {
   dlp_check_no_more(L, 3, "diag", "a tensor and a diagonal");
   dlp_Tensor *t = check_tensor(L, 1, "diag");
-  lua_Integer k = luaL_optinteger(L, 2, 0);
+  lua_Integer k = dlp_optinteger(L, 2, 0);
   lua_settop(L, 2);
   dlp_host_as_cpu(L, 1, "diag");
   t = check_tensor(L, 1, "diag"); /* the view, when it replaced t */

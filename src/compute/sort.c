@@ -547,7 +547,7 @@ static int line_dim(lua_State *L, int arg, const dlp_Tensor *t) {
   int ndim = t->dl.ndim;
   if (lua_isnoneornil(L, arg)) return ndim - 1;
   if (ndim == 0) {
-    lua_Integer d = luaL_checkinteger(L, arg);
+    lua_Integer d = dlp_checkinteger(L, arg);
     if (d != 1 && d != -1)
       luaL_argerror(L, arg, lua_pushfstring(L, "dimension %I out of range (tensor has 0)", d));
     return -1;
@@ -711,7 +711,7 @@ static int l_topk(lua_State *L) {
   static const char *const names[] = {"largest", "sorted", NULL};
   const char *what = "dlpack.topk";
   dlp_Tensor *t = dlp_tensor_check(L, 1);
-  lua_Integer k = luaL_checkinteger(L, 2);
+  lua_Integer k = dlp_checkinteger(L, 2);
   if (lua_istable(L, 3) && lua_isnoneornil(L, 4)) {
     lua_settop(L, 3);
     lua_pushnil(L);
@@ -902,7 +902,7 @@ static int statistic(lua_State *L, dlp_Tensor *t, int dim_arg, int keepdim, cons
   int median = q == NULL, dim = -1, line;
   if (!lua_isnoneornil(L, dim_arg)) {
     if (t->dl.ndim == 0) {
-      lua_Integer d = luaL_checkinteger(L, dim_arg);
+      lua_Integer d = dlp_checkinteger(L, dim_arg);
       if (d != 1 && d != -1) luaL_argerror(L, dim_arg, lua_pushfstring(L, "dimension %I out of range (tensor has 0)", d));
     } else {
       dim = dlp_check_dim(L, dim_arg, t->dl.ndim, 0);

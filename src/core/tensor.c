@@ -327,18 +327,33 @@ void dlp_gc_account(lua_State *L, size_t nbytes) {
   else dlp_gc_step(L, kb);
 }
 
+lua_Integer dlp_checkinteger(lua_State *L, int arg) {
+  if (lua_type(L, arg) != LUA_TNUMBER) luaL_typeerror(L, arg, "number");
+  return luaL_checkinteger(L, arg);
+}
+
+lua_Integer dlp_optinteger(lua_State *L, int arg, lua_Integer def) {
+  return lua_isnoneornil(L, arg) ? def : dlp_checkinteger(L, arg);
+}
+
+lua_Number dlp_optnumber(lua_State *L, int arg, lua_Number def) {
+  if (lua_isnoneornil(L, arg)) return def;
+  if (lua_type(L, arg) != LUA_TNUMBER) luaL_typeerror(L, arg, "number");
+  return lua_tonumber(L, arg);
+}
+
 int dlp_check_dim(lua_State *L, int arg, int ndim, int extra) {
-  lua_Integer d = luaL_checkinteger(L, arg);
+  lua_Integer d = dlp_checkinteger(L, arg);
   lua_Integer n = ndim + extra;
   if (d < 0) d += n + 1;
   if (d < 1 || d > n)
     return luaL_argerror(L, arg, lua_pushfstring(L, "dimension %I out of range (tensor has %d)",
-                                                 luaL_checkinteger(L, arg), ndim));
+                                                 dlp_checkinteger(L, arg), ndim));
   return (int)(d - 1);
 }
 
 int64_t dlp_check_index(lua_State *L, int arg, int64_t size) {
-  lua_Integer i = luaL_checkinteger(L, arg);
+  lua_Integer i = dlp_checkinteger(L, arg);
   lua_Integer k = i < 0 ? i + size + 1 : i;
   if (k < 1 || k > size)
     return luaL_argerror(L, arg, lua_pushfstring(L, "index %I out of range (size %I; indices start at 1, "
@@ -349,10 +364,11 @@ int64_t dlp_check_index(lua_State *L, int arg, int64_t size) {
 /* What a value is, for messages: a number or string itself, else its type; runs no metamethod. */
 static const char *describe(lua_State *L, int idx) {
   int type = lua_type(L, idx);
-  if (type == LUA_TNUMBER || type == LUA_TSTRING) {
+  if (type == LUA_TNUMBER) {
     lua_pushvalue(L, idx);
     return lua_tostring(L, -1); /* converts the copy, not the value at idx */
   }
+  if (type == LUA_TSTRING) return lua_pushfstring(L, "the string '%s'", lua_tostring(L, idx));
   return luaL_typename(L, idx);
 }
 
@@ -365,7 +381,7 @@ int dlp_check_integers(lua_State *L, int arg, int64_t *out, int max, int64_t min
   for (lua_Integer i = 1; i <= n; i++) {
     int isint;
     lua_geti(L, arg, i);
-    lua_Integer v = lua_tointegerx(L, -1, &isint);
+    lua_Integer v = lua_type(L, -1) == LUA_TNUMBER ? lua_tointegerx(L, -1, &isint) : (isint = 0);
     if (!isint || v < min)
       luaL_argerror(L, arg, lua_pushfstring(L, "%s[%I] must be %s, got %s", what, i,
                                             min == 0 ? "a non-negative integer" : min == -1 ? "a size or -1"
@@ -735,7 +751,7 @@ static int called_by_ipairs(lua_State *L) {
 /* The iterator of pairs(t): (t, i) -> i + 1, t[i + 1], for i from 0 to n - 1; nil at i = n. */
 static int l_pairs_next(lua_State *L) {
   dlp_Tensor *t = dlp_tensor_check(L, 1);
-  lua_Integer i = luaL_checkinteger(L, 2);
+  lua_Integer i = dlp_checkinteger(L, 2);
   if (t->dl.ndim == 0) return luaL_error(L, "cannot iterate over a 0-d tensor (use t:item())");
   if (i < 0 || i > t->dl.shape[0])
     return luaL_argerror(L, 2, lua_pushfstring(L, "key %I out of range (size %I)", i, (lua_Integer)t->dl.shape[0]));
@@ -802,8 +818,10 @@ static int l_newindex(lua_State *L) {
     return 0;
   }
   if (!t->owner) return luaL_argerror(L, 1, "tensor was released");
+  if (lua_type(L, 2) == LUA_TSTRING)
+    return luaL_error(L, "cannot assign to field '%s' of a tensor", lua_tostring(L, 2));
   if (lua_type(L, 2) != LUA_TNUMBER)
-    return luaL_error(L, "cannot assign to field '%s' of a tensor", describe(L, 2));
+    return luaL_error(L, "cannot assign to a tensor with a %s key (an index is a number)", luaL_typename(L, 2));
   dlp_check_writable(L, t, "assignment");
   if (t->dl.ndim == 0) return luaL_error(L, "cannot index a 0-d tensor (use t:fill(v))");
   int64_t i = dlp_check_index(L, 2, t->dl.shape[0]);

@@ -116,13 +116,13 @@ static int l_narrow(lua_State *L) {
   dlp_Tensor *t = check_viewable(L, "narrow");
   int d = dlp_check_dim(L, 2, t->dl.ndim, 0);
   int64_t size = t->dl.shape[d];
-  lua_Integer start = luaL_checkinteger(L, 3), length = luaL_checkinteger(L, 4);
+  lua_Integer start = dlp_checkinteger(L, 3), length = dlp_checkinteger(L, 4);
   /* start may be size + 1 when length is 0; size may be 2^63 - 1 (when another size is 0), so
    * size + 1 is never formed */
   if (start < 0) start = size + (start + 1);
   if (length < 0 || start < 1 || start - 1 > size || length > size - (start - 1))
     return luaL_argerror(L, 3, lua_pushfstring(L, "start %I, length %I out of range for dimension %d of size %I",
-                                              luaL_checkinteger(L, 3), length, d + 1, (lua_Integer)size));
+                                              dlp_checkinteger(L, 3), length, d + 1, (lua_Integer)size));
   dlp_Tensor *v = same_view(L, t, "narrow");
   v->dl.shape[d] = length;
   dlp_view_move(L, v, start - 1, t->dl.strides[d], "narrow");
@@ -150,8 +150,8 @@ static int l_slice(lua_State *L) {
   dlp_Tensor *t = check_viewable(L, "slice");
   int d = dlp_check_dim(L, 2, t->dl.ndim, 0);
   int64_t size = t->dl.shape[d], count, stride = t->dl.strides[d];
-  lua_Integer first = luaL_checkinteger(L, 3), last = luaL_checkinteger(L, 4);
-  lua_Integer step = luaL_optinteger(L, 5, 1);
+  lua_Integer first = dlp_checkinteger(L, 3), last = dlp_checkinteger(L, 4);
+  lua_Integer step = dlp_optinteger(L, 5, 1);
   if (step == 0) return luaL_argerror(L, 5, "step must not be 0");
   /* size may be 2^63 - 1 (when another size is 0): size + 1 is never formed */
   if (first < 0) first = size + (first + 1);
@@ -159,13 +159,13 @@ static int l_slice(lua_State *L) {
   if (step > 0 ? first > last : first < last) {
     /* empty: bounds may sit one past either end, as string.sub allows */
     if (first < 0 || first - 1 > size || last < 0 || last - 1 > size)
-      return luaL_argerror(L, 3, lua_pushfstring(L, "bounds %I, %I out of range for size %I", luaL_checkinteger(L, 3),
-                                                luaL_checkinteger(L, 4), (lua_Integer)size));
+      return luaL_argerror(L, 3, lua_pushfstring(L, "bounds %I, %I out of range for size %I", dlp_checkinteger(L, 3),
+                                                dlp_checkinteger(L, 4), (lua_Integer)size));
     count = 0;
   } else {
     if (first < 1 || first > size || last < 1 || last > size)
-      return luaL_argerror(L, 3, lua_pushfstring(L, "bounds %I, %I out of range for size %I", luaL_checkinteger(L, 3),
-                                                luaL_checkinteger(L, 4), (lua_Integer)size));
+      return luaL_argerror(L, 3, lua_pushfstring(L, "bounds %I, %I out of range for size %I", dlp_checkinteger(L, 3),
+                                                dlp_checkinteger(L, 4), (lua_Integer)size));
     /* |last - first| < size; a step of any size (math.mininteger too) divides it safely */
     int64_t distance = step > 0 ? last - first : first - last;
     count = step > 0 ? distance / step + 1 : (step < -distance ? 1 : distance / -step + 1);
@@ -389,7 +389,7 @@ static int l_diagonal(lua_State *L) {
   dlp_Tensor *t = check_viewable(L, "diagonal");
   int ndim = t->dl.ndim;
   if (ndim < 2) return luaL_error(L, "diagonal: expects at least 2 dimensions, got %d", ndim);
-  lua_Integer k = luaL_optinteger(L, 2, 0);
+  lua_Integer k = dlp_optinteger(L, 2, 0);
   int a = lua_isnoneornil(L, 3) ? 0 : dlp_check_dim(L, 3, ndim, 0);
   int b = lua_isnoneornil(L, 4) ? 1 : dlp_check_dim(L, 4, ndim, 0);
   if (a == b) return luaL_error(L, "diagonal: dim1 and dim2 must differ (both %d)", a + 1);

@@ -89,8 +89,8 @@ void dlp_cuda_push_wrapped(lua_State *L, uintptr_t handle, int device) {
 int dlp_cuda_wrap_stream(lua_State *L) {
   uintptr_t handle;
   if (lua_type(L, 1) == LUA_TLIGHTUSERDATA) handle = (uintptr_t)lua_touserdata(L, 1);
-  else handle = (uintptr_t)luaL_checkinteger(L, 1);
-  lua_Integer device = luaL_optinteger(L, 2, 0);
+  else handle = (uintptr_t)dlp_checkinteger(L, 1);
+  lua_Integer device = dlp_optinteger(L, 2, 0);
   if (handle == 0) return luaL_argerror(L, 1, "stream 0 is ambiguous on CUDA (use 1 for the legacy default stream)");
   if (device < 0 || device >= MAX_DEVICES) return luaL_argerror(L, 2, "invalid device id");
   dlp_cuda_push_wrapped(L, handle, (int)device);

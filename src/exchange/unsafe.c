@@ -40,7 +40,7 @@ static int l_address(lua_State *L) {
 }
 
 static int l_pointer(lua_State *L) {
-  lua_pushlightuserdata(L, (void *)(uintptr_t)luaL_checkinteger(L, 1));
+  lua_pushlightuserdata(L, (void *)(uintptr_t)dlp_checkinteger(L, 1));
   return 1;
 }
 
