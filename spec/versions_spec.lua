@@ -63,6 +63,17 @@ describe("where numbers are doubles (5.1, 5.2, LuaJIT)", function()
       "uint64 element 18446744073709551615 has no exact Lua number")
   end)
 
+  it("raises for a size or count a double would round, rather than giving it back changed", function()
+    local s = dlpack.zeros({1}, "int8"):expand({2 ^ 62}):slice(1, 1, -1, 3) -- ceil(2^62 / 3) elements
+    for _, read in ipairs({function() return s.shape end, function() return s:size(1) end,
+                           function() return #s end, function() return s:numel() end}) do
+      raises_plain(read, "1537228672809129302 has no exact Lua number")
+    end
+    local t = dlpack.zeros({1}, "int8"):expand({2 ^ 60}) -- a double holds 2^60
+    assert.are.equal(2 ^ 60, t:size(1))
+    assert.are.equal(2 ^ 60, t:numel())
+  end)
+
   it("writes numbers to int64 and uint64 by value, up to 2^63 and 2^64", function()
     local u = dlpack.zeros({1}, "uint64")
     u[1] = 2 ^ 64 - 2 ^ 11

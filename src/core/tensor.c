@@ -362,6 +362,21 @@ int64_t dlp_check_index(lua_State *L, int arg, int64_t size) {
 }
 
 /* What a value is, for messages: a number or string itself, else its type; runs no metamethod. */
+/* A size, stride, count or byte count. Lua 5.1, 5.2 and LuaJIT hold an integer beyond 2^53 only
+ * when its low bits are zero: one a double would round raises, as element reads do, rather than
+ * coming back changed (a narrow by the rounded size would drop elements). */
+static void push_size(lua_State *L, int64_t v, const char *what) {
+#if !DLP_LUA_INTEGERS
+  double d = (double)v;
+  if (d >= 9223372036854775808.0 || (int64_t)d != v)
+    luaL_error(L, "%s %I has no exact Lua number in %s (numbers are doubles: beyond 2^53 they hold only some "
+                  "integers)", what, (lua_Integer)v, LUA_VERSION);
+#else
+  (void)what;
+#endif
+  lua_pushinteger(L, (lua_Integer)v);
+}
+
 static const char *describe(lua_State *L, int idx) {
   int type = lua_type(L, idx);
   if (type == LUA_TNUMBER) {
@@ -663,7 +678,7 @@ static int push_property(lua_State *L, dlp_Tensor *t, const char *k) {
     const int64_t *v = k[1] == 'h' ? t->dl.shape : t->dl.strides;
     lua_createtable(L, t->dl.ndim, 0);
     for (int i = 0; i < t->dl.ndim; i++) {
-      lua_pushinteger(L, v[i]);
+      push_size(L, v[i], k[1] == 'h' ? "size" : "stride");
       lua_rawseti(L, -2, i + 1);
     }
   } else if (strcmp(k, "ndim") == 0) lua_pushinteger(L, t->dl.ndim);
@@ -847,7 +862,7 @@ static int l_newindex(lua_State *L) {
 static int l_len(lua_State *L) {
   dlp_Tensor *t = dlp_tensor_check(L, 1);
   if (t->dl.ndim == 0) return luaL_error(L, "# is not defined for a 0-d tensor");
-  lua_pushinteger(L, t->dl.shape[0]);
+  push_size(L, t->dl.shape[0], "size");
   return 1;
 }
 
@@ -863,7 +878,7 @@ static int l_dim(lua_State *L) {
 }
 
 static int l_numel(lua_State *L) {
-  lua_pushinteger(L, dlp_numel(dlp_tensor_check(L, 1)));
+  push_size(L, dlp_numel(dlp_tensor_check(L, 1)), "element count");
   return 1;
 }
 
@@ -871,7 +886,7 @@ static int size_or_stride(lua_State *L, int strides) {
   dlp_Tensor *t = dlp_tensor_check(L, 1);
   const int64_t *v = strides ? t->dl.strides : t->dl.shape;
   if (lua_isnoneornil(L, 2)) return push_property(L, t, strides ? "strides" : "shape");
-  lua_pushinteger(L, v[dlp_check_dim(L, 2, t->dl.ndim, 0)]);
+  push_size(L, v[dlp_check_dim(L, 2, t->dl.ndim, 0)], strides ? "stride" : "size");
   return 1;
 }
 
