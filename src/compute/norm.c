@@ -80,10 +80,11 @@ static const char norm_chunk[] =
     "  end\n"
     "  if keepdim then return r end\n"
     "  if dim == nil and ord == nil or (dim == nil and #dims == nd) then return M.item(M.to(r, 'cpu')) end\n"
-    "  local shape, drop = {}, {}\n"
-    "  for k = 1, #dims do drop[dims[k]] = true end\n"
-    "  for k = 1, nd do if not drop[k] then shape[#shape + 1] = t.shape[k] end end\n"
-    "  return M.reshape(r, shape)\n"
+    "  local hi, lo = dims[1], dims[2] -- one or two dims are left to drop, kept with size 1\n"
+    "  if lo and lo > hi then hi, lo = lo, hi end\n"
+    "  r = M.squeeze(r, hi)\n"
+    "  if lo then r = M.squeeze(r, lo) end\n"
+    "  return r\n"
     "end\n";
 
 /* ---- singular values ---- */
