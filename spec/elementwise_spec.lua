@@ -74,7 +74,7 @@ describe("elementwise arithmetic", function()
 end)
 
 describe("a -0.0 operand", function()
-  it("keeps its sign on every Lua (5.1, 5.2 and LuaJIT count it as a float, as 5.3 and later write it)", function()
+  it("keeps its sign in a float result on every Lua (5.1, 5.2 and LuaJIT count it as the integer 0)", function()
     local nz = -1 / math.huge -- not a literal: Lua 5.1 and LuaJIT merge the constants -0.0 and 0 of a chunk
     local function negative_zero(v) return v == 0 and 1 / v == -math.huge end
     local t = dlpack.tensor({1}, "float64")
@@ -84,10 +84,8 @@ describe("a -0.0 operand", function()
     assert.is_true(dlpack.atan2(dlpack.zeros({1}, "float64"), nz)[1] > 3.14)
     assert.is_true(negative_zero(dlpack.where(dlpack.tensor({true}), nz, t)[1]))
     assert.is_true(negative_zero(dlpack.tensor({1}, "float64"):masked_fill(dlpack.tensor({true}), nz)[1]))
-    assert.are.equal("float64", dlpack.add(dlpack.tensor({1}, "int32"), nz).dtype)
-    local z = dlpack.tensor({nz})
-    assert.are.equal("float64", z.dtype)
-    assert.is_true(negative_zero(z[1]))
+    -- where every number is a double, -0.0 is also what -i gives for an integer 0: it stays an integer
+    assert.are.equal(support.INTEGERS and "float64" or "int32", dlpack.add(dlpack.tensor({1}, "int32"), nz).dtype)
   end)
 end)
 

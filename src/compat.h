@@ -78,11 +78,10 @@ static inline lua_Integer dlp_compat_tointegerx(lua_State *L, int idx, int *isnu
 #define lua_tointeger(L, i) dlp_compat_tointegerx((L), (i), NULL)
 
 /* "Is an integer" (dlpack.tensor's dtype inference): an integral number within +-2^53, the
- * integers that a double holds exactly and reads back unchanged; not -0.0, whose sign an integer
- * would lose (5.3 and later write it as a float too). */
+ * integers that a double holds exactly and reads back unchanged. */
 static inline int dlp_compat_isinteger(lua_State *L, int idx) {
   lua_Number n = lua_type(L, idx) == LUA_TNUMBER ? lua_tonumber(L, idx) : 0.5;
-  return n == floor(n) && fabs(n) <= DLP_EXACT_INTEGER && !(n == 0 && signbit(n));
+  return n == floor(n) && fabs(n) <= DLP_EXACT_INTEGER;
 }
 #undef lua_isinteger
 #define lua_isinteger dlp_compat_isinteger

@@ -362,10 +362,9 @@ static void read_operand(lua_State *L, int idx, Operand *op, const char *what) {
       isint = lua_isinteger(L, idx);
       if (isint) op->i = lua_tointeger(L, idx);
 #else
-      /* numbers are doubles: an integral one in int64's range counts as an integer (not -0.0,
-       * whose sign an integer would lose) */
+      /* numbers are doubles: an integral one in int64's range counts as an integer */
       lua_Number x = lua_tonumber(L, idx);
-      if (x == floor(x) && x >= -9223372036854775808.0 && x < 9223372036854775808.0 && !(x == 0 && signbit(x))) {
+      if (x == floor(x) && x >= -9223372036854775808.0 && x < 9223372036854775808.0) {
         isint = 1;
         op->i = (lua_Integer)x;
       }
@@ -407,7 +406,10 @@ static void scalar_value(lua_State *L, Operand *op, int dtype, int loop_dtype, c
   dlp_Scalar s;
   unsigned char element[16];
   memset(&s, 0, sizeof s);
-  if (op->weak == WEAK_FLOAT) {
+  if (op->weak == WEAK_FLOAT ||
+      (!DLP_LUA_INTEGERS && op->weak == WEAK_INT && !is_integer(dtype) && dtype != DLP_BOOL)) {
+    /* where numbers are doubles, an integral one is stored as the double it is into a float
+     * dtype: the same value, but -0.0 keeps its sign (-i of an integer 0 is -0.0 there too) */
     s.kind = DLP_S_FLOAT;
     s.re = op->f;
   } else {
