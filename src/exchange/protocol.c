@@ -415,13 +415,15 @@ static int l_dlpack_device(lua_State *L) {
 #define FROM_DLPACK "dlpack.from_dlpack" /* what messages call it */
 
 /* What x's __dlpack_device says, checked: two integers naming a device this module knows. */
-static DLDevice producer_device(lua_State *L, int x) {
+static DLDevice producer_device(lua_State *L, int x, int *stated) {
   DLDevice d = {kDLCPU, 0};
-  if (luaL_getmetafield(L, x, "__dlpack_device") == LUA_TNIL) return d;
-  int ok1, ok2;
+  *stated = luaL_getmetafield(L, x, "__dlpack_device") != LUA_TNIL;
+  if (!*stated) return d;
+  int ok1 = 0, ok2 = 0;
   lua_pushvalue(L, x);
   lua_call(L, 1, 2);
-  lua_Integer type = lua_tointegerx(L, -2, &ok1), id = lua_tointegerx(L, -1, &ok2);
+  lua_Integer type = lua_type(L, -2) == LUA_TNUMBER ? lua_tointegerx(L, -2, &ok1) : 0;
+  lua_Integer id = lua_type(L, -1) == LUA_TNUMBER ? lua_tointegerx(L, -1, &ok2) : 0;
   if (!ok1 || !ok2) luaL_error(L, FROM_DLPACK ": __dlpack_device must return two integers");
   d.device_type = (DLDeviceType)(dlp_device_is_valid_type(type) ? type : 0);
   d.device_id = id < 0 || id > INT32_MAX ? -1 : (int32_t)id;
@@ -438,7 +440,8 @@ static void import_from_producer(lua_State *L, int x, int copy, int stream, int 
   int versioned, consumed;
   if (luaL_getmetafield(L, x, "__dlpack") == LUA_TNIL)
     luaL_argerror(L, x, lua_pushfstring(L, "a capsule or a value with __dlpack expected, got %s", luaL_typename(L, x)));
-  DLDevice device = producer_device(L, x);
+  int stated;
+  DLDevice device = producer_device(L, x, &stated);
   dlp_CudaStream *consumer = dlp_cuda_check_stream(L, stream, device, 1, FROM_DLPACK); /* pushes its holder */
   lua_insert(L, -2); /* keep the holder below the function */
   lua_pushvalue(L, x);
@@ -473,10 +476,15 @@ static void import_from_producer(lua_State *L, int x, int copy, int stream, int 
    * device that does not exist would fail every later use of the tensor, and its free) */
   if (dlp_device_has_streams(t->dl.device) && !dlp_device_equal(t->dl.device, device)) {
     dlp_tensor_release(t);
-    dlp_push_device_name(L, device);
     dlp_push_device_name(L, t->dl.device);
-    luaL_error(L, FROM_DLPACK ": __dlpack_device said %s, but __dlpack gave a tensor on %s", lua_tostring(L, -2),
-               lua_tostring(L, -1));
+    if (!stated)
+      luaL_error(L, FROM_DLPACK ": __dlpack gave a tensor on %s, and the producer has no __dlpack_device to name "
+                    "that device (whose stream it must order its work before)", lua_tostring(L, -1));
+    dlp_push_device_name(L, device);
+    if (strcmp(lua_tostring(L, -1), lua_tostring(L, -2)) == 0) /* names without ids (cuda_managed) */
+      lua_pushfstring(L, "%s with id %d", lua_tostring(L, -1), (int)device.device_id);
+    luaL_error(L, FROM_DLPACK ": __dlpack_device said %s, but __dlpack gave a tensor on %s", lua_tostring(L, -1),
+               lua_tostring(L, -2));
   }
   /* the producer ordered its work before our stream: what follows on this memory is there */
   if (consumer && dlp_device_is_cuda(t->dl.device)) dlp_owner_set_stream(t->owner, consumer);
