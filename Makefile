@@ -260,12 +260,12 @@ $(HOST_IPC): examples/host_ipc.c $(STATIC)
 	$(Q)$(CC) $(ALL_CFLAGS) -fvisibility=default -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)
 
 # Test-only: a host that hands the module its own job system (dlpack_lua_set_parallel_for).
-$(HOST_THREADS): spec/c/host_threads.c $(STATIC)
+$(HOST_THREADS): spec/c/host_threads.c spec/c/tap.h $(STATIC)
 	$(say) LD '$@ (test)'
 	$(Q)$(CC) $(ALL_CFLAGS) -fvisibility=default -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)
 
 # Test-only: the C API given NULLs, a state without the module, and its own exports edited.
-$(HOST_HOSTILE): spec/c/host_hostile.c $(STATIC)
+$(HOST_HOSTILE): spec/c/host_hostile.c spec/c/tap.h $(STATIC)
 	$(say) LD '$@ (test)'
 	$(Q)$(CC) $(ALL_CFLAGS) -fvisibility=default -o $@ $< $(STATIC) $(LUA_LIB) $(LDLIBS)
 

@@ -25,15 +25,7 @@
 #include <lualib.h>
 
 #include "dlpack_lua.h"
-
-static int tests_run, tests_failed;
-
-static void check(int ok, const char *what) {
-  ++tests_run;
-  if (!ok) ++tests_failed;
-  printf("%sok %d - %s\n", ok ? "" : "not ", tests_run, what);
-  fflush(stdout);
-}
+#include "tap.h"
 
 static lua_State *new_state(int open_module) {
   lua_State *L = luaL_newstate();
@@ -231,6 +223,5 @@ int main(void) {
 
   lua_close(L);
   check(deletes == 1, "the padded producer's deleter ran once, at lua_close");
-  printf("1..%d\n", tests_run);
-  return tests_failed != 0;
+  return done_testing();
 }

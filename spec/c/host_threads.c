@@ -25,15 +25,7 @@
 #include <lualib.h>
 
 #include "dlpack_lua.h"
-
-static int tests_run, tests_failed;
-
-static void check(int ok, const char *what) {
-  ++tests_run;
-  if (!ok) ++tests_failed;
-  printf("%sok %d - %s\n", ok ? "" : "not ", tests_run, what);
-  fflush(stdout);
-}
+#include "tap.h"
 
 /* Large operations whose results depend on how work is split if anything does: elementwise with
  * broadcasting and strides, whole and per-dimension float sums, means and variances; max and
@@ -354,6 +346,5 @@ int main(void) {
   pthread_cond_destroy(&pool.work);
   pthread_cond_destroy(&pool.done);
   free(reference);
-  printf("1..%d\n", tests_run);
-  return tests_failed != 0;
+  return done_testing();
 }

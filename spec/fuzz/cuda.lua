@@ -1636,6 +1636,38 @@ op("index", 6, function(st, injected)
   pcall(T.release, dindex)
 end)
 
+-- One call's results on the device side (dres: pcall's results, packed) against the CPU path's
+-- (hres): the same success or the same error, then each result the same number, or a tensor on
+-- want_device with the same dtype and bytes (released after). `side` names the device side.
+function S:agree_results(text, side, want_device, dres, hres)
+  local okd, okh = dres[1], hres[1]
+  if okd ~= okh then
+    self:fail(string.format("%s: the CPU path %s (%s), %s %s (%s)", text, okh and "succeeded" or "raised",
+      tostring(hres[2]), side, okd and "succeeded" or "raised", tostring(dres[2])))
+  elseif not okd then
+    if dres[2] ~= hres[2] then
+      self:fail(string.format("%s: %s raised %q, the CPU path %q", text, side, tostring(dres[2]), tostring(hres[2])))
+    end
+  else
+    for i = 2, hres.n do
+      local rd, rh = dres[i], hres[i]
+      if type(rh) ~= "userdata" then
+        if tostring(rd) ~= tostring(rh) then
+          self:fail(string.format("%s: %s answered %s, the CPU path %s", text, side, tostring(rd), tostring(rh)))
+        end
+      else
+        local okr, got = pcall(function() return rd:to("cpu"):tobytes() end)
+        if not okr then self:fail(text .. ": reading the result raised: " .. tostring(got))
+        elseif rd.device ~= want_device or rd.dtype ~= rh.dtype or not same_bytes(rh.dtype, got, rh:tobytes()) then
+          self:fail(string.format("%s: result %d (%s) differs from the CPU's (%s)", text, i - 1, tostring(rd),
+            tostring(rh)))
+        end
+        pcall(T.release, rd)
+      end
+    end
+  end
+end
+
 -- sorting, the statistics on the sorted lines and unique: every result against the CPU path's, a
 -- tensor's bytes or a Lua number (packed fp4 raises alike on both)
 local SORTS = { "sort", "argsort", "topk", "median", "quantile", "unique" }
@@ -1671,32 +1703,8 @@ op("sort", 5, function(st, injected)
   local dres = table.pack(st:call(text, fn, a.t, table.unpack(extra, 1, 3)))
   st:disarm(injected)
   local hres = table.pack(pcall(fn, ha, table.unpack(extra, 1, 3)))
-  local okd, okh = dres[1], hres[1]
-  if not okd and injected then return end
-  if okd ~= okh then
-    st:fail(string.format("%s: the CPU path %s (%s), the device %s (%s)", text, okh and "succeeded" or "raised",
-      tostring(hres[2]), okd and "succeeded" or "raised", tostring(dres[2])))
-  elseif not okd then
-    if dres[2] ~= hres[2] then
-      st:fail(string.format("%s: the device raised %q, the CPU path %q", text, tostring(dres[2]), tostring(hres[2])))
-    end
-  else
-    for i = 2, hres.n do
-      local rd, rh = dres[i], hres[i]
-      if type(rh) ~= "userdata" then
-        if tostring(rd) ~= tostring(rh) then
-          st:fail(string.format("%s: the device answered %s, the CPU path %s", text, tostring(rd), tostring(rh)))
-        end
-      else
-        local okr, got = pcall(function() return rd:to("cpu"):tobytes() end)
-        if not okr then st:fail(text .. ": reading the result raised: " .. tostring(got))
-        elseif rd.device ~= on or rd.dtype ~= rh.dtype or not same_bytes(rh.dtype, got, rh:tobytes()) then
-          st:fail(string.format("%s: result %d differs from the CPU's (%s)", text, i - 1, tostring(rh)))
-        end
-        pcall(T.release, rd)
-      end
-    end
-  end
+  if not dres[1] and injected then return end
+  st:agree_results(text, "the device", on, dres, hres)
 end)
 
 -- The functions made of the module's own, on pinned and managed memory, which the CPU reads: they
@@ -1738,30 +1746,8 @@ op("composed", 3, function(st, injected)
   local dres = table.pack(st:call(text, fn, table.unpack(dargs, 1, 3)))
   st:disarm(injected)
   local hres = table.pack(pcall(fn, table.unpack(hargs, 1, 3)))
-  local okd, okh = dres[1], hres[1]
-  if not okd and injected then return end
-  if okd ~= okh then
-    st:fail(string.format("%s: the CPU path %s (%s), %s memory %s (%s)", text, okh and "succeeded" or "raised",
-      tostring(hres[2]), on, okd and "succeeded" or "raised", tostring(dres[2])))
-  elseif not okd then
-    if dres[2] ~= hres[2] then
-      st:fail(string.format("%s: %s memory raised %q, the CPU path %q", text, on, tostring(dres[2]),
-        tostring(hres[2])))
-    end
-  else
-    for i = 2, hres.n do
-      local rd, rh = dres[i], hres[i]
-      if type(rh) ~= "userdata" then
-        if tostring(rd) ~= tostring(rh) then
-          st:fail(string.format("%s: %s memory answered %s, the CPU path %s", text, on, tostring(rd), tostring(rh)))
-        end
-      elseif type(rd) ~= "userdata" or rd.device ~= "cpu" or rd.dtype ~= rh.dtype
-          or not same_bytes(rh.dtype, rd:tobytes(), rh:tobytes()) then
-        st:fail(string.format("%s: result %d (%s) differs from the CPU's (%s)", text, i - 1, tostring(rd),
-          tostring(rh)))
-      end
-    end
-  end
+  if not dres[1] and injected then return end
+  st:agree_results(text, on .. " memory", "cpu", dres, hres)
 end)
 
 op("check", 2, function(st) st:check() end)
