@@ -194,6 +194,8 @@ uint16_t dlp_bfloat_from_double(double d);
 /* A 64-bit integer as a double rounded to odd, for one correct rounding to float32, float16 or
  * bfloat16 after it (a double rounded to nearest would round twice). */
 double dlp_int64_to_odd_double(int64_t v);
+/* Whether v is a double exactly: every integer up to 2^53, and beyond those whose low bits are zeros. */
+int dlp_int64_is_double(int64_t v);
 double dlp_uint64_to_odd_double(uint64_t v);
 
 /* ---- device.c ---- */

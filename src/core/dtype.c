@@ -198,6 +198,11 @@ void dlp_store(int dtype, void *p, const dlp_Scalar *s) {
 }
 #undef STORE
 
+int dlp_int64_is_double(int64_t v) {
+  double d = (double)v;
+  return d < 9223372036854775808.0 && (int64_t)d == v;
+}
+
 #if !DLP_LUA_INTEGERS
 /* Whether the integer element s is a double exactly, so that a Lua number gives it back
  * unchanged: every integer up to 2^53, and beyond those whose low bits are zeros. */
@@ -206,8 +211,7 @@ static int is_exact_double(const dlp_Scalar *s) {
     double d = (double)s->u;
     return d < 18446744073709551616.0 && (uint64_t)d == s->u;
   }
-  double d = (double)s->i;
-  return d < 9223372036854775808.0 && (int64_t)d == s->i;
+  return dlp_int64_is_double(s->i);
 }
 #endif
 

@@ -361,14 +361,12 @@ int64_t dlp_check_index(lua_State *L, int arg, int64_t size) {
   return k - 1;
 }
 
-/* What a value is, for messages: a number or string itself, else its type; runs no metamethod. */
-/* A size, stride, count or byte count. Lua 5.1, 5.2 and LuaJIT hold an integer beyond 2^53 only
+/* A size, stride or element count. Lua 5.1, 5.2 and LuaJIT hold an integer beyond 2^53 only
  * when its low bits are zero: one a double would round raises, as element reads do, rather than
  * coming back changed (a narrow by the rounded size would drop elements). */
 static void push_size(lua_State *L, int64_t v, const char *what) {
 #if !DLP_LUA_INTEGERS
-  double d = (double)v;
-  if (d >= 9223372036854775808.0 || (int64_t)d != v)
+  if (!dlp_int64_is_double(v))
     luaL_error(L, "%s %I has no exact Lua number in %s (numbers are doubles: beyond 2^53 they hold only some "
                   "integers)", what, (lua_Integer)v, LUA_VERSION);
 #else
@@ -377,6 +375,8 @@ static void push_size(lua_State *L, int64_t v, const char *what) {
   lua_pushinteger(L, (lua_Integer)v);
 }
 
+/* What a value is, for messages: a number itself, a string quoted as one, else its type; runs no
+ * metamethod. */
 static const char *describe(lua_State *L, int idx) {
   int type = lua_type(L, idx);
   if (type == LUA_TNUMBER) {

@@ -10,9 +10,9 @@
 
 /* One allocation per export: the managed struct, its owner reference, shape and strides. An
  * export made for a consumer stream also has `after`: the consumer may still have work queued on
- * that stream that uses the memory when it calls the deleter, so the owner is released after it. */
-/* An export keeps what it handed out (sent, and a copy of its shape and strides after them in
- * dims), so that one handed back as it was needs no check: the host owns it, and may have
+ * that stream that uses the memory when it calls the deleter, so the owner is released after it.
+ * An export also keeps what it handed out (sent, and a copy of its shape and strides after them
+ * in dims), so that one handed back as it was needs no check: the host owns it, and may have
  * edited it first. */
 typedef struct ExportVersioned {
   DLManagedTensorVersioned managed;
@@ -477,14 +477,15 @@ static void import_from_producer(lua_State *L, int x, int copy, int stream, int 
   if (dlp_device_has_streams(t->dl.device) && !dlp_device_equal(t->dl.device, device)) {
     dlp_tensor_release(t);
     dlp_push_device_name(L, t->dl.device);
+    const char *got = lua_tostring(L, -1);
     if (!stated)
       luaL_error(L, FROM_DLPACK ": __dlpack gave a tensor on %s, and the producer has no __dlpack_device to name "
-                    "that device (whose stream it must order its work before)", lua_tostring(L, -1));
+                    "that device (whose stream it must order its work before)", got);
     dlp_push_device_name(L, device);
-    if (strcmp(lua_tostring(L, -1), lua_tostring(L, -2)) == 0) /* names without ids (cuda_managed) */
-      lua_pushfstring(L, "%s with id %d", lua_tostring(L, -1), (int)device.device_id);
-    luaL_error(L, FROM_DLPACK ": __dlpack_device said %s, but __dlpack gave a tensor on %s", lua_tostring(L, -1),
-               lua_tostring(L, -2));
+    const char *said = lua_tostring(L, -1);
+    if (strcmp(said, got) == 0) /* names without ids (cuda_managed) */
+      said = lua_pushfstring(L, "%s with id %d", said, (int)device.device_id);
+    luaL_error(L, FROM_DLPACK ": __dlpack_device said %s, but __dlpack gave a tensor on %s", said, got);
   }
   /* the producer ordered its work before our stream: what follows on this memory is there */
   if (consumer && dlp_device_is_cuda(t->dl.device)) dlp_owner_set_stream(t->owner, consumer);
